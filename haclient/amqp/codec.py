@@ -1,0 +1,222 @@
+"""Encoding and decoding whole AMQP messages, and the transaction coordinator's control bodies.
+
+``AmqpMessage`` is the message as AMQP 1.0 defines it (header, annotations, properties,
+application properties, one body section), with no JMS meaning attached: the JMS mapping lives in
+``haclient.message``. Encoding goes through proton's codec.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from proton import Described, Message, symbol, ulong
+
+from haclient.amqp import _convert
+from haclient.errors import MessageFormatError
+
+__all__ = [
+    "AmqpMessage",
+    "BodyKind",
+    "CoordinatorRequest",
+    "Declare",
+    "Discharge",
+    "decode_coordinator_request",
+    "decode_message",
+    "encode_declare",
+    "encode_discharge",
+    "encode_message",
+]
+
+
+class BodyKind(enum.Enum):
+    """Which body section a message carries."""
+
+    VALUE = "amqp-value"
+    DATA = "data"
+    SEQUENCE = "amqp-sequence"
+
+
+@dataclass(slots=True)
+class AmqpMessage:
+    """An AMQP 1.0 message (all sections optional).
+
+    Times (``creation_time``, ``absolute_expiry_time``) are seconds since the epoch;
+    ``ttl`` is seconds. ``body`` is a Python value for VALUE, ``bytes`` for DATA and a list for
+    SEQUENCE.
+    """
+
+    body: Any = None
+    body_kind: BodyKind = BodyKind.VALUE
+    durable: bool = False
+    priority: int = 4
+    ttl: float | None = None
+    first_acquirer: bool = False
+    delivery_count: int = 0
+    message_id: Any = None
+    user_id: bytes | None = None
+    to: str | None = None
+    subject: str | None = None
+    reply_to: str | None = None
+    correlation_id: Any = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    absolute_expiry_time: float | None = None
+    creation_time: float | None = None
+    group_id: str | None = None
+    group_sequence: int | None = None
+    reply_to_group_id: str | None = None
+    message_annotations: dict[str, Any] = field(default_factory=dict)
+    delivery_annotations: dict[str, Any] = field(default_factory=dict)
+    application_properties: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_message(message: AmqpMessage) -> bytes:
+    """The wire form of ``message``.
+
+    Raises:
+        MessageFormatError: a value has no AMQP encoding (the message names the field).
+    """
+    pm = Message()
+    pm.inferred = message.body_kind is not BodyKind.VALUE
+    pm.body = message.body
+    if message.body_kind is BodyKind.DATA and not isinstance(message.body, bytes | bytearray):
+        raise MessageFormatError(f"a data section needs bytes, not {type(message.body).__name__}")
+    if message.body_kind is BodyKind.SEQUENCE and not isinstance(message.body, list):
+        raise MessageFormatError(
+            f"an amqp-sequence section needs a list, not {type(message.body).__name__}"
+        )
+    pm.durable = message.durable
+    pm.priority = message.priority
+    if message.ttl is not None:
+        pm.ttl = message.ttl
+    pm.first_acquirer = message.first_acquirer
+    pm.delivery_count = message.delivery_count
+    pm.id = message.message_id
+    if message.user_id is not None:
+        pm.user_id = message.user_id
+    pm.address = message.to
+    pm.subject = message.subject
+    pm.reply_to = message.reply_to
+    pm.correlation_id = message.correlation_id
+    if message.content_type is not None:
+        pm.content_type = symbol(message.content_type)
+    if message.content_encoding is not None:
+        pm.content_encoding = symbol(message.content_encoding)
+    if message.absolute_expiry_time is not None:
+        pm.expiry_time = message.absolute_expiry_time
+    if message.creation_time is not None:
+        pm.creation_time = message.creation_time
+    pm.group_id = message.group_id
+    if message.group_sequence is not None:
+        pm.group_sequence = message.group_sequence
+    pm.reply_to_group_id = message.reply_to_group_id
+    if message.message_annotations:
+        pm.annotations = _convert.symbol_keys(message.message_annotations)
+    if message.delivery_annotations:
+        pm.instructions = _convert.symbol_keys(message.delivery_annotations)
+    if message.application_properties:
+        pm.properties = dict(message.application_properties)
+    try:
+        return pm.encode()
+    except Exception as exc:  # proton raises DataException, TypeError, KeyError ...
+        raise MessageFormatError(f"message cannot be encoded as AMQP: {exc}") from exc
+
+
+def decode_message(payload: bytes) -> AmqpMessage:
+    """The message in ``payload``.
+
+    Raises:
+        MessageFormatError: the bytes are not an AMQP message.
+    """
+    pm = Message()
+    try:
+        pm.decode(payload)
+    except Exception as exc:
+        raise MessageFormatError(f"undecodable AMQP message ({len(payload)} bytes): {exc}") from exc
+    body = pm.body
+    if pm.inferred:
+        kind = BodyKind.DATA if isinstance(body, bytes) else BodyKind.SEQUENCE
+    else:
+        kind = BodyKind.VALUE
+    return AmqpMessage(
+        body=body,
+        body_kind=kind,
+        durable=bool(pm.durable),
+        priority=int(pm.priority),
+        ttl=float(pm.ttl) if pm.ttl else None,
+        first_acquirer=bool(pm.first_acquirer),
+        delivery_count=int(pm.delivery_count),
+        message_id=pm.id,
+        user_id=bytes(pm.user_id) if pm.user_id else None,
+        to=pm.address,
+        subject=pm.subject,
+        reply_to=pm.reply_to,
+        correlation_id=pm.correlation_id,
+        content_type=str(pm.content_type) if pm.content_type else None,
+        content_encoding=str(pm.content_encoding) if pm.content_encoding else None,
+        absolute_expiry_time=float(pm.expiry_time) if pm.expiry_time else None,
+        creation_time=float(pm.creation_time) if pm.creation_time else None,
+        group_id=pm.group_id,
+        group_sequence=int(pm.group_sequence) if pm.group_sequence else None,
+        reply_to_group_id=pm.reply_to_group_id,
+        message_annotations=_convert.plain_keys(pm.annotations),
+        delivery_annotations=_convert.plain_keys(pm.instructions),
+        application_properties=dict(pm.properties or {}),
+    )
+
+
+# Transaction coordinator bodies (AMQP 1.0 part 4) -----------------------------------------------
+
+_DECLARE = 0x31
+_DISCHARGE = 0x32
+
+
+@dataclass(frozen=True, slots=True)
+class Declare:
+    """A request to begin a transaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class Discharge:
+    """A request to end transaction ``txn_id``: commit, or roll back when ``fail``."""
+
+    txn_id: bytes
+    fail: bool
+
+
+CoordinatorRequest = Declare | Discharge
+
+
+def _encode_control(descriptor: int, fields: list[Any]) -> bytes:
+    pm = Message()
+    pm.body = Described(ulong(descriptor), fields)
+    return pm.encode()
+
+
+def encode_declare() -> bytes:
+    """The message a client sends to the coordinator to declare a transaction."""
+    return _encode_control(_DECLARE, [None])
+
+
+def encode_discharge(txn_id: bytes, *, fail: bool) -> bytes:
+    """The message that commits (``fail=False``) or rolls back (``fail=True``) ``txn_id``."""
+    return _encode_control(_DISCHARGE, [txn_id, fail])
+
+
+def decode_coordinator_request(payload: bytes) -> CoordinatorRequest:
+    """What a client asked the coordinator (server role).
+
+    Raises:
+        MessageFormatError: the message is neither a declare nor a discharge.
+    """
+    body = decode_message(payload).body
+    if isinstance(body, Described):
+        code = int(body.descriptor)
+        fields = list(body.value or [])
+        if code == _DECLARE:
+            return Declare()
+        if code == _DISCHARGE and fields:
+            return Discharge(bytes(fields[0]), bool(fields[1]) if len(fields) > 1 else False)
+    raise MessageFormatError(f"not a coordinator request: {body!r}")

@@ -1,0 +1,135 @@
+"""The anyio driver: pumps one ``Engine`` over a byte stream.
+
+How this works: two tasks share the engine. The reader waits on the socket, feeds the engine and
+hands its events to the handler. The writer waits until there is something to write (someone
+called ``wakeup()``) or the engine's next timer deadline comes, runs ``tick``, and writes what the
+engine produced. Neither polls nor sleeps: each waits on a socket, an event or a deadline.
+
+The driver ends when the engine has reported ``TransportClosed`` and its last bytes are written;
+``run()`` then returns that event's error (None after an orderly close). A socket error or an EOF
+is handed to the engine, which turns it into that same ending.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import ByteStream
+
+from haclient.amqp.engine import Engine
+from haclient.amqp.events import EngineEvent, TransportClosed
+from haclient.amqp.types import ErrorCondition
+
+__all__ = ["CONNECTION_LOST", "Driver", "EventHandler"]
+
+log = logging.getLogger("haclient.amqp")
+
+EventHandler = Callable[[list[EngineEvent]], None]
+"""Called on the loop with each batch of engine events; must not block."""
+
+CONNECTION_LOST = "haclient:connection-lost"
+"""Condition name for a socket that failed under us (reset, broken pipe ...)."""
+
+_READ_SIZE = 65536
+
+
+class Driver:
+    """Runs one engine over one anyio byte stream until the connection ends.
+
+    Args:
+        engine: The engine to pump (client or server role).
+        stream: A connected byte stream (TCP; TLS is inside the engine).
+        handler: Receives the engine's events, in order, on the event loop.
+    """
+
+    def __init__(self, engine: Engine, stream: ByteStream, handler: EventHandler) -> None:
+        self.engine = engine
+        self._stream = stream
+        self._handler = handler
+        self._wake = anyio.Event()
+        self._result: ErrorCondition | None = None
+        self._ended = anyio.Event()
+
+    def wakeup(self) -> None:
+        """Tell the writer that the engine may have bytes to send (call after changing it)."""
+        self._wake.set()
+
+    @property
+    def ended(self) -> bool:
+        """True once ``run()`` has finished."""
+        return self._ended.is_set()
+
+    async def wait_ended(self) -> ErrorCondition | None:
+        """Wait until the connection has ended; return why (None: orderly close)."""
+        await self._ended.wait()
+        return self._result
+
+    async def run(self) -> ErrorCondition | None:
+        """Pump until the connection ends; returns the error that ended it, if any.
+
+        Cancelling ``run()`` aborts the connection without a Close frame.
+        """
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_loop)
+                await self._write_loop()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()
+            self._ended.set()
+        return self._result
+
+    def _dispatch(self) -> None:
+        events = self.engine.events()
+        if not events:
+            return
+        for event in events:
+            if isinstance(event, TransportClosed):
+                self._result = event.error
+        self._handler(events)
+
+    async def _read_loop(self) -> None:
+        engine = self.engine
+        stream = self._stream
+        while not engine.is_finished:
+            try:
+                data = await stream.receive(_READ_SIZE)
+            except anyio.EndOfStream:
+                data = b""
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                engine.abort(ErrorCondition(CONNECTION_LOST, f"socket failed: {exc!r}"))
+                self._dispatch()
+                self.wakeup()
+                return
+            engine.receive_data(data)
+            self._dispatch()
+            self.wakeup()
+            if not data:
+                return
+
+    async def _write_loop(self) -> None:
+        engine = self.engine
+        stream = self._stream
+        while True:
+            self._wake = anyio.Event()  # fresh before looking, so no wakeup is lost
+            now = anyio.current_time()
+            deadline = engine.tick(now)
+            self._dispatch()
+            data = engine.data_to_send()
+            if data:
+                try:
+                    await stream.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    engine.abort(ErrorCondition(CONNECTION_LOST, f"socket failed: {exc!r}"))
+                    self._dispatch()
+                    return
+                continue
+            if engine.is_finished:
+                return
+            timeout = math.inf if deadline is None else max(0.0, deadline - now)
+            with anyio.move_on_after(timeout):
+                await self._wake.wait()

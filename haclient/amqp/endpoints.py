@@ -1,0 +1,406 @@
+"""Sessions, links and deliveries: thin wrappers that keep proton's objects private.
+
+Each wrapper holds its proton object and is stored on it (proton keeps Python attributes of an
+endpoint in the endpoint's record), so an event for a proton endpoint always finds the same
+wrapper. All methods only change engine state; the bytes they cause go out with the engine's
+next ``data_to_send()``.
+
+Thread-safety: none. Like the engine, these objects belong to the connection's event-loop thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import proton
+
+from haclient.amqp import _convert
+from haclient.amqp.types import (
+    ErrorCondition,
+    Outcome,
+    ReceiverSettleMode,
+    SenderSettleMode,
+    Terminus,
+    TerminusKind,
+)
+
+if TYPE_CHECKING:
+    from haclient.amqp.engine import Engine
+
+__all__ = ["Delivery", "Link", "Receiver", "Sender", "Session"]
+
+_WRAPPER_ATTR = "_haclient_wrapper"
+
+
+def _wrapper_of(pn_object: Any) -> Any:
+    return getattr(pn_object, _WRAPPER_ATTR, None)
+
+
+class Session:
+    """An AMQP session: a window of transfers shared by its links."""
+
+    def __init__(self, engine: Engine, pn_session: proton.Session) -> None:
+        self._engine = engine
+        self._pn = pn_session
+        setattr(pn_session, _WRAPPER_ATTR, self)
+
+    @classmethod
+    def _of(cls, engine: Engine, pn_session: proton.Session) -> Session:
+        existing = _wrapper_of(pn_session)
+        return existing if existing is not None else cls(engine, pn_session)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine (physical connection) this session belongs to."""
+        return self._engine
+
+    @property
+    def remote_error(self) -> ErrorCondition | None:
+        """The error the peer gave when it ended this session, if any."""
+        return _convert.condition_from_pn(self._pn.remote_condition)
+
+    def open(self) -> None:
+        """Begin the session (or, in the server role, accept the peer's Begin)."""
+        self._pn.open()
+
+    def close(self, error: ErrorCondition | None = None) -> None:
+        """End the session, optionally with an error condition."""
+        if error is not None:
+            self._pn.condition = _convert.condition_to_pn(error)
+        self._pn.close()
+
+    def open_sender(
+        self,
+        name: str,
+        target: Terminus | None,
+        *,
+        source: Terminus | None = None,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        properties: Mapping[str, Any] | None = None,
+    ) -> Sender:
+        """Attach a sending link. The peer's answer arrives as ``LinkRemoteOpen``.
+
+        ``target=None`` attaches an anonymous sender (each message's ``to`` decides).
+        """
+        sender = Sender(self._engine, self._pn.sender(name))
+        sender._configure(
+            source or Terminus(), target or Terminus(), snd_settle_mode, rcv_settle_mode, properties
+        )
+        sender._pn.open()
+        return sender
+
+    def open_receiver(
+        self,
+        name: str,
+        source: Terminus | None,
+        *,
+        target: Terminus | None = None,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        properties: Mapping[str, Any] | None = None,
+        credit: int = 0,
+    ) -> Receiver:
+        """Attach a receiving link and grant ``credit`` (0 leaves flow to the caller)."""
+        receiver = Receiver(self._engine, self._pn.receiver(name))
+        receiver._configure(
+            source or Terminus(), target or Terminus(), snd_settle_mode, rcv_settle_mode, properties
+        )
+        receiver._pn.open()
+        if credit:
+            receiver.flow(credit)
+        return receiver
+
+    def open_coordinator(
+        self, name: str, capabilities: tuple[str, ...] = ("amqp:local-transactions",)
+    ) -> Sender:
+        """Attach a sender to the peer's transaction coordinator."""
+        return self.open_sender(
+            name,
+            Terminus.coordinator(capabilities),
+            source=Terminus(outcomes=("amqp:accepted:list", "amqp:rejected:list")),
+        )
+
+
+class Link:
+    """Common state of a sending or receiving link."""
+
+    _pn: proton.Link
+
+    def __init__(self, engine: Engine, pn_link: proton.Link) -> None:
+        self._engine = engine
+        self._pn = pn_link
+        self.locally_opened = False
+        setattr(pn_link, _WRAPPER_ATTR, self)
+
+    @staticmethod
+    def _of(engine: Engine, pn_link: proton.Link) -> Link:
+        existing = _wrapper_of(pn_link)
+        if existing is not None:
+            return existing  # type: ignore[no-any-return]
+        if pn_link.is_sender:
+            return Sender(engine, pn_link)
+        return Receiver(engine, pn_link)
+
+    def _configure(
+        self,
+        source: Terminus,
+        target: Terminus,
+        snd_settle_mode: SenderSettleMode,
+        rcv_settle_mode: ReceiverSettleMode,
+        properties: Mapping[str, Any] | None,
+    ) -> None:
+        self.locally_opened = True
+        _convert.write_terminus(self._pn.source, source, is_source=True)
+        _convert.write_terminus(self._pn.target, target, is_source=False)
+        self._pn.snd_settle_mode = int(snd_settle_mode)
+        self._pn.rcv_settle_mode = int(rcv_settle_mode)
+        if properties:
+            self._pn.properties = _convert.symbol_keys(properties)
+
+    def __repr__(self) -> str:
+        kind = "Sender" if self.is_sender else "Receiver"
+        return f"<{kind} {self.name!r}>"
+
+    @property
+    def name(self) -> str:
+        """The link name (unique per connection and direction)."""
+        return self._pn.name
+
+    @property
+    def is_sender(self) -> bool:
+        """True for a sending link."""
+        return bool(self._pn.is_sender)
+
+    @property
+    def session(self) -> Session:
+        """The session this link belongs to."""
+        return Session._of(self._engine, self._pn.session)
+
+    @property
+    def source(self) -> Terminus:
+        """The local source terminus."""
+        return _convert.read_terminus(self._pn.source)
+
+    @property
+    def target(self) -> Terminus:
+        """The local target terminus."""
+        return _convert.read_terminus(self._pn.target)
+
+    @property
+    def remote_source(self) -> Terminus:
+        """The source the peer attached with (null when the peer refused a receiver)."""
+        return _convert.read_terminus(self._pn.remote_source)
+
+    @property
+    def remote_target(self) -> Terminus:
+        """The target the peer attached with (null when the peer refused a sender)."""
+        return _convert.read_terminus(self._pn.remote_target)
+
+    @property
+    def remote_snd_settle_mode(self) -> SenderSettleMode:
+        """The sender settle mode the peer answered with."""
+        return SenderSettleMode(self._pn.remote_snd_settle_mode)
+
+    @property
+    def remote_rcv_settle_mode(self) -> ReceiverSettleMode:
+        """The receiver settle mode the peer answered with (a broker may downgrade SECOND)."""
+        return ReceiverSettleMode(self._pn.remote_rcv_settle_mode)
+
+    @property
+    def remote_properties(self) -> dict[str, Any]:
+        """The peer's link properties."""
+        return _convert.plain_keys(self._pn.remote_properties)
+
+    @property
+    def remote_error(self) -> ErrorCondition | None:
+        """The error the peer detached or closed this link with, if any."""
+        return _convert.condition_from_pn(self._pn.remote_condition)
+
+    @property
+    def is_coordinator(self) -> bool:
+        """True for a link whose target is a transaction coordinator."""
+        target = self._pn.target if self.locally_opened else self._pn.remote_target
+        return bool(target.type == proton.Terminus.COORDINATOR)
+
+    @property
+    def credit(self) -> int:
+        """Credit: messages the sender may still send (as this end knows it)."""
+        return int(self._pn.credit)
+
+    @property
+    def unsettled(self) -> int:
+        """Deliveries on this link not yet settled locally."""
+        return int(self._pn.unsettled)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once this end has closed or detached the link."""
+        return bool(self._pn.state & proton.Endpoint.LOCAL_CLOSED)
+
+    def open(
+        self,
+        source: Terminus | None = None,
+        target: Terminus | None = None,
+        *,
+        snd_settle_mode: SenderSettleMode | None = None,
+        rcv_settle_mode: ReceiverSettleMode | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Answer the peer's attach (server role).
+
+        The termini default to the peer's. Pass ``Terminus.null()`` for the one the peer asked
+        for to refuse the attach, then ``close(error)``.
+        """
+        remote_source = self.remote_source
+        remote_target = self.remote_target
+        src = source if source is not None else remote_source
+        tgt = target if target is not None else remote_target
+        if tgt.kind is TerminusKind.COORDINATOR:
+            self._pn.target.type = proton.Terminus.COORDINATOR
+            _convert.put_data(self._pn.target.capabilities, _convert.symbol_array(tgt.capabilities))
+            _convert.write_terminus(self._pn.source, src, is_source=True)
+        else:
+            _convert.write_terminus(self._pn.source, src, is_source=True)
+            _convert.write_terminus(self._pn.target, tgt, is_source=False)
+        self._pn.snd_settle_mode = int(
+            snd_settle_mode if snd_settle_mode is not None else self.remote_snd_settle_mode
+        )
+        self._pn.rcv_settle_mode = int(
+            rcv_settle_mode if rcv_settle_mode is not None else self.remote_rcv_settle_mode
+        )
+        if properties:
+            self._pn.properties = _convert.symbol_keys(properties)
+        self._pn.open()
+
+    def close(self, error: ErrorCondition | None = None) -> None:
+        """Close the link (detach with ``closed=true``), optionally with an error."""
+        if error is not None:
+            self._pn.condition = _convert.condition_to_pn(error)
+        self._pn.close()
+
+    def detach(self, error: ErrorCondition | None = None) -> None:
+        """Detach without closing (the link may be resumed; a durable subscription stays)."""
+        if error is not None:
+            self._pn.condition = _convert.condition_to_pn(error)
+        self._pn.detach()
+
+
+class Sender(Link):
+    """A sending link."""
+
+    def __init__(self, engine: Engine, pn_link: proton.Link) -> None:
+        super().__init__(engine, pn_link)
+        self._tags = itertools.count(1)
+
+    @property
+    def drain_requested(self) -> bool:
+        """True while the peer asks this sender to use up or give back its credit."""
+        return bool(self._pn.drain_mode)
+
+    def send(
+        self,
+        payload: bytes,
+        *,
+        tag: bytes | None = None,
+        settled: bool = False,
+        state: Outcome | None = None,
+    ) -> Delivery:
+        """Queue one encoded message for transfer.
+
+        The message goes out as soon as the link has credit. ``settled=True`` sends it
+        pre-settled (at most once); otherwise the peer's outcome arrives as
+        ``DeliveryUpdated``. ``state`` (a ``TransactionalState``) enlists the transfer in a
+        transaction.
+        """
+        pn_link = self._pn
+        delivery_tag = tag if tag is not None else str(next(self._tags)).encode()
+        pn_delivery = pn_link.delivery(delivery_tag)  # type: ignore[arg-type]
+        if state is not None:
+            pn_delivery.update(_convert.write_state(pn_delivery.local, state))
+        pn_link.stream(payload)
+        pn_link.advance()
+        delivery = Delivery(self, pn_delivery)
+        if settled:
+            pn_delivery.settle()
+        return delivery
+
+    def drained(self) -> int:
+        """Answer a drain request: give back the credit this sender will not use."""
+        return int(self._pn.drained())  # type: ignore[attr-defined]
+
+    def offered(self, count: int) -> None:
+        """Tell the peer how many messages are waiting (a hint for its credit)."""
+        self._pn.offered(count)  # type: ignore[attr-defined]
+
+
+class Receiver(Link):
+    """A receiving link."""
+
+    def flow(self, credit: int) -> None:
+        """Grant ``credit`` more messages."""
+        self._pn.flow(credit)  # type: ignore[attr-defined]
+
+    def drain(self, credit: int = 0) -> None:
+        """Grant ``credit`` and ask the sender to use it now or give it back.
+
+        A ``LinkFlow`` event follows once the sender answered; ``draining`` is then False.
+        """
+        self._pn.drain(credit)  # type: ignore[attr-defined]
+
+    @property
+    def draining(self) -> bool:
+        """True while a drain is outstanding."""
+        return bool(self._pn.draining())  # type: ignore[attr-defined]
+
+
+class Delivery:
+    """One transfer on a link, in either direction, until both ends settle it."""
+
+    __slots__ = ("_pn", "link", "received")
+
+    def __init__(self, link: Link, pn_delivery: proton.Delivery) -> None:
+        self.link = link
+        self._pn = pn_delivery
+        self.received = False
+        setattr(pn_delivery, _WRAPPER_ATTR, self)
+
+    @staticmethod
+    def _of(link: Link, pn_delivery: proton.Delivery) -> Delivery:
+        existing = _wrapper_of(pn_delivery)
+        return existing if existing is not None else Delivery(link, pn_delivery)
+
+    def __repr__(self) -> str:
+        return f"<Delivery {self.tag!r} on {self.link.name!r}>"
+
+    @property
+    def tag(self) -> bytes:
+        """The delivery tag."""
+        tag = self._pn.tag
+        return tag if isinstance(tag, bytes) else str(tag).encode()
+
+    @property
+    def remote_outcome(self) -> Outcome | None:
+        """The peer's latest state for this delivery, if it sent one."""
+        return _convert.read_state(self._pn.remote, int(self._pn.remote_state))
+
+    @property
+    def remote_settled(self) -> bool:
+        """True once the peer has settled this delivery."""
+        return bool(self._pn.settled)
+
+    def update(self, outcome: Outcome, *, settle: bool = True) -> None:
+        """Send a disposition with ``outcome``; settle it too unless ``settle=False``.
+
+        Keep it unsettled when the link's receiver settle mode is SECOND: the peer settles first
+        and its ``DeliveryUpdated(settled=True)`` confirms the outcome was applied.
+        """
+        self._pn.update(_convert.write_state(self._pn.local, outcome))
+        if settle:
+            self._pn.settle()
+
+    def settle(self) -> None:
+        """Settle this end and forget the delivery."""
+        self._pn.settle()

@@ -1,0 +1,384 @@
+"""The sans-IO AMQP 1.0 engine: one physical connection, bytes in, events and bytes out.
+
+How this works: an ``Engine`` owns proton's ``Connection``, ``Transport`` and ``Collector``.
+The driver hands it whatever the socket produced (``receive_data``), asks for what to write
+(``data_to_send``) and calls ``tick(now)`` when the deadline it returned last time is reached.
+Everything the peer did comes out of ``events()`` as the plain dataclasses of
+``haclient.amqp.events``. Nothing here does I/O, sleeps or reads a clock, so two engines can be
+joined in memory and time can be faked.
+
+Invariants:
+    Rule 1: proton objects never leave this package; events carry our wrappers and values.
+    Rule 2: the peer's Close, End and Detach are answered automatically (the protocol requires
+        an answer; the caller learns of them through the events).
+    Rule 3: ``TransportClosed`` is the last event; after it the engine produces no more bytes.
+
+Thread-safety: none; an engine belongs to one event-loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import proton
+from proton import Collector, Connection, Event, SSLDomain, Transport
+
+from haclient.amqp import _convert
+from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
+from haclient.amqp.endpoints import Delivery, Link, Receiver, Session
+from haclient.amqp.events import (
+    ConnectionRemoteClose,
+    ConnectionRemoteOpen,
+    DeliveryUpdated,
+    EngineEvent,
+    LinkFlow,
+    LinkRemoteClose,
+    LinkRemoteOpen,
+    MessageReceived,
+    SessionRemoteClose,
+    SessionRemoteOpen,
+    TransportClosed,
+)
+from haclient.amqp.server_layers import SaslServerLayer, TlsServerLayer
+from haclient.amqp.types import ErrorCondition
+
+__all__ = ["Engine"]
+
+log = logging.getLogger("haclient.amqp")
+
+_LOCAL_CLOSED = proton.Endpoint.LOCAL_CLOSED
+
+
+class Engine:
+    """One AMQP connection's protocol state, in the client or the server role.
+
+    Args:
+        config: Identity, limits, SASL and TLS settings (validated when built).
+
+    A client calls ``open()`` at once; a server calls it when ``ConnectionRemoteOpen`` arrives
+    (or ``close(error)`` to refuse).
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self._events: list[EngineEvent] = []
+        self._finished = False
+        self._connection = Connection()
+        self._connection.container = config.container_id
+        if config.hostname:
+            self._connection.hostname = config.hostname
+        if config.properties:
+            self._connection.properties = _convert.symbol_keys(config.properties)
+        if config.offered_capabilities:
+            self._connection.offered_capabilities = _convert.symbol_array(
+                config.offered_capabilities
+            )
+        if config.desired_capabilities:
+            self._connection.desired_capabilities = _convert.symbol_array(
+                config.desired_capabilities
+            )
+        self._collector = Collector()
+        self._connection.collect(self._collector)
+        self._sasl_layer: SaslServerLayer | None = None
+        self._tls_layer: TlsServerLayer | None = None
+        if config.role is Role.SERVER:
+            self._transport = Transport(Transport.SERVER)
+            self._setup_server_layers()
+        else:
+            self._transport = Transport()
+            self._setup_client_security()
+        if config.idle_timeout:
+            # proton advertises half its local timeout and declares the peer dead after a full
+            # one without input: with 2 x idle_timeout a silent peer is found after ~2 timeouts.
+            self._transport.idle_timeout = 2 * config.idle_timeout
+        if config.max_frame_size:
+            self._transport.max_frame_size = config.max_frame_size
+        self._transport.bind(self._connection)
+
+    # Set-up ------------------------------------------------------------------------------------
+
+    def _setup_client_security(self) -> None:
+        config = self.config
+        auth = config.auth
+        if auth is not None:
+            if auth.username:
+                self._connection.user = auth.username
+                if auth.password is not None:
+                    self._connection.password = auth.password
+            sasl = self._transport.sasl()
+            mechanisms = auth.mechanisms or (("PLAIN",) if auth.username else ("ANONYMOUS",))
+            sasl.allowed_mechs(" ".join(mechanisms))
+            sasl.allow_insecure_mechs = auth.allow_insecure or config.tls is not None
+        tls = config.tls
+        if isinstance(tls, TlsClientOptions):
+            domain = SSLDomain(SSLDomain.MODE_CLIENT)
+            if tls.ca_file:
+                domain.set_trusted_ca_db(tls.ca_file)
+            if tls.cert_file and tls.key_file:
+                domain.set_credentials(tls.cert_file, tls.key_file, tls.key_password)
+            if tls.verify:
+                domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, tls.ca_file)
+            else:
+                domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
+            ssl = self._transport.ssl(domain)
+            peer_name = tls.peer_name or config.hostname
+            if peer_name:
+                ssl.peer_hostname = peer_name
+
+    def _setup_server_layers(self) -> None:
+        config = self.config
+        self._sasl_layer = SaslServerLayer(config.server_auth)
+        if isinstance(config.tls, TlsServerOptions):
+            self._tls_layer = TlsServerLayer(config.tls)
+
+    # The connection ----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Send our Open frame (client: start; server: accept the peer's Open)."""
+        self._connection.open()
+
+    def close(self, error: ErrorCondition | None = None) -> None:
+        """Close the connection, optionally with an error condition. Idempotent."""
+        if self._connection.state & _LOCAL_CLOSED:
+            return
+        if error is not None:
+            self._connection.condition = _convert.condition_to_pn(error)
+        self._connection.close()
+
+    def abort(self, error: ErrorCondition) -> None:
+        """Give up on the connection without a Close frame (the socket is gone or useless)."""
+        self._transport.condition = _convert.condition_to_pn(error)
+        self._transport.close_tail()
+        self._transport.close_head()
+        self._process()
+
+    def open_session(self) -> Session:
+        """Begin a new session; ``SessionRemoteOpen`` follows when the peer answers."""
+        session = Session(self, self._connection.session())
+        session.open()
+        return session
+
+    @property
+    def is_finished(self) -> bool:
+        """True once ``TransportClosed`` was reported: nothing more comes in or goes out."""
+        return self._finished
+
+    @property
+    def remote_container_id(self) -> str | None:
+        """The peer's container id (from its Open)."""
+        return self._connection.remote_container
+
+    @property
+    def remote_properties(self) -> dict[str, Any]:
+        """The peer's connection properties (from its Open)."""
+        return _convert.plain_keys(self._connection.remote_properties)
+
+    @property
+    def remote_offered_capabilities(self) -> tuple[str, ...]:
+        """The capabilities the peer offered in its Open."""
+        return _convert.symbols(self._connection.remote_offered_capabilities)
+
+    @property
+    def remote_idle_timeout(self) -> float:
+        """The idle timeout the peer advertised, in seconds (0: none)."""
+        return float(self._transport.remote_idle_timeout)
+
+    @property
+    def user(self) -> str | None:
+        """The authenticated SASL user (server role), if any."""
+        return self._sasl_layer.user if self._sasl_layer else None
+
+    # Bytes -------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes read from the socket; ``b""`` means the peer closed its end (EOF)."""
+        eof = not data
+        if self._tls_layer is not None:
+            data = self._tls_layer.receive(data)
+            if self._tls_layer.error is not None:
+                self._fail_layer(self._tls_layer.error)
+                return
+            eof = eof or self._tls_layer.eof
+        if self._sasl_layer is not None:
+            data = self._sasl_layer.receive(data)
+            if self._sasl_layer.failed:
+                assert self._sasl_layer.error is not None
+                self._fail_layer(self._sasl_layer.error)
+                return
+        self._push(data)
+        if eof and self._transport.capacity() >= 0:
+            self._transport.close_tail()
+        self._process()
+
+    def _push(self, data: bytes) -> None:
+        transport = self._transport
+        view = memoryview(data)
+        while view:
+            capacity = transport.capacity()
+            if capacity < 0:  # the transport stopped reading (error or closed): drop the rest
+                return
+            if capacity == 0:
+                self._process()
+                capacity = transport.capacity()
+                if capacity <= 0:
+                    return
+            chunk = view[:capacity]
+            transport.push(bytes(chunk))
+            view = view[len(chunk) :]
+            if view:
+                self._process()
+
+    def _fail_layer(self, error: ErrorCondition) -> None:
+        log.info("connection refused below AMQP: %s", error)
+        self._transport.condition = _convert.condition_to_pn(error)
+        self._transport.close_tail()
+        self._transport.close_head()
+        self._process()
+
+    def data_to_send(self) -> bytes:
+        """Everything ready to be written to the socket now (possibly ``b""``)."""
+        transport = self._transport
+        pending = transport.pending()
+        if pending > 0:
+            out = transport.peek(pending)
+            transport.pop(pending)
+        else:
+            out = b""
+        if self._sasl_layer is not None:
+            out = self._sasl_layer.send(out)
+        if self._tls_layer is not None:
+            out = self._tls_layer.send(out)
+        if pending < 0:
+            self._process()
+        return out
+
+    @property
+    def wants_write(self) -> bool:
+        """True while there may be bytes to send (``data_to_send`` would not be empty)."""
+        return self._transport.pending() > 0
+
+    def tick(self, now: float) -> float | None:
+        """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).
+
+        Returns:
+            The time at which ``tick`` must be called next, or None if no timer is needed.
+        """
+        deadline = self._transport.tick(now)
+        self._process()
+        return deadline if deadline else None
+
+    # Events ------------------------------------------------------------------------------------
+
+    def events(self) -> list[EngineEvent]:
+        """Return and forget the events that happened since the last call."""
+        self._process()
+        events, self._events = self._events, []
+        return events
+
+    def _process(self) -> None:
+        collector = self._collector
+        handlers = _HANDLERS
+        while True:
+            event = collector.peek()
+            if event is None:
+                return
+            handler = handlers.get(event.type)
+            if handler is not None:
+                handler(self, event)
+            collector.pop()
+
+    def _on_connection_remote_open(self, event: Event) -> None:
+        conn = self._connection
+        self._events.append(
+            ConnectionRemoteOpen(
+                container_id=conn.remote_container,
+                hostname=conn.remote_hostname,
+                properties=_convert.plain_keys(conn.remote_properties),
+                offered_capabilities=_convert.symbols(conn.remote_offered_capabilities),
+                desired_capabilities=_convert.symbols(conn.remote_desired_capabilities),
+                idle_timeout=float(self._transport.remote_idle_timeout),
+                user=self.user,
+            )
+        )
+
+    def _on_connection_remote_close(self, event: Event) -> None:
+        self._events.append(
+            ConnectionRemoteClose(_convert.condition_from_pn(self._connection.remote_condition))
+        )
+        if not self._connection.state & _LOCAL_CLOSED:
+            self._connection.close()
+
+    def _on_session_remote_open(self, event: Event) -> None:
+        self._events.append(SessionRemoteOpen(Session._of(self, event.session)))
+
+    def _on_session_remote_close(self, event: Event) -> None:
+        pn_session = event.session
+        session = Session._of(self, pn_session)
+        self._events.append(SessionRemoteClose(session, session.remote_error))
+        if not pn_session.state & _LOCAL_CLOSED:
+            pn_session.close()
+
+    def _on_link_remote_open(self, event: Event) -> None:
+        self._events.append(LinkRemoteOpen(Link._of(self, event.link)))
+
+    def _on_link_remote_close(self, event: Event) -> None:
+        pn_link = event.link
+        link = Link._of(self, pn_link)
+        closed = event.type == Event.LINK_REMOTE_CLOSE
+        self._events.append(LinkRemoteClose(link, link.remote_error, closed))
+        if not pn_link.state & _LOCAL_CLOSED:
+            if closed:
+                pn_link.close()
+            else:
+                pn_link.detach()
+
+    def _on_link_flow(self, event: Event) -> None:
+        self._events.append(LinkFlow(Link._of(self, event.link)))
+
+    def _on_delivery(self, event: Event) -> None:
+        pn_delivery = event.delivery
+        pn_link = pn_delivery.link
+        link = Link._of(self, pn_link)
+        delivery = Delivery._of(link, pn_delivery)
+        if isinstance(link, Receiver) and not delivery.received:
+            if pn_delivery.aborted:
+                pn_delivery.settle()
+                return
+            if pn_delivery.partial or not pn_delivery.readable:
+                return  # the rest of the message is still to come
+            payload = pn_link.recv(pn_delivery.pending) or b""
+            pn_link.advance()
+            delivery.received = True
+            self._events.append(MessageReceived(delivery, payload))
+            return
+        if pn_delivery.updated or pn_delivery.settled:
+            self._events.append(
+                DeliveryUpdated(delivery, delivery.remote_outcome, bool(pn_delivery.settled))
+            )
+
+    def _on_transport_closed(self, event: Event) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        error = _convert.condition_from_pn(self._transport.condition)
+        if error is None and not self._connection.state & proton.Endpoint.REMOTE_CLOSED:
+            error = ErrorCondition("amqp:connection:framing-error", "connection aborted")
+        self._events.append(TransportClosed(error))
+
+
+_HANDLERS: Mapping[Any, Any] = {
+    Event.CONNECTION_REMOTE_OPEN: Engine._on_connection_remote_open,
+    Event.CONNECTION_REMOTE_CLOSE: Engine._on_connection_remote_close,
+    Event.SESSION_REMOTE_OPEN: Engine._on_session_remote_open,
+    Event.SESSION_REMOTE_CLOSE: Engine._on_session_remote_close,
+    Event.LINK_REMOTE_OPEN: Engine._on_link_remote_open,
+    Event.LINK_REMOTE_CLOSE: Engine._on_link_remote_close,
+    Event.LINK_REMOTE_DETACH: Engine._on_link_remote_close,
+    Event.LINK_FLOW: Engine._on_link_flow,
+    Event.DELIVERY: Engine._on_delivery,
+    Event.TRANSPORT_CLOSED: Engine._on_transport_closed,
+}
+
+
