@@ -118,7 +118,10 @@ class HAClientError(Exception):
         self,
         message: str = "",
         *,
-        **fields: Unpack[_ConditionFields],
+        condition: str | None = None,
+        description: str | None = None,
+        info: Mapping[str, Any] | None = None,
+        retriable: bool | None = None,
     ) -> None:
         self.condition = condition
         self.description = description
@@ -149,10 +152,7 @@ class ConfigurationError(HAClientError, ValueError):
         message: str = "",
         *,
         option: str | None = None,
-        condition: str | None = None,
-        description: str | None = None,
-        info: Mapping[str, Any] | None = None,
-        retriable: bool | None = None,
+        **fields: Unpack[_ConditionFields],
     ) -> None:
         self.option = option
         super().__init__(message, **fields)
@@ -166,9 +166,9 @@ class ConfigurationError(HAClientError, ValueError):
 class InvalidSelectorError(HAClientError, ValueError):
     """A message selector that is not valid JMS selector syntax.
 
-    It is a ``ValueError`` because the selector is an argument whose value is
-    wrong, whether haclient's parser or the broker found out; nothing but a corrected selector
-    fixes it. It is not a ``ConfigurationError``, which is about URLs and options.
+    It is a ``ValueError`` because the selector is an argument whose value is wrong, whether
+    haclient's parser or the broker found out; nothing but a corrected selector fixes it. It is
+    not a ``ConfigurationError``, which is about URLs and options.
     """
 
 
@@ -479,7 +479,7 @@ CONDITIONS: Final[Mapping[str, ConditionRule]] = MappingProxyType(
         # timeout, i.e. a dead peer, with this condition): another try or broker may succeed.
         "amqp:resource-limit-exceeded": _R(ResourceLimitError, True, "a broker limit is reached"),
         "amqp:not-allowed": _R(IllegalStateError, False, "the operation is not allowed"),
-        # With info {invalid-field: container-id} on Open: ClientIdInUseError (see _refine).
+        # With info {invalid-field: container-id} on Open: ClientIdInUseError (see _rule).
         "amqp:invalid-field": _R(AMQPError, False, "a field of the request is invalid"),
         "amqp:not-implemented": _R(
             NotImplementedByBrokerError, False, "the broker does not implement this"
@@ -498,6 +498,9 @@ CONDITIONS: Final[Mapping[str, ConditionRule]] = MappingProxyType(
         # connection starts a clean byte stream.
         "amqp:connection:framing-error": _R(ProtocolError, True, "invalid framing"),
         "amqp:connection:redirect": _R(RedirectError, True, "the connection was redirected"),
+        # Ours, not the spec's: the socket failed or the peer hung up without a Close frame
+        # (haclient.amqp reports it so). The broker may be restarting: try again.
+        "haclient:connection-lost": _R(ConnectionLostError, True, "the connection was lost"),
         # -- session-error: protocol violations; retrying would hide a bug and may loop --
         "amqp:session:window-violation": _R(
             ProtocolError, False, "the session window was exceeded"
@@ -538,13 +541,19 @@ CONDITIONS: Final[Mapping[str, ConditionRule]] = MappingProxyType(
 del _R
 
 
-def _refine(
-    error: type[HAClientError], condition: str, info: Mapping[str, Any] | None
-) -> type[HAClientError]:
-    """Conditions whose meaning depends on their info map (the only one Qpid JMS knows too)."""
+# amqp:invalid-field with info {invalid-field: container-id} on Open: the client id is taken
+# (the one info-dependent case; Qpid JMS knows it too). Not retriable: at worst the broker still
+# holds our own dead connection, which the failover manager may choose to wait out.
+_CLIENT_ID_IN_USE: Final = ConditionRule(
+    ClientIdInUseError, False, "another connection already uses this client id"
+)
+
+
+def _rule(condition: str, info: Mapping[str, Any] | None) -> ConditionRule | None:
+    """The rule for ``condition``, refined by ``info`` where the table alone cannot decide."""
     if condition == "amqp:invalid-field" and info and info.get("invalid-field") == "container-id":
-        return ClientIdInUseError
-    return error
+        return _CLIENT_ID_IN_USE
+    return CONDITIONS.get(condition)
 
 
 def error_from_condition(
@@ -568,9 +577,8 @@ def error_from_condition(
         condition not in the table), carrying ``condition``, ``description``, ``info`` and the
         rule's ``retriable``. It is returned, not raised.
     """
-    rule = CONDITIONS.get(condition)
-    error: type[HAClientError] = AMQPError if rule is None else rule.error
-    error = _refine(error, condition, info)
+    rule = _rule(condition, info)
+    error = AMQPError if rule is None else rule.error
     text = description or (rule.summary if rule is not None else None)
     return error(
         _format(condition, text, context),

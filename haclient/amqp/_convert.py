@@ -207,11 +207,11 @@ def _outcome_from_value(value: Any) -> Outcome | None:
     if code == REJECTED_CODE:
         error = None
         if fields and isinstance(fields[0], Described):
-            name, description, info = (list(fields[0].value) + [None, None, None])[:3]
+            name, description, info = ([*list(fields[0].value), None, None, None])[:3]
             error = ErrorCondition(str(name), description, plain_keys(info) if info else None)
         return Rejected(error)
     if code == MODIFIED_CODE:
-        failed, here, ann = (fields + [None, None, None])[:3]
+        failed, here, ann = ([*fields, None, None, None])[:3]
         return Modified(bool(failed), bool(here), plain_keys(ann) if ann else None)
     return None
 

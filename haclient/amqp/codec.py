@@ -78,7 +78,7 @@ def encode_message(message: AmqpMessage) -> bytes:
     Raises:
         MessageFormatError: a value has no AMQP encoding (the message names the field).
     """
-    pm = Message()
+    pm: Any = Message()
     pm.inferred = message.body_kind is not BodyKind.VALUE
     pm.body = message.body
     if message.body_kind is BodyKind.DATA and not isinstance(message.body, bytes | bytearray):
@@ -119,7 +119,7 @@ def encode_message(message: AmqpMessage) -> bytes:
     if message.application_properties:
         pm.properties = dict(message.application_properties)
     try:
-        return pm.encode()
+        return bytes(pm.encode())
     except Exception as exc:  # proton raises DataException, TypeError, KeyError ...
         raise MessageFormatError(f"message cannot be encoded as AMQP: {exc}") from exc
 
@@ -130,7 +130,7 @@ def decode_message(payload: bytes) -> AmqpMessage:
     Raises:
         MessageFormatError: the bytes are not an AMQP message.
     """
-    pm = Message()
+    pm: Any = Message()
     try:
         pm.decode(payload)
     except Exception as exc:
@@ -190,9 +190,9 @@ CoordinatorRequest = Declare | Discharge
 
 
 def _encode_control(descriptor: int, fields: list[Any]) -> bytes:
-    pm = Message()
+    pm: Any = Message()
     pm.body = Described(ulong(descriptor), fields)
-    return pm.encode()
+    return bytes(pm.encode())
 
 
 def encode_declare() -> bytes:
@@ -211,7 +211,7 @@ def decode_coordinator_request(payload: bytes) -> CoordinatorRequest:
     Raises:
         MessageFormatError: the message is neither a declare nor a discharge.
     """
-    body = decode_message(payload).body
+    body: Any = decode_message(payload).body
     if isinstance(body, Described):
         code = int(body.descriptor)
         fields = list(body.value or [])

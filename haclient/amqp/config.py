@@ -13,7 +13,14 @@ from typing import Any
 
 from haclient.errors import ConfigurationError
 
-__all__ = ["ClientAuth", "EngineConfig", "Role", "ServerAuth", "TlsClientOptions", "TlsServerOptions"]
+__all__ = [
+    "ClientAuth",
+    "EngineConfig",
+    "Role",
+    "ServerAuth",
+    "TlsClientOptions",
+    "TlsServerOptions",
+]
 
 
 class Role(enum.Enum):

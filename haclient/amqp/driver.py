@@ -21,17 +21,14 @@ from anyio.abc import ByteStream
 
 from haclient.amqp.engine import Engine
 from haclient.amqp.events import EngineEvent, TransportClosed
-from haclient.amqp.types import ErrorCondition
+from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
-__all__ = ["CONNECTION_LOST", "Driver", "EventHandler"]
+__all__ = ["Driver", "EventHandler"]
 
 log = logging.getLogger("haclient.amqp")
 
 EventHandler = Callable[[list[EngineEvent]], None]
 """Called on the loop with each batch of engine events; must not block."""
-
-CONNECTION_LOST = "haclient:connection-lost"
-"""Condition name for a socket that failed under us (reset, broken pipe ...)."""
 
 _READ_SIZE = 65536
 
@@ -118,8 +115,8 @@ class Driver:
             self._wake = anyio.Event()  # fresh before looking, so no wakeup is lost
             now = anyio.current_time()
             deadline = engine.tick(now)
-            self._dispatch()
             data = engine.data_to_send()
+            self._dispatch()  # after both: either may end the transport
             if data:
                 try:
                     await stream.send(data)

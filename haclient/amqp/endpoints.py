@@ -138,8 +138,8 @@ class Link:
     @staticmethod
     def _of(engine: Engine, pn_link: proton.Link) -> Link:
         existing = _wrapper_of(pn_link)
-        if existing is not None:
-            return existing  # type: ignore[no-any-return]
+        if isinstance(existing, Link):
+            return existing
         if pn_link.is_sender:
             return Sender(engine, pn_link)
         return Receiver(engine, pn_link)
@@ -167,7 +167,7 @@ class Link:
     @property
     def name(self) -> str:
         """The link name (unique per connection and direction)."""
-        return self._pn.name
+        return str(self._pn.name)
 
     @property
     def is_sender(self) -> bool:
@@ -317,7 +317,7 @@ class Sender(Link):
         """
         pn_link = self._pn
         delivery_tag = tag if tag is not None else str(next(self._tags)).encode()
-        pn_delivery = pn_link.delivery(delivery_tag)  # type: ignore[arg-type]
+        pn_delivery = pn_link.delivery(delivery_tag)
         if state is not None:
             pn_delivery.update(_convert.write_state(pn_delivery.local, state))
         pn_link.stream(payload)
@@ -329,11 +329,11 @@ class Sender(Link):
 
     def drained(self) -> int:
         """Answer a drain request: give back the credit this sender will not use."""
-        return int(self._pn.drained())  # type: ignore[attr-defined]
+        return int(self._pn.drained())
 
     def offered(self, count: int) -> None:
         """Tell the peer how many messages are waiting (a hint for its credit)."""
-        self._pn.offered(count)  # type: ignore[attr-defined]
+        self._pn.offered(count)
 
 
 class Receiver(Link):
@@ -341,19 +341,19 @@ class Receiver(Link):
 
     def flow(self, credit: int) -> None:
         """Grant ``credit`` more messages."""
-        self._pn.flow(credit)  # type: ignore[attr-defined]
+        self._pn.flow(credit)
 
     def drain(self, credit: int = 0) -> None:
         """Grant ``credit`` and ask the sender to use it now or give it back.
 
         A ``LinkFlow`` event follows once the sender answered; ``draining`` is then False.
         """
-        self._pn.drain(credit)  # type: ignore[attr-defined]
+        self._pn.drain(credit)
 
     @property
     def draining(self) -> bool:
         """True while a drain is outstanding."""
-        return bool(self._pn.draining())  # type: ignore[attr-defined]
+        return bool(self._pn.draining())
 
 
 class Delivery:

@@ -42,7 +42,7 @@ from haclient.amqp.events import (
     TransportClosed,
 )
 from haclient.amqp.server_layers import SaslServerLayer, TlsServerLayer
-from haclient.amqp.types import ErrorCondition
+from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
 __all__ = ["Engine"]
 
@@ -168,7 +168,8 @@ class Engine:
     @property
     def remote_container_id(self) -> str | None:
         """The peer's container id (from its Open)."""
-        return self._connection.remote_container
+        container = self._connection.remote_container
+        return str(container) if container is not None else None
 
     @property
     def remote_properties(self) -> dict[str, Any]:
@@ -252,12 +253,12 @@ class Engine:
             out = self._tls_layer.send(out)
         if pending < 0:
             self._process()
-        return out
+        return bytes(out)
 
     @property
     def wants_write(self) -> bool:
         """True while there may be bytes to send (``data_to_send`` would not be empty)."""
-        return self._transport.pending() > 0
+        return bool(self._transport.pending() > 0)
 
     def tick(self, now: float) -> float | None:
         """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).
@@ -311,20 +312,20 @@ class Engine:
             self._connection.close()
 
     def _on_session_remote_open(self, event: Event) -> None:
-        self._events.append(SessionRemoteOpen(Session._of(self, event.session)))
+        self._events.append(SessionRemoteOpen(Session._of(self, _pn(event.session))))
 
     def _on_session_remote_close(self, event: Event) -> None:
-        pn_session = event.session
+        pn_session: Any = event.session
         session = Session._of(self, pn_session)
         self._events.append(SessionRemoteClose(session, session.remote_error))
         if not pn_session.state & _LOCAL_CLOSED:
             pn_session.close()
 
     def _on_link_remote_open(self, event: Event) -> None:
-        self._events.append(LinkRemoteOpen(Link._of(self, event.link)))
+        self._events.append(LinkRemoteOpen(Link._of(self, _pn(event.link))))
 
     def _on_link_remote_close(self, event: Event) -> None:
-        pn_link = event.link
+        pn_link: Any = event.link
         link = Link._of(self, pn_link)
         closed = event.type == Event.LINK_REMOTE_CLOSE
         self._events.append(LinkRemoteClose(link, link.remote_error, closed))
@@ -335,11 +336,11 @@ class Engine:
                 pn_link.detach()
 
     def _on_link_flow(self, event: Event) -> None:
-        self._events.append(LinkFlow(Link._of(self, event.link)))
+        self._events.append(LinkFlow(Link._of(self, _pn(event.link))))
 
     def _on_delivery(self, event: Event) -> None:
-        pn_delivery = event.delivery
-        pn_link = pn_delivery.link
+        pn_delivery: Any = event.delivery
+        pn_link: Any = pn_delivery.link
         link = Link._of(self, pn_link)
         delivery = Delivery._of(link, pn_delivery)
         if isinstance(link, Receiver) and not delivery.received:
@@ -358,14 +359,31 @@ class Engine:
                 DeliveryUpdated(delivery, delivery.remote_outcome, bool(pn_delivery.settled))
             )
 
+    def _on_transport_error(self, event: Event) -> None:
+        # The transport gave up (refused login, framing error, idle timeout): stop reading too,
+        # or a peer that keeps its socket open (RabbitMQ after a failed login) would keep the
+        # connection half-alive forever. TransportClosed follows once the output is flushed.
+        if self._transport.capacity() >= 0:
+            self._transport.close_tail()
+
     def _on_transport_closed(self, event: Event) -> None:
         if self._finished:
             return
         self._finished = True
         error = _convert.condition_from_pn(self._transport.condition)
-        if error is None and not self._connection.state & proton.Endpoint.REMOTE_CLOSED:
-            error = ErrorCondition("amqp:connection:framing-error", "connection aborted")
+        remote_closed = self._connection.state & proton.Endpoint.REMOTE_CLOSED
+        if not remote_closed and (
+            error is None or "connection aborted" in (error.description or "")
+        ):
+            # proton calls an EOF before Close a framing error; it is a lost connection.
+            error = ErrorCondition(CONNECTION_LOST, "the peer closed the socket without a Close")
         self._events.append(TransportClosed(error))
+
+
+def _pn(endpoint: Any) -> Any:
+    """An event's endpoint, known to be present for that event type."""
+    assert endpoint is not None
+    return endpoint
 
 
 _HANDLERS: Mapping[Any, Any] = {
@@ -378,7 +396,6 @@ _HANDLERS: Mapping[Any, Any] = {
     Event.LINK_REMOTE_DETACH: Engine._on_link_remote_close,
     Event.LINK_FLOW: Engine._on_link_flow,
     Event.DELIVERY: Engine._on_delivery,
+    Event.TRANSPORT_ERROR: Engine._on_transport_error,
     Event.TRANSPORT_CLOSED: Engine._on_transport_closed,
 }
-
-

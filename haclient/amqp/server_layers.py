@@ -35,7 +35,7 @@ _MAX_SASL_FRAME = 65536
 def _sasl_frame(descriptor: int, fields: list[object]) -> bytes:
     data = Data()
     data.put_object(Described(ulong(descriptor), fields))
-    body = data.encode()
+    body = bytes(data.encode())
     return struct.pack(">IBBH", 8 + len(body), 2, 1, 0) + body
 
 
@@ -113,7 +113,7 @@ class SaslServerLayer:
             data.rewind()
             data.next()
             frame = data.get_object()
-            fields = list(frame.value) + [None, None, None]
+            fields = [*list(frame.value), None, None, None]
             descriptor = int(frame.descriptor)
         except Exception as exc:  # proton raises a zoo of types for garbage
             self._fail("amqp:decode-error", f"undecodable SASL frame: {exc}")

@@ -50,18 +50,22 @@ Decimal128 = decimal128
 AmqpArray = Array
 AmqpDescribed = Described
 
+CONNECTION_LOST = "haclient:connection-lost"
+"""Condition name for a connection that ended without a Close frame (socket failure, EOF)."""
+
 __all__ = [
     "ACCEPTED",
+    "CONNECTION_LOST",
     "RELEASED",
     "Accepted",
     "AmqpArray",
     "AmqpDescribed",
     "Byte",
     "Char",
-    "Declared",
     "Decimal32",
     "Decimal64",
     "Decimal128",
+    "Declared",
     "Distribution",
     "Durability",
     "ErrorCondition",
@@ -70,8 +74,8 @@ __all__ = [
     "Int",
     "Modified",
     "Outcome",
-    "ReceiverSettleMode",
     "Received",
+    "ReceiverSettleMode",
     "Rejected",
     "Released",
     "SenderSettleMode",

@@ -121,7 +121,7 @@ def test_eof_before_close_is_reported_as_an_abort() -> None:
     pair.client.receive_data(b"")
     pair.client.data_to_send()  # the driver flushes after every read; the head closes then
     error = closed_error(pair.client.events())
-    assert error is not None and error.name == "amqp:connection:framing-error"
+    assert error is not None and error.name == "haclient:connection-lost"
 
 
 def test_garbage_from_the_peer_is_a_framing_error() -> None:

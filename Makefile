@@ -1,0 +1,60 @@
+# haclient: set-up, checks, tests and the demo.
+#
+# `make test` and `make demo` do all the set-up on a fresh Debian machine (as root): the
+# virtualenv in .venv, `pip install -e '.[dev]'` (again only when pyproject.toml changes) and
+# Debian's rabbitmq-server when it is missing.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Non-root users on Debian have no /usr/sbin on PATH, where rabbitmq-server lives.
+export PATH := $(PATH):/usr/sbin
+
+.PHONY: test demo lint setup rabbitmq clean distclean
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+demo: setup
+	$(BIN)/haclient demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+setup: $(STAMP) rabbitmq
+
+$(BIN)/python:
+	@if ! $(PYTHON) -c 'import ensurepip' 2>/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "== installing python3-venv (Debian)"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends python3-venv; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+rabbitmq:
+	@if command -v rabbitmq-server >/dev/null; then \
+		: already installed; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "== rabbitmq-server is missing and installing it needs root: RabbitMQ tests will skip"; \
+	else \
+		echo "== installing rabbitmq-server (Debian)"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends rabbitmq-server; \
+	fi
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info $(STAMP)
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

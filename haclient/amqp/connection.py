@@ -1,0 +1,459 @@
+"""An awaitable AMQP connection: one engine and its driver, with calls that wait for answers.
+
+This is the thinnest useful layer over ``Engine`` + ``Driver``: it opens the socket, waits for
+the peer's Open, attaches links and waits for the answer, and turns engine events into results
+of awaited calls (an attach answered, a delivery settled, a message arrived). The JMS semantics
+live above it in ``haclient.aio``; failover lives in ``failover`` and uses it as a connector.
+
+Every waiting call ends when the connection ends: it then raises the error that ended it
+(``ConnectionLostError``, ``ProtocolError``, ``AuthenticationError`` ...), never hangs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from haclient.amqp.config import EngineConfig
+from haclient.amqp.driver import Driver
+from haclient.amqp.endpoints import Delivery, Link, Receiver, Sender, Session
+from haclient.amqp.engine import Engine
+from haclient.amqp.events import (
+    ConnectionRemoteClose,
+    ConnectionRemoteOpen,
+    DeliveryUpdated,
+    EngineEvent,
+    LinkFlow,
+    LinkRemoteClose,
+    LinkRemoteOpen,
+    MessageReceived,
+    SessionRemoteClose,
+    SessionRemoteOpen,
+    TransportClosed,
+)
+from haclient.amqp.types import (
+    ErrorCondition,
+    Outcome,
+    ReceiverSettleMode,
+    SenderSettleMode,
+    Terminus,
+    TerminusKind,
+)
+from haclient.errors import (
+    AttachTimeoutError,
+    ClosedError,
+    ConnectionLostError,
+    HAClientError,
+    error_from_condition,
+)
+
+__all__ = ["AmqpConnection", "ReceivedMessage", "open_connection"]
+
+log = logging.getLogger("haclient.amqp")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A message taken from a receiver: its delivery (to settle) and its encoded bytes."""
+
+    delivery: Delivery
+    payload: bytes
+
+
+class _Slot:
+    """One awaited answer: set once with a value or an error."""
+
+    __slots__ = ("_event", "error", "value")
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def set(self, value: Any = None) -> None:
+        if not self._event.is_set():
+            self.value = value
+            self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self.error = error
+            self._event.set()
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> Any:
+        await self._event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class _Inbox:
+    """Messages that arrived on one receiver, waiting to be taken."""
+
+    __slots__ = ("changed", "messages")
+
+    def __init__(self) -> None:
+        self.messages: deque[ReceivedMessage] = deque()
+        self.changed = anyio.Event()
+
+
+class AmqpConnection:
+    """One physical AMQP connection with awaitable calls. Build it with ``open_connection``.
+
+    All methods must run on the event loop that runs the connection.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.driver: Driver | None = None
+        self.remote_open: ConnectionRemoteOpen | None = None
+        self._opened = _Slot()
+        self._ended = _Slot()
+        self._end_error: HAClientError | None = None
+        self._sessions: dict[Session, _Slot] = {}
+        self._attaches: dict[Link, _Slot] = {}
+        self._outcomes: dict[Delivery, _Slot] = {}
+        self._inboxes: dict[Receiver, _Inbox] = {}
+        self._credit_changed = anyio.Event()
+        self._names = itertools.count(1)
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """True between the peer's Open and the end of the connection."""
+        return self._opened.done and self._end_error is None and not self._ended.done
+
+    def _check_open(self) -> None:
+        if self._end_error is not None:
+            raise self._end_error
+        if self._ended.done:
+            raise ClosedError("the AMQP connection is closed")
+
+    def _wake(self) -> None:
+        if self.driver is not None:
+            self.driver.wakeup()
+
+    async def close(self, error: ErrorCondition | None = None, *, timeout: float = 5.0) -> None:
+        """Close the connection (Close frames exchanged) and wait until it has ended.
+
+        Idempotent. If the peer does not answer within ``timeout`` the socket is dropped.
+        """
+        if not self._ended.done:
+            self.engine.close(error)
+            self._wake()
+            with anyio.move_on_after(timeout):
+                await self._ended._event.wait()
+            if not self._ended.done:
+                self.engine.abort(ErrorCondition("amqp:connection:forced", "close timed out"))
+                self._wake()
+
+    async def wait_closed(self) -> HAClientError | None:
+        """Wait for the connection to end; return the error that ended it (None: orderly)."""
+        await self._ended._event.wait()
+        return self._end_error
+
+    # Endpoints ---------------------------------------------------------------------------------
+
+    async def open_session(self) -> Session:
+        """Begin a session and wait for the peer's answer."""
+        self._check_open()
+        session = self.engine.open_session()
+        slot = self._sessions[session] = _Slot()
+        self._wake()
+        await slot.wait()
+        return session
+
+    def _link_name(self, prefix: str) -> str:
+        return f"{self.engine.config.container_id}:{prefix}:{next(self._names)}"
+
+    async def _attach(self, link: Link, timeout: float) -> Link:
+        slot = self._attaches[link] = _Slot()
+        self._wake()
+        with anyio.move_on_after(timeout):
+            return await slot.wait()  # type: ignore[no-any-return]
+        self._attaches.pop(link, None)
+        link.close()
+        self._wake()
+        raise AttachTimeoutError(
+            f"the broker did not answer the attach of link {link.name!r} within {timeout:g} s"
+        )
+
+    async def open_sender(
+        self,
+        target: Terminus | str | None,
+        *,
+        session: Session,
+        name: str | None = None,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        source: Terminus | None = None,
+        timeout: float = 30.0,
+    ) -> Sender:
+        """Attach a sender and wait until the peer accepted it.
+
+        Raises:
+            InvalidDestinationError, NotImplementedByBrokerError ...: the peer refused it.
+            AttachTimeoutError: the peer never answered (RabbitMQ does that for some features).
+        """
+        self._check_open()
+        if isinstance(target, str):
+            target = Terminus(address=target)
+        sender = session.open_sender(
+            name or self._link_name("sender"),
+            target,
+            source=source,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+        )
+        await self._attach(sender, timeout)
+        return sender
+
+    async def open_receiver(
+        self,
+        source: Terminus | str,
+        *,
+        session: Session,
+        name: str | None = None,
+        credit: int = 100,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        timeout: float = 30.0,
+    ) -> Receiver:
+        """Attach a receiver, grant ``credit``, and wait until the peer accepted it."""
+        self._check_open()
+        if isinstance(source, str):
+            source = Terminus(address=source)
+        receiver = session.open_receiver(
+            name or self._link_name("receiver"),
+            source,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            credit=credit,
+        )
+        self._inboxes[receiver] = _Inbox()
+        await self._attach(receiver, timeout)
+        return receiver
+
+    # Sending -----------------------------------------------------------------------------------
+
+    async def wait_for_credit(self, sender: Sender) -> None:
+        """Wait until ``sender`` has credit to send at least one message."""
+        while sender.credit <= 0:
+            self._check_open()
+            if sender.is_closed:
+                raise ClosedError(f"link {sender.name!r} is closed")
+            changed = self._credit_changed
+            await changed.wait()
+
+    def send_nowait(
+        self, sender: Sender, payload: bytes, *, settled: bool = False, state: Outcome | None = None
+    ) -> Delivery:
+        """Queue a message; it goes out as credit allows. ``wait_settled`` waits for its outcome."""
+        self._check_open()
+        delivery = sender.send(payload, settled=settled, state=state)
+        if not settled:
+            self._outcomes[delivery] = _Slot()
+        self._wake()
+        return delivery
+
+    async def wait_settled(self, delivery: Delivery) -> Outcome | None:
+        """Wait until the peer settled ``delivery``; return its outcome."""
+        slot = self._outcomes.get(delivery)
+        if slot is None:
+            return delivery.remote_outcome
+        return await slot.wait()  # type: ignore[no-any-return]
+
+    async def send(
+        self, sender: Sender, payload: bytes, *, state: Outcome | None = None
+    ) -> Outcome | None:
+        """Send one message unsettled and wait for the peer's outcome."""
+        await self.wait_for_credit(sender)
+        return await self.wait_settled(self.send_nowait(sender, payload, state=state))
+
+    # Receiving ---------------------------------------------------------------------------------
+
+    def receive_nowait(self, receiver: Receiver) -> ReceivedMessage | None:
+        """The next message that arrived on ``receiver``, or None."""
+        inbox = self._inboxes[receiver]
+        return inbox.messages.popleft() if inbox.messages else None
+
+    async def receive(
+        self, receiver: Receiver, timeout: float | None = None
+    ) -> ReceivedMessage | None:
+        """Wait for the next message on ``receiver``; None after ``timeout`` seconds."""
+        inbox = self._inboxes[receiver]
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while not inbox.messages:
+                self._check_open()
+                if receiver.is_closed:
+                    return None
+                changed = inbox.changed
+                await changed.wait()
+            return inbox.messages.popleft()
+        return None
+
+    def settle(self, message: ReceivedMessage, outcome: Outcome, *, settle: bool = True) -> None:
+        """Send ``outcome`` for a received message (and settle it unless told not to)."""
+        message.delivery.update(outcome, settle=settle)
+        self._wake()
+
+    def flow(self, receiver: Receiver, credit: int) -> None:
+        """Grant ``receiver`` more credit."""
+        receiver.flow(credit)
+        self._wake()
+
+    # Events ------------------------------------------------------------------------------------
+
+    def handle_events(self, events: list[EngineEvent]) -> None:
+        """The driver's event handler: resolve waiting calls."""
+        for event in events:
+            match event:
+                case MessageReceived(delivery=delivery, payload=payload):
+                    inbox = self._inboxes.get(delivery.link)  # type: ignore[call-overload]
+                    if inbox is not None:
+                        inbox.messages.append(ReceivedMessage(delivery, payload))
+                        inbox.changed.set()
+                        inbox.changed = anyio.Event()
+                case DeliveryUpdated(delivery=delivery, outcome=outcome, settled=True):
+                    slot = self._outcomes.pop(delivery, None)
+                    if slot is not None:
+                        slot.set(outcome)
+                    delivery.settle()  # the peer settled first: forget it on our side too
+                case LinkFlow():
+                    self._signal_credit()
+                case LinkRemoteOpen(link=link):
+                    self._on_link_open(link)
+                case LinkRemoteClose(link=link, error=error):
+                    self._on_link_close(link, error)
+                case SessionRemoteOpen(session=session):
+                    slot = self._sessions.get(session)
+                    if slot is not None:
+                        slot.set(session)
+                case SessionRemoteClose(session=session, error=error):
+                    slot = self._sessions.pop(session, None)
+                    if slot is not None:
+                        slot.fail(self._error(error, "the broker ended the session"))
+                case ConnectionRemoteOpen():
+                    self.remote_open = event
+                    self._opened.set(event)
+                case ConnectionRemoteClose(error=error):
+                    if error is not None:
+                        self._end_error = self._error(error, "the broker closed the connection")
+                case TransportClosed(error=error):
+                    self._on_transport_closed(error)
+
+    def _signal_credit(self) -> None:
+        self._credit_changed.set()
+        self._credit_changed = anyio.Event()
+
+    def _on_link_open(self, link: Link) -> None:
+        slot = self._attaches.get(link)
+        if slot is None:
+            return
+        remote = link.remote_target if link.is_sender else link.remote_source
+        if remote.kind is TerminusKind.NULL:
+            return  # refused: the reason follows in the Detach
+        del self._attaches[link]
+        slot.set(link)
+
+    def _on_link_close(self, link: Link, error: ErrorCondition | None) -> None:
+        slot = self._attaches.pop(link, None)
+        failure = self._error(error, f"the broker refused link {link.name!r}")
+        if slot is not None:
+            slot.fail(failure)
+        inbox = self._inboxes.get(link)  # type: ignore[call-overload]
+        if inbox is not None:
+            inbox.changed.set()
+        for delivery, outcome_slot in list(self._outcomes.items()):
+            if delivery.link is link:
+                outcome_slot.fail(failure)
+                del self._outcomes[delivery]
+        self._signal_credit()
+
+    def _error(self, error: ErrorCondition | None, context: str) -> HAClientError:
+        if error is None:
+            return ClosedError(context)
+        return error_from_condition(error.name, error.description, error.info, context=context)
+
+    def _on_transport_closed(self, error: ErrorCondition | None) -> None:
+        if error is not None and self._end_error is None:
+            self._end_error = self._error(error, "the connection ended")
+        failure: HAClientError = self._end_error or ClosedError("the AMQP connection is closed")
+        for slot in [self._opened, *self._sessions.values(), *self._attaches.values()]:
+            slot.fail(failure)
+        for slot in self._outcomes.values():
+            slot.fail(failure)
+        self._sessions.clear()
+        self._attaches.clear()
+        self._outcomes.clear()
+        for inbox in self._inboxes.values():
+            inbox.changed.set()
+        self._signal_credit()
+        self._ended.set(self._end_error)
+
+
+@asynccontextmanager
+async def open_connection(
+    host: str,
+    port: int,
+    config: EngineConfig,
+    *,
+    connect_timeout: float = 30.0,
+) -> AsyncIterator[AmqpConnection]:
+    """Connect to ``host:port``, exchange Open frames, and yield the open connection.
+
+    The connection is closed (Close frames exchanged) when the block exits.
+
+    Raises:
+        ConnectionLostError: the TCP connection could not be made or dropped during the open.
+        AuthenticationError: the SASL login was refused.
+        ProtocolError: the peer does not speak AMQP 1.0.
+        AttachTimeoutError: the peer did not answer the Open within ``connect_timeout``.
+    """
+    try:
+        with anyio.fail_after(connect_timeout):
+            stream = await anyio.connect_tcp(host, port)
+    except TimeoutError as exc:
+        raise ConnectionLostError(f"connecting to {host}:{port} timed out") from exc
+    except OSError as exc:
+        raise ConnectionLostError(f"cannot connect to {host}:{port}: {exc}") from exc
+    engine = Engine(config)
+    connection = AmqpConnection(engine)
+    driver = Driver(engine, stream, connection.handle_events)
+    connection.driver = driver
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(driver.run)
+        try:
+            engine.open()
+            driver.wakeup()
+            with anyio.move_on_after(connect_timeout):
+                await connection._opened.wait()
+            if not connection._opened.done:
+                raise AttachTimeoutError(
+                    f"{host}:{port} did not answer the AMQP Open within {connect_timeout:g} s"
+                )
+            yield connection
+        except Exception as exc:
+            # Re-raised below, outside the task group, so callers see it unwrapped rather
+            # than inside an ExceptionGroup. Cancellation is a BaseException and passes.
+            failure = exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await connection.close()
+            tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure

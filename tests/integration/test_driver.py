@@ -1,0 +1,117 @@
+"""The anyio driver over real sockets: against RabbitMQ, and against a peer that sends garbage."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from chaos.rabbitmq import RabbitMQNode
+from haclient.amqp import Accepted, ClientAuth, EngineConfig
+from haclient.amqp.codec import AmqpMessage, decode_message, encode_message
+from haclient.amqp.connection import open_connection
+from haclient.errors import AuthenticationError, ConnectionLostError, ProtocolError
+
+pytestmark = pytest.mark.anyio
+
+MESSAGES = 10_000
+
+
+def rabbit_config(**overrides: object) -> EngineConfig:
+    auth = ClientAuth("guest", "guest", allow_insecure=True)
+    return EngineConfig(container_id=f"test-{uuid.uuid4()}", auth=auth, **overrides)  # type: ignore[arg-type]
+
+
+@pytest.mark.rabbitmq
+async def test_ten_thousand_pipelined_messages_all_settled_none_lost(
+    rabbitmq: RabbitMQNode,
+) -> None:
+    address = f"/queue/driver-{uuid.uuid4().hex[:8]}"
+    async with open_connection("127.0.0.1", rabbitmq.port, rabbit_config()) as conn:
+        session = await conn.open_session()
+        sender = await conn.open_sender(address, session=session)
+        deliveries = []
+        for n in range(MESSAGES):
+            await conn.wait_for_credit(sender)
+            body = encode_message(AmqpMessage(body=f"m-{n}", durable=True))
+            deliveries.append(conn.send_nowait(sender, body))
+        outcomes = [await conn.wait_settled(d) for d in deliveries]
+        assert outcomes == [Accepted()] * MESSAGES
+
+        receiver = await conn.open_receiver(address, session=session, credit=500)
+        seen: list[str] = []
+        with anyio.fail_after(60):
+            while len(seen) < MESSAGES:
+                message = await conn.receive(receiver)
+                assert message is not None
+                seen.append(decode_message(message.payload).body)
+                conn.settle(message, Accepted())
+                if len(seen) % 250 == 0:
+                    conn.flow(receiver, 250)
+        assert seen == [f"m-{n}" for n in range(MESSAGES)]  # every one, in order
+        assert await conn.receive(receiver, timeout=0.5) is None  # and no more
+        assert receiver.unsettled == 0
+
+
+@pytest.mark.rabbitmq
+async def test_wrong_password_is_an_authentication_error(rabbitmq: RabbitMQNode) -> None:
+    config = EngineConfig(
+        container_id="bad-login", auth=ClientAuth("guest", "not-the-password", allow_insecure=True)
+    )
+    with anyio.fail_after(30), pytest.raises(AuthenticationError):
+        async with open_connection("127.0.0.1", rabbitmq.port, config):
+            pass
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+        b"AMQP\x03\x01\x00\x00" + b"\xff" * 64,  # a SASL header, then nonsense frames
+        b"\x00" * 4096,
+    ],
+    ids=["http", "bad-sasl-frame", "zeros"],
+)
+async def test_a_peer_sending_garbage_is_a_protocol_error(garbage: bytes) -> None:
+    async def talk_nonsense(client: SocketStream) -> None:
+        async with client:
+            await client.receive()  # the client's protocol header
+            await client.send(garbage)
+            with anyio.move_on_after(10):
+                while True:
+                    await client.receive()  # until the client gives up
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, talk_nonsense)
+        with anyio.fail_after(10), pytest.raises(ProtocolError) as info:
+            async with open_connection("127.0.0.1", port, EngineConfig(container_id="g")):
+                pass
+        assert info.value.condition is not None
+        tg.cancel_scope.cancel()
+
+
+async def test_a_peer_that_hangs_up_is_a_lost_connection() -> None:
+    async def hang_up(client: SocketStream) -> None:
+        await client.aclose()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, hang_up)
+        with anyio.fail_after(10), pytest.raises(ConnectionLostError):
+            async with open_connection("127.0.0.1", port, EngineConfig(container_id="h")):
+                pass
+        tg.cancel_scope.cancel()
+
+
+async def test_nothing_listening_is_a_lost_connection() -> None:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()
+    with anyio.fail_after(10), pytest.raises(ConnectionLostError, match="cannot connect"):
+        async with open_connection("127.0.0.1", port, EngineConfig(container_id="n")):
+            pass
