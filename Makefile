@@ -20,7 +20,7 @@ test: setup
 	$(BIN)/pytest
 
 demo: setup
-	$(BIN)/haclient demo
+	$(BIN)/python -m chaos.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
