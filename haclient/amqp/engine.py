@@ -65,6 +65,8 @@ class Engine:
         self.config = config
         self._events: list[EngineEvent] = []
         self._finished = False
+        self._backlog = b""  # input proton had no room for yet
+        self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
         self._connection = Connection()
         self._connection.container = config.container_id
         if config.hostname:
@@ -209,22 +211,31 @@ class Engine:
                 self._fail_layer(self._sasl_layer.error)
                 return
         self._push(data)
-        if eof and self._transport.capacity() >= 0:
-            self._transport.close_tail()
+        self._eof_pending = self._eof_pending or eof
+        self._close_tail_when_drained()
         self._process()
 
+    def _close_tail_when_drained(self) -> None:
+        if self._eof_pending and not self._backlog and self._transport.capacity() >= 0:
+            self._transport.close_tail()
+
     def _push(self, data: bytes) -> None:
+        """Push input in slices of at most ``capacity()`` (proton raises past it).
+
+        What does not fit stays in a backlog, retried after output was taken (proton frees
+        input space as it processes); nothing is dropped while the transport still reads.
+        """
         transport = self._transport
+        if self._backlog:
+            data, self._backlog = self._backlog + data, b""
         view = memoryview(data)
         while view:
             capacity = transport.capacity()
-            if capacity < 0:  # the transport stopped reading (error or closed): drop the rest
+            if capacity < 0:  # the transport stopped reading (error or closed): input is moot
                 return
             if capacity == 0:
-                self._process()
-                capacity = transport.capacity()
-                if capacity <= 0:
-                    return
+                self._backlog = bytes(view)
+                return
             chunk = view[:capacity]
             transport.push(bytes(chunk))
             view = view[len(chunk) :]
@@ -251,7 +262,10 @@ class Engine:
             out = self._sasl_layer.send(out)
         if self._tls_layer is not None:
             out = self._tls_layer.send(out)
-        if pending < 0:
+        if self._backlog:
+            self._push(b"")
+            self._close_tail_when_drained()
+        if pending < 0 or self._backlog:
             self._process()
         return bytes(out)
 

@@ -211,3 +211,16 @@ def test_refused_attach_reports_the_condition(pair: Pair) -> None:
     [close] = pair.of_type("client", LinkRemoteClose)
     assert close.closed and close.error == ErrorCondition("amqp:not-found", "no queue 'nope'")
     assert receiver.is_closed  # answered automatically
+
+
+def test_a_message_larger_than_the_input_buffer_arrives_whole(pair: Pair) -> None:
+    """Input is pushed in capacity-sized slices; a 4 MiB message crosses many frames."""
+    acceptor = AcceptAll(pair)
+    opened(pair)
+    sender = pair.client.open_session().open_sender("s", Terminus(address="q"))
+    pair.pump()
+    body = bytes(range(256)) * (4 * 4096)
+    sender.send(encode_message(AmqpMessage(body=body)))
+    pair.pump()
+    [(_, payload)] = acceptor.received
+    assert decode_message(payload).body == body
