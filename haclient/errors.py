@@ -501,6 +501,9 @@ CONDITIONS: Final[Mapping[str, ConditionRule]] = MappingProxyType(
         # Ours, not the spec's: the socket failed or the peer hung up without a Close frame
         # (haclient.amqp reports it so). The broker may be restarting: try again.
         "haclient:connection-lost": _R(ConnectionLostError, True, "the connection was lost"),
+        # Ours too: the TLS handshake failed (an untrusted or misnamed certificate, a missing
+        # client certificate). Trying again gets the same answer: fix the configuration.
+        "haclient:tls-failed": _R(AuthenticationError, False, "the TLS handshake failed"),
         # -- session-error: protocol violations; retrying would hide a bug and may loop --
         "amqp:session:window-violation": _R(
             ProtocolError, False, "the session window was exceeded"

@@ -93,11 +93,15 @@ class TlsClientOptions:
 
 @dataclass(frozen=True, slots=True)
 class TlsServerOptions:
-    """TLS for the server role: the server's certificate chain and key."""
+    """TLS for the server role: the server's certificate chain and key.
+
+    With ``client_ca_file`` set, clients must present a certificate that chains to it.
+    """
 
     cert_file: str
     key_file: str
     key_password: str | None = None
+    client_ca_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from haclient.amqp.events import (
     TransportClosed,
 )
 from haclient.amqp.server_layers import SaslServerLayer, TlsServerLayer
-from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
+from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
 
 __all__ = ["Engine"]
 
@@ -391,6 +391,9 @@ class Engine:
         ):
             # proton calls an EOF before Close a framing error; it is a lost connection.
             error = ErrorCondition(CONNECTION_LOST, "the peer closed the socket without a Close")
+        elif error is not None and (error.description or "").startswith("SSL Failure"):
+            # proton files TLS failures under framing-error; they are about trust, not bytes.
+            error = ErrorCondition(TLS_FAILED, error.description)
         self._events.append(TransportClosed(error))
 
 

@@ -18,7 +18,7 @@ import struct
 from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, ulong
 
 from haclient.amqp.config import ServerAuth, TlsServerOptions
-from haclient.amqp.types import ErrorCondition
+from haclient.amqp.types import TLS_FAILED, ErrorCondition
 
 __all__ = ["SaslServerLayer", "TlsServerLayer"]
 
@@ -172,6 +172,9 @@ class TlsServerLayer:
     def __init__(self, options: TlsServerOptions) -> None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(options.cert_file, options.key_file, options.key_password)
+        if options.client_ca_file:
+            context.load_verify_locations(options.client_ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
@@ -205,7 +208,7 @@ class TlsServerLayer:
         except ssl.SSLZeroReturnError:
             self.eof = True
         except ssl.SSLError as exc:
-            self.error = ErrorCondition("amqp:connection:framing-error", f"TLS failed: {exc}")
+            self.error = ErrorCondition(TLS_FAILED, f"TLS failed: {exc}")
             self.eof = True
         if not data and not self.eof:
             self.eof = True

@@ -53,10 +53,14 @@ AmqpDescribed = Described
 CONNECTION_LOST = "haclient:connection-lost"
 """Condition name for a connection that ended without a Close frame (socket failure, EOF)."""
 
+TLS_FAILED = "haclient:tls-failed"
+"""Condition name for a TLS handshake that failed (untrusted or misnamed certificate ...)."""
+
 __all__ = [
     "ACCEPTED",
     "CONNECTION_LOST",
     "RELEASED",
+    "TLS_FAILED",
     "Accepted",
     "AmqpArray",
     "AmqpDescribed",

@@ -202,6 +202,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "cert": root / "server.pem",
         "key": root / "server.key",
     }
+    client = ca.issue_cert("app-1@clients.test")
+    paths["client_cert"] = root / "client.pem"
+    paths["client_key"] = root / "client.key"
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
     ca.cert_pem.write_to_path(str(paths["ca"]))
     cert.cert_chain_pems[0].write_to_path(str(paths["cert"]))
     cert.private_key_pem.write_to_path(str(paths["key"]))
@@ -244,4 +249,46 @@ def test_tls_hostname_mismatch_is_refused(pki: dict[str, str]) -> None:
     pair.pump()
     assert not pair.of_type("client", ConnectionRemoteOpen)
     error = closed_error(pair.client_events)
-    assert error is not None and "ssl" in (error.name + (error.description or "")).lower()
+    assert error is not None and error.name == "haclient:tls-failed"
+    assert "certificate verify failed" in (error.description or "")
+
+
+def _client_cert_pair(pki: dict[str, str], with_cert: bool):  # type: ignore[no-untyped-def]
+    tls = TlsClientOptions(
+        ca_file=pki["ca"],
+        cert_file=pki["client_cert"] if with_cert else None,
+        key_file=pki["client_key"] if with_cert else None,
+    )
+    server = EngineConfig(
+        container_id="s",
+        role=Role.SERVER,
+        tls=TlsServerOptions(pki["cert"], pki["key"], client_ca_file=pki["ca"]),
+    )
+    pair = make_pair(EngineConfig(container_id="c", hostname="broker.test", tls=tls), server)
+    AcceptAll(pair)
+    return pair
+
+
+def test_tls_client_certificate_accepted(pki: dict[str, str]) -> None:
+    pair = _client_cert_pair(pki, with_cert=True)
+    pair.client.open()
+    pair.pump()
+    assert pair.of_type("client", ConnectionRemoteOpen)
+    assert pair.of_type("server", ConnectionRemoteOpen)
+
+
+def test_tls_server_requiring_a_client_certificate_refuses_one_without(pki: dict[str, str]) -> None:
+    pair = _client_cert_pair(pki, with_cert=False)
+    pair.client.open()
+    pair.pump()
+    assert not pair.of_type("server", ConnectionRemoteOpen)
+    client_error = closed_error(pair.client_events)
+    server_error = closed_error(pair.server_events)
+    assert client_error is not None and client_error.name == "haclient:tls-failed"
+    assert "certificate required" in (client_error.description or "")
+    assert server_error is not None and server_error.name == "haclient:tls-failed"
+
+
+def test_tls_client_needs_both_certificate_and_key() -> None:
+    with pytest.raises(ConfigurationError, match="cert_file and key_file"):
+        TlsClientOptions(cert_file="client.pem")
