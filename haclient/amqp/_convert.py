@@ -68,7 +68,7 @@ def get_data(data: Data) -> Any:
     data.rewind()
     if data.next() is None:
         return None
-    return data.get_object()
+    return owned(data.get_object())
 
 
 def symbols(value: Any) -> tuple[str, ...]:
@@ -103,6 +103,29 @@ def plain_keys(mapping: Any) -> dict[str, Any]:
     return {str(k): v for k, v in mapping.items()}
 
 
+def owned(value: Any) -> Any:
+    """``value`` with every binary copied into ``bytes`` of its own.
+
+    proton's decoder hands out binaries nested in lists, maps and described values as
+    ``memoryview`` objects over the decoder's buffer, which is freed with the ``Message`` or
+    ``Data`` that decoded them: keeping one means reading freed memory later. Every decoded
+    value must pass through here while its decoder is alive.
+    """
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, str | int | float | bool | bytes) or value is None:
+        return value  # the common case first: scalars need no copy
+    if isinstance(value, dict):
+        return type(value)((owned(k), owned(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [owned(v) for v in value]
+    if isinstance(value, Described):
+        return Described(owned(value.descriptor), owned(value.value))
+    if isinstance(value, Array):
+        return Array(value.descriptor, value.type, *(owned(v) for v in value.elements))
+    return value
+
+
 # Conditions ------------------------------------------------------------------------------------
 
 
@@ -110,7 +133,7 @@ def condition_from_pn(cond: Condition | None) -> ErrorCondition | None:
     """Our ``ErrorCondition`` from proton's, or None."""
     if cond is None or not cond.name:
         return None
-    info = plain_keys(cond.info) if cond.info else None
+    info = plain_keys(owned(cond.info)) if cond.info else None
     return ErrorCondition(str(cond.name), cond.description or None, info)
 
 
@@ -254,11 +277,11 @@ def read_state(remote: Disposition, code: int) -> Outcome | None:
     if code == REJECTED_CODE:
         return Rejected(condition_from_pn(remote.condition))
     if code == MODIFIED_CODE:
-        ann = remote.annotations
+        ann = owned(remote.annotations)
         return Modified(remote.failed, remote.undeliverable, plain_keys(ann) if ann else None)
     if code == RECEIVED_CODE:
         return Received(remote.section_number, remote.section_offset)
-    data: list[Any] = list(remote.data or [])
+    data: list[Any] = owned(list(remote.data or []))
     if code == DECLARED_CODE and data:
         return Declared(bytes(data[0]))
     if code == TRANSACTIONAL_STATE_CODE and data:

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import Described, Message, symbol, ulong
+from proton import Data, Described, Message, symbol, ulong
 
 from haclient.amqp import _convert
 from haclient.errors import MessageFormatError
@@ -124,6 +124,39 @@ def encode_message(message: AmqpMessage) -> bytes:
         raise MessageFormatError(f"message cannot be encoded as AMQP: {exc}") from exc
 
 
+_SECTION_DESCRIPTORS = frozenset(range(0x70, 0x79))  # header ... footer (AMQP 1.0 part 3.2)
+
+
+def _check_sections(payload: bytes) -> None:
+    """Raise unless ``payload`` is a sequence of message sections and nothing else.
+
+    proton's ``Message.decode`` accepts garbage and returns an empty message, so the structure
+    is checked here: every value must decode and be a described section.
+    """
+    data: Any = Data()
+    offset = 0
+    while offset < len(payload):
+        used = data.decode(payload[offset:] if offset else payload)
+        if used <= 0:
+            raise MessageFormatError(f"undecodable AMQP message at byte {offset}")
+        offset += used
+    data.rewind()
+    while data.next() is not None:
+        if not data.is_described():
+            raise MessageFormatError("undecodable AMQP message: a section is not described")
+        data.enter()
+        data.next()
+        descriptor = data.get_object()
+        data.exit()
+        if not isinstance(descriptor, int) or descriptor not in _SECTION_DESCRIPTORS:
+            raise MessageFormatError(f"undecodable AMQP message: unknown section {descriptor!r}")
+
+
+def _symbol_or_none(value: Any) -> str | None:
+    # proton 0.40 reads an absent content-type/-encoding back as the symbol 'None'.
+    return None if value is None or value == "None" else str(value)
+
+
 def decode_message(payload: bytes) -> AmqpMessage:
     """The message in ``payload``.
 
@@ -132,10 +165,14 @@ def decode_message(payload: bytes) -> AmqpMessage:
     """
     pm: Any = Message()
     try:
+        _check_sections(payload)
         pm.decode(payload)
+    except MessageFormatError:
+        raise
     except Exception as exc:
         raise MessageFormatError(f"undecodable AMQP message ({len(payload)} bytes): {exc}") from exc
-    body = pm.body
+    owned = _convert.owned
+    body = owned(pm.body)
     if pm.inferred:
         kind = BodyKind.DATA if isinstance(body, bytes) else BodyKind.SEQUENCE
     else:
@@ -148,22 +185,22 @@ def decode_message(payload: bytes) -> AmqpMessage:
         ttl=float(pm.ttl) if pm.ttl else None,
         first_acquirer=bool(pm.first_acquirer),
         delivery_count=int(pm.delivery_count),
-        message_id=pm.id,
+        message_id=owned(pm.id),
         user_id=bytes(pm.user_id) if pm.user_id else None,
         to=pm.address,
         subject=pm.subject,
         reply_to=pm.reply_to,
-        correlation_id=pm.correlation_id,
-        content_type=str(pm.content_type) if pm.content_type else None,
-        content_encoding=str(pm.content_encoding) if pm.content_encoding else None,
+        correlation_id=owned(pm.correlation_id),
+        content_type=_symbol_or_none(pm.content_type),
+        content_encoding=_symbol_or_none(pm.content_encoding),
         absolute_expiry_time=float(pm.expiry_time) if pm.expiry_time else None,
         creation_time=float(pm.creation_time) if pm.creation_time else None,
         group_id=pm.group_id,
         group_sequence=int(pm.group_sequence) if pm.group_sequence else None,
         reply_to_group_id=pm.reply_to_group_id,
-        message_annotations=_convert.plain_keys(pm.annotations),
-        delivery_annotations=_convert.plain_keys(pm.instructions),
-        application_properties=dict(pm.properties or {}),
+        message_annotations=_convert.plain_keys(owned(pm.annotations)),
+        delivery_annotations=_convert.plain_keys(owned(pm.instructions)),
+        application_properties=owned(dict(pm.properties or {})),
     )
 
 

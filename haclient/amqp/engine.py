@@ -391,6 +391,12 @@ class Engine:
         ):
             # proton calls an EOF before Close a framing error; it is a lost connection.
             error = ErrorCondition(CONNECTION_LOST, "the peer closed the socket without a Close")
+        elif error is not None and "idle-timeout expired" in (error.description or ""):
+            # proton calls a silent peer a resource limit; for us it is a lost connection.
+            error = ErrorCondition(
+                CONNECTION_LOST,
+                f"no frames from the peer within the idle timeout ({error.description})",
+            )
         elif error is not None and (error.description or "").startswith("SSL Failure"):
             # proton files TLS failures under framing-error; they are about trust, not bytes.
             error = ErrorCondition(TLS_FAILED, error.description)

@@ -64,12 +64,16 @@ def test_a_silent_peer_is_detected_after_about_two_idle_timeouts() -> None:
     while now < 10.0 and detected_at is None:
         pair.client.tick(now)
         pair.client.data_to_send()
-        if any(isinstance(e, TransportClosed) for e in pair.client.events()):
+        pair.client_events.extend(pair.client.events())
+        if pair.of_type("client", TransportClosed):
             detected_at = now
         now += 0.05
     assert detected_at is not None
     assert 1.5 <= detected_at <= 2.5, detected_at
     assert pair.client.is_finished
+    error = closed_error(pair.client_events)
+    assert error is not None and error.name == "haclient:connection-lost"
+    assert "idle timeout" in (error.description or "")
 
 
 def test_tick_returns_the_next_deadline_only_when_timers_run() -> None:

@@ -224,3 +224,43 @@ def test_a_message_larger_than_the_input_buffer_arrives_whole(pair: Pair) -> Non
     pair.pump()
     [(_, payload)] = acceptor.received
     assert decode_message(payload).body == body
+
+
+def test_coordinator_link_declare_and_discharge(pair: Pair) -> None:
+    from haclient.amqp import Declared
+    from haclient.amqp.codec import (
+        Declare,
+        Discharge,
+        decode_coordinator_request,
+        encode_declare,
+        encode_discharge,
+    )
+
+    requests: list[object] = []
+
+    def coordinator(event: object) -> None:
+        if isinstance(event, ConnectionRemoteOpen):
+            pair.server.open()
+        elif isinstance(event, SessionRemoteOpen):
+            event.session.open()
+        elif isinstance(event, LinkRemoteOpen):
+            assert event.link.is_coordinator
+            event.link.open()
+            event.link.flow(10)  # type: ignore[attr-defined]
+        elif isinstance(event, MessageReceived):
+            request = decode_coordinator_request(event.payload)
+            requests.append(request)
+            answer = Declared(b"tx-7") if isinstance(request, Declare) else Accepted()
+            event.delivery.update(answer)
+
+    pair.on_server_event = coordinator
+    opened(pair)
+    link = pair.client.open_session().open_coordinator("txn")
+    pair.pump()
+    declare = link.send(encode_declare())
+    pair.pump()
+    discharge = link.send(encode_discharge(b"tx-7", fail=True))
+    pair.pump()
+    assert requests == [Declare(), Discharge(b"tx-7", fail=True)]
+    outcomes = {e.delivery: e.outcome for e in pair.of_type("client", DeliveryUpdated)}
+    assert outcomes == {declare: Declared(b"tx-7"), discharge: Accepted()}

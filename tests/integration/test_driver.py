@@ -115,3 +115,33 @@ async def test_nothing_listening_is_a_lost_connection() -> None:
     with anyio.fail_after(10), pytest.raises(ConnectionLostError, match="cannot connect"):
         async with open_connection("127.0.0.1", port, EngineConfig(container_id="n")):
             pass
+
+
+async def test_the_driver_detects_a_silent_peer_through_heartbeats() -> None:
+    """A peer that opens and then says nothing is found dead within ~2 idle timeouts (F13)."""
+    from haclient.amqp import ConnectionRemoteOpen, Engine, Role
+
+    async def open_then_fall_silent(client: SocketStream) -> None:
+        server = Engine(EngineConfig(container_id="silent", role=Role.SERVER))
+        async with client:
+            while not any(isinstance(e, ConnectionRemoteOpen) for e in server.events()):
+                server.receive_data(await client.receive())
+                await client.send(server.data_to_send())
+            server.open()
+            await client.send(server.data_to_send())
+            await anyio.sleep_forever()  # silent from here on, socket held open
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    config = EngineConfig(container_id="watchful", idle_timeout=0.3)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, open_then_fall_silent)
+        async with open_connection("127.0.0.1", port, config) as conn:
+            began = anyio.current_time()
+            with anyio.fail_after(10):
+                error = await conn.wait_closed()
+            waited = anyio.current_time() - began
+        assert isinstance(error, ConnectionLostError) and error.retriable
+        assert "idle timeout" in str(error)
+        assert waited < 3.0  # generous bound: about two idle timeouts (0.6 s) expected
+        tg.cancel_scope.cancel()
