@@ -306,7 +306,13 @@ class AmqpConnection:
         return None
 
     def settle(self, message: ReceivedMessage, outcome: Outcome, *, settle: bool = True) -> None:
-        """Send ``outcome`` for a received message (and settle it unless told not to)."""
+        """Send ``outcome`` for a received message (and settle it unless told not to).
+
+        With ``settle=False`` (receiver settle mode SECOND), ``wait_settled(message.delivery)``
+        waits until the peer settles: its confirmation that the outcome took effect.
+        """
+        if not settle:
+            self._outcomes.setdefault(message.delivery, _Slot())
         message.delivery.update(outcome, settle=settle)
         self._wake()
 
@@ -315,13 +321,37 @@ class AmqpConnection:
         receiver.flow(credit)
         self._wake()
 
+    async def drain(self, receiver: Receiver, credit: int = 0) -> None:
+        """Grant ``credit`` more, ask the peer to use it now or give it back, wait for its answer.
+
+        Messages sent to use the credit are in the receiver's inbox when this returns.
+        """
+        self._check_open()
+        receiver.drain(credit)
+        self._wake()
+        while receiver.draining:
+            self._check_open()
+            if receiver.is_closed:
+                raise ClosedError(f"link {receiver.name!r} is closed")
+            changed = self._credit_changed
+            await changed.wait()
+
     # Events ------------------------------------------------------------------------------------
 
     def handle_events(self, events: list[EngineEvent]) -> None:
-        """The driver's event handler: resolve waiting calls."""
+        """The driver's event handler: resolve waiting calls.
+
+        A peer that refuses an Open or a Begin answers it and closes or ends it at once, so
+        the answers are resolved only at the end of the batch, once a refusal in the same
+        batch has had its say.
+        """
+        received = False
+        begun: list[Session] = []
+        opened: ConnectionRemoteOpen | None = None
         for event in events:
             match event:
                 case MessageReceived(delivery=delivery, payload=payload):
+                    received = True
                     inbox = self._inboxes.get(delivery.link)  # type: ignore[call-overload]
                     if inbox is not None:
                         inbox.messages.append(ReceivedMessage(delivery, payload))
@@ -339,21 +369,31 @@ class AmqpConnection:
                 case LinkRemoteClose(link=link, error=error):
                     self._on_link_close(link, error)
                 case SessionRemoteOpen(session=session):
-                    slot = self._sessions.get(session)
-                    if slot is not None:
-                        slot.set(session)
+                    begun.append(session)
                 case SessionRemoteClose(session=session, error=error):
                     slot = self._sessions.pop(session, None)
                     if slot is not None:
                         slot.fail(self._error(error, "the broker ended the session"))
-                case ConnectionRemoteOpen():
+                case ConnectionRemoteOpen(properties=properties):
                     self.remote_open = event
-                    self._opened.set(event)
+                    # A peer that refuses says so in its Open and explains in the Close.
+                    if "amqp:connection-establishment-failed" not in properties:
+                        opened = event
                 case ConnectionRemoteClose(error=error):
+                    failure = self._error(error, "the broker closed the connection")
                     if error is not None:
-                        self._end_error = self._error(error, "the broker closed the connection")
+                        self._end_error = failure
+                    self._opened.fail(failure)  # a refused Open: no-op once it succeeded
                 case TransportClosed(error=error):
                     self._on_transport_closed(error)
+        if received:
+            self._signal_credit()  # a transfer uses credit: a drain may be complete (see drain)
+        for session in begun:
+            slot = self._sessions.get(session)
+            if slot is not None:
+                slot.set(session)  # no-op when the session was refused in this batch
+        if opened is not None:
+            self._opened.set(opened)  # no-op when the Close came in this batch
 
     def _signal_credit(self) -> None:
         self._credit_changed.set()
