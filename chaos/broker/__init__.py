@@ -1,0 +1,57 @@
+"""The haclient reference broker: a faithful AMQP 1.0 broker for tests, chaos runs and demos.
+
+Start it with ``async with Broker() as broker`` on an event loop, or with ``BrokerThread`` from
+blocking code; ``haclient-broker`` runs it from the command line (``chaos.broker.cli:main``).
+See ``server.py`` for the lifecycle, ``connection.py`` and ``links.py`` for the protocol side,
+``nodes.py`` for queue semantics and ``transactions.py`` for local transactions.
+
+Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread), ``cli``
+(``haclient-broker``), ``connection`` (one client connection), ``links`` (consumer, producer and
+coordinator links), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``transactions``,
+``state`` (one run's state and the admin view), ``persistence`` (the store interface), ``wire``
+(header parsing without proton).
+
+Where it follows the AMQP 1.0 specification rather than one broker:
+    - ``released`` and ``modified`` without ``delivery-failed`` leave the delivery-count alone;
+      ``modified`` with it, a rolled-back acknowledgement, and an unsettled delivery whose link,
+      session or connection went away add one (ActiveMQ agrees).
+    - A consumer that settles without an outcome is taken to have accepted the message (the
+      spec leaves this to the source's default outcome, which this broker does not set).
+    - Producer links are answered with receiver settle mode ``first``; consumers get ``second``
+      when they ask for it (unlike ActiveMQ, which silently answers ``first``).
+    - The anonymous relay creates the node a ``to`` names, a queue unless Qpid JMS's
+      ``x-opt-jms-dest`` annotation says topic; only the name of a temporary node that no longer
+      exists is ``amqp:not-found``.
+    - A transactional disposition naming an unknown transaction does not count: the message goes
+      back to its queue (released).
+    - A message sent to a topic nobody subscribes to is dropped (JMS semantics).
+
+Not implemented yet (part 2): priorities, TTL expiry, selectors and no-local, durable and shared
+subscriptions (a null source is refused with ``amqp:not-found``), queue browsing
+(``distribution-mode copy``), the ``--store`` option of the console script.
+"""
+
+from __future__ import annotations
+
+from chaos.broker.blocking import BrokerThread
+from chaos.broker.nodes import Queue, StoredMessage, Topic
+from chaos.broker.persistence import MemoryPersistence, Persistence, RecoveredMessage, StoredRef
+from chaos.broker.router import TEMPORARY_PREFIX, NodeNotFoundError
+from chaos.broker.server import OFFERED_CAPABILITIES, Broker
+from chaos.broker.state import NodeInfo
+
+__all__ = [
+    "OFFERED_CAPABILITIES",
+    "TEMPORARY_PREFIX",
+    "Broker",
+    "BrokerThread",
+    "MemoryPersistence",
+    "NodeInfo",
+    "NodeNotFoundError",
+    "Persistence",
+    "Queue",
+    "RecoveredMessage",
+    "StoredMessage",
+    "StoredRef",
+    "Topic",
+]

@@ -1,0 +1,97 @@
+"""``haclient-broker``: run the reference broker from the command line until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from chaos.broker.server import Broker
+from haclient.amqp.config import TlsServerOptions
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("chaos.broker")
+
+
+def _user(text: str) -> tuple[str, str]:
+    name, sep, password = text.partition(":")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME:PASSWORD, got {text!r}")
+    return name, password
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    parser = argparse.ArgumentParser(
+        prog="haclient-broker", description="Run the haclient reference AMQP 1.0 broker."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=5672, help="TCP port (0: any free port)")
+    parser.add_argument(
+        "--user",
+        action="append",
+        type=_user,
+        default=[],
+        metavar="NAME:PASS",
+        help="accept this SASL PLAIN login (repeatable); without any, ANONYMOUS is allowed",
+    )
+    parser.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS")
+    parser.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES")
+    parser.add_argument("--tls-cert", default=None, help="certificate chain file (PEM)")
+    parser.add_argument("--tls-key", default=None, help="private key file (PEM)")
+    parser.add_argument(
+        "--refuse-duplicate-container-id",
+        action="store_true",
+        help="refuse a second connection with a connected container id (as ActiveMQ)",
+    )
+    parser.add_argument("--dead-letter-queue", default="DLQ")
+    parser.add_argument(
+        "--store", default=None, help="SQLite store file for durable messages (not yet supported)"
+    )
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def _run(broker: Broker) -> None:
+    async with broker:
+        print(f"haclient-broker listening on {broker.url}", flush=True)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("signal %d: stopping", signum)
+                return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``haclient-broker``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("--tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    if args.store is not None:
+        print("--store is not supported yet (durable messages live in memory)", file=sys.stderr)
+        return 2
+    tls = TlsServerOptions(args.tls_cert, args.tls_key) if args.tls_cert else None
+    broker = Broker(
+        host=args.host,
+        port=args.port,
+        users=dict(args.user) if args.user else None,
+        tls=tls,
+        idle_timeout=args.idle_timeout,
+        max_frame_size=args.max_frame_size,
+        refuse_duplicate_container_id=args.refuse_duplicate_container_id,
+        dead_letter_queue=args.dead_letter_queue,
+    )
+    anyio.run(_run, broker)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

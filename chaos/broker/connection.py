@@ -1,0 +1,258 @@
+"""One client connection as the broker sees it: engine events in, node operations out.
+
+How this works: the driver hands each batch of engine events to ``BrokerConnection.handle``. The
+connection accepts the Open (or refuses a duplicate container id), accepts every session, and
+turns each attach into a link handler (``chaos.broker.links``): a consumer of a queue or topic
+subscription, a producer to a node or anonymous relay, or the transaction coordinator. When the
+connection ends, however it ends, ``cleanup`` gives everything back: unsettled deliveries return
+to their queues with delivery-count + 1, open transactions roll back, and the temporary nodes it
+created are deleted.
+
+Producer links are always answered with receiver settle mode ``first`` (the broker settles each
+transfer with its outcome at once), as ActiveMQ and Artemis do; ``second`` is granted to
+consumers, where it confirms acknowledgements.
+
+Thread-safety: none; everything runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from chaos.broker.links import ConsumerLink, CoordinatorLink, LinkHandler, ProducerLink
+from chaos.broker.nodes import Node, Queue, Topic
+from chaos.broker.router import NodeNotFoundError, Router
+from chaos.broker.transactions import TransactionManager
+from haclient.amqp.driver import Driver
+from haclient.amqp.endpoints import Link, Receiver, Sender, Session
+from haclient.amqp.engine import Engine
+from haclient.amqp.events import (
+    ConnectionRemoteOpen,
+    DeliveryUpdated,
+    EngineEvent,
+    LinkFlow,
+    LinkRemoteClose,
+    LinkRemoteOpen,
+    MessageReceived,
+    SessionRemoteClose,
+    SessionRemoteOpen,
+    TransportClosed,
+)
+from haclient.amqp.types import ErrorCondition, ReceiverSettleMode, Terminus, TerminusKind
+
+if TYPE_CHECKING:
+    from chaos.broker.state import BrokerState
+
+__all__ = ["BrokerConnection"]
+
+log = logging.getLogger("chaos.broker")
+
+
+def _temporary_kind(terminus: Terminus) -> tuple[str, tuple[str, ...]]:
+    """The kind of a dynamic node a terminus asks for and the capabilities to answer with."""
+    if {"temporary-topic", "topic"} & set(terminus.capabilities):
+        return "topic", ("temporary-topic",)
+    return "queue", ("temporary-queue",)
+
+
+class BrokerConnection:
+    """The broker's state for one accepted socket.
+
+    Args:
+        state: The broker's shared state (nodes, transactions, other connections).
+        engine: This connection's server-role engine.
+        connection_id: Unique per broker run; owns temporary nodes and transactions.
+    """
+
+    def __init__(self, state: BrokerState, engine: Engine, connection_id: int) -> None:
+        self.state = state
+        self.engine = engine
+        self.id = connection_id
+        self.driver: Driver | None = None
+        self.container_id: str | None = None
+        self.links: dict[Link, LinkHandler] = {}
+        self.opened = False
+        self._cleaned = False
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection {self.id} container={self.container_id!r}>"
+
+    @property
+    def router(self) -> Router:
+        """The broker's nodes."""
+        return self.state.router
+
+    @property
+    def transactions(self) -> TransactionManager:
+        """The broker's open transactions."""
+        return self.state.transactions
+
+    def wake(self) -> None:
+        """Let the driver write what the engine has queued."""
+        if self.driver is not None:
+            self.driver.wakeup()
+
+    def close(self, error: ErrorCondition | None = None) -> None:
+        """Close the connection with a Close frame (the driver ends once the peer answers)."""
+        self.engine.close(error)
+        self.wake()
+
+    # Events ------------------------------------------------------------------------------------
+
+    def handle(self, events: list[EngineEvent]) -> None:
+        """The driver's event handler (one batch: one persistence commit)."""
+        with self.router.persistence.batch():
+            self._handle(events)
+        self.wake()
+
+    def _handle(self, events: list[EngineEvent]) -> None:
+        for event in events:
+            if isinstance(event, MessageReceived):
+                handler = self.links.get(event.delivery.link)
+                if isinstance(handler, ProducerLink | CoordinatorLink):
+                    handler.on_message(event.delivery, event.payload)
+                else:
+                    event.delivery.settle()
+            elif isinstance(event, DeliveryUpdated):
+                handler = self.links.get(event.delivery.link)
+                if isinstance(handler, ConsumerLink):
+                    handler.on_update(event.delivery, event.outcome, event.settled)
+                elif handler is not None:
+                    handler.on_update(event.delivery, event.settled)
+            elif isinstance(event, LinkFlow):
+                handler = self.links.get(event.link)
+                if isinstance(handler, ConsumerLink):
+                    handler.on_flow()
+            elif isinstance(event, LinkRemoteOpen):
+                if not event.link.locally_opened:
+                    self._on_attach(event.link)
+            elif isinstance(event, LinkRemoteClose):
+                self._on_detach(event.link)
+            elif isinstance(event, SessionRemoteOpen):
+                event.session.open()
+            elif isinstance(event, SessionRemoteClose):
+                self._on_session_end(event.session)
+            elif isinstance(event, ConnectionRemoteOpen):
+                self._on_open(event)
+            elif isinstance(event, TransportClosed):
+                self._on_transport_closed(event.error)
+
+    def _on_open(self, event: ConnectionRemoteOpen) -> None:
+        self.engine.open()
+        container = event.container_id
+        if self.state.refuses_container(container):
+            log.info("refusing a second connection with container id %r", container)
+            self.engine.close(
+                ErrorCondition(
+                    "amqp:invalid-field",
+                    f"container id {container!r} is already connected",
+                    {"invalid-field": "container-id"},
+                )
+            )
+            return
+        self.container_id = container
+        self.opened = True
+        log.debug("connection %d open: container %r, user %r", self.id, container, event.user)
+
+    def _on_transport_closed(self, error: ErrorCondition | None) -> None:
+        if error is not None:
+            log.info("connection %d (%r) ended: %s", self.id, self.container_id, error)
+        self.cleanup()
+
+    def _on_session_end(self, session: Session) -> None:
+        for link in [link for link in self.links if link.session is session]:
+            self._on_detach(link)
+
+    def _on_detach(self, link: Link) -> None:
+        handler = self.links.pop(link, None)
+        if handler is not None:
+            handler.close()
+
+    # Attach ------------------------------------------------------------------------------------
+
+    def _refuse(self, link: Link, error: ErrorCondition) -> None:
+        log.info("refusing link %r: %s", link.name, error)
+        if link.is_sender:
+            link.open(source=Terminus.null())
+        else:
+            link.open(target=Terminus.null())
+        link.close(error)
+
+    def _resolve(self, terminus: Terminus) -> tuple[Node, Terminus]:
+        """The node a terminus names (created if dynamic) and the terminus to answer with."""
+        if terminus.dynamic:
+            kind, capabilities = _temporary_kind(terminus)
+            node = self.router.create_temporary(kind, self.id)
+            answer = dataclasses.replace(terminus, address=node.name, capabilities=capabilities)
+            log.debug("connection %d created temporary %s %s", self.id, kind, node.name)
+            return node, answer
+        assert terminus.address is not None
+        return self.router.lookup(terminus.address, terminus.capabilities), terminus
+
+    def _on_attach(self, link: Link) -> None:
+        try:
+            if isinstance(link, Receiver):
+                self._attach_producer(link)
+            elif isinstance(link, Sender):
+                self._attach_consumer(link)
+        except NodeNotFoundError as exc:
+            self._refuse(link, ErrorCondition("amqp:not-found", str(exc)))
+
+    def _attach_producer(self, link: Receiver) -> None:
+        if link.is_coordinator:
+            link.open()
+            self.links[link] = CoordinatorLink(self, link)
+            return
+        target = link.remote_target
+        if target.kind is TerminusKind.NULL or (target.address is None and not target.dynamic):
+            link.open(rcv_settle_mode=ReceiverSettleMode.FIRST)  # anonymous relay: 'to' decides
+            self.links[link] = ProducerLink(self, link, None)
+            return
+        node, answer = self._resolve(target)
+        if node.deleted:
+            raise NodeNotFoundError(f"{node.name} was deleted")
+        link.open(target=answer, rcv_settle_mode=ReceiverSettleMode.FIRST)
+        self.links[link] = ProducerLink(self, link, node)
+
+    def _attach_consumer(self, link: Sender) -> None:
+        source = link.remote_source
+        if source.kind is TerminusKind.NULL or (source.address is None and not source.dynamic):
+            raise NodeNotFoundError("a receiver needs a source address (or dynamic=true)")
+        node, answer = self._resolve(source)
+        topic: Topic | None = None
+        if isinstance(node, Topic):
+            topic = node
+            queue = self.router.subscribe(node)
+        else:
+            queue = node
+        assert isinstance(queue, Queue)
+        link.open(source=answer)
+        consumer = ConsumerLink(self, link, queue, topic)
+        self.links[link] = consumer
+        queue.add_consumer(consumer)
+
+    # Teardown ----------------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Give back everything the connection held (idempotent; skipped after a kill)."""
+        if self._cleaned:
+            return
+        self._cleaned = True
+        self.state.forget(self)
+        if not self.state.alive:
+            return  # a killed broker keeps nothing: no redelivery bookkeeping after a crash
+        # Links first: a rolled-back acknowledgement must not be redelivered to a dead link.
+        for handler in list(self.links.values()):
+            handler.close()
+        self.links.clear()
+        rolled_back = self.transactions.rollback_owned(self.id)
+        deleted = self.router.delete_owned(self.id)
+        if rolled_back or deleted:
+            log.debug(
+                "connection %d: rolled back %d transaction(s), deleted %s",
+                self.id,
+                rolled_back,
+                deleted,
+            )

@@ -1,0 +1,162 @@
+"""Addresses to nodes: lookup, creation on first use, temporary nodes and the dead-letter queue.
+
+How this works: every node lives in one namespace keyed by its name. An address names its node
+either plainly (a queue unless the terminus capabilities say ``topic``) or with a ``queue://`` /
+``topic://`` prefix (ActiveMQ's convention), so ``queue://orders`` and ``orders`` with the
+``queue`` capability are the same node. Nodes are created on first use, except temporary ones:
+their names start with ``TEMPORARY_PREFIX`` and only ``create_temporary`` makes them, so an
+address of a deleted temporary node is ``amqp:not-found``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable
+
+from chaos.broker.nodes import Node, Queue, StoredMessage, Topic
+from chaos.broker.persistence import MemoryPersistence, Persistence
+from chaos.broker.wire import parse_header
+
+__all__ = ["TEMPORARY_PREFIX", "NodeNotFoundError", "Router", "kind_of"]
+
+TEMPORARY_PREFIX = "haclient.tmp."
+_PREFIXES = (("queue://", "queue"), ("topic://", "topic"))
+
+
+class NodeNotFoundError(LookupError):
+    """No node has this address and none may be created for it."""
+
+
+def kind_of(address: str, capabilities: Iterable[str] = ()) -> tuple[str, str | None]:
+    """``(node name, "queue" | "topic" | None)`` for an address and terminus capabilities."""
+    for prefix, kind in _PREFIXES:
+        if address.startswith(prefix):
+            return address[len(prefix) :], kind
+    caps = set(capabilities)
+    if caps & {"topic", "temporary-topic"}:
+        return address, "topic"
+    if caps & {"queue", "temporary-queue"}:
+        return address, "queue"
+    return address, None
+
+
+class Router:
+    """The broker's nodes.
+
+    Args:
+        persistence: Where durable messages of durable queues are recorded.
+        dead_letter_queue: The queue rejected messages move to.
+    """
+
+    def __init__(
+        self, persistence: Persistence | None = None, dead_letter_queue: str = "DLQ"
+    ) -> None:
+        self.persistence = persistence or MemoryPersistence()
+        self.dead_letter_queue = dead_letter_queue
+        self.nodes: dict[str, Node] = {}
+        self._message_ids = itertools.count(1)
+        self._subscription_ids = itertools.count(1)
+
+    # Messages ----------------------------------------------------------------------------------
+
+    def new_message(self, payload: bytes) -> StoredMessage:
+        """Wrap arrived bytes (reads the header only).
+
+        Raises:
+            WireError: the message does not start with well-formed sections.
+        """
+        header, offset = parse_header(payload)
+        return StoredMessage(next(self._message_ids), payload, header, offset)
+
+    def recover(self) -> int:
+        """Load the durable messages the persistence kept; return how many."""
+        count = 0
+        for recovered in self.persistence.recover():
+            message = self.new_message(recovered.payload)
+            message.header.delivery_count = recovered.delivery_count
+            queue = self._queue(recovered.queue)
+            queue.messages.append(message)  # already recorded: no enqueue notification
+            count += 1
+        next_id = getattr(self.persistence, "next_message_id", None)
+        if callable(next_id):  # a store numbers recovered messages 1..N and knows what follows
+            self._message_ids = itertools.count(max(int(next_id()), count + 1))
+        return count
+
+    def route(self, node: Node, message: StoredMessage) -> None:
+        """Deliver ``message`` into ``node``."""
+        if isinstance(node, Queue):
+            node.enqueue(message)
+        else:
+            node.publish(message)
+
+    def dead_letter(self, message: StoredMessage) -> None:
+        """Move a rejected message to the dead-letter queue."""
+        copy = message.copy()
+        self._queue(self.dead_letter_queue).enqueue(copy)
+
+    # Nodes -------------------------------------------------------------------------------------
+
+    def _queue(self, name: str) -> Queue:
+        node = self.nodes.get(name)
+        if isinstance(node, Queue):
+            return node
+        queue = Queue(name, persistence=self.persistence, dead_letter=self.dead_letter)
+        self.nodes[name] = queue
+        return queue
+
+    def lookup(self, address: str, capabilities: Iterable[str] = ()) -> Node:
+        """The node an address names, created (a queue by default) if it does not exist.
+
+        Raises:
+            NodeNotFoundError: a temporary node that does not exist (any more), or an empty name.
+        """
+        name, kind = kind_of(address, capabilities)
+        node = self.nodes.get(name)
+        if node is not None:
+            return node
+        if not name or name.startswith(TEMPORARY_PREFIX):
+            raise NodeNotFoundError(f"no node {address!r}")
+        if kind == "topic":
+            node = Topic(name)
+            self.nodes[name] = node
+            return node
+        return self._queue(name)
+
+    def create_temporary(self, kind: str, owner: int) -> Node:
+        """A new uniquely named temporary queue or topic owned by connection ``owner``."""
+        name = f"{TEMPORARY_PREFIX}{kind}.{uuid.uuid4().hex}"
+        node: Node
+        if kind == "topic":
+            node = Topic(name, temporary=True, owner=owner)
+        else:
+            node = Queue(name, dead_letter=self.dead_letter, temporary=True, owner=owner)
+        self.nodes[name] = node
+        return node
+
+    def subscribe(self, topic: Topic) -> Queue:
+        """A new non-durable subscription queue on ``topic``."""
+        return topic.subscribe(
+            f"{topic.name}::sub-{next(self._subscription_ids)}", self.dead_letter
+        )
+
+    def delete(self, address: str) -> bool:
+        """Delete a node with everything in it; False if there is none."""
+        name, _kind = kind_of(address)
+        node = self.nodes.pop(name, None)
+        if node is None:
+            return False
+        node.delete()
+        return True
+
+    def delete_owned(self, owner: int) -> list[str]:
+        """Delete the temporary nodes connection ``owner`` created; return their names."""
+        names = [name for name, node in self.nodes.items() if node.owner == owner]
+        for name in names:
+            self.delete(name)
+        return names
+
+    def find(self, address: str) -> Node | None:
+        """The node an address names, or None (never creates one)."""
+        name, _kind = kind_of(address)
+        return self.nodes.get(name)

@@ -1,0 +1,419 @@
+"""The reference broker: an anyio TCP listener running one server-role engine per socket.
+
+How this works: ``Broker`` is an async context manager that owns a task group. ``start()`` binds
+the listener (loopback by default) and serves it in that task group; every accepted socket gets an
+``Engine`` in the server role, a ``Driver`` and a ``BrokerConnection`` that handles its events.
+All connections share one ``BrokerState`` (nodes, transactions). Every stream passes through a
+``Gate`` so that ``pause()`` can silence the whole broker (no reads, no writes) for heartbeat
+tests.
+
+Endings:
+    ``stop()``: Close frames to every connection, wait briefly for the answers, then close.
+    ``kill()``: sockets reset (SO_LINGER 0), no frames; the in-memory state is dropped as a crash
+        would drop it. Durable messages survive only through a ``Persistence`` store.
+
+Thread-safety: every method must run on the broker's event loop (see ``BrokerThread`` for a
+blocking facade usable from other threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import itertools
+import logging
+import socket
+import struct
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
+
+from chaos.broker.connection import BrokerConnection
+from chaos.broker.persistence import MemoryPersistence, Persistence
+from chaos.broker.router import Router
+from chaos.broker.state import BrokerState, NodeInfo
+from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
+from haclient.amqp.driver import Driver
+from haclient.amqp.engine import Engine
+from haclient.amqp.types import ErrorCondition
+
+__all__ = ["OFFERED_CAPABILITIES", "Broker"]
+
+log = logging.getLogger("chaos.broker")
+
+OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "amqp:local-transactions")
+BROKER_PROPERTIES = {"product": "haclient-broker", "haclient-reference-broker": True}
+
+
+class Gate:
+    """Open or shut for every stream of the broker at once (``pause``/``resume``)."""
+
+    def __init__(self) -> None:
+        self._open = anyio.Event()
+        self._open.set()
+
+    @property
+    def paused(self) -> bool:
+        """True while shut."""
+        return not self._open.is_set()
+
+    def pause(self) -> None:
+        """Shut: reads and writes wait."""
+        if not self.paused:
+            self._open = anyio.Event()
+
+    def resume(self) -> None:
+        """Open again."""
+        self._open.set()
+
+    async def wait_open(self) -> None:
+        """Wait while shut."""
+        while self.paused:
+            await self._open.wait()
+
+
+class GatedStream(ByteStream):
+    """A byte stream that neither delivers nor sends data while its gate is shut."""
+
+    def __init__(self, inner: SocketStream, gate: Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        """Read, then hold the data back while the gate is shut."""
+        await self._gate.wait_open()
+        data = await self._inner.receive(max_bytes)
+        await self._gate.wait_open()
+        return data
+
+    async def send(self, item: bytes) -> None:
+        """Write once the gate is open."""
+        await self._gate.wait_open()
+        await self._inner.send(item)
+
+    async def send_eof(self) -> None:
+        """Half-close the socket."""
+        await self._inner.send_eof()
+
+    async def aclose(self) -> None:
+        """Close the socket."""
+        await self._inner.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Any]:
+        """The socket's attributes."""
+        return self._inner.extra_attributes
+
+
+def _server_auth(users: Mapping[str, str] | None) -> ServerAuth:
+    if users is None:
+        return ServerAuth(("PLAIN", "ANONYMOUS"))
+    known = dict(users)
+
+    def check(mechanism: str, user: str | None, password: str | None) -> bool:
+        expected = known.get(user or "")
+        if mechanism != "PLAIN" or expected is None or password is None:
+            return False
+        return hmac.compare_digest(expected.encode(), password.encode())
+
+    return ServerAuth(("PLAIN",), check)
+
+
+class Broker:
+    """The haclient reference AMQP 1.0 broker.
+
+    Use as ``async with Broker(...) as broker:`` (started on entry, stopped on exit); inside,
+    ``stop()``/``kill()`` and ``start()``/``restart()`` may be called any number of times.
+
+    Args:
+        host: Interface to bind (loopback only by default).
+        port: TCP port; 0 picks a free one (kept across restarts).
+        users: ``{name: password}`` for SASL PLAIN; None allows ANONYMOUS (and any PLAIN login).
+        tls: Serve TLS with this certificate and key.
+        idle_timeout: Seconds; advertised and enforced on every connection.
+        max_frame_size: Largest frame accepted.
+        refuse_duplicate_container_id: Refuse a second connection with a container id already
+            connected (``amqp:invalid-field``, as ActiveMQ does).
+        dead_letter_queue: Where rejected messages go.
+        container_id: The broker's container id.
+        persistence: Where durable messages are recorded (default: nowhere): an instance, or a
+            factory called at every start. Either way ``recover()`` is called at every start
+            and ``close()`` at every stop or kill, so a restart re-opens the same store.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        users: Mapping[str, str] | None = None,
+        tls: TlsServerOptions | None = None,
+        idle_timeout: float | None = None,
+        max_frame_size: int | None = None,
+        refuse_duplicate_container_id: bool = False,
+        dead_letter_queue: str = "DLQ",
+        container_id: str = "haclient-broker",
+        persistence: Persistence | Callable[[], Persistence] | None = None,
+    ) -> None:
+        self.host = host
+        self._port = port
+        self.tls = tls
+        self._persistence_source = persistence
+        self.persistence: Persistence = MemoryPersistence()
+        self.dead_letter_queue = dead_letter_queue
+        self.refuse_duplicate_container_id = refuse_duplicate_container_id
+        self.engine_config = EngineConfig(
+            container_id=container_id,
+            role=Role.SERVER,
+            idle_timeout=idle_timeout,
+            max_frame_size=max_frame_size,
+            properties=BROKER_PROPERTIES,
+            offered_capabilities=OFFERED_CAPABILITIES,
+            auth=None,
+            server_auth=_server_auth(users),
+            tls=tls,
+        )
+        self._task_group: TaskGroup | None = None
+        self._state: BrokerState | None = None
+        self._gate: Gate | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._stopped: anyio.Event | None = None
+        self._sockets: dict[int, SocketStream] = {}
+        self._connection_ids = itertools.count(1)
+        self._accepting = False
+
+    def __repr__(self) -> str:
+        return f"<Broker {self.url} running={self.running}>"
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port served (the real one once started)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``amqp://host:port`` (``amqps://`` with TLS)."""
+        return f"{'amqps' if self.tls else 'amqp'}://{self.host}:{self._port}"
+
+    @property
+    def running(self) -> bool:
+        """True between ``start()`` and ``stop()``/``kill()``."""
+        return self._stopped is not None and not self._stopped.is_set()
+
+    @property
+    def state(self) -> BrokerState:
+        """The current (or last) run's state.
+
+        Raises:
+            RuntimeError: the broker was never started.
+        """
+        if self._state is None:
+            raise RuntimeError("the broker was never started")
+        return self._state
+
+    async def __aenter__(self) -> Broker:
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        try:
+            await self.start()
+        except BaseException:
+            self._task_group = None
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.stop()
+        finally:
+            task_group, self._task_group = self._task_group, None
+            assert task_group is not None
+            result = await task_group.__aexit__(exc_type, exc, tb)
+        return result
+
+    async def start(self) -> None:
+        """Bind and serve; returns once the port is listening. No-op while running.
+
+        Raises:
+            RuntimeError: not inside ``async with broker``.
+            OSError: the port cannot be bound.
+        """
+        if self.running:
+            return
+        if self._task_group is None:
+            raise RuntimeError("start the broker with `async with Broker(...) as broker`")
+        self._open_persistence()
+        router = Router(self.persistence, self.dead_letter_queue)
+        recovered = router.recover()
+        self._state = BrokerState(
+            router, refuse_duplicate_container_id=self.refuse_duplicate_container_id
+        )
+        self._gate = Gate()
+        await self._task_group.start(self._serve)
+        log.info("broker listening on %s (%d durable messages recovered)", self.url, recovered)
+
+    def _open_persistence(self) -> None:
+        source = self._persistence_source
+        if source is None:
+            return
+        if isinstance(source, Persistence) and not isinstance(source, type):
+            self.persistence = source
+        else:
+            self.persistence = source()
+
+    async def _serve(self, *, task_status: TaskStatus[None]) -> None:
+        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self._port)
+        self._port = int(listener.extra(SocketAttribute.local_port))
+        self._stopped = stopped = anyio.Event()
+        self._accepting = True
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with listener, anyio.create_task_group() as connections:
+                    task_status.started()
+                    await listener.serve(self._serve_connection, connections)
+        finally:
+            self._accepting = False
+            stopped.set()
+
+    async def _serve_connection(self, stream: SocketStream) -> None:
+        state, gate = self._state, self._gate
+        if not self._accepting or state is None or gate is None:
+            await stream.aclose()
+            return
+        _set_nodelay(stream)
+        try:
+            engine = Engine(self.engine_config)
+        except Exception:  # e.g. unreadable TLS files: refuse this socket, keep serving
+            log.exception("cannot set up a connection")
+            await stream.aclose()
+            return
+        connection = BrokerConnection(state, engine, next(self._connection_ids))
+        driver = Driver(engine, GatedStream(stream, gate), connection.handle)
+        connection.driver = driver
+        state.add(connection)
+        self._sockets[connection.id] = stream
+        try:
+            await driver.run()
+        except Exception:  # a broker bug must not take the other connections down
+            log.exception("connection %d failed", connection.id)
+        finally:
+            self._sockets.pop(connection.id, None)
+            try:
+                connection.cleanup()
+            except Exception:
+                log.exception("cleaning up connection %d failed", connection.id)
+
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Close every connection with a Close frame, then stop listening. Idempotent."""
+        if not self.running:
+            return
+        self._accepting = False
+        state = self.state
+        closing = ErrorCondition("amqp:connection:forced", "the broker is shutting down")
+        for connection in list(state.connections.values()):
+            connection.close(closing)
+        with anyio.move_on_after(timeout):
+            for connection in list(state.connections.values()):
+                if connection.driver is not None:
+                    await connection.driver.wait_ended()
+        await self._end()
+        log.info("broker on port %d stopped", self._port)
+
+    async def kill(self) -> None:
+        """Die abruptly: reset every socket, send nothing, forget the in-memory state."""
+        if not self.running:
+            return
+        self._accepting = False
+        self.state.alive = False
+        for stream in self._sockets.values():
+            raw = stream.extra(SocketAttribute.raw_socket)
+            with contextlib.suppress(OSError):
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await self._end()
+        log.info("broker on port %d killed", self._port)
+
+    async def _end(self) -> None:
+        if self._gate is not None:
+            self._gate.resume()  # a paused stream must not hold up the end
+        assert self._scope is not None and self._stopped is not None
+        self._scope.cancel()
+        await self._stopped.wait()
+        self.persistence.close()
+
+    async def restart(self, *, graceful: bool = False) -> None:
+        """``kill()`` (or ``stop()`` when ``graceful``), then ``start()`` on the same port."""
+        if graceful:
+            await self.stop()
+        else:
+            await self.kill()
+        await self.start()
+
+    def pause(self) -> None:
+        """Stop reading and writing on every connection (a silent broker)."""
+        if self._gate is not None:
+            self._gate.pause()
+
+    def resume(self) -> None:
+        """Read and write again after ``pause()``."""
+        if self._gate is not None:
+            self._gate.resume()
+
+    # Inspection (see BrokerState) --------------------------------------------------------------
+
+    def queue_depth(self, address: str) -> int:
+        """Messages waiting in a node. Raises KeyError if there is none."""
+        return self.state.queue_depth(address)
+
+    def unacked_count(self, address: str) -> int:
+        """Messages delivered from a node and not settled (or committed) yet."""
+        return self.state.unacked_count(address)
+
+    def consumer_count(self, address: str) -> int:
+        """Consumers attached to a node."""
+        return self.state.consumer_count(address)
+
+    def node_info(self, address: str) -> NodeInfo:
+        """A snapshot of one node."""
+        return self.state.node_info(address)
+
+    def nodes(self) -> list[NodeInfo]:
+        """Snapshots of every node."""
+        return self.state.nodes()
+
+    def connections(self) -> list[str | None]:
+        """Container ids of the open client connections."""
+        return self.state.connection_container_ids()
+
+    def open_transactions(self) -> list[bytes]:
+        """Ids of the declared, not yet discharged transactions."""
+        return self.state.open_transactions()
+
+    def purge(self, address: str) -> int:
+        """Drop a node's waiting messages; return how many."""
+        return self.state.purge(address)
+
+    def delete_node(self, address: str) -> bool:
+        """Delete a node; False if there was none."""
+        return self.state.delete_node(address)
+
+
+def _set_nodelay(stream: SocketStream) -> None:
+    """Turn Nagle off on an accepted socket (small frames must not wait for ACKs)."""
+    try:
+        raw = stream.extra(SocketAttribute.raw_socket)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, anyio.TypedAttributeLookupError):
+        pass

@@ -1,0 +1,115 @@
+"""Everything one broker run holds in memory, and the admin view of it.
+
+How this works: a ``BrokerState`` is created by each ``Broker.start()``: the nodes (``Router``),
+the open transactions and the live connections. ``Broker.kill()`` marks it dead and throws it
+away, as a crash would; the next start builds a new one and reloads durable messages from the
+persistence. The admin methods are plain synchronous reads and changes for tests and tools;
+like everything else here they must run on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chaos.broker.nodes import Queue, Topic
+from chaos.broker.router import Router
+from chaos.broker.transactions import TransactionManager
+
+if TYPE_CHECKING:
+    from chaos.broker.connection import BrokerConnection
+
+__all__ = ["BrokerState", "NodeInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A snapshot of one node for inspection."""
+
+    name: str
+    kind: str
+    depth: int
+    unacked: int
+    consumers: int
+    temporary: bool
+
+
+class BrokerState:
+    """Nodes, transactions and connections of one broker run."""
+
+    def __init__(self, router: Router, *, refuse_duplicate_container_id: bool = False) -> None:
+        self.router = router
+        self.transactions = TransactionManager(router)
+        self.connections: dict[int, BrokerConnection] = {}
+        self.refuse_duplicate_container_id = refuse_duplicate_container_id
+        self.alive = True
+
+    # Connections -------------------------------------------------------------------------------
+
+    def add(self, connection: BrokerConnection) -> None:
+        """Register an accepted connection."""
+        self.connections[connection.id] = connection
+
+    def forget(self, connection: BrokerConnection) -> None:
+        """A connection ended."""
+        self.connections.pop(connection.id, None)
+
+    def refuses_container(self, container_id: str | None) -> bool:
+        """True when a live connection already uses ``container_id`` and that is refused."""
+        if not self.refuse_duplicate_container_id or not container_id:
+            return False
+        return any(c.opened and c.container_id == container_id for c in self.connections.values())
+
+    # Inspection --------------------------------------------------------------------------------
+
+    def _node(self, address: str) -> Queue | Topic:
+        node = self.router.find(address)
+        if node is None:
+            raise KeyError(f"no node {address!r}")
+        return node
+
+    def queue_depth(self, address: str) -> int:
+        """Messages waiting in a node (a topic: in all its subscriptions).
+
+        Raises:
+            KeyError: there is no such node.
+        """
+        return self._node(address).depth
+
+    def unacked_count(self, address: str) -> int:
+        """Messages delivered from a node and not yet settled or committed."""
+        return self._node(address).unacked
+
+    def consumer_count(self, address: str) -> int:
+        """Consumers attached to a node."""
+        return len(self._node(address).consumers)
+
+    def node_info(self, address: str) -> NodeInfo:
+        """A snapshot of one node."""
+        node = self._node(address)
+        return NodeInfo(
+            node.name, node.kind, node.depth, node.unacked, len(node.consumers), node.temporary
+        )
+
+    def nodes(self) -> list[NodeInfo]:
+        """Snapshots of every node, by name."""
+        return [self.node_info(name) for name in sorted(self.router.nodes)]
+
+    def connection_container_ids(self) -> list[str | None]:
+        """The container ids of the open connections, in connection order."""
+        return [c.container_id for c in self.connections.values() if c.opened]
+
+    def open_transactions(self) -> list[bytes]:
+        """Ids of the transactions declared and not yet discharged."""
+        return self.transactions.open_ids
+
+    def purge(self, address: str) -> int:
+        """Drop the waiting messages of a node; return how many."""
+        return self._node(address).purge()
+
+    def delete_node(self, address: str) -> bool:
+        """Delete a node (its consumers' links are closed); False if there was none."""
+        deleted = self.router.delete(address)
+        for connection in self.connections.values():
+            connection.wake()
+        return deleted
