@@ -51,16 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dead-letter-queue", default="DLQ")
     parser.add_argument(
-        "--store", default=None, help="SQLite store file for durable messages (not yet supported)"
+        "--store",
+        default=None,
+        help="SQLite store file for durable messages; two brokers on one store form an HA pair",
     )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
 
 async def _run(broker: Broker) -> None:
-    async with broker:
-        print(f"haclient-broker listening on {broker.url}", flush=True)
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    if broker.store_path is not None:
+        print(f"haclient-broker: store {broker.store_path} (a slave waits for it)", flush=True)
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with broker:
+            print(f"haclient-broker listening on {broker.url}", flush=True)
             async for signum in signals:
                 log.info("signal %d: stopping", signum)
                 return
@@ -75,9 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         print("--tls-cert and --tls-key go together", file=sys.stderr)
         return 2
-    if args.store is not None:
-        print("--store is not supported yet (durable messages live in memory)", file=sys.stderr)
-        return 2
     tls = TlsServerOptions(args.tls_cert, args.tls_key) if args.tls_cert else None
     broker = Broker(
         host=args.host,
@@ -88,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_frame_size=args.max_frame_size,
         refuse_duplicate_container_id=args.refuse_duplicate_container_id,
         dead_letter_queue=args.dead_letter_queue,
+        store=args.store,
     )
     anyio.run(_run, broker)
     return 0

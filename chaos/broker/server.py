@@ -25,6 +25,7 @@ import logging
 import socket
 import struct
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -35,6 +36,8 @@ from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
 from chaos.broker.router import Router
 from chaos.broker.state import BrokerState, NodeInfo
+from chaos.broker.store import SqlitePersistence
+from chaos.broker.store_lock import StoreLock
 from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
 from haclient.amqp.driver import Driver
 from haclient.amqp.engine import Engine
@@ -142,6 +145,13 @@ class Broker:
         persistence: Where durable messages are recorded (default: nowhere): an instance, or a
             factory called at every start. Either way ``recover()`` is called at every start
             and ``close()`` at every stop or kill, so a restart re-opens the same store.
+        store: Path of a SQLite store for durable messages (shorthand for a
+            ``SqlitePersistence``). The store is guarded by a file lock: only its holder
+            serves. Two brokers given the same store form a shared-store master/slave pair:
+            the slave's ``start()`` waits until the master dies, then recovers the store and
+            listens (ActiveMQ's shared file system master/slave).
+        ha_poll_interval: How often a waiting slave tries the lock (seconds): it takes over
+            within about this long after the master died.
     """
 
     def __init__(
@@ -156,8 +166,17 @@ class Broker:
         dead_letter_queue: str = "DLQ",
         container_id: str = "haclient-broker",
         persistence: Persistence | Callable[[], Persistence] | None = None,
+        store: str | Path | None = None,
+        ha_poll_interval: float = 0.5,
     ) -> None:
+        if store is not None and persistence is not None:
+            raise ValueError("give either store or persistence, not both")
         self.host = host
+        self.store_path = Path(store) if store is not None else None
+        self._store_lock = StoreLock(store) if store is not None else None
+        self.ha_poll_interval = ha_poll_interval
+        if store is not None:
+            persistence = SqlitePersistence(store)
         self._port = port
         self.tls = tls
         self._persistence_source = persistence
@@ -254,6 +273,11 @@ class Broker:
             return
         if self._task_group is None:
             raise RuntimeError("start the broker with `async with Broker(...) as broker`")
+        lock = self._store_lock
+        if lock is not None and not lock.held and not lock.try_acquire():
+            log.info("store %s is held by another broker: waiting as slave", self.store_path)
+            await lock.wait_acquire(self.ha_poll_interval)
+            log.info("store %s acquired: taking over as master", self.store_path)
         self._open_persistence()
         router = Router(self.persistence, self.dead_letter_queue)
         recovered = router.recover()
@@ -352,6 +376,10 @@ class Broker:
         self._scope.cancel()
         await self._stopped.wait()
         self.persistence.close()
+        if self._store_lock is not None:
+            # After close: a store is never written without its lock. In-process the OS
+            # cannot release it for us as it would for a crashed process.
+            self._store_lock.release()
 
     async def restart(self, *, graceful: bool = False) -> None:
         """``kill()`` (or ``stop()`` when ``graceful``), then ``start()`` on the same port."""
