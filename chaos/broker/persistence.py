@@ -69,6 +69,15 @@ class Persistence(Protocol):
     def queue_deleted(self, queue: str) -> None:
         """A queue was deleted with everything in it."""
 
+    def node_created(self, name: str, kind: str) -> None:
+        """A lasting (non-temporary) node was created; ``kind`` is ``queue`` or ``topic``."""
+
+    def node_deleted(self, name: str) -> None:
+        """A lasting node was deleted (for a queue, ``queue_deleted`` follows)."""
+
+    def recovered_nodes(self) -> Iterable[tuple[str, str]]:
+        """``(name, kind)`` of every lasting node; called after ``recover()``."""
+
     def recover(self) -> Iterable[RecoveredMessage]:
         """The durable messages to load when the broker starts."""
 
@@ -101,6 +110,16 @@ class MemoryPersistence:
 
     def queue_deleted(self, queue: str) -> None:
         """Nothing to record."""
+
+    def node_created(self, name: str, kind: str) -> None:
+        """Nothing to record."""
+
+    def node_deleted(self, name: str) -> None:
+        """Nothing to record."""
+
+    def recovered_nodes(self) -> Iterable[tuple[str, str]]:
+        """Nothing was kept."""
+        return ()
 
     def recover(self) -> Iterable[RecoveredMessage]:
         """Nothing was kept."""

@@ -78,6 +78,9 @@ class Router:
             queue = self._queue(recovered.queue)
             queue.messages.append(message)  # already recorded: no enqueue notification
             count += 1
+        for name, kind in self.persistence.recovered_nodes():
+            if name not in self.nodes:
+                self.nodes[name] = Topic(name) if kind == "topic" else self._queue(name)
         next_id = getattr(self.persistence, "next_message_id", None)
         if callable(next_id):  # a store numbers recovered messages 1..N and knows what follows
             self._message_ids = itertools.count(max(int(next_id()), count + 1))
@@ -103,6 +106,7 @@ class Router:
             return node
         queue = Queue(name, persistence=self.persistence, dead_letter=self.dead_letter)
         self.nodes[name] = queue
+        self.persistence.node_created(name, "queue")
         return queue
 
     def lookup(self, address: str, capabilities: Iterable[str] = ()) -> Node:
@@ -120,6 +124,7 @@ class Router:
         if kind == "topic":
             node = Topic(name)
             self.nodes[name] = node
+            self.persistence.node_created(name, "topic")
             return node
         return self._queue(name)
 
@@ -147,6 +152,8 @@ class Router:
         if node is None:
             return False
         node.delete()
+        if node.owner is None:
+            self.persistence.node_deleted(name)
         return True
 
     def delete_owned(self, owner: int) -> list[str]:

@@ -427,6 +427,20 @@ class SqlitePersistence:
         """Forget a deleted queue: its node record, if any, and all its messages."""
         self.store.delete_node(queue)
 
+    def node_created(self, name: str, kind: str) -> None:
+        """Record a lasting queue or topic (idempotent)."""
+        self.store.save_node(name, kind, {})
+
+    def node_deleted(self, name: str) -> None:
+        """Forget a node record."""
+        self.store.delete_node(name)
+
+    def recovered_nodes(self) -> list[tuple[str, str]]:
+        """``(name, kind)`` of every recorded queue and topic."""
+        return [
+            (node.name, node.kind) for node in self.store.nodes() if node.kind != "subscription"
+        ]
+
     def recover(self) -> list[RecoveredMessage]:
         """Open the store if needed; every stored message in arrival order, renumbered 1..N."""
         from chaos.broker.persistence import RecoveredMessage

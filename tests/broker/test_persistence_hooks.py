@@ -35,6 +35,7 @@ class RecordingPersistence:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []
         self.kept: dict[tuple[str, int], StoredRef] = {}
+        self.nodes: dict[str, str] = {}
         self.batches = 0
 
     def enqueued(self, ref: StoredRef) -> None:
@@ -58,6 +59,15 @@ class RecordingPersistence:
 
     def queue_deleted(self, queue: str) -> None:
         self.calls.append(("deleted", queue, 0))
+
+    def node_created(self, name: str, kind: str) -> None:
+        self.nodes[name] = kind
+
+    def node_deleted(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def recovered_nodes(self) -> Iterable[tuple[str, str]]:
+        return list(self.nodes.items())
 
     def recover(self) -> Iterable[RecoveredMessage]:
         refs = sorted(self.kept.values(), key=lambda ref: ref.message_id)

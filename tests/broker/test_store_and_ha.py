@@ -124,3 +124,25 @@ async def test_ha_pair_slave_takes_over_with_every_accepted_message(tmp_path: Pa
         assert set(accepted) <= set(bodies), "an accepted message was lost in the takeover"
         assert bodies == sorted(bodies) and len(bodies) == len(set(bodies))  # FIFO, no doubles
         tg.cancel_scope.cancel()
+
+
+async def test_queues_and_topics_outlive_a_restart_even_when_empty(tmp_path: Path) -> None:
+    from haclient.amqp import Terminus
+
+    async with Broker(store=tmp_path / "broker.db") as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with connect(broker) as conn:
+                await sender(conn, "empty-queue")
+                await sender(conn, Terminus(address="prices", capabilities=("topic",)))
+                await sender(conn, Terminus(dynamic=True, capabilities=("temporary-queue",)))
+        assert broker.delete_node("empty-queue")
+        async with connect(broker) as conn:
+            await sender(conn, "kept-queue")
+        await broker.kill()
+        await broker.start()
+        nodes = broker.nodes()
+        kinds = {info.name: info.kind for info in nodes}
+    assert kinds.get("kept-queue") == "queue"
+    assert kinds.get("prices") == "topic"
+    assert "empty-queue" not in kinds  # deleted before the restart
+    assert all(not info.temporary for info in nodes)  # temporary nodes never persist
