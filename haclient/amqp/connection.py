@@ -126,6 +126,9 @@ class AmqpConnection:
         self._attaches: dict[Link, _Slot] = {}
         self._outcomes: dict[Delivery, _Slot] = {}
         self._inboxes: dict[Receiver, _Inbox] = {}
+        self._links: set[Link] = set()
+        self._link_errors: dict[Link, HAClientError] = {}  # closed by the peer, and why
+        self._session_errors: dict[Session, HAClientError] = {}  # ended by the peer, and why
         self._credit_changed = anyio.Event()
         self._names = itertools.count(1)
 
@@ -167,19 +170,41 @@ class AmqpConnection:
 
     # Endpoints ---------------------------------------------------------------------------------
 
-    async def open_session(self) -> Session:
-        """Begin a session and wait for the peer's answer."""
+    async def open_session(self, *, timeout: float = 30.0) -> Session:
+        """Begin a session and wait for the peer's answer.
+
+        Raises:
+            AttachTimeoutError: the peer did not answer the Begin within ``timeout``.
+        """
         self._check_open()
         session = self.engine.open_session()
         slot = self._sessions[session] = _Slot()
         self._wake()
-        await slot.wait()
-        return session
+        with anyio.move_on_after(timeout):
+            await slot.wait()
+            return session
+        self._sessions.pop(session, None)
+        raise AttachTimeoutError(f"the broker did not answer a Begin within {timeout:g} s")
+
+    def _check_session(self, session: Session) -> None:
+        self._check_open()
+        error = self._session_errors.get(session)
+        if error is not None:
+            raise error
+
+    def _check_link(self, link: Link) -> None:
+        self._check_open()
+        error = self._link_errors.get(link)
+        if error is not None:
+            raise error
+        if link.is_closed:
+            raise ClosedError(f"link {link.name!r} is closed")
 
     def _link_name(self, prefix: str) -> str:
         return f"{self.engine.config.container_id}:{prefix}:{next(self._names)}"
 
     async def _attach(self, link: Link, timeout: float) -> Link:
+        self._links.add(link)
         slot = self._attaches[link] = _Slot()
         self._wake()
         with anyio.move_on_after(timeout):
@@ -208,7 +233,7 @@ class AmqpConnection:
             InvalidDestinationError, NotImplementedByBrokerError ...: the peer refused it.
             AttachTimeoutError: the peer never answered (RabbitMQ does that for some features).
         """
-        self._check_open()
+        self._check_session(session)
         if isinstance(target, str):
             target = Terminus(address=target)
         sender = session.open_sender(
@@ -233,7 +258,7 @@ class AmqpConnection:
         timeout: float = 30.0,
     ) -> Receiver:
         """Attach a receiver, grant ``credit``, and wait until the peer accepted it."""
-        self._check_open()
+        self._check_session(session)
         if isinstance(source, str):
             source = Terminus(address=source)
         receiver = session.open_receiver(
@@ -252,17 +277,19 @@ class AmqpConnection:
     async def wait_for_credit(self, sender: Sender) -> None:
         """Wait until ``sender`` has credit to send at least one message."""
         while sender.credit <= 0:
-            self._check_open()
-            if sender.is_closed:
-                raise ClosedError(f"link {sender.name!r} is closed")
+            self._check_link(sender)
             changed = self._credit_changed
             await changed.wait()
 
     def send_nowait(
         self, sender: Sender, payload: bytes, *, settled: bool = False, state: Outcome | None = None
     ) -> Delivery:
-        """Queue a message; it goes out as credit allows. ``wait_settled`` waits for its outcome."""
-        self._check_open()
+        """Queue a message; it goes out as credit allows. ``wait_settled`` waits for its outcome.
+
+        Raises:
+            ClosedError, or the peer's reason: the link, its session or the connection is gone.
+        """
+        self._check_link(sender)
         delivery = sender.send(payload, settled=settled, state=state)
         if not settled:
             self._outcomes[delivery] = _Slot()
@@ -293,11 +320,22 @@ class AmqpConnection:
     async def receive(
         self, receiver: Receiver, timeout: float | None = None
     ) -> ReceivedMessage | None:
-        """Wait for the next message on ``receiver``; None after ``timeout`` seconds."""
+        """Wait for the next message on ``receiver``.
+
+        Returns:
+            The message; None after ``timeout`` seconds or once this end closed the link.
+
+        Raises:
+            The peer's reason (e.g. ``InvalidDestinationError``) when the peer closed the link,
+            its session or the connection; messages that arrived before are returned first.
+        """
         inbox = self._inboxes[receiver]
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while not inbox.messages:
                 self._check_open()
+                error = self._link_errors.get(receiver)
+                if error is not None:
+                    raise error
                 if receiver.is_closed:
                     return None
                 changed = inbox.changed
@@ -347,6 +385,7 @@ class AmqpConnection:
         """
         received = False
         begun: list[Session] = []
+        attached: list[Link] = []
         opened: ConnectionRemoteOpen | None = None
         for event in events:
             match event:
@@ -365,15 +404,13 @@ class AmqpConnection:
                 case LinkFlow():
                     self._signal_credit()
                 case LinkRemoteOpen(link=link):
-                    self._on_link_open(link)
+                    attached.append(link)
                 case LinkRemoteClose(link=link, error=error):
                     self._on_link_close(link, error)
                 case SessionRemoteOpen(session=session):
                     begun.append(session)
                 case SessionRemoteClose(session=session, error=error):
-                    slot = self._sessions.pop(session, None)
-                    if slot is not None:
-                        slot.fail(self._error(error, "the broker ended the session"))
+                    self._on_session_end(session, error)
                 case ConnectionRemoteOpen(properties=properties):
                     self.remote_open = event
                     # A peer that refuses says so in its Open and explains in the Close.
@@ -388,6 +425,8 @@ class AmqpConnection:
                     self._on_transport_closed(error)
         if received:
             self._signal_credit()  # a transfer uses credit: a drain may be complete (see drain)
+        for link in attached:
+            self._on_link_open(link)  # no-op when the link was refused in this batch
         for session in begun:
             slot = self._sessions.get(session)
             if slot is not None:
@@ -409,9 +448,31 @@ class AmqpConnection:
         del self._attaches[link]
         slot.set(link)
 
+    def _on_session_end(self, session: Session, error: ErrorCondition | None) -> None:
+        """The peer ended a session: it and every link on it are unusable from now on."""
+        failure = self._error(error, "the broker ended the session")
+        self._session_errors[session] = failure
+        slot = self._sessions.pop(session, None)
+        if slot is not None:
+            slot.fail(failure)
+        for link in [link for link in self._links if link.session is session]:
+            self._fail_link(link, failure)
+
     def _on_link_close(self, link: Link, error: ErrorCondition | None) -> None:
+        if not link.closed_by_peer and error is None:
+            self._fail_link(link, ClosedError(f"link {link.name!r} is closed"), remember=False)
+            return  # the peer answered our own close: waiters see the link closed
+        if link.locally_opened and link in self._attaches:
+            context = f"the broker refused link {link.name!r}"
+        else:
+            context = f"the broker closed link {link.name!r}"
+        self._fail_link(link, self._error(error, context))
+
+    def _fail_link(self, link: Link, failure: HAClientError, *, remember: bool = True) -> None:
+        """Fail everything that waits on ``link`` with ``failure`` (and later calls too)."""
+        if remember:
+            self._link_errors.setdefault(link, failure)
         slot = self._attaches.pop(link, None)
-        failure = self._error(error, f"the broker refused link {link.name!r}")
         if slot is not None:
             slot.fail(failure)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]

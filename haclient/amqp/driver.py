@@ -33,6 +33,12 @@ EventHandler = Callable[[list[EngineEvent]], None]
 _READ_SIZE = 65536
 
 
+def _describe(exc: BaseException) -> str:
+    """``socket failed: ConnectionResetError: [Errno 104] ...``, looking through anyio's wrap."""
+    cause = exc.__cause__ or exc
+    return f"socket failed: {type(cause).__name__}: {cause}"
+
+
 class Driver:
     """Runs one engine over one anyio byte stream until the connection ends.
 
@@ -98,7 +104,7 @@ class Driver:
             except anyio.EndOfStream:
                 data = b""
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                engine.abort(ErrorCondition(CONNECTION_LOST, f"socket failed: {exc!r}"))
+                engine.abort(ErrorCondition(CONNECTION_LOST, _describe(exc)))
                 self._dispatch()
                 self.wakeup()
                 return
@@ -121,7 +127,7 @@ class Driver:
                 try:
                     await stream.send(data)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                    engine.abort(ErrorCondition(CONNECTION_LOST, f"socket failed: {exc!r}"))
+                    engine.abort(ErrorCondition(CONNECTION_LOST, _describe(exc)))
                     self._dispatch()
                     return
                 continue

@@ -133,6 +133,7 @@ class Link:
         self._engine = engine
         self._pn = pn_link
         self.locally_opened = False
+        self.closed_by_peer = False  # the peer detached or closed it before this end did
         setattr(pn_link, _WRAPPER_ATTR, self)
 
     @staticmethod

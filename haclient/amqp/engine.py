@@ -342,6 +342,7 @@ class Engine:
         pn_link: Any = event.link
         link = Link._of(self, pn_link)
         closed = event.type == Event.LINK_REMOTE_CLOSE
+        link.closed_by_peer = not pn_link.state & _LOCAL_CLOSED
         self._events.append(LinkRemoteClose(link, link.remote_error, closed))
         if not pn_link.state & _LOCAL_CLOSED:
             if closed:
@@ -385,22 +386,27 @@ class Engine:
             return
         self._finished = True
         error = _convert.condition_from_pn(self._transport.condition)
-        remote_closed = self._connection.state & proton.Endpoint.REMOTE_CLOSED
-        if not remote_closed and (
-            error is None or "connection aborted" in (error.description or "")
-        ):
-            # proton calls an EOF before Close a framing error; it is a lost connection.
-            error = ErrorCondition(CONNECTION_LOST, "the peer closed the socket without a Close")
-        elif error is not None and "idle-timeout expired" in (error.description or ""):
-            # proton calls a silent peer a resource limit; for us it is a lost connection.
-            error = ErrorCondition(
-                CONNECTION_LOST,
-                f"no frames from the peer within the idle timeout ({error.description})",
-            )
-        elif error is not None and (error.description or "").startswith("SSL Failure"):
-            # proton files TLS failures under framing-error; they are about trust, not bytes.
-            error = ErrorCondition(TLS_FAILED, error.description)
-        self._events.append(TransportClosed(error))
+        remote_closed = bool(self._connection.state & proton.Endpoint.REMOTE_CLOSED)
+        self._events.append(TransportClosed(_ending_condition(error, remote_closed)))
+
+
+def _ending_condition(error: ErrorCondition | None, remote_closed: bool) -> ErrorCondition | None:
+    """Why a transport ended, in the terms failover needs (proton's names mislead there)."""
+    description = (error.description or "") if error is not None else ""
+    if error is not None and error.name == CONNECTION_LOST:
+        return error  # the driver's own abort: it carries the socket's error
+    if not remote_closed and (error is None or "connection aborted" in description):
+        # proton calls an EOF before Close a framing error; it is a lost connection.
+        return ErrorCondition(CONNECTION_LOST, "the peer closed the socket without a Close")
+    if error is not None and "idle-timeout expired" in description:
+        # proton calls a silent peer a resource limit; for us it is a lost connection.
+        return ErrorCondition(
+            CONNECTION_LOST, f"no frames from the peer within the idle timeout ({description})"
+        )
+    if error is not None and description.startswith("SSL Failure"):
+        # proton files TLS failures under framing-error; they are about trust, not bytes.
+        return ErrorCondition(TLS_FAILED, description)
+    return error
 
 
 def _pn(endpoint: Any) -> Any:

@@ -63,6 +63,7 @@ async def test_admin_reports_and_changes_broker_state(broker: Broker) -> None:
             assert broker.delete_node("work")
             with pytest.raises(KeyError):
                 broker.queue_depth("work")
-            assert await conn.receive(link, timeout=TIMEOUT) is None  # link closed by the delete
+            with pytest.raises(InvalidDestinationError, match="resource-deleted"):
+                await conn.receive(link, timeout=TIMEOUT)  # the delete closed the consumer
             assert link.remote_error is not None
             assert link.remote_error.name == "amqp:resource-deleted"
