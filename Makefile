@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # Non-root users on Debian have no /usr/sbin on PATH, where rabbitmq-server lives.
 export PATH := $(PATH):/usr/sbin
 
-.PHONY: test demo lint setup rabbitmq clean distclean
+.PHONY: test demo bench lint setup rabbitmq clean distclean
 
 test: setup
 	$(BIN)/ruff check .
@@ -21,6 +21,9 @@ test: setup
 
 demo: setup
 	$(BIN)/python -m chaos.demo
+
+bench: setup
+	$(BIN)/python -m bench.throughput --messages 20000 --repeat 5 --json bench/results.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
