@@ -69,31 +69,40 @@ class ReceivedMessage:
 
 
 class _Slot:
-    """One awaited answer: set once with a value or an error."""
+    """One awaited answer: set once with a value or an error.
 
-    __slots__ = ("_event", "error", "value")
+    The event is made only when someone actually waits: most pipelined deliveries are settled
+    before anybody asks, and an ``anyio.Event`` per message is measurable.
+    """
+
+    __slots__ = ("_event", "done", "error", "value")
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
+        self._event: anyio.Event | None = None
+        self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
 
     def set(self, value: Any = None) -> None:
-        if not self._event.is_set():
+        if not self.done:
             self.value = value
-            self._event.set()
+            self._finish()
 
     def fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
+        if not self.done:
             self.error = error
+            self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        if self._event is not None:
             self._event.set()
 
-    @property
-    def done(self) -> bool:
-        return self._event.is_set()
-
     async def wait(self) -> Any:
-        await self._event.wait()
+        if not self.done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
         if self.error is not None:
             raise self.error
         return self.value
@@ -158,14 +167,14 @@ class AmqpConnection:
             self.engine.close(error)
             self._wake()
             with anyio.move_on_after(timeout):
-                await self._ended._event.wait()
+                await self._ended.wait()
             if not self._ended.done:
                 self.engine.abort(ErrorCondition("amqp:connection:forced", "close timed out"))
                 self._wake()
 
     async def wait_closed(self) -> HAClientError | None:
         """Wait for the connection to end; return the error that ended it (None: orderly)."""
-        await self._ended._event.wait()
+        await self._ended.wait()
         return self._end_error
 
     # Endpoints ---------------------------------------------------------------------------------
@@ -330,6 +339,8 @@ class AmqpConnection:
             its session or the connection; messages that arrived before are returned first.
         """
         inbox = self._inboxes[receiver]
+        if inbox.messages:  # the common case under load: no cancel scope, no waiting
+            return inbox.messages.popleft()
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while not inbox.messages:
                 self._check_open()
@@ -383,19 +394,17 @@ class AmqpConnection:
         the answers are resolved only at the end of the batch, once a refusal in the same
         batch has had its say.
         """
-        received = False
+        received: set[_Inbox] = set()
         begun: list[Session] = []
         attached: list[Link] = []
         opened: ConnectionRemoteOpen | None = None
         for event in events:
             match event:
                 case MessageReceived(delivery=delivery, payload=payload):
-                    received = True
                     inbox = self._inboxes.get(delivery.link)  # type: ignore[call-overload]
                     if inbox is not None:
                         inbox.messages.append(ReceivedMessage(delivery, payload))
-                        inbox.changed.set()
-                        inbox.changed = anyio.Event()
+                        received.add(inbox)
                 case DeliveryUpdated(delivery=delivery, outcome=outcome, settled=True):
                     slot = self._outcomes.pop(delivery, None)
                     if slot is not None:
@@ -423,6 +432,9 @@ class AmqpConnection:
                     self._opened.fail(failure)  # a refused Open: no-op once it succeeded
                 case TransportClosed(error=error):
                     self._on_transport_closed(error)
+        for inbox in received:  # wake each receiver once per batch, not once per message
+            inbox.changed.set()
+            inbox.changed = anyio.Event()
         if received:
             self._signal_credit()  # a transfer uses credit: a drain may be complete (see drain)
         for link in attached:

@@ -355,7 +355,7 @@ class Engine:
 
     def _on_delivery(self, event: Event) -> None:
         pn_delivery: Any = event.delivery
-        pn_link: Any = pn_delivery.link
+        pn_link: Any = event.link  # already wrapped by the event; pn_delivery.link wraps again
         link = Link._of(self, pn_link)
         delivery = Delivery._of(link, pn_delivery)
         if isinstance(link, Receiver) and not delivery.received:
