@@ -8,8 +8,17 @@ See ``server.py`` for the lifecycle, ``connection.py`` and ``links.py`` for the 
 Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread), ``cli``
 (``haclient-broker``), ``connection`` (one client connection), ``links`` (consumer, producer and
 coordinator links), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``transactions``,
-``state`` (one run's state and the admin view), ``persistence`` (the store interface), ``wire``
+``state`` (one run's state and the admin view), ``persistence`` (the store interface), ``store``
+and ``store_lock`` (the SQLite store and the lock that makes a shared-store HA pair), ``wire``
 (header parsing without proton).
+
+Persistence and HA: ``Broker(store=path)`` (``haclient-broker --store FILE``) keeps durable
+messages of lasting queues, and the queues and topics themselves, in one SQLite file (WAL; a
+transaction's changes and each socket read's burst commit atomically, before any outcome is sent).
+A broker serves only while it holds the store's file lock, so two brokers on one store are a
+master/slave pair: the slave waits in ``start()`` and takes over within ``ha_poll_interval``
+of the master's death, as ActiveMQ's shared file system master/slave does. Non-durable messages
+live in memory only.
 
 Where it follows the AMQP 1.0 specification rather than one broker:
     - ``released`` and ``modified`` without ``delivery-failed`` leave the delivery-count alone;
@@ -28,7 +37,7 @@ Where it follows the AMQP 1.0 specification rather than one broker:
 
 Not implemented yet (part 2): priorities, TTL expiry, selectors and no-local, durable and shared
 subscriptions (a null source is refused with ``amqp:not-found``), queue browsing
-(``distribution-mode copy``), the ``--store`` option of the console script.
+(``distribution-mode copy``).
 """
 
 from __future__ import annotations
