@@ -269,11 +269,6 @@ class Engine:
             self._process()
         return bytes(out)
 
-    @property
-    def wants_write(self) -> bool:
-        """True while there may be bytes to send (``data_to_send`` would not be empty)."""
-        return bool(self._transport.pending() > 0)
-
     def tick(self, now: float) -> float | None:
         """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).
 
