@@ -24,6 +24,7 @@ demo: setup
 
 bench: setup
 	$(BIN)/python -m bench.throughput --messages 20000 --repeat 5 --json bench/results.json
+	$(BIN)/python -m bench.broker --messages 20000 --repeat 5 --json bench/broker-results.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
