@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import anyio
 
 from chaos.broker.server import Broker
+from chaos.broker.topology import parse_peer
 from haclient.amqp.config import TlsServerOptions
 
 __all__ = ["build_parser", "main"]
@@ -55,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="SQLite store file for durable messages; two brokers on one store form an HA pair",
     )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a peer broker's amqp[s]://host:port, announced to clients (repeatable)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -80,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--tls-cert and --tls-key go together", file=sys.stderr)
         return 2
     tls = TlsServerOptions(args.tls_cert, args.tls_key) if args.tls_cert else None
+    try:
+        for url in args.peer:
+            parse_peer(url)
+    except ValueError as exc:
+        print(f"--peer: {exc}", file=sys.stderr)
+        return 2
     broker = Broker(
         host=args.host,
         port=args.port,
@@ -90,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_duplicate_container_id=args.refuse_duplicate_container_id,
         dead_letter_queue=args.dead_letter_queue,
         store=args.store,
+        peers=args.peer,
     )
     anyio.run(_run, broker)
     return 0

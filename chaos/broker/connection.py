@@ -8,6 +8,13 @@ connection ends, however it ends, ``cleanup`` gives everything back: unsettled d
 to their queues with delivery-count + 1, open transactions roll back, and the temporary nodes it
 created are deleted.
 
+Consumers of a topic consume a subscription (``chaos.broker.subscriptions``: durable, shared and
+volatile ones, a null source for a JMS unsubscribe); consumers of a queue may carry a JMS
+selector (``chaos.broker.filters``). An invalid selector refuses the attach with
+``amqp:invalid-field``; subscription conflicts with ``amqp:resource-locked`` or
+``amqp:not-found``. A consumer attached to ``amq.failover`` first gets the current membership
+message (``chaos.broker.topology``).
+
 Producer links are always answered with receiver settle mode ``first`` (the broker settles each
 transfer with its outcome at once), as ActiveMQ and Artemis do; ``second`` is granted to
 consumers, where it confirms acknowledgements.
@@ -21,9 +28,12 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
+from chaos.broker.filters import NO_LOCAL_FILTER, Matcher, compile_matcher, parse_filters
 from chaos.broker.links import ConsumerLink, CoordinatorLink, LinkHandler, ProducerLink
 from chaos.broker.nodes import Node, Queue, Topic
 from chaos.broker.router import NodeNotFoundError, Router
+from chaos.broker.subscriptions import SubscriptionError, SubscriptionQueue
+from chaos.broker.topology import FAILOVER_TOPIC
 from chaos.broker.transactions import TransactionManager
 from haclient.amqp.driver import Driver
 from haclient.amqp.endpoints import Link, Receiver, Sender, Session
@@ -41,6 +51,7 @@ from haclient.amqp.events import (
     TransportClosed,
 )
 from haclient.amqp.types import ErrorCondition, ReceiverSettleMode, Terminus, TerminusKind
+from haclient.errors import InvalidSelectorError
 
 if TYPE_CHECKING:
     from chaos.broker.state import BrokerState
@@ -129,7 +140,7 @@ class BrokerConnection:
                 if not event.link.locally_opened:
                     self._on_attach(event.link)
             elif isinstance(event, LinkRemoteClose):
-                self._on_detach(event.link)
+                self._on_detach(event.link, closed=event.closed)
             elif isinstance(event, SessionRemoteOpen):
                 event.session.open()
             elif isinstance(event, SessionRemoteClose):
@@ -165,10 +176,10 @@ class BrokerConnection:
         for link in [link for link in self.links if link.session is session]:
             self._on_detach(link)
 
-    def _on_detach(self, link: Link) -> None:
+    def _on_detach(self, link: Link, *, closed: bool = False) -> None:
         handler = self.links.pop(link, None)
         if handler is not None:
-            handler.close()
+            handler.close(closed)
 
     # Attach ------------------------------------------------------------------------------------
 
@@ -199,6 +210,15 @@ class BrokerConnection:
                 self._attach_consumer(link)
         except NodeNotFoundError as exc:
             self._refuse(link, ErrorCondition("amqp:not-found", str(exc)))
+        except SubscriptionError as exc:
+            self._refuse(link, exc.condition)
+        except InvalidSelectorError as exc:
+            self._refuse(
+                link,
+                ErrorCondition(
+                    "amqp:invalid-field", f"invalid selector: {exc}", {"invalid-field": "filter"}
+                ),
+            )
 
     def _attach_producer(self, link: Receiver) -> None:
         if link.is_coordinator:
@@ -218,19 +238,45 @@ class BrokerConnection:
 
     def _attach_consumer(self, link: Sender) -> None:
         source = link.remote_source
-        if source.kind is TerminusKind.NULL or (source.address is None and not source.dynamic):
+        subscriptions = self.router.subscriptions
+        if source.kind is TerminusKind.NULL:  # a JMS unsubscribe: find the durable subscription
+            sub = subscriptions.lookup(link.name, self.container_id)
+            self._start_consumer(link, sub, sub.answer(None), unsubscribes=True)
+            return
+        if source.address is None and not source.dynamic:
             raise NodeNotFoundError("a receiver needs a source address (or dynamic=true)")
         node, answer = self._resolve(source)
-        topic: Topic | None = None
         if isinstance(node, Topic):
-            topic = node
-            queue = self.router.subscribe(node)
+            sub, answer = subscriptions.attach(link.name, answer, node, self.container_id)
+            self._start_consumer(link, sub, answer)
+            return
+        assert isinstance(node, Queue)
+        filters = parse_filters(source.filter)
+        selector = None
+        if filters.selector is not None:
+            selector = compile_matcher(filters.selector, subscriptions.cache)
+            echo = {k: v for k, v in (filters.echo or {}).items() if k != NO_LOCAL_FILTER}
+            answer = dataclasses.replace(answer, filter=echo or None)
         else:
-            queue = node
-        assert isinstance(queue, Queue)
+            answer = dataclasses.replace(answer, filter=None)
+        self._start_consumer(link, node, answer, selector=selector)
+
+    def _start_consumer(
+        self,
+        link: Sender,
+        queue: Queue,
+        answer: Terminus,
+        *,
+        selector: Matcher | None = None,
+        unsubscribes: bool = False,
+    ) -> None:
         link.open(source=answer)
-        consumer = ConsumerLink(self, link, queue, topic)
+        consumer = ConsumerLink(self, link, queue, selector=selector, unsubscribes=unsubscribes)
         self.links[link] = consumer
+        if isinstance(queue, SubscriptionQueue) and queue.topic.name == FAILOVER_TOPIC:
+            topology = self.state.topology
+            if topology is not None:  # a new subscriber learns the current membership at once
+                queue.enqueue(self.router.new_message(topology.membership_message()))
         queue.add_consumer(consumer)
 
     # Teardown ----------------------------------------------------------------------------------

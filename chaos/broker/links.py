@@ -17,8 +17,10 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from chaos.broker.nodes import Node, Queue, StoredMessage, Topic
+from chaos.broker.filters import Matcher
+from chaos.broker.nodes import Node, Queue, StoredMessage
 from chaos.broker.router import NodeNotFoundError
+from chaos.broker.subscriptions import SubscriptionQueue
 from chaos.broker.wire import WireError, read_routing
 from haclient.amqp.codec import Declare, decode_coordinator_request
 from haclient.amqp.endpoints import Delivery, Receiver, Sender
@@ -58,17 +60,27 @@ class ConsumerLink:
         connection: The connection the link belongs to.
         link: The broker's sending end.
         queue: The queue it consumes (a topic subscription's queue for a topic).
-        topic: The topic, when ``queue`` is a subscription that dies with the link.
+        selector: Only messages it accepts are offered (a queue consumer's JMS selector; a
+            subscription filters when messages are published instead).
+        unsubscribes: The link attached with a null source (a JMS unsubscribe): its detach
+            with ``closed=true`` removes the durable subscription if nobody else consumes it.
     """
 
     def __init__(
-        self, connection: BrokerConnection, link: Sender, queue: Queue, topic: Topic | None
+        self,
+        connection: BrokerConnection,
+        link: Sender,
+        queue: Queue,
+        *,
+        selector: Matcher | None = None,
+        unsubscribes: bool = False,
     ) -> None:
         self.id = next(_consumer_ids)
         self.connection = connection
         self.link = link
         self.queue = queue
-        self.topic = topic
+        self.selector = selector
+        self.unsubscribes = unsubscribes
         self.presettled = link.remote_snd_settle_mode is SenderSettleMode.SETTLED
         self.unsettled: dict[Delivery, StoredMessage] = {}
         self.closed = False
@@ -138,14 +150,18 @@ class ConsumerLink:
             self.connection.wake()
         self.closed = True
 
-    def close(self) -> None:
-        """The link or its connection went away: unsettled messages return with count + 1."""
+    def close(self, closed: bool = False) -> None:
+        """The link or its connection went away: unsettled messages return with count + 1.
+
+        ``closed``: the peer detached with ``closed=true`` (it may end a durable subscription).
+        """
         self.closed = True
         unsettled = list(self.unsettled.values())
         self.unsettled.clear()
         self.queue.remove_consumer(self, unsettled)
-        if self.topic is not None:
-            self.topic.unsubscribe(self.queue)
+        if isinstance(self.queue, SubscriptionQueue):
+            registry = self.connection.router.subscriptions
+            registry.released(self.queue, unsubscribe=closed and self.unsubscribes)
 
 
 class ProducerLink:
@@ -174,7 +190,7 @@ class ProducerLink:
     def _route(self, delivery: Delivery, payload: bytes) -> Outcome:
         router = self.connection.router
         try:
-            message = router.new_message(payload)
+            message = router.new_message(payload, self.connection.container_id)
         except WireError as exc:
             return Rejected(_condition("amqp:decode-error", str(exc)))
         node = self.node
@@ -212,7 +228,7 @@ class ProducerLink:
     def on_update(self, delivery: Delivery, settled: bool) -> None:
         """Producer deliveries are settled with their outcome: nothing left to do."""
 
-    def close(self) -> None:
+    def close(self, closed: bool = False) -> None:
         """Nothing to give back: a producer holds no messages."""
 
 
@@ -248,7 +264,7 @@ class CoordinatorLink:
     def on_update(self, delivery: Delivery, settled: bool) -> None:
         """Coordinator answers are settled at once: nothing to do."""
 
-    def close(self) -> None:
+    def close(self, closed: bool = False) -> None:
         """Transactions outlive the coordinator link; they end with the connection."""
 
 

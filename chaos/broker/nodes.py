@@ -1,31 +1,62 @@
 """Queues and topics: where messages wait, and how they are handed to consumers.
 
-How this works: a ``Queue`` holds the messages ready for delivery in a deque (FIFO; messages that
-come back go to the front, oldest first) and a list of consumers served round-robin. A message
-handed to a consumer that is not pre-settled counts as *unacked* until the consumer's outcome
-arrives: then it is removed (accepted), put back (released, modified, or its link went away) or
-dead-lettered (rejected). A ``Topic`` gives each subscriber its own non-durable subscription queue
-and copies every message it is sent into each of them.
+How this works: a ``Queue`` holds the messages ready for delivery in one deque per priority
+level (0-9; higher first, FIFO within a level) and a list of consumers served round-robin. Every
+message that becomes ready gets the queue's next sequence number; a message that comes back goes
+to its old place (ahead of the newer messages of its priority). A message handed to a consumer
+that is not pre-settled counts as *unacked* until the consumer's outcome arrives: then it is
+removed (accepted), put back (released, modified, or its link went away) or dead-lettered
+(rejected, or its delivery failed for the ``max_deliveries``-th time). A ``Topic`` gives each
+subscriber its own non-durable subscription queue and copies every message it is sent into each
+of them.
+
+Time (milliseconds since the epoch; see ``chaos.broker.schedule`` for the timers): a message
+with an ``x-opt-delivery-time`` or ``x-opt-delivery-delay`` annotation in the future waits in a
+heap of scheduled messages, invisible to consumers, until a timer (or the next dispatch after its
+time) makes it ready, behind the messages already waiting. A message expires at the earlier of
+its arrival + header ttl and its ``absolute-expiry-time``; an expired message is never delivered:
+dispatch drops it when it meets it, and a timer sweeps the ready messages (at most once per
+``EXPIRY_SWEEP_INTERVAL``), dropping it or handing a copy to the expiry address.
+
+Consumer selectors: a consumer with a ``selector`` is offered only what it accepts. When the
+head of the queue fits no consumer with credit, one pass hands out whatever later messages fit
+and marks the queue *stalled*: until credit, consumers or returned messages change (each calls
+``dispatch()``), a new message is offered alone instead of rescanning the queue.
 
 Invariants:
-    Rule 1: a message is in exactly one place: a queue's deque, a consumer's unsettled map, a
-        transaction, or nowhere (gone). ``depth`` counts the deque, ``unacked`` the rest.
+    Rule 1: a message is in exactly one place: a queue's ready levels or scheduled heap, a
+        consumer's unsettled map, a transaction, or nowhere (gone). ``depth`` counts the ready
+        and scheduled ones, ``unacked`` the rest.
     Rule 2: the delivery-count only grows: by one when a delivery failed (modified with
         delivery-failed, rolled back, or its link or connection went away); never on release.
     Rule 3: ``dispatch()`` never re-enters itself and never calls back into a connection's
         event handling: consumers only queue transfers on their engine.
+    Rule 4: a durable message is stored with absolute times (``StoredMessage.fix_times``), so
+        its due time and expiry mean the same after a restart.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import heapq
+import itertools
+import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from chaos.broker.persistence import MemoryPersistence, Persistence, StoredRef
-from chaos.broker.wire import MessageHeader
+from chaos.broker.schedule import NodePolicy, current_policy
+from chaos.broker.wire import (
+    MessageHeader,
+    WireError,
+    add_delivery_time,
+    read_timing,
+    set_absolute_expiry,
+)
 
-__all__ = ["Consumer", "Node", "Queue", "StoredMessage", "Topic"]
+__all__ = ["PRIORITY_LEVELS", "Consumer", "Node", "Queue", "Selector", "StoredMessage", "Topic"]
 
 
 class StoredMessage:
@@ -35,7 +66,20 @@ class StoredMessage:
     undeliverable-here).
     """
 
-    __slots__ = ("_arrival_count", "body_offset", "excluded", "header", "id", "payload")
+    __slots__ = (
+        "_arrival_count",
+        "_relative_due",
+        "_relative_expiry",
+        "body_offset",
+        "due_at",
+        "excluded",
+        "expires_at",
+        "header",
+        "id",
+        "payload",
+        "seq",
+        "timed",
+    )
 
     def __init__(
         self, message_id: int, payload: bytes, header: MessageHeader, body_offset: int
@@ -46,6 +90,60 @@ class StoredMessage:
         self.body_offset = body_offset
         self._arrival_count = header.delivery_count
         self.excluded: set[int] | None = None
+        self.seq = 0  # its place in its queue (FIFO order within a priority)
+        self.timed = False  # due_at and expires_at were worked out (read_timing)
+        self.due_at: float | None = None
+        self.expires_at: float | None = None
+        self._relative_due = False
+        self._relative_expiry = False
+
+    def read_timing(self, arrival: float) -> None:
+        """Work out when the message may be delivered (``due_at``) and when it expires
+        (``expires_at``), in ms since the epoch, for an arrival at ``arrival``.
+
+        ``expires_at`` is the earlier of arrival + header ttl and the properties'
+        absolute-expiry-time; ``due_at`` is the ``x-opt-delivery-time`` annotation or else
+        arrival + ``x-opt-delivery-delay``. Unreadable sections count as absent.
+        """
+        self.timed = True
+        ttl = self.header.ttl
+        expires = arrival + ttl if ttl is not None else None
+        self._relative_expiry = expires is not None
+        try:
+            timing = read_timing(self.payload, self.body_offset)
+        except WireError:
+            timing = None
+        if timing is not None:
+            absolute = timing.absolute_expiry
+            if absolute and (expires is None or absolute <= expires):
+                expires = absolute
+                self._relative_expiry = False
+            if timing.delivery_time is not None:
+                self.due_at = timing.delivery_time
+            elif timing.delivery_delay is not None and timing.delivery_delay > 0:
+                self.due_at = arrival + timing.delivery_delay
+                self._relative_due = True
+        self.expires_at = expires
+
+    def has_relative_times(self) -> bool:
+        """Whether its due time or expiry comes from a relative delay or ttl, which would count
+        again from a restart if the message were stored as it arrived."""
+        return self._relative_due or self._relative_expiry
+
+    def fix_times(self) -> None:
+        """Write the due time and the ttl's expiry into the message as absolute times (the
+        ``x-opt-delivery-time`` annotation, the ``absolute-expiry-time`` property), so that a
+        stored copy keeps them across a restart. Consumers see these fields from then on."""
+        payload = self.payload
+        try:
+            if self._relative_due and self.due_at is not None:
+                payload = add_delivery_time(payload, self.body_offset, int(self.due_at))
+            if self._relative_expiry and self.expires_at is not None:
+                payload = set_absolute_expiry(payload, self.body_offset, math.ceil(self.expires_at))
+        except WireError:
+            return  # unreadable sections: stored as they came (times count from a restart)
+        self.payload = payload
+        self._relative_due = self._relative_expiry = False
 
     @property
     def durable(self) -> bool:
@@ -72,13 +170,27 @@ class StoredMessage:
         )  # fmt: skip
         twin = StoredMessage(self.id, self.payload, clone, self.body_offset)
         twin._arrival_count = self._arrival_count
+        twin.timed = self.timed
+        twin.due_at = self.due_at
+        twin.expires_at = self.expires_at
+        twin._relative_due = self._relative_due
+        twin._relative_expiry = self._relative_expiry
         return twin
 
 
+Selector = Callable[[StoredMessage], bool]
+"""A consumer's filter: True for the messages it may be offered."""
+
+
 class Consumer(Protocol):
-    """A link the broker sends messages on (implemented by the connection's consumer links)."""
+    """A link the broker sends messages on (implemented by the connection's consumer links).
+
+    ``selector``: when not None, the consumer is offered only messages it accepts; the others
+    are skipped, not removed: they keep their place for other consumers.
+    """
 
     id: int
+    selector: Selector | None
 
     @property
     def credit(self) -> int:
@@ -94,8 +206,41 @@ class Consumer(Protocol):
 DeadLetter = Callable[[StoredMessage], None]
 
 
+PRIORITY_LEVELS = 10
+"""Priorities 0-9 are distinct levels; a higher header priority counts as 9."""
+EXPIRY_SWEEP_INTERVAL = 1000.0
+"""Milliseconds between two sweeps of one queue for expired messages (the first one after a
+quiet spell runs as soon as a message expires)."""
+
+
+class _Waiting:
+    """A queue's ready messages in dispatch order, as a small read-mostly sequence.
+
+    ``append`` puts a message in without recording or dispatching it (recovery uses it).
+    """
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    def __len__(self) -> int:
+        return self._queue._ready
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        for level in reversed(self._queue._levels):
+            yield from level
+
+    def __bool__(self) -> bool:
+        return self._queue._ready > 0
+
+    def append(self, message: StoredMessage) -> None:
+        self._queue._stalled = None
+        self._queue._accept(message)
+
+
 class Queue:
-    """A FIFO queue with competing consumers.
+    """A queue with competing consumers: priority order, FIFO within a priority.
 
     Args:
         name: The queue's address (for a subscription: a generated name, not routable).
@@ -103,6 +248,7 @@ class Queue:
         dead_letter: Where rejected messages go (None: they are dropped).
         temporary: A dynamic node (deleted with its connection; never persisted).
         owner: The connection id that created a temporary node.
+        policy: Timers, expiry and redelivery limit (default: ``current_policy()``).
     """
 
     kind = "queue"
@@ -116,6 +262,7 @@ class Queue:
         temporary: bool = False,
         owner: int | None = None,
         persistent: bool | None = None,
+        policy: NodePolicy | None = None,
     ) -> None:
         self.name = name
         self.temporary = temporary
@@ -123,23 +270,49 @@ class Queue:
         self.persistent = (not temporary) if persistent is None else persistent
         self._persistence = persistence or MemoryPersistence()
         self._dead_letter = dead_letter
-        self.messages: deque[StoredMessage] = deque()
+        self.policy = policy = policy if policy is not None else current_policy()
+        self._clock = policy.clock
+        self.max_deliveries = policy.max_deliveries(name)
+        self._expires = policy.expiry_address != name  # the expiry queue keeps what it gets
+        self._levels: list[deque[StoredMessage]] = [deque() for _ in range(PRIORITY_LEVELS)]
+        self._ready = 0
+        self._seq = 0
+        self._delayed: list[tuple[float, int, StoredMessage]] = []  # heap by (due, seq)
+        self._wake_at: float | None = None
+        self._sweep_at: float | None = None
+        self._last_sweep = -math.inf
         self.consumers: list[Consumer] = []
         self.unacked = 0
         self.deleted = False
         self._next = 0
         self._dispatching = False
+        self._stalled: set[int] | None = None  # ids of consumers no waiting message fits
 
     def __repr__(self) -> str:
-        return f"<Queue {self.name!r} depth={len(self.messages)} unacked={self.unacked}>"
+        return f"<Queue {self.name!r} depth={self.depth} unacked={self.unacked}>"
+
+    @property
+    def messages(self) -> _Waiting:
+        """The messages ready for delivery, in dispatch order (``append`` is for recovery)."""
+        return _Waiting(self)
 
     @property
     def depth(self) -> int:
-        """Messages waiting for delivery."""
-        return len(self.messages)
+        """Messages waiting: ready for delivery, or scheduled for later."""
+        return self._ready + len(self._delayed)
+
+    @property
+    def scheduled(self) -> int:
+        """Messages whose delivery time has not come yet."""
+        return len(self._delayed)
 
     def ref(self, message: StoredMessage) -> StoredRef:
-        """The store's view of ``message`` in this queue."""
+        """The store's view of ``message`` in this queue (relative times made absolute first,
+        see ``StoredMessage.fix_times``)."""
+        if not message.timed:
+            message.read_timing(self._clock())
+        if message.has_relative_times():
+            message.fix_times()
         return StoredRef(self.name, message.id, message.payload, message.delivery_count)
 
     def _records(self, message: StoredMessage) -> bool:
@@ -161,30 +334,84 @@ class Queue:
     # Messages in -------------------------------------------------------------------------------
 
     def enqueue(self, message: StoredMessage, *, record: bool = True) -> None:
-        """Add a message at the tail; ``record=False`` when a transaction records it."""
+        """Add a message (behind those of its priority); ``record=False`` when a transaction
+        records it."""
         if self.deleted:
             return
+        if not message.timed:
+            message.read_timing(self._clock())
         if record and self._records(message):
             self._persistence.enqueued(self.ref(message))
-        self.messages.append(message)
-        if self.consumers:
-            self.dispatch()
+        ready = self._accept(message)
+        if ready and self.consumers:
+            if self._stalled is not None:
+                self._offer(message)
+            else:
+                self.dispatch()
+
+    def _accept(self, message: StoredMessage) -> bool:
+        """Put a new message in its place; False if it is scheduled for later."""
+        if not message.timed:
+            message.read_timing(self._clock())
+        due = message.due_at
+        if due is not None and due > self._clock():
+            self._seq += 1
+            heapq.heappush(self._delayed, (due, self._seq, message))
+            self._wake_for(due)
+            return False
+        self._seq += 1
+        message.seq = self._seq
+        self._levels[min(message.header.priority, PRIORITY_LEVELS - 1)].append(message)
+        self._ready += 1
+        if message.expires_at is not None:
+            self._sweep_for(message.expires_at)
+        return True
+
+    def _put_back(self, message: StoredMessage) -> None:
+        """Return a message to its old place: ahead of the newer messages of its priority."""
+        level = self._levels[min(message.header.priority, PRIORITY_LEVELS - 1)]
+        seq = message.seq
+        if not level or level[0].seq > seq:
+            level.appendleft(message)
+        elif level[-1].seq < seq:
+            level.append(message)
+        else:
+            level.insert(bisect.bisect_left(level, seq, key=_seq_of), message)
+        self._ready += 1
+        self._stalled = None
+        if message.expires_at is not None:
+            self._sweep_for(message.expires_at)
 
     def return_messages(self, messages: Iterable[StoredMessage], *, failed: bool) -> None:
-        """Put unacked messages back at the front, oldest first; count + 1 when ``failed``."""
-        batch = sorted(messages, key=lambda m: m.id)
+        """Put unacked messages back in their places; count + 1 when ``failed``.
+
+        A failed message that reaches the queue's redelivery limit goes to the dead-letter
+        queue instead (see ``NodePolicy.max_deliveries``).
+        """
+        batch = sorted(messages, key=_seq_of, reverse=True)
         if not batch:
             return
         self.unacked -= len(batch)
         if self.deleted:
             return
+        limit = self.max_deliveries
         for message in batch:
             if failed:
                 message.header.delivery_count += 1
+                if limit is not None and message.header.delivery_count >= limit:
+                    self._drop(message, self._dead_letter)
+                    continue
                 if self._records(message):
                     self._persistence.delivery_count_changed(self.ref(message))
-        self.messages.extendleft(reversed(batch))
+            self._put_back(message)
         self.dispatch()
+
+    def _drop(self, message: StoredMessage, to: DeadLetter | None) -> None:
+        """A waiting or returned message leaves the queue for good (to ``to``, if given)."""
+        if self._records(message):
+            self._persistence.removed(self.ref(message))
+        if to is not None:
+            to(message)
 
     # Outcomes ----------------------------------------------------------------------------------
 
@@ -195,7 +422,7 @@ class Queue:
             self._persistence.removed(self.ref(message))
 
     def modify(self, message: StoredMessage, consumer_id: int, *, failed: bool, here: bool) -> None:
-        """Modified: back to the front, count + 1 if ``failed``, never again to the consumer."""
+        """Modified: back in its place, count + 1 if ``failed``, never again to the consumer."""
         if here:
             if message.excluded is None:
                 message.excluded = set()
@@ -208,20 +435,140 @@ class Queue:
         if self._dead_letter is not None and not self.deleted:
             self._dead_letter(message)
 
+    # Time --------------------------------------------------------------------------------------
+
+    def _wake_for(self, due: float) -> None:
+        """Make sure ``release_due`` runs at ``due`` (or earlier)."""
+        scheduler = self.policy.scheduler
+        if scheduler is None or (self._wake_at is not None and self._wake_at <= due):
+            return
+        self._wake_at = due
+        scheduler.call_at(due, functools.partial(self._on_wake, due))
+
+    def _on_wake(self, due: float) -> None:
+        if due != self._wake_at:
+            return  # superseded by an earlier wake-up
+        self._wake_at = None
+        if self.deleted:
+            return
+        with self._persistence.batch():  # one commit for what the deliveries change
+            self.release_due()
+        if self._delayed:
+            self._wake_for(self._delayed[0][0])
+
+    def _sweep_for(self, expires: float) -> None:
+        """Make sure a sweep for expired messages runs at ``expires`` (or soon after: sweeps of
+        one queue are ``EXPIRY_SWEEP_INTERVAL`` apart)."""
+        scheduler = self.policy.scheduler
+        if scheduler is None or not self._expires:
+            return
+        when = max(expires, self._last_sweep + EXPIRY_SWEEP_INTERVAL)
+        if self._sweep_at is not None and self._sweep_at <= when:
+            return
+        self._sweep_at = when
+        scheduler.call_at(when, functools.partial(self._on_sweep, when))
+
+    def _on_sweep(self, when: float) -> None:
+        if when != self._sweep_at:
+            return
+        self._sweep_at = None
+        if not self.deleted:
+            with self._persistence.batch():  # one commit for every expired message
+                self.expire_now()
+
+    def expire_now(self) -> int:
+        """Drop (or move) every expired ready message now; return how many."""
+        now = self._clock()
+        self._last_sweep = now
+        expired: list[StoredMessage] = []
+        soonest = math.inf
+        for level in self._levels:
+            if not level:
+                continue
+            keep: list[StoredMessage] = []
+            for message in level:
+                expires = message.expires_at
+                if expires is None:
+                    keep.append(message)
+                elif expires <= now:
+                    expired.append(message)
+                else:
+                    soonest = min(soonest, expires)
+                    keep.append(message)
+            if len(keep) != len(level):
+                level.clear()
+                level.extend(keep)
+        self._ready -= len(expired)
+        for message in expired:
+            self._expire(message)
+        if soonest != math.inf:
+            self._sweep_for(soonest)
+        return len(expired)
+
+    def release_due(self) -> int:
+        """Make the scheduled messages whose time has come ready and dispatch; return how many."""
+        released = self._move_due()
+        if released:
+            self.dispatch()
+        return released
+
+    def _move_due(self) -> int:
+        """Scheduled messages whose time has come join the ready ones: behind those already
+        waiting, in order of due time (they count as arriving when they become due)."""
+        delayed = self._delayed
+        now = self._clock()
+        moved = 0
+        while delayed and delayed[0][0] <= now:
+            _due, _seq, message = heapq.heappop(delayed)
+            message.due_at = None
+            self._accept(message)
+            moved += 1
+        if moved:
+            self._stalled = None
+        return moved
+
+    def _expire(self, message: StoredMessage) -> None:
+        """``message`` (out of the ready levels) expired: drop it or hand it to the policy."""
+        self._drop(message, self.policy.expire)
+
+    def _expired(self, message: StoredMessage, now: float) -> bool:
+        expires = message.expires_at
+        return expires is not None and expires <= now and self._expires
+
     # Dispatch ----------------------------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Hand waiting messages to consumers with credit, round-robin, in FIFO order."""
+        """Hand waiting messages to consumers with credit, round-robin, highest priority first,
+        FIFO within a priority. Expired messages found on the way are dropped (or moved)."""
         if self._dispatching or self.deleted:
             return
+        if self._delayed and self._delayed[0][0] <= self._clock():
+            self._move_due()  # no scheduler, or its timer is late: catch up now
+        stalled = self._stalled
+        if stalled is not None and all(c.id in stalled for c in self.consumers if c.credit > 0):
+            return  # e.g. more credit for a consumer that no waiting message fits
+        self._stalled = None
         self._dispatching = True
         try:
-            messages = self.messages
-            while messages and self.consumers:
-                consumer = self._pick(messages[0])
+            levels = self._levels
+            now = self._clock()
+            while self._ready and self.consumers:
+                for level in reversed(levels):
+                    if level:
+                        break
+                message = level[0]
+                if message.expires_at is not None and self._expired(message, now):
+                    level.popleft()
+                    self._ready -= 1
+                    self._expire(message)
+                    continue
+                consumer = self._pick(message)
                 if consumer is not None:
-                    self._hand(consumer, messages.popleft())
-                elif messages[0].excluded is None or not self._skip_excluded_head():
+                    level.popleft()
+                    self._ready -= 1
+                    self._hand(consumer, message)
+                else:
+                    self._dispatch_past_head(now)
                     return
         finally:
             self._dispatching = False
@@ -235,23 +582,80 @@ class Queue:
             index = (start + step) % count
             consumer = consumers[index]
             if consumer.credit > 0 and (excluded is None or consumer.id not in excluded):
-                self._next = index + 1
-                return consumer
+                selector = consumer.selector
+                if selector is None or selector(message):
+                    self._next = index + 1
+                    return consumer
         return None
 
-    def _skip_excluded_head(self) -> bool:
-        """The head may not go to any consumer with credit: deliver a later message instead."""
+    def _dispatch_past_head(self, now: float) -> None:
+        """The head may not go to any consumer with credit (excluded, or no selector takes it):
+        one pass over the waiting messages in order hands out every one a consumer with credit
+        may take. Afterwards nothing waiting fits the consumers that still have credit: they are
+        ``_stalled``, and until another consumer gets credit or messages come back, only new
+        messages need a look (``_offer``)."""
         if not any(c.credit > 0 for c in self.consumers):
-            return False
-        for index, message in enumerate(self.messages):
-            if index == 0:
-                continue
-            consumer = self._pick(message)
-            if consumer is not None:
-                del self.messages[index]
+            return
+        expired: list[StoredMessage] = []  # dropped after the pass: expiring may route messages
+        try:
+            for level in reversed(self._levels):
+                if not level:
+                    continue
+                keep: list[StoredMessage] = []
+                taken = 0
+                for index, message in enumerate(level):
+                    if message.expires_at is not None and self._expired(message, now):
+                        taken += 1
+                        expired.append(message)
+                        continue
+                    consumer = self._pick(message)
+                    if consumer is None:
+                        keep.append(message)
+                        continue
+                    taken += 1
+                    self._hand(consumer, message)
+                    if not any(c.credit > 0 for c in self.consumers):
+                        keep.extend(itertools.islice(level, index + 1, None))
+                        self._replace(level, keep, taken)
+                        return
+                if taken:
+                    self._replace(level, keep, taken)
+            self._stalled = {c.id for c in self.consumers if c.credit > 0}
+        finally:
+            for message in expired:
+                self._expire(message)
+
+    def _replace(self, level: deque[StoredMessage], keep: list[StoredMessage], taken: int) -> None:
+        level.clear()
+        level.extend(keep)
+        self._ready -= taken
+
+    def _offer(self, message: StoredMessage) -> None:
+        """A new message in a stalled queue: only it may go to a consumer now."""
+        if self._dispatching or self.deleted:
+            self._stalled = None  # not looked at: the next dispatch must
+            return
+        expired = message.expires_at is not None and self._expired(message, self._clock())
+        consumer = None if expired else self._pick(message)
+        if consumer is None and not expired:
+            stalled = self._stalled
+            if stalled is not None:  # it was not offered to those without credit
+                self._stalled = {c.id for c in self.consumers if c.credit > 0 and c.id in stalled}
+            return
+        level = self._levels[min(message.header.priority, PRIORITY_LEVELS - 1)]
+        if level and level[-1] is message:
+            level.pop()
+        else:
+            level.remove(message)
+        self._ready -= 1
+        self._dispatching = True
+        try:
+            if consumer is None:
+                self._expire(message)
+            else:
                 self._hand(consumer, message)
-                return True
-        return False
+        finally:
+            self._dispatching = False
 
     def _hand(self, consumer: Consumer, message: StoredMessage) -> None:
         if consumer.deliver(message):
@@ -263,9 +667,13 @@ class Queue:
     # Administration ----------------------------------------------------------------------------
 
     def purge(self) -> int:
-        """Drop every waiting message (unacked ones stay); return how many."""
-        dropped = list(self.messages)
-        self.messages.clear()
+        """Drop every waiting message, scheduled ones included (unacked ones stay); return how
+        many."""
+        dropped = list(self.messages) + [entry[2] for entry in self._delayed]
+        for level in self._levels:
+            level.clear()
+        self._ready = 0
+        self._delayed.clear()
         for message in dropped:
             if self._records(message):
                 self._persistence.removed(self.ref(message))
@@ -275,13 +683,20 @@ class Queue:
         """Delete the queue: drop its messages and close its consumers' links."""
         if self.deleted:
             return
-        self.messages.clear()
+        for level in self._levels:
+            level.clear()
+        self._ready = 0
+        self._delayed.clear()
         self.deleted = True
         if self.persistent:
             self._persistence.queue_deleted(self.name)
         for consumer in list(self.consumers):
             consumer.node_deleted()
         self.consumers.clear()
+
+
+def _seq_of(message: StoredMessage) -> int:
+    return message.seq
 
 
 class Topic:
@@ -317,6 +732,8 @@ class Topic:
     def publish(self, message: StoredMessage) -> None:
         """Copy ``message`` into every subscription (none: it is dropped, as JMS says)."""
         subscriptions = self.subscriptions
+        if subscriptions and not message.timed:  # one arrival time for every copy
+            message.read_timing(subscriptions[0].policy.clock())
         for index, sub in enumerate(subscriptions):
             sub.enqueue(message if index == len(subscriptions) - 1 else message.copy())
 

@@ -6,6 +6,11 @@ either plainly (a queue unless the terminus capabilities say ``topic``) or with 
 ``queue`` capability are the same node. Nodes are created on first use, except temporary ones:
 their names start with ``TEMPORARY_PREFIX`` and only ``create_temporary`` makes them, so an
 address of a deleted temporary node is ``amqp:not-found``.
+
+Topics are ``SubscriptionTopic``s and their subscriptions live in ``subscriptions`` (a
+``SubscriptionRegistry``, see ``chaos.broker.subscriptions``): subscription queues are not nodes
+of this namespace, so no address routes to them directly. ``amq.failover`` (the broker's
+membership announcements) is a topic even when the address does not say so.
 """
 
 from __future__ import annotations
@@ -16,6 +21,14 @@ from collections.abc import Iterable
 
 from chaos.broker.nodes import Node, Queue, StoredMessage, Topic
 from chaos.broker.persistence import MemoryPersistence, Persistence
+from chaos.broker.subscriptions import (
+    SUBSCRIPTION_PREFIX,
+    PublishedMessage,
+    SubscriptionQueue,
+    SubscriptionRegistry,
+    SubscriptionTopic,
+)
+from chaos.broker.topology import FAILOVER_TOPIC
 from chaos.broker.wire import parse_header
 
 __all__ = ["TEMPORARY_PREFIX", "NodeNotFoundError", "Router", "kind_of"]
@@ -56,31 +69,41 @@ class Router:
         self.dead_letter_queue = dead_letter_queue
         self.nodes: dict[str, Node] = {}
         self._message_ids = itertools.count(1)
-        self._subscription_ids = itertools.count(1)
+        self.subscriptions = SubscriptionRegistry(
+            self.persistence, self.dead_letter, lambda name: self._topic(name)
+        )
 
     # Messages ----------------------------------------------------------------------------------
 
-    def new_message(self, payload: bytes) -> StoredMessage:
-        """Wrap arrived bytes (reads the header only).
+    def new_message(self, payload: bytes, origin: str | None = None) -> StoredMessage:
+        """Wrap arrived bytes (reads the header only); ``origin``: the publisher's container id.
 
         Raises:
             WireError: the message does not start with well-formed sections.
         """
         header, offset = parse_header(payload)
-        return StoredMessage(next(self._message_ids), payload, header, offset)
+        if origin is None:
+            return StoredMessage(next(self._message_ids), payload, header, offset)
+        message = PublishedMessage(next(self._message_ids), payload, header, offset)
+        message.origin = origin
+        return message
 
     def recover(self) -> int:
-        """Load the durable messages the persistence kept; return how many."""
+        """Load the durable messages and subscriptions the persistence kept; messages count."""
         count = 0
-        for recovered in self.persistence.recover():
-            message = self.new_message(recovered.payload)
-            message.header.delivery_count = recovered.delivery_count
-            queue = self._queue(recovered.queue)
-            queue.messages.append(message)  # already recorded: no enqueue notification
-            count += 1
+        recovered_messages = list(self.persistence.recover())
         for name, kind in self.persistence.recovered_nodes():
             if name not in self.nodes:
-                self.nodes[name] = Topic(name) if kind == "topic" else self._queue(name)
+                self.nodes[name] = self._topic(name) if kind == "topic" else self._queue(name)
+        subscriptions = self.subscriptions.recover()
+        for recovered in recovered_messages:
+            message = self.new_message(recovered.payload)
+            message.header.delivery_count = recovered.delivery_count
+            queue: Queue | None = subscriptions.get(recovered.queue)
+            if queue is None:
+                queue = self._queue(recovered.queue)
+            queue.messages.append(message)  # already recorded: no enqueue notification
+            count += 1
         next_id = getattr(self.persistence, "next_message_id", None)
         if callable(next_id):  # a store numbers recovered messages 1..N and knows what follows
             self._message_ids = itertools.count(max(int(next_id()), count + 1))
@@ -109,6 +132,15 @@ class Router:
         self.persistence.node_created(name, "queue")
         return queue
 
+    def _topic(self, name: str) -> Topic:
+        node = self.nodes.get(name)
+        if isinstance(node, Topic):
+            return node
+        topic = SubscriptionTopic(name)
+        self.nodes[name] = topic
+        self.persistence.node_created(name, "topic")
+        return topic
+
     def lookup(self, address: str, capabilities: Iterable[str] = ()) -> Node:
         """The node an address names, created (a queue by default) if it does not exist.
 
@@ -119,13 +151,10 @@ class Router:
         node = self.nodes.get(name)
         if node is not None:
             return node
-        if not name or name.startswith(TEMPORARY_PREFIX):
+        if not name or name.startswith((TEMPORARY_PREFIX, SUBSCRIPTION_PREFIX)):
             raise NodeNotFoundError(f"no node {address!r}")
-        if kind == "topic":
-            node = Topic(name)
-            self.nodes[name] = node
-            self.persistence.node_created(name, "topic")
-            return node
+        if kind == "topic" or (kind is None and name == FAILOVER_TOPIC):
+            return self._topic(name)
         return self._queue(name)
 
     def create_temporary(self, kind: str, owner: int) -> Node:
@@ -133,17 +162,15 @@ class Router:
         name = f"{TEMPORARY_PREFIX}{kind}.{uuid.uuid4().hex}"
         node: Node
         if kind == "topic":
-            node = Topic(name, temporary=True, owner=owner)
+            node = SubscriptionTopic(name, temporary=True, owner=owner)
         else:
             node = Queue(name, dead_letter=self.dead_letter, temporary=True, owner=owner)
         self.nodes[name] = node
         return node
 
-    def subscribe(self, topic: Topic) -> Queue:
-        """A new non-durable subscription queue on ``topic``."""
-        return topic.subscribe(
-            f"{topic.name}::sub-{next(self._subscription_ids)}", self.dead_letter
-        )
+    def subscribe(self, topic: Topic) -> SubscriptionQueue:
+        """A new non-durable, unfiltered subscription queue on ``topic``."""
+        return self.subscriptions.volatile(topic)
 
     def delete(self, address: str) -> bool:
         """Delete a node with everything in it; False if there is none."""

@@ -19,12 +19,13 @@ blocking facade usable from other threads).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import itertools
 import logging
 import socket
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,9 +36,11 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, Task
 from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
 from chaos.broker.router import Router
+from chaos.broker.schedule import NodePolicy, broker_policy, expire_to
 from chaos.broker.state import BrokerState, NodeInfo
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
+from chaos.broker.topology import Topology
 from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
 from haclient.amqp.driver import Driver
 from haclient.amqp.engine import Engine
@@ -47,7 +50,12 @@ __all__ = ["OFFERED_CAPABILITIES", "Broker"]
 
 log = logging.getLogger("chaos.broker")
 
-OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "amqp:local-transactions")
+OFFERED_CAPABILITIES = (
+    "ANONYMOUS-RELAY",
+    "amqp:local-transactions",
+    "SHARED-SUBS",
+    "DELAYED_DELIVERY",
+)
 BROKER_PROPERTIES = {"product": "haclient-broker", "haclient-reference-broker": True}
 
 
@@ -152,6 +160,14 @@ class Broker:
             listens (ActiveMQ's shared file system master/slave).
         ha_poll_interval: How often a waiting slave tries the lock (seconds): it takes over
             within about this long after the master died.
+        peers: Peer broker URLs (``amqp://host:port``) announced to clients: in the Open
+            frame's ``failover-server-list`` and on the topic ``amq.failover``
+            (``chaos.broker.topology``); ``set_peers`` changes them at run time.
+        expiry_address: Where expired messages go (None: they are dropped).
+        max_delivery_count: Redelivery limit of every queue (None: unlimited): a message whose
+            delivery failed goes to the dead-letter queue instead of back to its queue once its
+            delivery-count, after the increment, reaches this (``chaos.broker.schedule``).
+        queue_policies: Per-queue redelivery limits, ``{queue name: limit or None}``.
     """
 
     def __init__(
@@ -168,6 +184,10 @@ class Broker:
         persistence: Persistence | Callable[[], Persistence] | None = None,
         store: str | Path | None = None,
         ha_poll_interval: float = 0.5,
+        peers: Iterable[str] = (),
+        expiry_address: str | None = None,
+        max_delivery_count: int | None = None,
+        queue_policies: Mapping[str, int | None] | None = None,
     ) -> None:
         if store is not None and persistence is not None:
             raise ValueError("give either store or persistence, not both")
@@ -182,13 +202,18 @@ class Broker:
         self._persistence_source = persistence
         self.persistence: Persistence = MemoryPersistence()
         self.dead_letter_queue = dead_letter_queue
+        self.expiry_address = expiry_address
+        self.max_delivery_count = max_delivery_count
+        self.queue_policies = dict(queue_policies or {})
+        self._policy: NodePolicy | None = None
+        self.topology = Topology(peers)
         self.refuse_duplicate_container_id = refuse_duplicate_container_id
         self.engine_config = EngineConfig(
             container_id=container_id,
             role=Role.SERVER,
             idle_timeout=idle_timeout,
             max_frame_size=max_frame_size,
-            properties=BROKER_PROPERTIES,
+            properties=self._open_properties(),
             offered_capabilities=OFFERED_CAPABILITIES,
             auth=None,
             server_auth=_server_auth(users),
@@ -205,6 +230,31 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"<Broker {self.url} running={self.running}>"
+
+    # Topology ----------------------------------------------------------------------------------
+
+    def _open_properties(self) -> dict[str, Any]:
+        return self.topology.open_properties(BROKER_PROPERTIES)
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The peer URLs announced to clients."""
+        return self.topology.peers
+
+    def set_peers(self, urls: Iterable[str]) -> None:
+        """Announce a new peer list: new connections' Open frames carry it, and a membership
+        message goes to every subscriber of ``amq.failover`` (only when it changed).
+
+        Raises:
+            ValueError: a URL is not ``amqp[s]://host[:port]`` (nothing changes then).
+        """
+        if not self.topology.set(urls):
+            return
+        self.engine_config = dataclasses.replace(
+            self.engine_config, properties=self._open_properties()
+        )
+        if self.running:
+            self.state.publish_membership()
 
     # Lifecycle ---------------------------------------------------------------------------------
 
@@ -279,10 +329,19 @@ class Broker:
             await lock.wait_acquire(self.ha_poll_interval)
             log.info("store %s acquired: taking over as master", self.store_path)
         self._open_persistence()
+        self._policy = policy = broker_policy(
+            dead_letter_queue=self.dead_letter_queue,
+            expiry_address=self.expiry_address,
+            max_delivery_count=self.max_delivery_count,
+            queue_policies=self.queue_policies,
+        )  # the queues created from here on (in this task and the ones it starts) take it
         router = Router(self.persistence, self.dead_letter_queue)
+        policy.expire = expire_to(router, self.expiry_address)
         recovered = router.recover()
         self._state = BrokerState(
-            router, refuse_duplicate_container_id=self.refuse_duplicate_container_id
+            router,
+            refuse_duplicate_container_id=self.refuse_duplicate_container_id,
+            topology=self.topology,
         )
         self._gate = Gate()
         await self._task_group.start(self._serve)
@@ -307,6 +366,8 @@ class Broker:
                 self._scope = scope
                 async with listener, anyio.create_task_group() as connections:
                     task_status.started()
+                    if self._policy is not None and self._policy.scheduler is not None:
+                        connections.start_soon(self._policy.scheduler.run)  # timers
                     await listener.serve(self._serve_connection, connections)
         finally:
             self._accepting = False

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from chaos.broker.nodes import Queue, Topic
 from chaos.broker.router import Router
+from chaos.broker.subscriptions import SubscriptionInfo
+from chaos.broker.topology import FAILOVER_TOPIC, Topology
 from chaos.broker.transactions import TransactionManager
 
 if TYPE_CHECKING:
@@ -37,8 +39,15 @@ class NodeInfo:
 class BrokerState:
     """Nodes, transactions and connections of one broker run."""
 
-    def __init__(self, router: Router, *, refuse_duplicate_container_id: bool = False) -> None:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        refuse_duplicate_container_id: bool = False,
+        topology: Topology | None = None,
+    ) -> None:
         self.router = router
+        self.topology = topology
         self.transactions = TransactionManager(router)
         self.connections: dict[int, BrokerConnection] = {}
         self.refuse_duplicate_container_id = refuse_duplicate_container_id
@@ -60,7 +69,21 @@ class BrokerState:
             return False
         return any(c.opened and c.container_id == container_id for c in self.connections.values())
 
+    def publish_membership(self) -> None:
+        """Publish the current peer list on ``amq.failover`` (dropped if nobody subscribes)."""
+        topic = self.router.find(FAILOVER_TOPIC)
+        if self.topology is None or not isinstance(topic, Topic):
+            return
+        with self.router.persistence.batch():
+            self.router.route(topic, self.router.new_message(self.topology.membership_message()))
+        for connection in self.connections.values():
+            connection.wake()
+
     # Inspection --------------------------------------------------------------------------------
+
+    def subscriptions(self) -> list[SubscriptionInfo]:
+        """Snapshots of the durable and shared topic subscriptions, by queue name."""
+        return self.router.subscriptions.infos()
 
     def _node(self, address: str) -> Queue | Topic:
         node = self.router.find(address)
