@@ -9,8 +9,9 @@ Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread),
 (``haclient-broker``), ``connection`` (one client connection), ``links`` (consumer, producer and
 coordinator links), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``transactions``,
 ``state`` (one run's state and the admin view), ``persistence`` (the store interface), ``store``
-and ``store_lock`` (the SQLite store and the lock that makes a shared-store HA pair), ``wire``
-(header parsing without proton).
+and ``store_lock`` (the SQLite store and the lock that makes a shared-store HA pair),
+``subscriptions``, ``filters`` (selector, no-local), ``schedule`` (delays, expiry sweeps),
+``topology`` (the announced peer list), ``wire`` (header parsing without proton).
 
 Persistence and HA: ``Broker(store=path)`` (``haclient-broker --store FILE``) keeps durable
 messages of lasting queues, and the queues and topics themselves, in one SQLite file (WAL; a
@@ -35,9 +36,31 @@ Where it follows the AMQP 1.0 specification rather than one broker:
       back to its queue (released).
     - A message sent to a topic nobody subscribes to is dropped (JMS semantics).
 
-Not implemented yet (part 2): priorities, TTL expiry, selectors and no-local, durable and shared
-subscriptions (a null source is refused with ``amqp:not-found``), queue browsing
-(``distribution-mode copy``).
+JMS features (part 2):
+    - Subscriptions follow seed 001 row by row (``subscriptions.py``): the link name up to ``|``
+      names a shared subscription, the container id scopes it unless the source says
+      ``global``, the source's durability makes it durable; a null-source attach looks it up
+      and its close unsubscribes. Subscription queues are not addressable nodes
+      (``broker.state.subscriptions()`` lists them).
+    - noLocal (seed 000) and JMS selectors (``filters.py``, with ``haclient.selector``): on a
+      queue the selector decides what each consumer is offered (others wait, in order); on a
+      subscription it decides what is added at publish time. An incompatible comparison is
+      UNKNOWN (issue 4), where the JMS text says FALSE: they differ only under NOT.
+    - Priority 0-9 (FIFO per level; above 9 counts as 9), expiry by ttl or absolute time (to
+      ``expiry_address`` if set), delayed delivery by ``x-opt-delivery-time`` or
+      ``x-opt-delivery-delay`` (``schedule.py``: one task sleeping until the next due time), a
+      redelivery limit (``max_delivery_count``, ``queue_policies``) after which a failing
+      message goes to the dead-letter queue.
+    - ``peers`` / ``--peer`` (``topology.py``): the Open frame carries ``failover-server-list``
+      (maps of hostname, network-host, port, scheme, as Qpid JMS and Artemis read them), and
+      topic ``amq.failover`` gets a membership message, with application property
+      ``amq.failover`` holding the URLs comma-separated, on each change and for each new
+      subscriber.
+
+Not implemented: queue browsing (``distribution-mode copy``). proton 0.40 exposes no link-level
+capabilities, so the broker cannot read the ``shared``/``global`` link capabilities Qpid JMS
+puts on an unsubscribe attach: the null-source lookup tries the full link name, then the name
+up to ``|``, in the container's namespace, then the global one.
 """
 
 from __future__ import annotations
