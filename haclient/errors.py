@@ -169,7 +169,15 @@ class InvalidSelectorError(HAClientError, ValueError):
     It is a ``ValueError`` because the selector is an argument whose value is wrong, whether
     haclient's parser or the broker found out; nothing but a corrected selector fixes it. It is
     not a ``ConfigurationError``, which is about URLs and options.
+
+    Attributes:
+        column: The 1-based column where haclient's parser found the selector wrong, or None
+            (e.g. when the broker refused it).
     """
+
+    def __init__(self, message: str = "", *, column: int | None = None, **fields: Any) -> None:
+        self.column = column
+        super().__init__(message, **fields)
 
 
 class IllegalStateError(HAClientError, RuntimeError):

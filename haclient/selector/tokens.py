@@ -83,7 +83,9 @@ def selector_error(text: str, offset: int, message: str) -> InvalidSelectorError
     The message starts with the 1-based column, e.g.
     ``column 15: expected an expression, found end of selector (in "JMSPriority > ")``.
     """
-    return InvalidSelectorError(f"column {offset + 1}: {message} (in {_quote(text)})")
+    return InvalidSelectorError(
+        f"column {offset + 1}: {message} (in {_quote(text)})", column=offset + 1
+    )
 
 
 def _quote(text: str) -> str:

@@ -351,3 +351,12 @@ def test_depth_limit() -> None:
     column, message = error_of("a" + " + a" * 99 + " = 1")
     assert "the expression nests deeper than 100 levels" in message
     assert column == len("a" + " + a" * 99 + " = 1")
+
+
+def test_the_error_carries_the_column_and_pickles_with_it() -> None:
+    import pickle
+
+    with pytest.raises(InvalidSelectorError) as info:
+        compile_selector("JMSPriority > AND x")
+    assert info.value.column == 15
+    assert pickle.loads(pickle.dumps(info.value)).column == 15
