@@ -26,6 +26,24 @@ def _user(text: str) -> tuple[str, str]:
     return name, password
 
 
+def _limit(text: str) -> int:
+    """A redelivery limit: an integer of at least 1."""
+    try:
+        limit = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if limit < 1:
+        raise argparse.ArgumentTypeError(f"a redelivery limit must be at least 1, not {limit}")
+    return limit
+
+
+def _queue_policy(text: str) -> tuple[str, int]:
+    name, sep, limit = text.rpartition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=N, got {text!r}")
+    return name, _limit(limit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(
@@ -51,6 +69,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse a second connection with a connected container id (as ActiveMQ)",
     )
     parser.add_argument("--dead-letter-queue", default="DLQ")
+    parser.add_argument(
+        "--expiry-address",
+        default=None,
+        metavar="ADDRESS",
+        help="where expired messages go (default: they are dropped)",
+    )
+    parser.add_argument(
+        "--max-delivery-count",
+        type=_limit,
+        default=None,
+        metavar="N",
+        help="dead-letter a message once its delivery failed N times (default: unlimited)",
+    )
+    parser.add_argument(
+        "--queue-policy",
+        action="append",
+        type=_queue_policy,
+        default=[],
+        metavar="NAME=N",
+        help="the redelivery limit of queue NAME, overriding --max-delivery-count (repeatable)",
+    )
     parser.add_argument(
         "--store",
         default=None,
@@ -105,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         dead_letter_queue=args.dead_letter_queue,
         store=args.store,
         peers=args.peer,
+        expiry_address=args.expiry_address,
+        max_delivery_count=args.max_delivery_count,
+        queue_policies=dict(args.queue_policy),
     )
     anyio.run(_run, broker)
     return 0

@@ -190,7 +190,7 @@ class ProducerLink:
     def _route(self, delivery: Delivery, payload: bytes) -> Outcome:
         router = self.connection.router
         try:
-            message = router.new_message(payload, self.connection.container_id)
+            message = router.new_message(payload, origin=self.connection.container_id)
         except WireError as exc:
             return Rejected(_condition("amqp:decode-error", str(exc)))
         node = self.node

@@ -8,7 +8,8 @@ that is not pre-settled counts as *unacked* until the consumer's outcome arrives
 removed (accepted), put back (released, modified, or its link went away) or dead-lettered
 (rejected, or its delivery failed for the ``max_deliveries``-th time). A ``Topic`` gives each
 subscriber its own non-durable subscription queue and copies every message it is sent into each
-of them.
+of them that accepts it (a subscription may have an ``accepts(message) -> bool``; one without
+accepts everything).
 
 Time (milliseconds since the epoch; see ``chaos.broker.schedule`` for the timers): a message
 with an ``x-opt-delivery-time`` or ``x-opt-delivery-delay`` annotation in the future waits in a
@@ -47,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from chaos.broker.persistence import MemoryPersistence, Persistence, StoredRef
-from chaos.broker.schedule import NodePolicy, current_policy
+from chaos.broker.schedule import NodePolicy
 from chaos.broker.wire import (
     MessageHeader,
     WireError,
@@ -63,7 +64,8 @@ class StoredMessage:
     """A message as the broker keeps it: the bytes it arrived in and its parsed header.
 
     ``excluded`` holds the ids of consumers it must not go to again (modified with
-    undeliverable-here).
+    undeliverable-here). ``origin`` is the container id of the connection that published it
+    (None when unknown: recovered or made by the broker itself); no-local filters compare it.
     """
 
     __slots__ = (
@@ -76,15 +78,22 @@ class StoredMessage:
         "expires_at",
         "header",
         "id",
+        "origin",
         "payload",
         "seq",
         "timed",
     )
 
     def __init__(
-        self, message_id: int, payload: bytes, header: MessageHeader, body_offset: int
+        self,
+        message_id: int,
+        payload: bytes,
+        header: MessageHeader,
+        body_offset: int,
+        origin: str | None = None,
     ) -> None:
         self.id = message_id
+        self.origin = origin
         self.payload = payload
         self.header = header
         self.body_offset = body_offset
@@ -161,14 +170,17 @@ class StoredMessage:
             return self.payload
         return self.header.encode() + self.payload[self.body_offset :]
 
-    def copy(self) -> StoredMessage:
-        """An independent copy sharing the payload bytes (for a topic's subscribers)."""
+    def copy(self, message_id: int | None = None) -> StoredMessage:
+        """An independent copy sharing the payload bytes (for a topic's subscribers), with the
+        same id unless ``message_id`` gives it a new one (a copy that may be stored next to
+        another copy of the same message, such as a dead-lettered one, needs its own)."""
         header = self.header
         clone = MessageHeader(
             header.durable, header.priority, header.ttl, header.first_acquirer,
             header.delivery_count,
         )  # fmt: skip
-        twin = StoredMessage(self.id, self.payload, clone, self.body_offset)
+        twin_id = self.id if message_id is None else message_id
+        twin = StoredMessage(twin_id, self.payload, clone, self.body_offset, self.origin)
         twin._arrival_count = self._arrival_count
         twin.timed = self.timed
         twin.due_at = self.due_at
@@ -248,7 +260,7 @@ class Queue:
         dead_letter: Where rejected messages go (None: they are dropped).
         temporary: A dynamic node (deleted with its connection; never persisted).
         owner: The connection id that created a temporary node.
-        policy: Timers, expiry and redelivery limit (default: ``current_policy()``).
+        policy: Timers, expiry and redelivery limit (default: a ``NodePolicy()`` of its own).
     """
 
     kind = "queue"
@@ -270,7 +282,7 @@ class Queue:
         self.persistent = (not temporary) if persistent is None else persistent
         self._persistence = persistence or MemoryPersistence()
         self._dead_letter = dead_letter
-        self.policy = policy = policy if policy is not None else current_policy()
+        self.policy = policy = policy if policy is not None else NodePolicy()
         self._clock = policy.clock
         self.max_deliveries = policy.max_deliveries(name)
         self._expires = policy.expiry_address != name  # the expiry queue keeps what it gets
@@ -699,6 +711,12 @@ def _seq_of(message: StoredMessage) -> int:
     return message.seq
 
 
+def _accepts(sub: Queue, message: StoredMessage) -> bool:
+    """Whether ``sub`` takes ``message`` (its ``accepts``, if it has one, decides)."""
+    accepts: Callable[[StoredMessage], bool] | None = getattr(sub, "accepts", None)
+    return accepts is None or accepts(message)
+
+
 class Topic:
     """A publish-subscribe node: each subscriber gets a copy of every message sent to it."""
 
@@ -730,16 +748,19 @@ class Topic:
         return [c for sub in self.subscriptions for c in sub.consumers]
 
     def publish(self, message: StoredMessage) -> None:
-        """Copy ``message`` into every subscription (none: it is dropped, as JMS says)."""
-        subscriptions = self.subscriptions
+        """Copy ``message`` into every subscription that accepts it: one whose optional
+        ``accepts(message)`` returns False is skipped (none left: it is dropped, as JMS says)."""
+        subscriptions = [sub for sub in self.subscriptions if _accepts(sub, message)]
         if subscriptions and not message.timed:  # one arrival time for every copy
             message.read_timing(subscriptions[0].policy.clock())
         for index, sub in enumerate(subscriptions):
             sub.enqueue(message if index == len(subscriptions) - 1 else message.copy())
 
-    def subscribe(self, name: str, dead_letter: DeadLetter | None) -> Queue:
-        """A new non-durable subscription queue."""
-        sub = Queue(name, dead_letter=dead_letter, persistent=False)
+    def subscribe(
+        self, name: str, dead_letter: DeadLetter | None, policy: NodePolicy | None = None
+    ) -> Queue:
+        """A new non-durable subscription queue (``policy``: as ``Queue``'s)."""
+        sub = Queue(name, dead_letter=dead_letter, persistent=False, policy=policy)
         self.subscriptions.append(sub)
         return sub
 

@@ -21,9 +21,9 @@ from collections.abc import Iterable
 
 from chaos.broker.nodes import Node, Queue, StoredMessage, Topic
 from chaos.broker.persistence import MemoryPersistence, Persistence
+from chaos.broker.schedule import NodePolicy
 from chaos.broker.subscriptions import (
     SUBSCRIPTION_PREFIX,
-    PublishedMessage,
     SubscriptionQueue,
     SubscriptionRegistry,
     SubscriptionTopic,
@@ -60,17 +60,25 @@ class Router:
     Args:
         persistence: Where durable messages of durable queues are recorded.
         dead_letter_queue: The queue rejected messages move to.
+        policy: Timers, expiry and redelivery limits, passed to every queue the router creates
+            (temporary ones, the dead-letter queue and subscription queues included); default:
+            a ``NodePolicy()`` (no timers, no expiry address, no redelivery limit).
     """
 
     def __init__(
-        self, persistence: Persistence | None = None, dead_letter_queue: str = "DLQ"
+        self,
+        persistence: Persistence | None = None,
+        dead_letter_queue: str = "DLQ",
+        *,
+        policy: NodePolicy | None = None,
     ) -> None:
         self.persistence = persistence or MemoryPersistence()
         self.dead_letter_queue = dead_letter_queue
+        self.policy = policy if policy is not None else NodePolicy()
         self.nodes: dict[str, Node] = {}
         self._message_ids = itertools.count(1)
         self.subscriptions = SubscriptionRegistry(
-            self.persistence, self.dead_letter, lambda name: self._topic(name)
+            self.persistence, self.dead_letter, lambda name: self._topic(name), self.policy
         )
 
     # Messages ----------------------------------------------------------------------------------
@@ -82,11 +90,7 @@ class Router:
             WireError: the message does not start with well-formed sections.
         """
         header, offset = parse_header(payload)
-        if origin is None:
-            return StoredMessage(next(self._message_ids), payload, header, offset)
-        message = PublishedMessage(next(self._message_ids), payload, header, offset)
-        message.origin = origin
-        return message
+        return StoredMessage(next(self._message_ids), payload, header, offset, origin)
 
     def recover(self) -> int:
         """Load the durable messages and subscriptions the persistence kept; messages count."""
@@ -117,8 +121,10 @@ class Router:
             node.publish(message)
 
     def dead_letter(self, message: StoredMessage) -> None:
-        """Move a rejected message to the dead-letter queue."""
-        copy = message.copy()
+        """Move a rejected message to the dead-letter queue: a copy with a fresh id (the same
+        topic message may be dead-lettered from several subscriptions, and each copy is stored
+        under its own id), keeping its header, delivery-count and times."""
+        copy = message.copy(next(self._message_ids))
         self._queue(self.dead_letter_queue).enqueue(copy)
 
     # Nodes -------------------------------------------------------------------------------------
@@ -127,7 +133,9 @@ class Router:
         node = self.nodes.get(name)
         if isinstance(node, Queue):
             return node
-        queue = Queue(name, persistence=self.persistence, dead_letter=self.dead_letter)
+        queue = Queue(
+            name, persistence=self.persistence, dead_letter=self.dead_letter, policy=self.policy
+        )
         self.nodes[name] = queue
         self.persistence.node_created(name, "queue")
         return queue
@@ -164,7 +172,9 @@ class Router:
         if kind == "topic":
             node = SubscriptionTopic(name, temporary=True, owner=owner)
         else:
-            node = Queue(name, dead_letter=self.dead_letter, temporary=True, owner=owner)
+            node = Queue(
+                name, dead_letter=self.dead_letter, temporary=True, owner=owner, policy=self.policy
+            )
         self.nodes[name] = node
         return node
 

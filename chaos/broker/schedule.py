@@ -7,18 +7,17 @@ time in milliseconds since the epoch (the unit of ``x-opt-delivery-time`` and
 wakes it), then runs every due callback. No polling: between timers it only waits.
 
 A ``NodePolicy`` holds what every queue of one broker shares: the scheduler, the clock, where
-expired messages go and the redelivery limits. The broker makes one at every start and passes it
-to its queues; a queue made without one (unit tests) takes ``current_policy()``, the policy of the
-broker that is serving in this context (``use_policy``), or a default one: no timers (delayed
-messages then become visible at the next dispatch after their time), no expiry address, no
-redelivery limit.
+expired messages go and the redelivery limits. The broker makes one at every start
+(``broker_policy``) and hands it to its router, which passes it explicitly to every queue it
+creates; a queue made without one (unit tests) takes a default one: no timers (delayed messages
+then become visible at the next dispatch after their time), no expiry address, no redelivery
+limit.
 
 Rule: callbacks run on the broker's event loop, one at a time, and must not await or block.
 """
 
 from __future__ import annotations
 
-import contextvars
 import heapq
 import itertools
 import logging
@@ -38,9 +37,7 @@ __all__ = [
     "NodePolicy",
     "Scheduler",
     "broker_policy",
-    "current_policy",
     "expire_to",
-    "use_policy",
     "wall_clock_ms",
 ]
 
@@ -128,22 +125,6 @@ class NodePolicy:
         return self.max_delivery_count
 
 
-_POLICY: contextvars.ContextVar[NodePolicy | None] = contextvars.ContextVar(
-    "chaos_broker_node_policy", default=None
-)
-
-
-def current_policy() -> NodePolicy:
-    """The policy set by ``use_policy`` in this context, or a default one."""
-    policy = _POLICY.get()
-    return policy if policy is not None else NodePolicy()
-
-
-def use_policy(policy: NodePolicy) -> None:
-    """Make ``policy`` the one queues made in this context (and the tasks it starts) take."""
-    _POLICY.set(policy)
-
-
 def expire_to(router: Router, address: str | None) -> Callable[[StoredMessage], None] | None:
     """What ``NodePolicy.expire`` should be for a broker whose expiry address is ``address``:
     route a fresh copy of the expired message (a new id, no expiry or delay of its own) there.
@@ -171,9 +152,13 @@ def broker_policy(
     max_delivery_count: int | None = None,
     queue_policies: Mapping[str, int | None] | None = None,
 ) -> NodePolicy:
-    """A new policy with its own scheduler, made the current one (``use_policy``) for the
-    queues created from here on (the broker calls it at every start, before its router exists;
-    set ``expire`` with ``expire_to`` once the router is made)."""
+    """A new policy with its own scheduler, for a new router (the broker calls it at every start,
+    before its router exists, and passes it as ``Router(policy=...)``; set ``expire`` with
+    ``expire_to`` once the router is made).
+
+    Raises:
+        ValueError: a redelivery limit below 1.
+    """
     for limit in [max_delivery_count, *(queue_policies or {}).values()]:
         if limit is not None and limit < 1:
             raise ValueError(f"a redelivery limit must be at least 1, not {limit}")
@@ -188,5 +173,4 @@ def broker_policy(
         max_delivery_count=max_delivery_count,
         queue_policies=dict(queue_policies or {}),
     )
-    use_policy(policy)
     return policy

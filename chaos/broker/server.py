@@ -334,8 +334,8 @@ class Broker:
             expiry_address=self.expiry_address,
             max_delivery_count=self.max_delivery_count,
             queue_policies=self.queue_policies,
-        )  # the queues created from here on (in this task and the ones it starts) take it
-        router = Router(self.persistence, self.dead_letter_queue)
+        )
+        router = Router(self.persistence, self.dead_letter_queue, policy=policy)
         policy.expire = expire_to(router, self.expiry_address)
         recovered = router.recover()
         self._state = BrokerState(

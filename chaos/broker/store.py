@@ -90,7 +90,11 @@ if TYPE_CHECKING:  # imported lazily at run time: this module must load on its o
 __all__ = ["NodeKind", "SqlitePersistence", "Store", "StoredMessage", "StoredNode"]
 
 NodeKind: TypeAlias = Literal["queue", "topic", "subscription"]
-_NODE_KINDS = frozenset({"queue", "topic", "subscription"})
+_NODE_KINDS: dict[str, NodeKind] = {
+    "queue": "queue",
+    "topic": "topic",
+    "subscription": "subscription",
+}
 _SYNC_MODES = frozenset({"NORMAL", "FULL", "EXTRA"})
 
 #: ``PRAGMA user_version`` of the schema below; bump it (and migrate) when the schema changes.
@@ -428,8 +432,15 @@ class SqlitePersistence:
         self.store.delete_node(queue)
 
     def node_created(self, name: str, kind: str) -> None:
-        """Record a lasting queue or topic (idempotent)."""
-        self.store.save_node(name, kind, {})
+        """Record a lasting queue or topic (idempotent).
+
+        Raises:
+            ValueError: ``kind`` is not a node kind of the store.
+        """
+        node_kind = _NODE_KINDS.get(kind)
+        if node_kind is None:
+            raise ValueError(f"node kind must be queue, topic or subscription, not {kind!r}")
+        self.store.save_node(name, node_kind, {})
 
     def node_deleted(self, name: str) -> None:
         """Forget a node record."""

@@ -31,10 +31,10 @@ Lifetimes: a ``link``-exclusive volatile subscription dies with its link, a shar
 with its last consumer, a durable one only by unsubscribe (or when its topic is deleted).
 
 Filters: a subscription applies its selector and no-local filter when a message is published
-(``SubscriptionTopic.publish``), so a filtered-out message never enters it. No-local compares the
-publishing connection's container id (``PublishedMessage.origin``) with the subscription's client
-id, the container id that created it; a subscription in the global namespace has no client id,
-so no-local has no effect there (JMS 2.0, JMS_SPEC-65).
+(``Topic.publish`` asks ``SubscriptionQueue.accepts``), so a filtered-out message never enters
+it. No-local compares the publishing connection's container id (``StoredMessage.origin``) with
+the subscription's client id, the container id that created it; a subscription in the global
+namespace has no client id, so no-local has no effect there (JMS 2.0, JMS_SPEC-65).
 
 Persistence: a durable subscription is a store node of kind ``subscription`` (properties:
 ``namespace``, ``name``, ``topic``, ``address``, ``selector``, ``no_local``, ``client_id``,
@@ -59,12 +59,12 @@ from urllib.parse import quote
 from chaos.broker.filters import Filters, Matcher, SectionCache, compile_matcher, parse_filters
 from chaos.broker.nodes import Queue, StoredMessage, Topic
 from chaos.broker.persistence import Persistence
+from chaos.broker.schedule import NodePolicy
 from haclient.amqp.types import Durability, ErrorCondition, ExpiryPolicy, Terminus
 
 __all__ = [
     "GLOBAL",
     "SUBSCRIPTION_PREFIX",
-    "PublishedMessage",
     "SubscriptionError",
     "SubscriptionInfo",
     "SubscriptionQueue",
@@ -81,18 +81,6 @@ SUBSCRIPTION_PREFIX = "$sub."
 """Names of subscription queues start with it; no address may name one."""
 
 SubscriptionKey = tuple[str | None, str, bool]
-
-
-class PublishedMessage(StoredMessage):
-    """A message that knows the container id of the connection that published it."""
-
-    __slots__ = ("origin",)
-    origin: str | None
-
-
-def origin_of(message: StoredMessage) -> str | None:
-    """The publisher's container id, if known."""
-    return getattr(message, "origin", None)
 
 
 class SubscriptionError(Exception):
@@ -150,7 +138,7 @@ class SubscriptionQueue(Queue):
 
     def accepts(self, message: StoredMessage) -> bool:
         """True when ``message``, being published to the topic, belongs in this subscription."""
-        if self.filters.no_local and self.client_id and origin_of(message) == self.client_id:
+        if self.filters.no_local and self.client_id and message.origin == self.client_id:
             return False
         return self.matcher is None or self.matcher(message)
 
@@ -192,20 +180,8 @@ class SubscriptionQueue(Queue):
 
 
 class SubscriptionTopic(Topic):
-    """A topic whose subscriptions filter what is published to them."""
-
-    def publish(self, message: StoredMessage) -> None:
-        """Copy ``message`` into every subscription that accepts it."""
-        everyone = self.subscriptions
-        chosen = [s for s in everyone if not isinstance(s, SubscriptionQueue) or s.accepts(message)]
-        if len(chosen) == len(everyone):
-            super().publish(message)
-            return
-        self.subscriptions = chosen  # Topic.publish copies into self.subscriptions
-        try:
-            super().publish(message)
-        finally:
-            self.subscriptions = everyone
+    """A topic whose subscriptions filter what is published to them (``Topic.publish`` skips a
+    ``SubscriptionQueue`` whose ``accepts`` refuses the message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +247,8 @@ class SubscriptionRegistry:
         persistence: Where durable subscriptions and their messages are recorded.
         dead_letter: Where rejected messages go.
         topic_for: The topic a recovered subscription's topic name names (created if missing).
+        policy: Timers, expiry and redelivery limits of every subscription queue (default: a
+            ``NodePolicy()``).
     """
 
     def __init__(
@@ -278,8 +256,10 @@ class SubscriptionRegistry:
         persistence: Persistence,
         dead_letter: Callable[[StoredMessage], None],
         topic_for: Callable[[str], Topic],
+        policy: NodePolicy | None = None,
     ) -> None:
         self._persistence = persistence
+        self.policy = policy if policy is not None else NodePolicy()
         self._records = _Records(persistence)
         self._dead_letter = dead_letter
         self._topic_for = topic_for
@@ -320,6 +300,7 @@ class SubscriptionRegistry:
             persistence=self._persistence if durable else None,
             dead_letter=self._dead_letter,
             persistent=durable,
+            policy=self.policy,
         )
         topic.subscriptions.append(queue)
         if key is not None:

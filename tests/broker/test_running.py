@@ -11,11 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 import trustme
-from brokerkit import TIMEOUT, connect, message, sender
+from brokerkit import TIMEOUT, body_of, connect, count_of, message, receive, receiver, sender
 
 from chaos.broker import Broker, BrokerThread
+from chaos.broker.cli import build_parser
 from haclient.amqp.config import ClientAuth, TlsClientOptions, TlsServerOptions
-from haclient.amqp.types import Accepted
+from haclient.amqp.types import Accepted, Modified
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,7 @@ def test_broker_thread_runs_broker_for_blocking_code() -> None:
 def test_console_script_serves_until_sigint() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "chaos.broker.cli", "--port", "0", "--user", "u:p"]
+    command += ["--queue-policy", "work=1"]  # its first failed delivery dead-letters
     with subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -86,6 +88,12 @@ def test_console_script_serves_until_sigint() -> None:
                     auth = ClientAuth("u", "p", allow_insecure=True)
                     async with connect(broker, auth=auth) as conn:
                         assert conn.is_open
+                        out = await sender(conn, "work")
+                        assert await conn.send(out, message("poison")) == Accepted()
+                        link = await receiver(conn, "work", credit=1)
+                        conn.settle(await receive(conn, link), Modified(delivery_failed=True))
+                        dead = await receive(conn, await receiver(conn, "DLQ"))
+                        assert body_of(dead) == "poison" and count_of(dead) == 1
 
             anyio.run(login)
             process.send_signal(signal.SIGINT)
@@ -93,3 +101,36 @@ def test_console_script_serves_until_sigint() -> None:
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_cli_broker_policy_options_are_checked_and_passed() -> None:
+    parser = build_parser()
+    policies = ["--queue-policy", "a=1", "--queue-policy", "b=5"]
+    args = parser.parse_args(
+        ["--expiry-address", "expired", "--max-delivery-count", "3", *policies]
+    )
+    assert (args.expiry_address, args.max_delivery_count) == ("expired", 3)
+    assert args.queue_policy == [("a", 1), ("b", 5)]
+    defaults = parser.parse_args([])
+    assert (defaults.expiry_address, defaults.max_delivery_count) == (None, None)
+    assert defaults.queue_policy == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--max-delivery-count", "0"], "must be at least 1"),
+        (["--max-delivery-count", "many"], "expected an integer"),
+        (["--queue-policy", "q"], "expected NAME=N"),
+        (["--queue-policy", "=2"], "expected NAME=N"),
+        (["--queue-policy", "q=0"], "must be at least 1"),
+        (["--queue-policy", "q=x"], "expected an integer"),
+    ],
+)
+def test_cli_bad_redelivery_limits_are_argparse_errors(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    assert error in capsys.readouterr().err

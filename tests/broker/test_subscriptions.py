@@ -396,3 +396,33 @@ async def test_null_source_answer_carries_the_subscription_filters_and_shared_is
             await detach(conn, link, closed=False)
             found = await receiver(conn, Terminus.null(), name="sub", credit=0)
             assert "apache.org:selector-filter:string" in (found.remote_source.filter or {})
+
+
+async def test_one_durable_message_rejected_by_two_durable_subscriptions_dead_letters_twice(
+    tmp_path: Path,
+) -> None:
+    """Each subscription's copy of the message reaches the DLQ (a fresh message id each, so the
+    stored copies do not collide) and both survive a restart."""
+    from haclient.amqp.types import Rejected
+
+    with anyio.fail_after(TIMEOUT * 2):
+        async with Broker(store=tmp_path / "store.db") as broker:
+            async with connect(broker, "c1") as conn:
+                links = [
+                    await receiver(conn, source(durable=True), name=name) for name in ("a", "b")
+                ]
+                out = await sender(conn, TOPIC)
+                assert await conn.send(out, message("poison", durable=True)) == Accepted()
+                for link in links:
+                    got = await receive(conn, link)
+                    assert body_of(got) == "poison"
+                    conn.settle(got, Rejected())
+                await sync(conn)
+                assert [info.depth + info.unacked for info in subs(broker)] == [0, 0]
+                assert broker.queue_depth("DLQ") == 2
+            await broker.restart()
+            assert broker.queue_depth("DLQ") == 2
+            assert [info.depth for info in subs(broker)] == [0, 0]
+            async with connect(broker, "c2") as conn:
+                dead = await receiver(conn, "DLQ")
+                assert [body_of(await receive(conn, dead)) for _ in range(2)] == ["poison"] * 2
