@@ -49,8 +49,9 @@ JMS features (part 2):
     - Priority 0-9 (FIFO per level; above 9 counts as 9), expiry by ttl or absolute time (to
       ``expiry_address`` if set), delayed delivery by ``x-opt-delivery-time`` or
       ``x-opt-delivery-delay`` (``schedule.py``: one task sleeping until the next due time), a
-      redelivery limit (``max_delivery_count``, ``queue_policies``) after which a failing
-      message goes to the dead-letter queue.
+      redelivery limit (``max_delivery_count``, ``queue_policies``; ``--max-delivery-count``,
+      ``--queue-policy NAME=N``) after which a failing message goes to the dead-letter queue,
+      and ``expiry_address`` (``--expiry-address``) for expired messages.
     - ``peers`` / ``--peer`` (``topology.py``): the Open frame carries ``failover-server-list``
       (maps of hostname, network-host, port, scheme, as Qpid JMS and Artemis read them), and
       topic ``amq.failover`` gets a membership message, with application property
