@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from conftest import AcceptAll, make_pair
+from enginekit import AcceptAll, make_pair
 
 from haclient.amqp import (
     ClientAuth,

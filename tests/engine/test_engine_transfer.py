@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import AcceptAll, Pair, make_pair
+from enginekit import AcceptAll, Pair, make_pair
 
 from haclient.amqp import (
     Accepted,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import AcceptAll, make_pair
+from enginekit import AcceptAll, make_pair
 
 import haclient.amqp
 from haclient.amqp import Terminus
