@@ -72,6 +72,16 @@ class AmqpMessage:
     application_properties: dict[str, Any] = field(default_factory=dict)
 
 
+def _wire_seconds(seconds: float) -> float:
+    """``seconds`` such that proton's ``int(seconds * 1000)`` is the nearest millisecond.
+
+    proton truncates when it converts to milliseconds, so 1.001 s would go out as 1000 ms;
+    half a millisecond of headroom makes the truncation land on the rounded value.
+    """
+    millis = round(seconds * 1000)
+    return (millis + (0.5 if millis >= 0 else -0.5)) / 1000
+
+
 def encode_message(message: AmqpMessage) -> bytes:
     """The wire form of ``message``.
 
@@ -90,7 +100,7 @@ def encode_message(message: AmqpMessage) -> bytes:
     pm.durable = message.durable
     pm.priority = message.priority
     if message.ttl is not None:
-        pm.ttl = message.ttl
+        pm.ttl = _wire_seconds(message.ttl)
     pm.first_acquirer = message.first_acquirer
     pm.delivery_count = message.delivery_count
     pm.id = message.message_id
@@ -105,9 +115,9 @@ def encode_message(message: AmqpMessage) -> bytes:
     if message.content_encoding is not None:
         pm.content_encoding = symbol(message.content_encoding)
     if message.absolute_expiry_time is not None:
-        pm.expiry_time = message.absolute_expiry_time
+        pm.expiry_time = _wire_seconds(message.absolute_expiry_time)
     if message.creation_time is not None:
-        pm.creation_time = message.creation_time
+        pm.creation_time = _wire_seconds(message.creation_time)
     pm.group_id = message.group_id
     if message.group_sequence is not None:
         pm.group_sequence = message.group_sequence

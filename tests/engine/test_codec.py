@@ -87,3 +87,14 @@ def test_garbage_is_a_message_format_error() -> None:
 def test_a_data_body_must_be_bytes() -> None:
     with pytest.raises(MessageFormatError, match="needs bytes"):
         encode_message(AmqpMessage(body="text", body_kind=BodyKind.DATA))
+
+
+def test_times_travel_to_the_nearest_millisecond() -> None:
+    """proton truncates seconds to milliseconds; 1.001 s must not arrive as 1.000 s."""
+    sent = AmqpMessage(creation_time=1_700_000_000.001, absolute_expiry_time=1.001, ttl=0.007)
+    back = decode_message(encode_message(sent))
+    assert (back.creation_time, back.absolute_expiry_time, back.ttl) == (
+        1_700_000_000.001,
+        1.001,
+        0.007,
+    )
