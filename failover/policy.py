@@ -1,0 +1,516 @@
+"""Failover policies: which broker to try next, and after what delay (SEMANTICS F1, F4, F5).
+
+How this works: a ``FailoverPolicy`` is an immutable value, validated in ``__post_init__``, that
+``from_options`` builds from URL options and ``to_options`` prints back. Its only behaviour is
+pure: ``attempts(brokers, ...)`` returns an iterator of ``Attempt`` values (which broker, after
+what delay) and runs out when the policy is exhausted, i.e. when failover gives up (F4). Nothing
+here sleeps, reads a clock or does I/O: the caller sleeps ``attempt.delay`` and connects. Jitter
+and ``randomize`` draw from an injected ``random.Random``, so a seeded one makes a plan exact.
+
+The plan (F5), for a list of ``n`` brokers:
+
+- A *pass* visits every broker of the list once, in order, making ``retries`` consecutive
+  attempts on each. ``cyclecount`` passes are made (``None``: passes never run out).
+- ``roundrobin``: the first pass starts at the broker after ``start_index`` (the broker that
+  failed) and wraps round, so the failed broker comes last; without ``start_index`` (the first
+  connect) it starts at broker 0.
+- ``singlebroker``: broker 0 alone, ``retries`` attempts in all (F5); ``cyclecount`` does not
+  apply. (Qpid JMS's ``maxReconnectAttempts`` maps to ``cyclecount``, so on a single-broker URL
+  give ``failover.retries`` instead.)
+- ``exchange``: roundrobin over whatever list the caller passes; the caller passes the newest
+  list the brokers advertised (F12) on each failover, so the list is replaced between failovers.
+- ``nofailover``: no attempt at all; the loss is reported at once.
+
+Delays, for the ``k``-th attempt of a plan (``k = 0, 1, ...``)::
+
+    k == 0: initial_delay                                          (+ jitter)
+    k >= 1: min(connect_delay * backoff ** (k - 1), max_delay)     (+ jitter)
+
+where jitter is drawn uniformly from ``[0, jitter]``. So the first attempt after a loss goes out
+at once by default (a live peer takes over immediately), and consecutive failures back off.
+
+Option names. haclient's own names (API.md) and Qpid JMS's names are both accepted and map onto
+the same fields; the same field given twice with different values raises ``ConfigurationError``.
+Durations in options are milliseconds; fields are seconds.
+
+- ``failover.method``: ``method``.
+- ``failover.retries``: ``retries``.
+- ``failover.cyclecount`` or Qpid JMS's ``failover.maxReconnectAttempts``: ``cyclecount``;
+  ``-1`` is unlimited (``None``; Qpid JMS's default), ``0`` no reconnect at all. Since Qpid JMS
+  0.27 (QPIDJMS-336) one "reconnect attempt" is one pass over the whole list, so the two names
+  mean the same thing.
+- ``failover.startup.cyclecount`` or ``failover.startupMaxReconnectAttempts``:
+  ``startup_cyclecount``; ``-1`` means "the same as ``cyclecount``", as in Qpid JMS.
+- ``failover.initialdelay`` or ``failover.initialReconnectDelay`` (ms): ``initial_delay``.
+- ``failover.connectdelay`` or ``failover.reconnectDelay`` (ms): ``connect_delay``.
+- ``failover.maxdelay`` or ``failover.maxReconnectDelay`` (ms): ``max_delay``.
+- ``failover.backoff`` or ``failover.reconnectBackOffMultiplier``: ``backoff``.
+- ``failover.useReconnectBackOff``: ``false`` sets ``backoff = 1``; ``true`` keeps the
+  multiplier given, else uses Qpid JMS's default multiplier 2.0.
+- ``failover.jitter`` (ms): ``jitter``.
+- ``failover.timeout`` (ms): ``timeout``; unset, a call blocks until failover ends.
+- ``failover.exchange.address``: ``exchange_address``.
+- ``failover.randomize``: ``randomize`` (shuffle the list once per plan).
+- ``failover.warnAfterReconnectAttempts``: ``warn_after_attempts`` (the manager logs a warning
+  every N failed attempts; ``<= 0``: never).
+
+Defaults differ from Qpid JMS's on purpose where the semantics ask for it: back-off is off
+(``backoff=1``, F5 calls it optional) and the policy gives up after 10 passes (Qpid JMS retries
+forever), because F4 promises that blocked calls eventually raise ``ConnectionFailedError``.
+``connect_delay`` is 1 s (the old Qpid client's advice for HA pairs was over 1 s); the first
+attempt goes out at once, so a live peer takes over without waiting.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import math
+import random
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from decimal import Decimal
+from typing import Any, Final, Generic, TypeVar
+
+from haclient.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_EXCHANGE_ADDRESS",
+    "Attempt",
+    "FailoverMethod",
+    "FailoverPolicy",
+]
+
+T = TypeVar("T")
+
+DEFAULT_EXCHANGE_ADDRESS: Final = "amq.failover"
+
+# Qpid JMS's default back-off multiplier, used when only ``useReconnectBackOff=true`` is given.
+_QPID_DEFAULT_MULTIPLIER: Final = 2.0
+
+
+class FailoverMethod(enum.Enum):
+    """How the broker list is walked on failover (F5)."""
+
+    SINGLEBROKER = "singlebroker"
+    ROUNDROBIN = "roundrobin"
+    EXCHANGE = "exchange"
+    NOFAILOVER = "nofailover"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt(Generic[T]):
+    """One connection attempt of a plan: wait ``delay`` seconds, then connect to ``broker``.
+
+    Attributes:
+        broker_index: The index of ``broker`` in the list given to ``FailoverPolicy.attempts``.
+        broker: The broker to connect to (an element of that list).
+        delay: Seconds to wait before connecting (the caller sleeps; the policy never does).
+        number: 1 for the first attempt of the plan, 2 for the next, ...
+    """
+
+    broker_index: int
+    broker: T
+    delay: float
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverPolicy:
+    """An immutable failover policy; see the module docstring for the plan it describes.
+
+    Attributes:
+        method: How the list is walked.
+        retries: Consecutive attempts on each broker in a pass (>= 1).
+        cyclecount: Passes over the list (>= 0); None: unlimited.
+        startup_cyclecount: Passes for the first connect; None: the same as ``cyclecount``.
+        initial_delay: Seconds before the first attempt of a plan (>= 0).
+        connect_delay: Seconds before the second attempt; the base of the back-off (>= 0).
+        backoff: Multiplier applied per consecutive failure (>= 1; 1 = constant delay).
+        max_delay: Cap on the back-off delay, in seconds (>= 0), before jitter.
+        jitter: Up to this many seconds, drawn uniformly, added to every delay (>= 0).
+        timeout: Seconds a call may block during failover before ``FailoverTimeoutError``
+            (> 0); None: until failover ends (F4).
+        exchange_address: The membership address of the ``exchange`` method (F12).
+        randomize: Shuffle the list once at the start of each plan.
+        warn_after_attempts: Log a warning every this many failed attempts (<= 0: never).
+
+    Raises:
+        ConfigurationError: From the constructor, naming the field, for an invalid value.
+    """
+
+    method: FailoverMethod = FailoverMethod.ROUNDROBIN
+    retries: int = 1
+    cyclecount: int | None = 10
+    startup_cyclecount: int | None = None
+    initial_delay: float = 0.0
+    connect_delay: float = 1.0
+    backoff: float = 1.0
+    max_delay: float = 30.0
+    jitter: float = 0.0
+    timeout: float | None = None
+    exchange_address: str = DEFAULT_EXCHANGE_ADDRESS
+    randomize: bool = False
+    warn_after_attempts: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, FailoverMethod):
+            raise ConfigurationError(
+                f"method must be a FailoverMethod, not {self.method!r}", option="method"
+            )
+        _check_int("retries", self.retries, minimum=1)
+        _check_int("cyclecount", self.cyclecount, minimum=0, optional=True)
+        _check_int("startup_cyclecount", self.startup_cyclecount, minimum=0, optional=True)
+        _check_int("warn_after_attempts", self.warn_after_attempts, minimum=None)
+        for name in ("initial_delay", "connect_delay", "max_delay", "jitter"):
+            _check_float(name, getattr(self, name), minimum=0.0)
+        _check_float("backoff", self.backoff, minimum=1.0)
+        _check_float("timeout", self.timeout, minimum=0.0, optional=True, exclusive=True)
+        if not isinstance(self.exchange_address, str) or not self.exchange_address:
+            raise ConfigurationError(
+                "exchange_address must be a non-empty string", option="exchange_address"
+            )
+        if not isinstance(self.randomize, bool):
+            raise ConfigurationError("randomize must be a bool", option="randomize")
+
+    # --- Decisions -------------------------------------------------------------------------
+
+    def attempts(
+        self,
+        brokers: Sequence[T],
+        *,
+        start_index: int | None = None,
+        startup: bool = False,
+        rng: random.Random | None = None,
+    ) -> Iterator[Attempt[T]]:
+        """The plan of one failover (or of the first connect), lazily, never sleeping.
+
+        Args:
+            brokers: The broker list to walk. For ``exchange`` pass the newest list learned
+                from the brokers (F12); any sequence works, the policy only indexes it.
+            start_index: The index of the broker that was lost: ``roundrobin`` and ``exchange``
+                start after it. None (the first connect, or an ``exchange`` list that no
+                longer holds the lost broker): start at broker 0.
+            startup: True for the first connect: ``startup_cyclecount`` applies.
+            rng: Draws jitter and the ``randomize`` shuffle; seed it for an exact plan. A new
+                unseeded ``random.Random`` when None.
+
+        Returns:
+            An iterator of ``Attempt``; when it runs out, failover gives up (F4). Empty for
+            ``nofailover``, for ``cyclecount=0`` and for an empty list.
+
+        Raises:
+            ConfigurationError: ``start_index`` is not an index of ``brokers``.
+        """
+        if start_index is not None and not 0 <= start_index < len(brokers):
+            raise ConfigurationError(
+                f"start_index {start_index} is not an index of a list of {len(brokers)} brokers",
+                option="start_index",
+            )
+        return self._plan(brokers, start_index, startup, rng or random.Random())
+
+    def _plan(
+        self,
+        brokers: Sequence[T],
+        start_index: int | None,
+        startup: bool,
+        rng: random.Random,
+    ) -> Iterator[Attempt[T]]:
+        order = self.broker_order(len(brokers), start_index=start_index, rng=rng)
+        cycles = self._passes(startup)
+        if not order or cycles == 0:
+            return
+        number = 0
+        done_cycles = 0
+        while cycles is None or done_cycles < cycles:
+            for index in order:
+                for _ in range(self.retries):
+                    delay = self.base_delay(number)
+                    if self.jitter:
+                        delay += self.jitter * rng.random()
+                    number += 1
+                    yield Attempt(index, brokers[index], delay, number)
+            done_cycles += 1
+
+    def broker_order(
+        self, count: int, *, start_index: int | None = None, rng: random.Random | None = None
+    ) -> tuple[int, ...]:
+        """The broker indices one pass visits, in order (see the module docstring).
+
+        ``randomize`` shuffles the list first (with ``rng``); the lost broker still goes last.
+        """
+        if self.method is FailoverMethod.NOFAILOVER or count == 0:
+            return ()
+        if self.method is FailoverMethod.SINGLEBROKER:
+            return (0,)
+        indices = list(range(count))
+        if self.randomize:
+            (rng or random.Random()).shuffle(indices)
+        if start_index is not None:
+            at = indices.index(start_index) + 1
+            indices = indices[at:] + indices[:at]
+        return tuple(indices)
+
+    def base_delay(self, attempt: int) -> float:
+        """The delay before the ``attempt``-th attempt (0-based) of a plan, without jitter."""
+        if attempt < 0:
+            raise ConfigurationError(f"attempt must be >= 0, not {attempt}", option="attempt")
+        if attempt == 0:
+            return self.initial_delay
+        if self.backoff == 1.0 or self.connect_delay == 0.0:
+            return min(self.connect_delay, self.max_delay)
+        try:
+            grown = self.connect_delay * self.backoff ** (attempt - 1)
+        except OverflowError:  # far past the cap
+            return self.max_delay
+        return min(grown, self.max_delay)
+
+    def _passes(self, startup: bool) -> int | None:
+        """Passes over the list: one for singlebroker (F5: ``retries`` attempts in all)."""
+        if self.method is FailoverMethod.SINGLEBROKER:
+            return 1
+        if startup and self.startup_cyclecount is not None:
+            return self.startup_cyclecount
+        return self.cyclecount
+
+    def total_attempts(self, broker_count: int, *, startup: bool = False) -> int | None:
+        """How many attempts a plan over ``broker_count`` brokers makes (None: unlimited)."""
+        passes = self._passes(startup)
+        per_pass = len(self.broker_order(broker_count)) * self.retries
+        if per_pass == 0 or passes == 0:
+            return 0
+        return None if passes is None else per_pass * passes
+
+    # --- Options ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_options(
+        cls,
+        options: Mapping[str, str],
+        *,
+        default_method: FailoverMethod = FailoverMethod.ROUNDROBIN,
+    ) -> FailoverPolicy:
+        """Build a policy from ``failover.*`` URL options (haclient's or Qpid JMS's names).
+
+        Args:
+            options: Option name to raw (already percent-decoded) value.
+            default_method: The method when ``failover.method`` is absent.
+
+        Raises:
+            ConfigurationError: Naming the option: an unknown option, a malformed or
+                out-of-range value, or two options that set one field to different values.
+        """
+        values: dict[str, Any] = {"method": default_method}
+        source: dict[str, str] = {}
+        use_backoff: bool | None = None
+        for name, raw in options.items():
+            if name == "failover.useReconnectBackOff":
+                use_backoff = _parse_bool(name, raw)
+                continue
+            spec = _OPTIONS.get(name)
+            if spec is None:
+                raise unknown_option_error(name, [*_OPTIONS, "failover.useReconnectBackOff"])
+            field_name, parse = spec
+            value = parse(name, raw)
+            if field_name in source and values[field_name] != value:
+                raise ConfigurationError(
+                    f"{source[field_name]} and {name} set {field_name} to different values",
+                    option=name,
+                )
+            values[field_name] = value
+            source[field_name] = name
+        if use_backoff is False:
+            if values.get("backoff", 1.0) != 1.0:
+                raise ConfigurationError(
+                    f"failover.useReconnectBackOff=false contradicts {source['backoff']}",
+                    option="failover.useReconnectBackOff",
+                )
+            values["backoff"] = 1.0
+        elif use_backoff is True and "backoff" not in values:
+            values["backoff"] = _QPID_DEFAULT_MULTIPLIER
+        try:
+            return cls(**values)
+        except ConfigurationError as exc:  # name the option, not the field
+            option = source.get(exc.option or "", exc.option)
+            raise ConfigurationError(f"{option}: {exc}", option=option) from None
+
+    def to_options(self) -> dict[str, str]:
+        """The canonical ``failover.*`` options (haclient's names) that ``from_options`` reads
+        back into an equal policy. ``failover.method`` is always given; other fields only when
+        they differ from the defaults."""
+        out = {"failover.method": self.method.value}
+        default = _DEFAULT
+        for f in fields(self):
+            if f.name == "method":
+                continue
+            value = getattr(self, f.name)
+            if value == getattr(default, f.name):
+                continue
+            out[_CANONICAL[f.name]] = _format_field(f.name, value)
+        return out
+
+    def with_method(self, method: FailoverMethod) -> FailoverPolicy:
+        """A copy with another method."""
+        return replace(self, method=method)
+
+
+# --- Validation helpers ------------------------------------------------------------------------
+
+
+def _check_int(name: str, value: object, *, minimum: int | None, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be an int, not {value!r}", option=name)
+    if minimum is not None and value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, not {value}", option=name)
+
+
+def _check_float(
+    name: str,
+    value: object,
+    *,
+    minimum: float,
+    optional: bool = False,
+    exclusive: bool = False,
+) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be a number, not {value!r}", option=name)
+    if not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be finite, not {value}", option=name)
+    if value < minimum or (exclusive and value == minimum):
+        relation = ">" if exclusive else ">="
+        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {value}", option=name)
+
+
+# --- Option parsing ----------------------------------------------------------------------------
+
+_INT = re.compile(r"-?[0-9]+")
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
+def parse_int(option: str, raw: str, *, minimum: int | None = None) -> int:
+    """A decimal integer option value (no sign but ``-``, no spaces or underscores)."""
+    if not _INT.fullmatch(raw):
+        raise ConfigurationError(f"{option} must be an integer, not {raw!r}", option=option)
+    value = int(raw)
+    if minimum is not None and value < minimum:
+        raise ConfigurationError(f"{option} must be >= {minimum}, not {value}", option=option)
+    return value
+
+
+def _parse_number(option: str, raw: str) -> float:
+    if not _NUMBER.fullmatch(raw):
+        raise ConfigurationError(
+            f"{option} must be a non-negative number, not {raw!r}", option=option
+        )
+    return float(raw)
+
+
+def _parse_ms(option: str, raw: str) -> float:
+    return _parse_number(option, raw) / 1000.0
+
+
+def _parse_bool(option: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered not in ("true", "false"):
+        raise ConfigurationError(f"{option} must be true or false, not {raw!r}", option=option)
+    return lowered == "true"
+
+
+def _parse_method(option: str, raw: str) -> FailoverMethod:
+    try:
+        return FailoverMethod(raw.lower())
+    except ValueError:
+        choices = ", ".join(m.value for m in FailoverMethod)
+        raise ConfigurationError(
+            f"{option}: unknown method {raw!r} (expected one of {choices})", option=option
+        ) from None
+
+
+def _parse_passes(option: str, raw: str) -> int | None:
+    value = parse_int(option, raw, minimum=-1)
+    return None if value == -1 else value
+
+
+def _parse_timeout(option: str, raw: str) -> float | None:
+    value = _parse_ms(option, raw)
+    if value == 0.0:
+        raise ConfigurationError(f"{option} must be > 0 (omit it to wait)", option=option)
+    return value
+
+
+def _parse_address(option: str, raw: str) -> str:
+    if not raw:
+        raise ConfigurationError(f"{option} must not be empty", option=option)
+    return raw
+
+
+_Parser = Callable[[str, str], Any]
+
+# option name -> (field, parser). The first name of each field is the canonical one.
+_OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
+    "failover.method": ("method", _parse_method),
+    "failover.retries": ("retries", lambda o, r: parse_int(o, r, minimum=1)),
+    "failover.cyclecount": ("cyclecount", _parse_passes),
+    "failover.maxReconnectAttempts": ("cyclecount", _parse_passes),
+    "failover.startup.cyclecount": ("startup_cyclecount", _parse_passes),
+    "failover.startupMaxReconnectAttempts": ("startup_cyclecount", _parse_passes),
+    "failover.initialdelay": ("initial_delay", _parse_ms),
+    "failover.initialReconnectDelay": ("initial_delay", _parse_ms),
+    "failover.connectdelay": ("connect_delay", _parse_ms),
+    "failover.reconnectDelay": ("connect_delay", _parse_ms),
+    "failover.backoff": ("backoff", _parse_number),
+    "failover.reconnectBackOffMultiplier": ("backoff", _parse_number),
+    "failover.maxdelay": ("max_delay", _parse_ms),
+    "failover.maxReconnectDelay": ("max_delay", _parse_ms),
+    "failover.jitter": ("jitter", _parse_ms),
+    "failover.timeout": ("timeout", _parse_timeout),
+    "failover.exchange.address": ("exchange_address", _parse_address),
+    "failover.randomize": ("randomize", _parse_bool),
+    "failover.warnAfterReconnectAttempts": ("warn_after_attempts", parse_int),
+}
+
+_CANONICAL: Final[dict[str, str]] = {}
+for _name, (_field, _) in _OPTIONS.items():
+    _CANONICAL.setdefault(_field, _name)
+del _name, _field
+
+_MS_FIELDS: Final = frozenset({"initial_delay", "connect_delay", "max_delay", "jitter", "timeout"})
+
+_DEFAULT: Final = FailoverPolicy()
+
+
+def plain_number(value: float) -> str:
+    """``1.0`` -> ``"1"``, ``1e-05`` -> ``"0.00001"``: decimal text (never an exponent) that
+    parses back to the same float."""
+    text = format(Decimal(repr(float(value))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _format_field(name: str, value: Any) -> str:
+    if name in _MS_FIELDS:
+        ms = value * 1000.0
+        # Whole milliseconds print as such when they read back exactly (0.007 s * 1000 is
+        # 7.000000000000001, but 7 / 1000 is 0.007 again); anything else as a decimal.
+        whole = round(ms)
+        return str(whole) if whole / 1000.0 == value else plain_number(ms)
+    if name in ("cyclecount", "startup_cyclecount"):
+        return "-1" if value is None else str(value)
+    if name == "randomize":
+        return "true" if value else "false"
+    if name == "backoff":
+        return plain_number(value)
+    return str(value)
+
+
+def unknown_option_error(option: str, known: Sequence[str]) -> ConfigurationError:
+    """The error for an unknown option, suggesting the nearest known name."""
+    close = difflib.get_close_matches(option, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return ConfigurationError(f"unknown option {option!r}{hint}", option=option)

@@ -1,0 +1,521 @@
+"""Failover URLs: parse and print ``failover:(amqp://a:5672,amqps://b:5671?...)?options``.
+
+How this works: ``parse_url`` splits the text into broker URLs and options, and turns the
+``failover.*`` options into a ``FailoverPolicy`` (``failover.policy``); every other option is a
+connection option, checked against a table and kept as text for the layers above. The result is
+a frozen ``FailoverURL`` whose ``to_string(include_secrets=True)`` parses back into an equal
+value; ``str()`` and ``repr()`` mask passwords, so a URL can be logged.
+
+Forms accepted:
+
+- ``failover:(URL[,URL...])[?options]``: the method defaults to ``roundrobin`` (as Qpid JMS
+  walks its list). Options after the parentheses apply to the whole connection;
+  ``failover.nested.amqp.X=v`` is Qpid JMS's spelling of an ``amqp.X`` option for every broker.
+- ``amqp://host[:port][?options]`` alone: ``singlebroker`` (F1), with any options.
+- Each broker URL is ``amqp`` or ``amqps`` (default port 5672 or 5671), optional
+  ``user:password@`` (percent-decoded), a host name, IPv4 or ``[IPv6]`` address, and its own
+  ``amqp.*`` options, which override the connection-wide ones for that broker.
+
+Every malformed input raises ``haclient.errors.ConfigurationError`` (a ``ValueError``) whose
+``option`` names the option or the part of the URL at fault. An unknown option is an error, not
+ignored: a typo would otherwise silently change nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Final
+from urllib.parse import quote, unquote
+
+from failover.policy import (
+    FailoverMethod,
+    FailoverPolicy,
+    parse_int,
+    unknown_option_error,
+)
+from haclient.errors import ConfigurationError
+
+__all__ = [
+    "BROKER_OPTIONS",
+    "CONNECTION_OPTIONS",
+    "DEFAULT_PORTS",
+    "BrokerURL",
+    "FailoverURL",
+    "merge_broker_lists",
+    "parse_url",
+]
+
+DEFAULT_PORTS: Final[Mapping[str, int]] = MappingProxyType({"amqp": 5672, "amqps": 5671})
+
+_MASK: Final = "******"
+_SECRET_OPTIONS: Final = frozenset({"jms.password"})
+
+# Characters left unescaped in printed option values and credentials.
+_SAFE_VALUE: Final = "-._~!$'*+:/"
+_SAFE_USERINFO: Final = "-._~!$'*+"
+
+
+# --- Option tables -------------------------------------------------------------------------------
+
+
+def _int_at_least(minimum: int) -> Callable[[str, str], None]:
+    def check(option: str, raw: str) -> None:
+        parse_int(option, raw, minimum=minimum)
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[str, str], None]:
+    def check(option: str, raw: str) -> None:
+        if raw not in choices:
+            raise ConfigurationError(
+                f"{option} must be one of {', '.join(choices)}, not {raw!r}", option=option
+            )
+
+    return check
+
+
+def _non_empty(option: str, raw: str) -> None:
+    if not raw:
+        raise ConfigurationError(f"{option} must not be empty", option=option)
+
+
+def _any(option: str, raw: str) -> None:
+    """Any text, including empty (a password may be empty)."""
+
+
+_Check = Callable[[str, str], None]
+
+#: Options a single broker URL may carry (they apply to that broker only).
+BROKER_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
+    {
+        "amqp.idleTimeout": _int_at_least(0),  # ms; 0 = no heartbeats
+        "amqp.maxFrameSize": _int_at_least(512),  # AMQP 1.0 MIN-MAX-FRAME-SIZE
+    }
+)
+
+#: Options of the whole connection (after the parentheses, or on a single plain URL).
+CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
+    {
+        **BROKER_OPTIONS,
+        "jms.clientID": _non_empty,
+        "jms.username": _any,
+        "jms.password": _any,
+        "jms.prefetch": _int_at_least(0),
+        "jms.transactions": _one_of("native", "emulate"),
+        "jms.selectors": _one_of("auto", "broker", "client"),
+    }
+)
+
+_NESTED_PREFIX: Final = "failover.nested."
+
+
+# --- Values --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerURL:
+    """One broker of a failover URL.
+
+    Attributes:
+        scheme: ``"amqp"`` or ``"amqps"`` (TLS).
+        host: Host name or IP address; an IPv6 address without its brackets.
+        port: TCP port (default 5672 for amqp, 5671 for amqps).
+        username: From ``user:password@``, percent-decoded; None when absent.
+        password: Likewise; never shown by ``repr``/``str``.
+        options: This broker's own ``amqp.*`` options (text values, already checked).
+
+    Raises:
+        ConfigurationError: From the constructor, naming the part, for an invalid value.
+    """
+
+    scheme: str
+    host: str
+    port: int | None = None  # None: the scheme's default, filled in by __post_init__
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    options: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in DEFAULT_PORTS:
+            raise ConfigurationError(
+                f"unsupported scheme {self.scheme!r} (expected amqp or amqps)", option="scheme"
+            )
+        _check_host(self.host)
+        if self.port is None:
+            object.__setattr__(self, "port", DEFAULT_PORTS[self.scheme])
+        elif isinstance(self.port, bool) or not isinstance(self.port, int):
+            raise ConfigurationError(f"port must be an int, not {self.port!r}", option="port")
+        elif not 1 <= self.port <= 65535:
+            raise ConfigurationError(f"port {self.port} is out of range 1-65535", option="port")
+        if self.username == "":
+            raise ConfigurationError("empty user name in the broker URL", option="username")
+        if self.password is not None and self.username is None:
+            raise ConfigurationError("a password without a user name", option="username")
+        options = dict(self.options)
+        for name, raw in options.items():
+            check = BROKER_OPTIONS.get(name)
+            if check is None:
+                if name in CONNECTION_OPTIONS or name.startswith("failover."):
+                    raise ConfigurationError(
+                        f"{name} applies to the whole connection: put it after the "
+                        "parentheses, not on one broker",
+                        option=name,
+                    )
+                raise unknown_option_error(name, list(BROKER_OPTIONS))
+            check(name, raw)
+        object.__setattr__(self, "options", MappingProxyType(options))
+
+    def __reduce__(self) -> tuple[type[BrokerURL], tuple[object, ...]]:
+        # A MappingProxyType does not pickle; the constructor rebuilds it (PySpark ships these).
+        fields_ = (self.scheme, self.host, self.port, self.username, self.password)
+        return (BrokerURL, (*fields_, dict(self.options)))
+
+    @property
+    def secure(self) -> bool:
+        """True for ``amqps`` (TLS)."""
+        return self.scheme == "amqps"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` for a socket."""
+        assert self.port is not None  # filled in by __post_init__
+        return (self.host, self.port)
+
+    def to_string(self, *, include_secrets: bool = False) -> str:
+        """``amqps://user:******@host:5671?amqp.idleTimeout=1000``; the real password only with
+        ``include_secrets=True``. The port is always printed."""
+        userinfo = ""
+        if self.username is not None:
+            userinfo = quote(self.username, safe=_SAFE_USERINFO)
+            if self.password is not None:
+                secret = self.password if include_secrets else _MASK
+                userinfo += ":" + quote(secret, safe=_SAFE_USERINFO)
+            userinfo += "@"
+        host = f"[{self.host.replace('%', '%25')}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{userinfo}{host}:{self.port}{_query(self.options)}"
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    def __repr__(self) -> str:
+        password = "" if self.password is None else f", password={_MASK!r}"
+        options = f", options={dict(self.options)!r}" if self.options else ""
+        return (
+            f"BrokerURL(scheme={self.scheme!r}, host={self.host!r}, port={self.port!r}, "
+            f"username={self.username!r}{password}{options})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverURL:
+    """A parsed failover URL: the brokers, the policy and the connection options.
+
+    Attributes:
+        brokers: The seed broker list (non-empty). For ``exchange`` it is only the seed (F12).
+        policy: The failover policy built from the ``failover.*`` options.
+        connection_options: The other options (``amqp.*``, ``jms.*``), checked, as text, for
+            the layers above. ``failover.nested.amqp.X`` appears here as ``amqp.X``.
+
+    Raises:
+        ConfigurationError: From the constructor: no broker, or ``singlebroker`` with several.
+    """
+
+    brokers: tuple[BrokerURL, ...]
+    policy: FailoverPolicy = field(default_factory=FailoverPolicy)
+    connection_options: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        brokers = tuple(self.brokers)
+        if not brokers:
+            raise ConfigurationError("the broker list is empty", option="brokers")
+        if not all(isinstance(b, BrokerURL) for b in brokers):
+            raise ConfigurationError("brokers must be BrokerURL values", option="brokers")
+        if self.policy.method is FailoverMethod.SINGLEBROKER and len(brokers) > 1:
+            raise ConfigurationError(
+                f"failover.method=singlebroker uses one broker, but {len(brokers)} are listed",
+                option="failover.method",
+            )
+        options = dict(self.connection_options)
+        for name, raw in options.items():
+            check = CONNECTION_OPTIONS.get(name)
+            if check is None:
+                raise unknown_option_error(name, list(CONNECTION_OPTIONS))
+            check(name, raw)
+        object.__setattr__(self, "brokers", brokers)
+        object.__setattr__(self, "connection_options", MappingProxyType(options))
+
+    def __reduce__(self) -> tuple[type[FailoverURL], tuple[object, ...]]:
+        return (FailoverURL, (self.brokers, self.policy, dict(self.connection_options)))
+
+    @property
+    def method(self) -> FailoverMethod:
+        """The failover method (``policy.method``)."""
+        return self.policy.method
+
+    def broker_options(self, index: int) -> dict[str, str]:
+        """The options for ``brokers[index]``: the connection's, overridden by the broker's."""
+        return {**self.connection_options, **self.brokers[index].options}
+
+    def with_brokers(self, brokers: Iterable[BrokerURL]) -> FailoverURL:
+        """A copy with another broker list (e.g. the one an ``exchange`` broker advertised)."""
+        return replace(self, brokers=tuple(brokers))
+
+    def to_string(self, *, include_secrets: bool = False) -> str:
+        """The canonical URL text; ``parse_url`` of it with ``include_secrets=True`` is equal
+        to this value. Passwords (userinfo and ``jms.password``) are masked otherwise.
+
+        A single broker with ``singlebroker`` and no broker options prints as a plain
+        ``amqp://`` URL; everything else as ``failover:(...)?failover.method=...``.
+        """
+        options = dict(self.connection_options)
+        if not include_secrets:
+            options = {k: (_MASK if k in _SECRET_OPTIONS else v) for k, v in options.items()}
+        policy_options = self.policy.to_options()
+        only = self.brokers[0]
+        if (
+            len(self.brokers) == 1
+            and self.policy.method is FailoverMethod.SINGLEBROKER
+            and not only.options
+        ):
+            del policy_options["failover.method"]  # the plain form's default
+            query = _query({**policy_options, **options})
+            return only.to_string(include_secrets=include_secrets) + query
+        inner = ",".join(b.to_string(include_secrets=include_secrets) for b in self.brokers)
+        return f"failover:({inner}){_query({**policy_options, **options})}"
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    def __repr__(self) -> str:
+        return f"FailoverURL({self.to_string()!r})"
+
+
+# --- Parsing -------------------------------------------------------------------------------------
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def parse_url(text: str) -> FailoverURL:
+    """Parse a failover URL or a single plain broker URL.
+
+    Args:
+        text: ``failover:(amqp://a:5672,amqps://b)?failover.method=roundrobin&...`` or
+            ``amqp://host:port?...``. Surrounding white space is ignored.
+
+    Returns:
+        The frozen ``FailoverURL``.
+
+    Raises:
+        ConfigurationError: Naming the option or the part at fault (``option`` attribute).
+    """
+    if not isinstance(text, str):
+        raise ConfigurationError(f"a URL must be a str, not {type(text).__name__}", option="url")
+    text = text.strip()
+    if not text:
+        raise ConfigurationError("the URL is empty", option="url")
+    if text.lower().startswith("failover:"):
+        return _parse_failover(text[len("failover:") :])
+    broker, options = _split_broker(text)
+    failover_options = {k: v for k, v in options.items() if k.startswith("failover.")}
+    policy = _policy(failover_options, FailoverMethod.SINGLEBROKER)
+    connection = {k: v for k, v in options.items() if not k.startswith("failover.")}
+    return FailoverURL((broker,), policy, connection)
+
+
+def _parse_failover(rest: str) -> FailoverURL:
+    if not rest.startswith("("):
+        raise ConfigurationError(
+            "expected '(' after 'failover:' (failover:(amqp://a,amqp://b)?options)",
+            option="parentheses",
+        )
+    close = _matching_paren(rest)
+    inner, tail = rest[1:close], rest[close + 1 :]
+    if "(" in tail or ")" in tail:
+        raise ConfigurationError("unbalanced parentheses in the URL", option="parentheses")
+    if tail and not tail.startswith("?"):
+        raise ConfigurationError(
+            f"unexpected text after the broker list: {tail!r}", option="parentheses"
+        )
+    options = _parse_query(tail[1:]) if tail else {}
+    brokers: list[BrokerURL] = []
+    for part in inner.split(","):
+        if not part.strip():
+            raise ConfigurationError("empty broker URL in the broker list", option="brokers")
+        broker, broker_options = _split_broker(part.strip())
+        brokers.append(replace(broker, options=broker_options))
+    failover_options: dict[str, str] = {}
+    connection: dict[str, str] = {}
+    for name, raw in options.items():
+        if name.startswith(_NESTED_PREFIX):
+            nested = name[len(_NESTED_PREFIX) :]
+            if nested not in BROKER_OPTIONS:
+                raise unknown_option_error(name, [_NESTED_PREFIX + o for o in BROKER_OPTIONS])
+            if nested in connection and connection[nested] != raw:
+                raise ConfigurationError(f"{name} and {nested} give different values", option=name)
+            connection[nested] = raw
+        elif name.startswith("failover."):
+            failover_options[name] = raw
+        else:
+            if name in connection and connection[name] != raw:
+                raise ConfigurationError(
+                    f"{_NESTED_PREFIX}{name} and {name} give different values", option=name
+                )
+            connection[name] = raw
+    if not brokers:
+        raise ConfigurationError("the broker list is empty", option="brokers")
+    policy = _policy(failover_options, FailoverMethod.ROUNDROBIN)
+    return FailoverURL(tuple(brokers), policy, connection)
+
+
+def _policy(options: Mapping[str, str], default: FailoverMethod) -> FailoverPolicy:
+    return FailoverPolicy.from_options(options, default_method=default)
+
+
+def _matching_paren(rest: str) -> int:
+    """The index in ``rest`` (which starts with '(') of the ')' that closes it."""
+    depth = 0
+    for i, char in enumerate(rest):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ConfigurationError("unbalanced parentheses: no closing ')'", option="parentheses")
+
+
+def _split_broker(text: str) -> tuple[BrokerURL, dict[str, str]]:
+    """A broker URL without its options, and its options (unchecked)."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        raise ConfigurationError(
+            f"not a broker URL (expected amqp://host:port): {text!r}", option="scheme"
+        )
+    scheme = scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise ConfigurationError(
+            f"unsupported scheme {scheme!r} (expected amqp or amqps)", option="scheme"
+        )
+    if "#" in rest:
+        raise ConfigurationError("a broker URL has no fragment ('#')", option="fragment")
+    authority_path, qmark, query = rest.partition("?")
+    authority, slash, path = authority_path.partition("/")
+    if slash and path:
+        raise ConfigurationError(f"a broker URL has no path: '/{path}'", option="path")
+    username: str | None = None
+    password: str | None = None
+    userinfo, at, hostport = authority.rpartition("@")
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user, errors="strict")
+        password = unquote(secret, errors="strict") if colon else None
+    host, port = _split_host_port(hostport)
+    broker = BrokerURL(scheme, host, port, username, password)
+    return broker, _parse_query(query) if qmark else {}
+
+
+def _split_host_port(hostport: str) -> tuple[str, int | None]:
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            raise ConfigurationError(f"unclosed '[' in host {hostport!r}", option="host")
+        # RFC 6874: a zone id's '%' is written '%25' ([fe80::1%25eth0]).
+        host, rest = _unquote(hostport[1:end], "host"), hostport[end + 1 :]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigurationError(f"not an IPv6 address: [{host}]", option="host") from None
+        if rest and not rest.startswith(":"):
+            raise ConfigurationError(f"unexpected {rest!r} after [{host}]", option="host")
+        port_text = rest[1:] if rest else None
+    else:
+        if hostport.count(":") > 1:
+            raise ConfigurationError(
+                f"an IPv6 address must be in brackets: {hostport!r}", option="host"
+            )
+        host, colon, port_text_ = hostport.partition(":")
+        port_text = port_text_ if colon else None
+    if port_text is None:
+        return host, None
+    if not _PORT.fullmatch(port_text):
+        raise ConfigurationError(f"invalid port {port_text!r}", option="port")
+    return host, int(port_text)
+
+
+def _check_host(host: object) -> None:
+    if not isinstance(host, str) or not host:
+        raise ConfigurationError("the host is missing", option="host")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigurationError(f"invalid host {host!r}", option="host") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise ConfigurationError(f"invalid host {host!r}", option="host")
+
+
+def _parse_query(query: str) -> dict[str, str]:
+    """``a=1&b=2`` -> ``{"a": "1", "b": "2"}``, percent-decoded; duplicates are errors."""
+    out: dict[str, str] = {}
+    if not query:
+        raise ConfigurationError("empty option list after '?'", option="options")
+    for pair in query.split("&"):
+        name, eq, raw = pair.partition("=")
+        name = _unquote(name, "options")
+        if not name:
+            raise ConfigurationError(f"an option without a name: {pair!r}", option="options")
+        if not eq:
+            raise ConfigurationError(f"option {name} has no value (name=value)", option=name)
+        if name in out:
+            raise ConfigurationError(f"option {name} is given twice", option=name)
+        out[name] = _unquote(raw, name)
+    return out
+
+
+def _unquote(text: str, option: str) -> str:
+    try:
+        return unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{option}: invalid percent-encoding", option=option) from None
+
+
+def _query(options: Mapping[str, str]) -> str:
+    """``?a=1&b=2`` (percent-encoded), or nothing for no options."""
+    if not options:
+        return ""
+    pairs = (f"{quote(k, safe='.')}={quote(v, safe=_SAFE_VALUE)}" for k, v in options.items())
+    return "?" + "&".join(pairs)
+
+
+# --- The exchange method's list (F12) ----------------------------------------------------------
+
+
+def merge_broker_lists(
+    seed: Sequence[BrokerURL],
+    advertised: Iterable[BrokerURL],
+    *,
+    secure: bool,
+) -> tuple[BrokerURL, ...]:
+    """The list ``exchange`` walks: the brokers advertised, then the seed brokers as fallback.
+
+    Duplicates (same scheme, host and port) are dropped, the first kept. When the connection
+    that learned the list is ``secure`` (amqps), an advertised ``amqp`` entry is refused: a
+    broker must not be able to downgrade the client to plain TCP (Qpid JMS refuses such
+    redirects by default too, ``amqp.allowNonSecureRedirects=false``). Seed entries are the
+    user's own choice and always kept.
+    """
+    out: list[BrokerURL] = []
+    seen: set[tuple[str, str, int | None]] = set()
+    for broker, from_seed in [*((b, False) for b in advertised), *((b, True) for b in seed)]:
+        key = (broker.scheme, broker.host.lower(), broker.port)
+        if key in seen or (secure and not from_seed and not broker.secure):
+            continue
+        seen.add(key)
+        out.append(broker)
+    return tuple(out)

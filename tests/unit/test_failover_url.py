@@ -1,0 +1,430 @@
+"""Failover URLs: parsing, printing, round trips, secrets, the exchange list (F1, F5, F12)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pickle
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import failover
+from failover.policy import FailoverMethod, FailoverPolicy
+from failover.url import BrokerURL, FailoverURL, merge_broker_lists, parse_url
+from haclient.errors import ConfigurationError
+
+# --- Valid URLs ----------------------------------------------------------------------------------
+
+
+def test_F1_plain_url_is_singlebroker_with_default_retries() -> None:
+    url = parse_url("amqp://broker.example:5672")
+    assert url.brokers == (BrokerURL("amqp", "broker.example", 5672),)
+    assert url.method is FailoverMethod.SINGLEBROKER
+    assert url.policy == FailoverPolicy(method=FailoverMethod.SINGLEBROKER)
+    assert url.connection_options == {}
+    assert str(url) == "amqp://broker.example:5672"
+
+
+def test_F1_nofailover() -> None:
+    url = parse_url("failover:(amqp://a)?failover.method=nofailover")
+    assert url.method is FailoverMethod.NOFAILOVER
+    assert list(url.policy.attempts(url.brokers, start_index=0)) == []
+
+
+def test_failover_url_with_everything() -> None:
+    url = parse_url(
+        "failover:(amqp://a:5672,amqps://b:5671?amqp.idleTimeout=1000)"
+        "?failover.method=roundrobin&failover.cyclecount=3&failover.retries=2"
+        "&failover.connectdelay=500&jms.clientID=app-1&amqp.maxFrameSize=65536"
+    )
+    assert url.brokers == (
+        BrokerURL("amqp", "a", 5672),
+        BrokerURL("amqps", "b", 5671, options={"amqp.idleTimeout": "1000"}),
+    )
+    assert url.policy == FailoverPolicy(retries=2, cyclecount=3, connect_delay=0.5)
+    assert url.connection_options == {"jms.clientID": "app-1", "amqp.maxFrameSize": "65536"}
+    assert url.broker_options(1) == {
+        "jms.clientID": "app-1",
+        "amqp.maxFrameSize": "65536",
+        "amqp.idleTimeout": "1000",
+    }
+
+
+def test_failover_url_defaults_to_roundrobin_even_for_one_broker() -> None:
+    assert parse_url("failover:(amqp://a)").method is FailoverMethod.ROUNDROBIN
+    assert parse_url("FAILOVER:(amqp://a,amqp://b)").method is FailoverMethod.ROUNDROBIN
+
+
+def test_qpid_jms_url_works_unchanged() -> None:
+    # The example of Qpid JMS's configuration guide, plus a nested option.
+    url = parse_url(
+        "failover:(amqp://host1:5672,amqp://host2:5672)?jms.clientID=foo"
+        "&failover.maxReconnectAttempts=20&failover.reconnectDelay=10"
+        "&failover.useReconnectBackOff=true&failover.nested.amqp.idleTimeout=30000"
+    )
+    assert url.policy == FailoverPolicy(cyclecount=20, connect_delay=0.01, backoff=2.0)
+    assert url.connection_options == {"jms.clientID": "foo", "amqp.idleTimeout": "30000"}
+    again = parse_url(str(url))
+    assert again == url
+    assert "failover.nested" not in str(url)
+
+
+def test_default_ports_and_scheme_case() -> None:
+    url = parse_url("failover:(AMQP://a,amqps://b)")
+    assert [b.port for b in url.brokers] == [5672, 5671]
+    assert [b.scheme for b in url.brokers] == ["amqp", "amqps"]
+    assert [b.secure for b in url.brokers] == [False, True]
+    assert url.brokers[1].address == ("b", 5671)
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [
+        ("amqp://[::1]:5673", "::1", 5673),
+        ("amqp://[::1]", "::1", 5672),
+        ("amqps://[2001:db8::7]", "2001:db8::7", 5671),
+        ("amqp://127.0.0.1:1", "127.0.0.1", 1),
+        ("amqp://my_host-1.example.org:65535", "my_host-1.example.org", 65535),
+        ("amqp://localhost/", "localhost", 5672),
+        ("amqp://[fe80::1%25eth0]:5", "fe80::1%eth0", 5),
+    ],
+)
+def test_hosts(text: str, host: str, port: int) -> None:
+    (broker,) = parse_url(text).brokers
+    assert (broker.host, broker.port) == (host, port)
+    assert parse_url(str(broker)).brokers == (broker,)
+
+
+def test_userinfo_is_percent_decoded_and_masked() -> None:
+    url = parse_url("failover:(amqp://us%40er:p%3As%2Fs@a)?jms.password=hunter2")
+    (broker,) = url.brokers
+    assert (broker.username, broker.password) == ("us@er", "p:s/s")
+    for text in (repr(url), str(url), repr(broker), str(broker)):
+        assert "p:s/s" not in text and "p%3As%2Fs" not in text
+        assert "hunter2" not in text
+    assert "******" in str(url)
+    secret = url.to_string(include_secrets=True)
+    assert "p%3As%2Fs" in secret and "jms.password=hunter2" in secret
+    assert parse_url(secret) == url
+
+
+def test_username_without_password() -> None:
+    (broker,) = parse_url("amqp://guest@a").brokers
+    assert (broker.username, broker.password) == ("guest", None)
+    (broker,) = parse_url("amqp://guest:@a").brokers
+    assert (broker.username, broker.password) == ("guest", "")
+
+
+def test_option_values_are_percent_decoded() -> None:
+    url = parse_url("amqp://a?jms.clientID=app%26co%3D1")
+    assert url.connection_options["jms.clientID"] == "app&co=1"
+    assert parse_url(str(url)) == url
+
+
+def test_plain_url_keeps_failover_options() -> None:
+    url = parse_url("amqp://a?failover.retries=5&jms.prefetch=0")
+    assert url.policy == FailoverPolicy(method=FailoverMethod.SINGLEBROKER, retries=5)
+    assert str(url) == "amqp://a:5672?failover.retries=5&jms.prefetch=0"
+
+
+def test_canonical_failover_form() -> None:
+    url = parse_url("failover:(amqp://b,amqp://a:1)?jms.selectors=client&failover.cyclecount=2")
+    assert str(url) == (
+        "failover:(amqp://b:5672,amqp://a:1)"
+        "?failover.method=roundrobin&failover.cyclecount=2&jms.selectors=client"
+    )
+
+
+def test_values_are_frozen_and_hashable() -> None:
+    url = parse_url("failover:(amqp://a?amqp.idleTimeout=5)?jms.clientID=x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        url.policy = FailoverPolicy()  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        url.connection_options["jms.clientID"] = "y"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        url.brokers[0].options["amqp.idleTimeout"] = "6"  # type: ignore[index]
+    assert hash(url) == hash(parse_url(str(url)))
+    assert len({url, parse_url(str(url))}) == 1
+
+
+def test_with_brokers() -> None:
+    url = parse_url("failover:(amqp://a)?failover.method=exchange")
+    new = url.with_brokers([BrokerURL("amqp", "x"), BrokerURL("amqps", "y")])
+    assert [b.host for b in new.brokers] == ["x", "y"]
+    assert new.policy == url.policy
+    with pytest.raises(ConfigurationError):
+        url.with_brokers([])
+
+
+# --- Invalid URLs: every error names the option or the part ------------------------------------
+
+INVALID = [
+    ("", "url"),
+    ("   ", "url"),
+    ("failover:()", "brokers"),
+    ("failover:(amqp://a,)", "brokers"),
+    ("failover:(,amqp://a)", "brokers"),
+    ("failover:amqp://a", "parentheses"),
+    ("failover:(amqp://a", "parentheses"),
+    ("failover:(amqp://a))", "parentheses"),
+    ("failover:(amqp://a)(", "parentheses"),
+    ("failover:(amqp://a)x", "parentheses"),
+    ("failover:(amqp://a)?jms.clientID=a)b", "parentheses"),
+    ("http://a", "scheme"),
+    ("failover:(amqp://a,amqpws://b)", "scheme"),
+    ("a:5672", "scheme"),
+    ("amqp://", "host"),
+    ("amqp://:5672", "host"),
+    ("amqp://a b", "host"),
+    ("amqp://-a", "host"),
+    ("amqp://::1", "host"),
+    ("amqp://[::1", "host"),
+    ("amqp://[nothost]", "host"),
+    ("amqp://[::1]x", "host"),
+    ("amqp://a:0", "port"),
+    ("amqp://a:65536", "port"),
+    ("amqp://a:99999999", "port"),
+    ("amqp://a:", "port"),
+    ("amqp://a:x", "port"),
+    ("amqp://a:-1", "port"),
+    ("amqp://a/vhost", "path"),
+    ("amqp://a#frag", "fragment"),
+    ("amqp://@a", "username"),
+    ("amqp://:pw@a", "username"),
+    ("amqp://a?", "options"),
+    ("amqp://a?=1", "options"),
+    ("amqp://a?jms.clientID", "jms.clientID"),
+    ("amqp://a?jms.clientID=x&jms.clientID=x", "jms.clientID"),
+    ("amqp://a?jms.clientID=%ff", "jms.clientID"),
+    ("amqp://a?jms.clientID=", "jms.clientID"),
+    ("amqp://a?jms.clientId=x", "jms.clientId"),
+    ("amqp://a?transport.tcpNoDelay=true", "transport.tcpNoDelay"),
+    ("amqp://a?amqp.idleTimeout=-1", "amqp.idleTimeout"),
+    ("amqp://a?amqp.idleTimeout=1.5", "amqp.idleTimeout"),
+    ("amqp://a?amqp.maxFrameSize=511", "amqp.maxFrameSize"),
+    ("amqp://a?jms.prefetch=-1", "jms.prefetch"),
+    ("amqp://a?jms.prefetch=many", "jms.prefetch"),
+    ("amqp://a?jms.transactions=xa", "jms.transactions"),
+    ("amqp://a?jms.selectors=server", "jms.selectors"),
+    ("amqp://a?failover.method=failover_exchange", "failover.method"),
+    ("amqp://a?failover.retries=0", "failover.retries"),
+    ("amqp://a?failover.cyclecount=three", "failover.cyclecount"),
+    ("amqp://a?failover.connectdelay=-1", "failover.connectdelay"),
+    ("amqp://a?failover.maxdelay=1e9", "failover.maxdelay"),
+    ("amqp://a?failover.timeout=0", "failover.timeout"),
+    ("amqp://a?failover.backoff=0.9", "failover.backoff"),
+    ("amqp://a?failover.reconnectDelay=5&failover.connectdelay=6", "failover.connectdelay"),
+    ("failover:(amqp://a,amqp://b)?failover.method=singlebroker", "failover.method"),
+    ("failover:(amqp://a?jms.clientID=x)", "jms.clientID"),
+    ("failover:(amqp://a?failover.retries=2)", "failover.retries"),
+    ("failover:(amqp://a?amqp.idleTimeout=x)", "amqp.idleTimeout"),
+    ("failover:(amqp://a?amqp.vhost=x)", "amqp.vhost"),
+    ("failover:(amqp://a)?failover.nested.transport.x=1", "failover.nested.transport.x"),
+    (
+        "failover:(amqp://a)?failover.nested.amqp.idleTimeout=1&amqp.idleTimeout=2",
+        "amqp.idleTimeout",
+    ),
+    (
+        "failover:(amqp://a)?amqp.idleTimeout=2&failover.nested.amqp.idleTimeout=1",
+        "failover.nested.amqp.idleTimeout",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "option"), INVALID)
+def test_invalid_urls_name_the_option(text: str, option: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_url(text)
+    assert info.value.option == option
+    assert isinstance(info.value, ValueError)
+    if "." in option:  # an option (not a part of the URL) is named in the message too
+        assert option in str(info.value)
+
+
+def test_unknown_option_suggests_the_nearest_name() -> None:
+    with pytest.raises(ConfigurationError, match=r"did you mean jms\.clientID\?"):
+        parse_url("amqp://a?jms.clientId=x")
+
+
+def test_nested_and_direct_option_may_agree() -> None:
+    url = parse_url("failover:(amqp://a)?failover.nested.amqp.idleTimeout=1&amqp.idleTimeout=1")
+    assert url.connection_options == {"amqp.idleTimeout": "1"}
+
+
+def test_not_a_string() -> None:
+    with pytest.raises(ConfigurationError):
+        parse_url(b"amqp://a")  # type: ignore[arg-type]
+
+
+def test_constructors_validate() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        BrokerURL("amqp", "a", 70000)
+    assert info.value.option == "port"
+    with pytest.raises(ConfigurationError) as info:
+        BrokerURL("tcp", "a")
+    assert info.value.option == "scheme"
+    with pytest.raises(ConfigurationError) as info:
+        BrokerURL("amqp", "a", options={"jms.prefetch": "1"})
+    assert info.value.option == "jms.prefetch"
+    with pytest.raises(ConfigurationError) as info:
+        FailoverURL((BrokerURL("amqp", "a"),), connection_options={"x": "1"})
+    assert info.value.option == "x"
+    with pytest.raises(ConfigurationError) as info:
+        FailoverURL(())
+    assert info.value.option == "brokers"
+
+
+# --- Round trips (Hypothesis) ------------------------------------------------------------------
+
+_label = st.from_regex(r"[a-z0-9]([a-z0-9_-]{0,8}[a-z0-9])?", fullmatch=True)
+hosts = (
+    st.lists(_label, min_size=1, max_size=3).map(".".join)
+    | st.ip_addresses(v=4).map(str)
+    | st.ip_addresses(v=6).map(str)
+)
+secrets_ = st.text(max_size=12)
+ints_from = {
+    "amqp.idleTimeout": st.integers(0, 10**6),
+    "amqp.maxFrameSize": st.integers(512, 2**32 - 1),
+}
+broker_options = st.dictionaries(
+    st.sampled_from(sorted(ints_from)), st.just(0), max_size=2
+).flatmap(
+    lambda d: st.fixed_dictionaries({k: ints_from[k].map(str) for k in d}) if d else st.just({})
+)
+brokers = st.builds(
+    BrokerURL,
+    scheme=st.sampled_from(["amqp", "amqps"]),
+    host=hosts,
+    port=st.none() | st.integers(1, 65535),
+    username=st.none() | st.text(min_size=1, max_size=12),
+    options=broker_options,
+).flatmap(
+    lambda b: (st.none() if b.username is None else st.none() | secrets_).map(
+        lambda pw: dataclasses.replace(b, password=pw)
+    )
+)
+connection_options = st.fixed_dictionaries(
+    {},
+    optional={
+        "amqp.idleTimeout": st.integers(0, 10**6).map(str),
+        "jms.clientID": st.text(min_size=1, max_size=12),
+        "jms.username": st.text(max_size=12),
+        "jms.password": secrets_,
+        "jms.prefetch": st.integers(0, 10**4).map(str),
+        "jms.transactions": st.sampled_from(["native", "emulate"]),
+        "jms.selectors": st.sampled_from(["auto", "broker", "client"]),
+    },
+)
+ms = st.integers(0, 10**6).map(lambda v: v / 1000)
+policies = st.builds(
+    FailoverPolicy,
+    method=st.sampled_from(FailoverMethod),
+    retries=st.integers(1, 50),
+    cyclecount=st.none() | st.integers(0, 50),
+    startup_cyclecount=st.none() | st.integers(0, 50),
+    initial_delay=ms,
+    connect_delay=ms,
+    backoff=st.integers(10, 40).map(lambda v: v / 10),
+    max_delay=ms,
+    jitter=ms,
+    timeout=st.none() | st.integers(1, 10**6).map(lambda v: v / 1000),
+    exchange_address=st.text(min_size=1, max_size=16),
+    randomize=st.booleans(),
+    warn_after_attempts=st.integers(-2, 50),
+)
+
+
+@st.composite
+def failover_urls(draw: st.DrawFn) -> FailoverURL:
+    policy = draw(policies)
+    count = 1 if policy.method is FailoverMethod.SINGLEBROKER else draw(st.integers(1, 4))
+    return FailoverURL(tuple(draw(brokers) for _ in range(count)), policy, draw(connection_options))
+
+
+@given(failover_urls())
+def test_round_trip(url: FailoverURL) -> None:
+    text = url.to_string(include_secrets=True)
+    assert parse_url(text) == url
+    assert parse_url(text).to_string(include_secrets=True) == text
+
+
+@given(failover_urls())
+def test_masked_text_parses_and_hides_secrets(url: FailoverURL) -> None:
+    masked = parse_url(str(url))
+    assert masked.policy == url.policy
+    assert [(b.host, b.port, b.username) for b in masked.brokers] == [
+        (b.host, b.port, b.username) for b in url.brokers
+    ]
+    for broker in masked.brokers:
+        assert broker.password in (None, "******")
+    assert masked.connection_options.get("jms.password") in (None, "******")
+    if all(b.password is None for b in url.brokers) and "jms.password" not in (
+        url.connection_options
+    ):
+        assert masked == url
+
+
+@given(failover_urls())
+def test_pickle_round_trip(url: FailoverURL) -> None:
+    assert pickle.loads(pickle.dumps(url)) == url
+
+
+@given(brokers)
+def test_broker_round_trip(broker: BrokerURL) -> None:
+    (again,) = parse_url("failover:(" + broker.to_string(include_secrets=True) + ")").brokers
+    assert again == broker
+
+
+# --- The exchange list (F12) -----------------------------------------------------------------
+
+
+def test_F12_merge_puts_advertised_first_and_keeps_the_seed() -> None:
+    a, b, c = BrokerURL("amqp", "a"), BrokerURL("amqp", "b"), BrokerURL("amqp", "c")
+    assert merge_broker_lists([a, b], [c, b, BrokerURL("amqp", "C")], secure=False) == (c, b, a)
+    assert merge_broker_lists([a], [], secure=False) == (a,)
+
+
+def test_F12_merge_refuses_a_downgrade_to_plain_amqp() -> None:
+    seed = [BrokerURL("amqps", "a")]
+    plain, tls = BrokerURL("amqp", "x"), BrokerURL("amqps", "x")
+    assert merge_broker_lists(seed, [plain, tls], secure=True) == (tls, seed[0])
+    assert merge_broker_lists(seed, [plain], secure=False) == (plain, seed[0])
+
+
+# --- Layering --------------------------------------------------------------------------------
+
+
+def test_failover_package_knows_nothing_of_amqp() -> None:
+    """``failover`` imports neither proton nor haclient (but for ``haclient.errors``)."""
+    root = Path(failover.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in ("proton", "_proton", "anyio"), f"{path}: imports {name}"
+                if top == "haclient":
+                    assert name == "haclient.errors", f"{path}: imports {name}"
+
+
+@pytest.mark.parametrize("module", ["url.py", "policy.py"])
+def test_decisions_do_no_io_and_never_sleep(module: str) -> None:
+    """URL parsing and policies are pure: no clock, no sleeping, no sockets, no threads."""
+    path = Path(failover.__file__).parent / module
+    banned = {"time", "asyncio", "anyio", "trio", "socket", "threading", "tenacity", "logging"}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            tops = {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            tops = {node.module.split(".")[0]}
+        else:
+            continue
+        assert not tops & banned, f"{module} imports {tops & banned}"
