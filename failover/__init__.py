@@ -2,11 +2,14 @@
 holds calls while the connection is restored, epochs and the ordered restore of resources.
 
 Nothing here knows AMQP; ``haclient.aio`` supplies the connector. The only import from
-``haclient`` is ``haclient.errors`` (for ``ConfigurationError``); a unit test keeps it so.
+``haclient`` is ``haclient.errors`` (for the exceptions it raises); a unit test keeps it so.
 
 - ``failover.url``: ``parse_url(text) -> FailoverURL`` (brokers, policy, connection options) and
   back with ``FailoverURL.to_string()``; ``merge_broker_lists`` for the ``exchange`` method.
 - ``failover.policy``: ``FailoverPolicy`` (an immutable value, from URL options and back) and its
   pure plan ``policy.attempts(brokers, start_index=...)``: which broker next, after what delay.
-- ``failover.manager``: the state machine, the gate, epochs and restore. (To come.)
+- ``failover.manager``: ``ConnectionManager``, the logical connection over a connector
+  (``Callable[[BrokerURL], Awaitable[P]]``): the state machine (``TRANSITIONS``), the gate
+  (``wait_connected``), epochs, ordered restore of registered resources, listeners (F14) and
+  the ``exchange`` list (F12). The only module here that uses anyio (it owns tasks).
 """

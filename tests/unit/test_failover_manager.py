@@ -1,0 +1,1221 @@
+"""The failover connection manager: states, the gate, epochs, restore, listeners (F1-F5, F12, F14).
+
+The manager knows nothing of AMQP, so these tests give it an in-memory physical connection
+(``FakeConnection``: an anyio Event that ``drop`` sets) and a connector (``Network``) that
+refuses the brokers a test names. Delays are 0 unless a test is about delays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import failover.manager
+from failover.manager import (
+    TRANSITIONS,
+    ConnectionManager,
+    ConnectionState,
+    FailoverListener,
+    ManagerEvent,
+    Resource,
+    RestoreOrder,
+    is_retriable_failure,
+    next_state,
+)
+from failover.policy import FailoverMethod, FailoverPolicy
+from failover.url import BrokerURL, parse_url
+from haclient.errors import (
+    AuthenticationError,
+    ClosedError,
+    ConfigurationError,
+    ConnectionFailedError,
+    ConnectionLostError,
+    FailoverTimeoutError,
+    IllegalStateError,
+    ResourceLockedError,
+)
+
+S, E = ConnectionState, ManagerEvent
+A, B, C = BrokerURL("amqp", "a"), BrokerURL("amqp", "b"), BrokerURL("amqp", "c")
+X, Y = BrokerURL("amqp", "x"), BrokerURL("amqp", "y")
+FAST = FailoverPolicy(connect_delay=0.0)
+HANG = 5.0  # seconds: only to turn a hang into a failure, never a timing assertion
+
+
+# --- Fakes -------------------------------------------------------------------------------------
+
+
+class FakeConnection:
+    """A physical connection in memory: ``drop`` ends it as a dying socket would."""
+
+    def __init__(self, broker: BrokerURL) -> None:
+        self.broker = broker
+        self.closed = False
+        self._ended = anyio.Event()
+        self._cause: BaseException | None = None
+
+    async def wait_closed(self) -> BaseException | None:
+        await self._ended.wait()
+        return self._cause
+
+    async def close(self) -> None:
+        self.closed = True
+        self._ended.set()
+
+    def drop(self, cause: BaseException | None = None, *, orderly: bool = False) -> None:
+        self._cause = None if orderly else cause or ConnectionLostError(f"{self.broker.host} died")
+        self._ended.set()
+
+
+class Network:
+    """The connector: brokers in ``down`` refuse, ``errors`` raise their error, ``refusals``
+    refuse that many times first; while ``hold`` is set, connects wait for it."""
+
+    def __init__(self, *, down: set[str] | None = None) -> None:
+        self.down = down or set()
+        self.errors: dict[str, Exception] = {}
+        self.refusals: dict[str, int] = {}
+        self.hold: anyio.Event | None = None
+        self.calls: list[str] = []
+        self.times: list[float] = []
+        self.opened: list[FakeConnection] = []
+        self.running = 0
+
+    async def connect(self, broker: BrokerURL) -> FakeConnection:
+        self.calls.append(broker.host)
+        self.times.append(anyio.current_time())
+        self.running += 1
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            await anyio.lowlevel.checkpoint()
+        finally:
+            self.running -= 1
+        if broker.host in self.errors:
+            raise self.errors[broker.host]
+        if self.refusals.get(broker.host, 0) > 0:
+            self.refusals[broker.host] -= 1
+            raise OSError(f"connection refused by {broker.host} (refusal)")
+        if broker.host in self.down:
+            raise OSError(f"connection refused by {broker.host}")
+        connection = FakeConnection(broker)
+        self.opened.append(connection)
+        return connection
+
+    @property
+    def last(self) -> FakeConnection:
+        return self.opened[-1]
+
+
+Manager = ConnectionManager[FakeConnection]
+
+
+class Recorder(FailoverListener):
+    """Records every listener call as a tuple."""
+
+    def __init__(self, log: list[tuple[object, ...]] | None = None, name: str = "") -> None:
+        self.events: list[tuple[object, ...]] = [] if log is None else log
+        self.name = name
+
+    def _add(self, *event: object) -> None:
+        self.events.append((self.name, *event) if self.name else event)
+
+    def failover_started(self, cause: BaseException) -> None:
+        self._add("started", cause)
+
+    def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
+        self._add("completed", broker, downtime)
+
+    def failover_failed(self, cause: BaseException) -> None:
+        self._add("failed", cause)
+
+    def resource_not_restored(self, resource: object, error: BaseException) -> None:
+        self._add("not_restored", resource, error)
+
+
+class Boom(FailoverListener):
+    """A listener that raises from every callback."""
+
+    def failover_started(self, cause: BaseException) -> None:
+        raise RuntimeError("listener bug: started")
+
+    def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
+        raise RuntimeError("listener bug: completed")
+
+    def failover_failed(self, cause: BaseException) -> None:
+        raise RuntimeError("listener bug: failed")
+
+
+Restore = Callable[[FakeConnection, int], Awaitable[None]]
+
+
+class Res(Resource[FakeConnection]):
+    """A resource that logs ``connection_lost`` and ``restore`` calls into a shared list."""
+
+    def __init__(
+        self, name: str, order: int, log: list[tuple[object, ...]], action: Restore | None = None
+    ) -> None:
+        self.name = name
+        self.restore_order = order
+        self.log = log
+        self.action = action
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        self.log.append(("lost", self.name, epoch))
+
+    async def restore(self, connection: FakeConnection, epoch: int) -> None:
+        self.log.append(("restore", self.name, connection.broker.host, epoch))
+        if self.action is not None:
+            await self.action(connection, epoch)
+
+    def __repr__(self) -> str:
+        return f"Res({self.name})"
+
+
+@asynccontextmanager
+async def running(
+    network: Network,
+    brokers: list[BrokerURL] | None = None,
+    policy: FailoverPolicy = FAST,
+    **kwargs: object,
+) -> AsyncIterator[Manager]:
+    """A started manager (the first connect succeeded), closed on exit; guards against hangs."""
+    with anyio.fail_after(HANG):
+        manager = Manager(network.connect, brokers or [A, B, C], policy, **kwargs)  # type: ignore[arg-type]
+        async with manager:
+            await manager.start()
+            yield manager
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Let other tasks run until ``predicate()`` holds."""
+    with anyio.fail_after(HANG):
+        while not predicate():
+            await anyio.sleep(0)
+
+
+async def drop_and_reconnect(
+    manager: Manager, cause: BaseException | None = None
+) -> tuple[FakeConnection, int]:
+    """Drop the current connection and wait until failover has completed."""
+    connection, epoch = await manager.wait_connected()
+    connection.drop(cause)
+    await until(lambda: manager.epoch > epoch)
+    with anyio.fail_after(HANG):
+        return await manager.wait_connected()
+
+
+# --- The state machine -------------------------------------------------------------------------
+
+EXPECTED = {
+    (S.CONNECTING, E.OPENED): S.CONNECTED,
+    (S.CONNECTING, E.GAVE_UP): S.FAILED,
+    (S.CONNECTING, E.CLOSE): S.CLOSED,
+    (S.CONNECTED, E.LOST): S.FAILING_OVER,
+    (S.CONNECTED, E.GAVE_UP): S.FAILED,
+    (S.CONNECTED, E.CLOSE): S.CLOSED,
+    (S.FAILING_OVER, E.OPENED): S.RESTORING,
+    (S.FAILING_OVER, E.GAVE_UP): S.FAILED,
+    (S.FAILING_OVER, E.CLOSE): S.CLOSED,
+    (S.RESTORING, E.RESTORED): S.CONNECTED,
+    (S.RESTORING, E.LOST): S.FAILING_OVER,
+    (S.RESTORING, E.CLOSE): S.CLOSED,
+    (S.FAILED, E.CLOSE): S.CLOSED,
+    (S.CLOSED, E.CLOSE): S.CLOSED,
+}
+
+
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(S, E)))
+def test_every_state_event_pair(state: ConnectionState, event: ManagerEvent) -> None:
+    if (state, event) in EXPECTED:
+        assert next_state(state, event) is EXPECTED[(state, event)]
+    else:
+        with pytest.raises(IllegalStateError, match=f"{event.name} is not allowed in state"):
+            next_state(state, event)
+
+
+def test_the_table_is_exactly_the_expected_one() -> None:
+    assert dict(TRANSITIONS) == EXPECTED
+    with pytest.raises(TypeError):
+        TRANSITIONS[(S.CLOSED, E.OPENED)] = S.CONNECTED  # type: ignore[index]
+
+
+@given(st.lists(st.sampled_from(list(E)), max_size=30))
+def test_walks_never_leave_closed_and_leave_failed_only_to_closed(
+    events: list[ManagerEvent],
+) -> None:
+    state = S.CONNECTING
+    for event in events:
+        before = state
+        if (state, event) not in TRANSITIONS:
+            with pytest.raises(IllegalStateError):
+                next_state(state, event)
+            continue
+        state = next_state(state, event)
+        if before is S.CLOSED:
+            assert state is S.CLOSED
+        if before is S.FAILED:
+            assert state is S.CLOSED
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(failover.manager.__all__) == sorted(
+        [
+            "TRANSITIONS",
+            "ConnectionManager",
+            "ConnectionState",
+            "Connector",
+            "FailoverListener",
+            "ManagerEvent",
+            "ManagerStatistics",
+            "PhysicalConnection",
+            "Resource",
+            "RestoreOrder",
+            "is_retriable_failure",
+            "next_state",
+        ]
+    )
+
+
+def test_retriable_failures() -> None:
+    assert is_retriable_failure(OSError("refused"))
+    assert is_retriable_failure(ConnectionLostError())
+    assert not is_retriable_failure(AuthenticationError("no"))
+    assert not is_retriable_failure(ResourceLockedError("taken"))
+
+
+# --- Construction and lifetime -----------------------------------------------------------------
+
+
+def test_from_url_takes_the_brokers_and_the_policy() -> None:
+    url = parse_url("failover:(amqp://a,amqp://b)?failover.retries=3")
+    manager = Manager.from_url(Network().connect, url)
+    assert manager.brokers == (BrokerURL("amqp", "a"), BrokerURL("amqp", "b"))
+    assert manager.policy == url.policy
+    assert manager.state is S.CONNECTING
+    assert manager.epoch == 0
+    assert manager.broker is None
+
+
+def test_the_broker_list_and_policy_are_validated() -> None:
+    with pytest.raises(ConfigurationError):
+        Manager(Network().connect, [])
+    with pytest.raises(ConfigurationError, match="singlebroker"):
+        Manager(Network().connect, [A, B], FailoverPolicy(method=FailoverMethod.SINGLEBROKER))
+
+
+@pytest.mark.anyio
+async def test_calls_outside_async_with_raise_illegal_state() -> None:
+    manager = Manager(Network().connect, [A])
+    with pytest.raises(IllegalStateError, match="async with"):
+        await manager.start()
+    with pytest.raises(IllegalStateError, match="async with"):
+        await manager.wait_connected()
+
+
+@pytest.mark.anyio
+async def test_start_twice_and_enter_twice_raise_illegal_state() -> None:
+    async with running(Network()) as manager:
+        with pytest.raises(IllegalStateError, match="already"):
+            await manager.start()
+        with pytest.raises(IllegalStateError, match="once"):
+            await manager.__aenter__()
+
+
+# --- The first connect -------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_start_connects_to_the_first_broker() -> None:
+    network = Network()
+    async with running(network) as manager:
+        connection, epoch = await manager.wait_connected()
+        assert connection is network.last
+        assert (connection.broker, epoch, manager.broker) == (A, 0, A)
+        assert manager.state is S.CONNECTED
+        assert network.calls == ["a"]
+
+
+@pytest.mark.anyio
+async def test_start_walks_on_to_a_broker_that_answers() -> None:
+    network = Network(down={"a"})
+    async with running(network) as manager:
+        assert manager.broker == B
+        assert network.calls == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_F4_start_gives_up_after_the_startup_budget_with_the_last_cause() -> None:
+    network = Network(down={"a", "b"})
+    policy = FailoverPolicy(cyclecount=5, startup_cyclecount=2, connect_delay=0.0)
+    with anyio.fail_after(HANG):
+        async with Manager(network.connect, [A, B], policy) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+            assert network.calls == ["a", "b", "a", "b"]
+            cause = info.value.cause
+            assert isinstance(cause, OSError) and "refused by b" in str(cause)
+            assert info.value.__cause__ is cause
+            assert manager.state is S.FAILED
+            with pytest.raises(ConnectionFailedError) as later:
+                await manager.wait_connected()
+            assert later.value.cause is cause
+
+
+@pytest.mark.anyio
+async def test_F4_waiters_blocked_during_a_failing_start_get_connection_failed() -> None:
+    network = Network(down={"a"})
+    errors: list[BaseException] = []
+
+    async def waiter(manager: Manager) -> None:
+        try:
+            await manager.wait_connected()
+        except ConnectionFailedError as exc:
+            errors.append(exc)
+
+    manager = Manager(network.connect, [A], FailoverPolicy(cyclecount=1, connect_delay=0.0))
+    with anyio.fail_after(HANG):
+        async with manager, anyio.create_task_group() as tg:
+            tg.start_soon(waiter, manager)
+            tg.start_soon(waiter, manager)
+            await anyio.wait_all_tasks_blocked()
+            assert errors == []
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert len(errors) == 2
+    assert all(isinstance(e, ConnectionFailedError) for e in errors)
+
+
+@pytest.mark.anyio
+async def test_a_failure_no_reconnect_can_fix_stops_the_start_at_once() -> None:
+    network = Network()
+    network.errors["a"] = AuthenticationError("bad password")
+    with anyio.fail_after(HANG):
+        async with Manager(network.connect, [A, B]) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+    assert network.calls == ["a"]
+    assert isinstance(info.value.cause, AuthenticationError)
+
+
+@pytest.mark.anyio
+async def test_F1_nofailover_still_connects_once() -> None:
+    policy = FailoverPolicy(method=FailoverMethod.NOFAILOVER)
+    async with running(Network(), [A, B], policy) as manager:
+        assert manager.broker == A
+    network = Network(down={"a"})
+    with anyio.fail_after(HANG):
+        async with Manager(network.connect, [A, B], policy) as manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert network.calls == ["a"]
+
+
+@pytest.mark.anyio
+async def test_F2_a_waiter_before_start_gets_the_first_connection() -> None:
+    network = Network()
+    got: list[tuple[FakeConnection, int]] = []
+    manager = Manager(network.connect, [A])
+
+    async def waiter() -> None:
+        got.append(await manager.wait_connected())
+
+    with anyio.fail_after(HANG):
+        async with manager, anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            assert got == []
+            await manager.start()
+    assert got == [(network.opened[0], 0)]
+
+
+@pytest.mark.anyio
+async def test_the_connected_fast_path_has_no_checkpoint() -> None:
+    """When connected, the gate returns without yielding: even a cancelled scope lets it by."""
+    async with running(Network()) as manager:
+        got = None
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            got = await manager.wait_connected(timeout=0.001)
+        assert got is not None and got[1] == 0
+
+
+# --- Failover: methods (F5) --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_F5_roundrobin_walks_the_list_in_order_and_wraps() -> None:
+    network = Network()
+    async with running(network) as manager:
+        hosts = []
+        for expected_epoch in (1, 2, 3):
+            connection, epoch = await drop_and_reconnect(manager)
+            assert epoch == expected_epoch == manager.epoch
+            assert connection is network.last
+            hosts.append(connection.broker.host)
+        assert hosts == ["b", "c", "a"]
+        assert network.calls == ["a", "b", "c", "a"]
+
+
+@pytest.mark.anyio
+async def test_F5_roundrobin_skips_a_broker_that_refuses() -> None:
+    network = Network()
+    async with running(network) as manager:
+        network.down = {"b"}
+        connection, epoch = await drop_and_reconnect(manager)
+        assert (connection.broker, epoch) == (C, 1)
+        assert network.calls == ["a", "b", "c"]
+
+
+@pytest.mark.anyio
+async def test_F5_roundrobin_retries_each_broker_then_cycles_then_gives_up() -> None:
+    network = Network()
+    policy = FailoverPolicy(retries=2, cyclecount=2, connect_delay=0.0)
+    recorder = Recorder()
+    async with running(network, [A, B], policy) as manager:
+        manager.add_listener(recorder)
+        network.down = {"a", "b"}
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILED)
+        assert network.calls == ["a", "b", "b", "a", "a", "b", "b", "a", "a"]
+        assert [e[0] for e in recorder.events] == ["started", "failed"]
+
+
+@pytest.mark.anyio
+async def test_F5_singlebroker_retries_the_one_broker() -> None:
+    network = Network()
+    policy = FailoverPolicy(method=FailoverMethod.SINGLEBROKER, retries=3, connect_delay=0.0)
+    async with running(network, [A], policy) as manager:
+        network.refusals["a"] = 2
+        connection, epoch = await drop_and_reconnect(manager)
+        assert (connection.broker, epoch) == (A, 1)
+        assert network.calls == ["a", "a", "a", "a"]
+
+        network.down = {"a"}
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILED)
+        assert network.calls == ["a"] * 7
+        with pytest.raises(ConnectionFailedError) as info:
+            await manager.wait_connected()
+        assert isinstance(info.value.cause, OSError)
+
+
+@pytest.mark.anyio
+async def test_F5_nofailover_reports_the_loss_at_once() -> None:
+    network = Network()
+    recorder = Recorder()
+    policy = FailoverPolicy(method=FailoverMethod.NOFAILOVER)
+    async with running(network, [A, B], policy) as manager:
+        manager.add_listener(recorder)
+        cause = ConnectionLostError("gone")
+        assert manager.report_lost(0, cause)
+        assert manager.state is S.FAILED  # at once: no task had to run
+        with pytest.raises(ConnectionFailedError) as info:
+            await manager.wait_connected()
+        assert info.value.cause is cause
+        assert recorder.events == [("failed", cause)]
+        await until(lambda: network.opened[0].closed)
+        assert network.calls == ["a"]
+
+
+@pytest.mark.anyio
+async def test_a_loss_no_reconnect_can_fix_fails_at_once() -> None:
+    network = Network()
+    async with running(network) as manager:
+        cause = ResourceLockedError("another connection took the client id")
+        network.last.drop(cause)
+        await until(lambda: manager.state is S.FAILED)
+        assert network.calls == ["a"]
+        with pytest.raises(ConnectionFailedError) as info:
+            await manager.wait_connected()
+        assert info.value.cause is cause
+
+
+@pytest.mark.anyio
+async def test_F4_a_connect_failure_no_reconnect_can_fix_ends_failover() -> None:
+    network = Network()
+    async with running(network) as manager:
+        network.errors["b"] = AuthenticationError("bad password")
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILED)
+        assert network.calls == ["a", "b"]  # c is not tried
+        with pytest.raises(ConnectionFailedError) as info:
+            await manager.wait_connected()
+        assert isinstance(info.value.cause, AuthenticationError)
+
+
+@pytest.mark.anyio
+async def test_an_orderly_end_by_the_peer_is_a_loss_too() -> None:
+    network = Network()
+    recorder = Recorder()
+    async with running(network) as manager:
+        manager.add_listener(recorder)
+        network.last.drop(orderly=True)
+        await until(lambda: manager.epoch == 1)
+        (_, cause), *_ = recorder.events
+        assert isinstance(cause, ConnectionLostError)
+        connection, _ = await manager.wait_connected()
+        assert connection.broker == B
+
+
+class RaisingWait(FakeConnection):
+    async def wait_closed(self) -> BaseException | None:
+        await super().wait_closed()
+        raise RuntimeError("the reader task crashed")
+
+
+@pytest.mark.anyio
+async def test_wait_closed_raising_is_a_loss_with_that_cause() -> None:
+    network = Network()
+    first = RaisingWait(A)
+    recorder = Recorder()
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        return first if broker == A else await network.connect(broker)
+
+    with anyio.fail_after(HANG):
+        async with Manager(connect, [A, B], FAST) as manager:
+            manager.add_listener(recorder)
+            await manager.start()
+            first.drop()
+            await until(lambda: manager.epoch == 1)
+            connection, _ = await manager.wait_connected()
+    assert connection.broker == B
+    assert isinstance(recorder.events[0][1], RuntimeError)
+
+
+@pytest.mark.anyio
+async def test_the_lost_connection_is_closed() -> None:
+    network = Network()
+    async with running(network) as manager:
+        first = network.last
+        assert manager.report_lost(0, ConnectionLostError("heartbeat missed"))
+        await until(lambda: first.closed)
+        await manager.wait_connected()
+
+
+# --- The gate (F2, F3, F4) ---------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_F2_F3_calls_block_during_failover_and_get_the_new_connection() -> None:
+    network = Network()
+    got: list[tuple[FakeConnection, int]] = []
+    async with running(network) as manager:
+        network.hold = anyio.Event()
+        manager.report_lost(0, ConnectionLostError("dropped"))
+        assert manager.state is S.FAILING_OVER
+
+        async def waiter() -> None:
+            got.append(await manager.wait_connected())
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            assert got == []
+            assert manager.state is S.FAILING_OVER
+            network.hold.set()
+    new = network.last
+    assert new.broker == B
+    assert got == [(new, 1)] * 3
+
+
+@pytest.mark.anyio
+async def test_F4_giving_up_releases_every_waiter_with_the_cause() -> None:
+    network = Network()
+    errors: list[ConnectionFailedError] = []
+    async with running(network, [A, B], FailoverPolicy(cyclecount=1, connect_delay=0.0)) as manager:
+        network.hold = anyio.Event()
+        network.down = {"a", "b"}
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILING_OVER)
+
+        async def waiter() -> None:
+            try:
+                await manager.wait_connected()
+            except ConnectionFailedError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            assert errors == []
+            network.hold.set()
+        assert manager.state is S.FAILED
+        assert len(errors) == 2
+        assert all(isinstance(e.cause, OSError) and "by a" in str(e.cause) for e in errors)
+        with pytest.raises(ConnectionFailedError) as later:
+            await manager.wait_connected(timeout=1.0)
+        assert later.value.cause is errors[0].cause
+
+
+@pytest.mark.anyio
+async def test_F4_policy_timeout_raises_while_failover_goes_on_and_later_succeeds() -> None:
+    network = Network()
+    policy = FailoverPolicy(connect_delay=0.0, timeout=0.02)
+    async with running(network, [A, B], policy) as manager:
+        network.hold = anyio.Event()
+        manager.report_lost(0, ConnectionLostError("dropped"))
+        with pytest.raises(FailoverTimeoutError) as info:
+            await manager.wait_connected()
+        assert info.value.timeout == 0.02
+        assert isinstance(info.value, TimeoutError)
+        assert manager.state is S.FAILING_OVER
+        assert network.running == 1  # the connect is still under way
+        network.hold.set()
+        await until(lambda: manager.state is S.CONNECTED)
+        connection, epoch = await manager.wait_connected()
+        assert (connection.broker, epoch) == (B, 1)
+
+
+@pytest.mark.anyio
+async def test_F4_a_per_call_timeout_and_the_shorter_limit_wins() -> None:
+    network = Network()
+    policy = FailoverPolicy(connect_delay=0.0, timeout=60.0)
+    async with running(network, [A, B], policy) as manager:
+        network.hold = anyio.Event()
+        manager.report_lost(0, ConnectionLostError("dropped"))
+        with pytest.raises(FailoverTimeoutError) as info:
+            await manager.wait_connected(timeout=0.01)
+        assert info.value.timeout == 0.01
+        network.hold.set()
+        connection, epoch = await manager.wait_connected(timeout=HANG)
+        assert (connection.broker, epoch) == (B, 1)
+
+
+@pytest.mark.anyio
+async def test_F4_a_per_call_timeout_without_a_policy_timeout() -> None:
+    network = Network()
+    async with running(network) as manager:
+        network.hold = anyio.Event()
+        manager.report_lost(0, ConnectionLostError("dropped"))
+        with pytest.raises(FailoverTimeoutError) as info:
+            await manager.wait_connected(timeout=0.01)
+        assert info.value.timeout == 0.01
+        network.hold.set()
+
+
+# --- Epochs and report_lost --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_stale_report_lost_is_ignored_and_a_repeat_is_idempotent() -> None:
+    network = Network()
+    async with running(network) as manager:
+        await drop_and_reconnect(manager)
+        assert manager.epoch == 1
+        assert not manager.report_lost(0, ConnectionLostError("old news"))
+        assert manager.state is S.CONNECTED
+        assert manager.report_lost(1, ConnectionLostError("dead"))
+        assert not manager.report_lost(1, ConnectionLostError("dead again"))
+        assert manager.epoch == 2
+        connection, epoch = await manager.wait_connected()
+        assert (connection.broker, epoch) == (C, 2)
+        assert network.calls == ["a", "b", "c"]
+
+
+@pytest.mark.anyio
+async def test_report_lost_of_a_future_epoch_is_ignored() -> None:
+    async with running(Network()) as manager:
+        assert not manager.report_lost(5)
+        assert (manager.state, manager.epoch) == (S.CONNECTED, 0)
+
+
+# --- Restore (F3, F6-F9, F14) ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_resources_are_told_of_the_loss_then_restored_in_order() -> None:
+    network = Network()
+    log: list[tuple[object, ...]] = []
+    states: list[ConnectionState] = []
+
+    async def check_gate(connection: FakeConnection, epoch: int) -> None:
+        states.append(manager.state)
+        with pytest.raises(FailoverTimeoutError):  # the gate stays closed to everyone else
+            await manager.wait_connected(timeout=0.001)
+
+    orders = [
+        ("consumer", RestoreOrder.CONSUMER),
+        ("session1", RestoreOrder.SESSION),
+        ("temp", RestoreOrder.TEMPORARY_DESTINATION),
+        ("producer", RestoreOrder.PRODUCER),
+        ("session2", RestoreOrder.SESSION),
+        ("browser", RestoreOrder.BROWSER),
+    ]
+    async with running(network) as manager:
+        for name, order in orders:
+            manager.register(Res(name, order, log, check_gate if name == "browser" else None))
+        await drop_and_reconnect(manager)
+    names = ["temp", "session1", "session2", "producer", "consumer", "browser"]
+    assert log[:6] == [("lost", name, 0) for name in names]
+    assert log[6:] == [("restore", name, "b", 1) for name in names]
+    assert states == [S.RESTORING]
+
+
+@pytest.mark.anyio
+async def test_unregistered_resources_are_not_restored_and_register_is_idempotent() -> None:
+    log: list[tuple[object, ...]] = []
+    async with running(Network()) as manager:
+        kept, gone = Res("kept", 1, log), Res("gone", 1, log)
+        manager.register(kept)
+        manager.register(kept)
+        manager.register(gone)
+        manager.unregister(gone)
+        manager.unregister(gone)
+        await drop_and_reconnect(manager)
+    assert log == [("lost", "kept", 0), ("restore", "kept", "b", 1)]
+
+
+@pytest.mark.anyio
+async def test_a_resource_unregistered_during_restore_is_skipped() -> None:
+    log: list[tuple[object, ...]] = []
+
+    async def drop_the_consumer(connection: FakeConnection, epoch: int) -> None:
+        manager.unregister(consumer)
+
+    consumer = Res("consumer", 3, log)
+    async with running(Network()) as manager:
+        manager.register(Res("session", 1, log, drop_the_consumer))
+        manager.register(consumer)
+        await drop_and_reconnect(manager)
+    assert [entry for entry in log if entry[0] == "restore"] == [("restore", "session", "b", 1)]
+
+
+@pytest.mark.anyio
+async def test_F14_a_resource_that_fails_to_restore_is_reported_and_the_others_go_on() -> None:
+    log: list[tuple[object, ...]] = []
+    error = ValueError("the queue is gone")
+
+    async def fail(connection: FakeConnection, epoch: int) -> None:
+        raise error
+
+    recorder = Recorder()
+    async with running(Network()) as manager:
+        manager.add_listener(recorder)
+        bad = Res("bad", 1, log, fail)
+        for resource in (Res("first", 0, log), bad, Res("last", 2, log)):
+            manager.register(resource)
+        await drop_and_reconnect(manager)
+        assert manager.state is S.CONNECTED
+    restored = [entry[1] for entry in log if entry[0] == "restore"]
+    assert restored == ["first", "bad", "last"]
+    assert [e[0] for e in recorder.events] == ["started", "not_restored", "completed"]
+    assert recorder.events[1] == ("not_restored", bad, error)
+
+
+async def _hang(connection: FakeConnection, epoch: int) -> None:
+    await anyio.sleep_forever()
+
+
+@pytest.mark.parametrize("how", ["drop", "raise", "report"])
+@pytest.mark.anyio
+async def test_a_loss_during_restore_moves_on_to_the_next_attempt(how: str) -> None:
+    network = Network()
+    log: list[tuple[object, ...]] = []
+    recorder = Recorder()
+
+    async def lose_first_time(connection: FakeConnection, epoch: int) -> None:
+        if epoch != 1:
+            return
+        if how == "drop":
+            connection.drop()
+            await anyio.sleep_forever()  # the manager cancels the restore
+        elif how == "raise":
+            raise ConnectionLostError("died under the restore")
+        else:
+            manager.report_lost(epoch, ConnectionLostError("died"))
+            await anyio.sleep_forever()
+
+    async with running(network) as manager:
+        manager.add_listener(recorder)
+        manager.register(Res("session", 1, log))
+        manager.register(Res("consumer", 3, log, lose_first_time))
+        manager.register(Res("browser", 4, log))
+        connection, epoch = await drop_and_reconnect(manager)
+        assert (connection.broker, epoch) == (C, 2)
+        assert network.opened[1].closed  # the connection lost during restore was closed
+        stats = manager.statistics()
+    assert log == [
+        ("lost", "session", 0),
+        ("lost", "consumer", 0),
+        ("lost", "browser", 0),
+        ("restore", "session", "b", 1),
+        ("restore", "consumer", "b", 1),
+        ("lost", "session", 1),
+        ("lost", "consumer", 1),
+        ("lost", "browser", 1),
+        ("restore", "session", "c", 2),
+        ("restore", "consumer", "c", 2),
+        ("restore", "browser", "c", 2),
+    ]
+    assert [e[0] for e in recorder.events] == ["started", "completed"]
+    assert recorder.events[1][1] == C
+    assert stats.failovers == 1
+
+
+@pytest.mark.anyio
+async def test_a_loss_during_restore_with_no_attempt_left_gives_up() -> None:
+    network = Network()
+    recorder = Recorder()
+
+    async def lose(connection: FakeConnection, epoch: int) -> None:
+        raise ConnectionLostError("died under the restore")
+
+    async with running(network, [A, B], FailoverPolicy(cyclecount=1, connect_delay=0.0)) as manager:
+        manager.add_listener(recorder)
+        manager.register(Res("consumer", 3, [], lose))
+        network.down = {"a"}
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILED)
+        assert network.calls == ["a", "b", "a"]
+        with pytest.raises(ConnectionFailedError) as info:
+            await manager.wait_connected()
+        assert isinstance(info.value.cause, OSError)
+    assert [e[0] for e in recorder.events] == ["started", "failed"]
+
+
+@pytest.mark.anyio
+async def test_a_raising_connection_lost_hook_does_not_stop_failover(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Clumsy(Res):
+        def connection_lost(self, epoch: int, cause: BaseException) -> None:
+            raise RuntimeError("hook bug")
+
+    log: list[tuple[object, ...]] = []
+    async with running(Network()) as manager:
+        manager.register(Clumsy("clumsy", 1, log))
+        await drop_and_reconnect(manager)
+    assert log == [("restore", "clumsy", "b", 1)]
+    assert "hook bug" in caplog.text
+
+
+# --- Listeners (F14) ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_F14_listeners_are_called_in_order_with_the_right_arguments() -> None:
+    network = Network()
+    log: list[tuple[object, ...]] = []
+    first, second = Recorder(log, "first"), Recorder(log, "second")
+    cause = ConnectionLostError("dropped")
+    async with running(network) as manager:
+        manager.add_listener(first)
+        manager.add_listener(second)
+        connection, _ = await drop_and_reconnect(manager, cause)
+        stats = manager.statistics()
+    assert [entry[:2] for entry in log] == [
+        ("first", "started"),
+        ("second", "started"),
+        ("first", "completed"),
+        ("second", "completed"),
+    ]
+    assert log[0][2] is cause
+    _, _, broker, downtime = log[2]
+    assert broker == connection.broker == B
+    assert isinstance(downtime, float) and downtime >= 0
+    assert downtime == stats.last_downtime
+
+
+@pytest.mark.anyio
+async def test_F14_failed_is_called_with_the_last_cause() -> None:
+    network = Network()
+    recorder = Recorder()
+    async with running(network, [A, B], FailoverPolicy(cyclecount=1, connect_delay=0.0)) as manager:
+        manager.add_listener(recorder)
+        network.errors["a"] = OSError("last one")
+        network.down = {"b"}
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILED)
+    assert [e[0] for e in recorder.events] == ["started", "failed"]
+    assert str(recorder.events[1][1]) == "last one"
+
+
+@pytest.mark.anyio
+async def test_F14_a_raising_listener_is_logged_and_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder = Recorder()
+    async with running(Network()) as manager:
+        manager.add_listener(Boom())
+        manager.add_listener(recorder)
+        await drop_and_reconnect(manager)
+        assert manager.state is S.CONNECTED
+    assert [e[0] for e in recorder.events] == ["started", "completed"]
+    assert "listener bug: started" in caplog.text
+    assert "listener bug: completed" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_F14_a_listener_may_implement_only_some_callbacks() -> None:
+    completed: list[BrokerURL] = []
+
+    class OnlyCompleted:
+        def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
+            completed.append(broker)
+
+    async with running(Network()) as manager:
+        manager.add_listener(OnlyCompleted())  # type: ignore[arg-type]
+        await drop_and_reconnect(manager)
+    assert completed == [B]
+
+
+@pytest.mark.anyio
+async def test_F14_a_removed_listener_is_not_called() -> None:
+    recorder = Recorder()
+    async with running(Network()) as manager:
+        manager.add_listener(recorder)
+        manager.remove_listener(recorder)
+        manager.remove_listener(recorder)
+        await drop_and_reconnect(manager)
+    assert recorder.events == []
+
+
+# --- Exchange (F12) ----------------------------------------------------------------------------
+
+EXCHANGE = FailoverPolicy(method=FailoverMethod.EXCHANGE, connect_delay=0.0)
+
+
+@pytest.mark.anyio
+async def test_F12_exchange_uses_the_learned_list_on_the_next_failover() -> None:
+    network = Network()
+    async with running(network, [A], EXCHANGE) as manager:
+        assert manager.learn_brokers([X, Y]) == (X, Y, A)
+        assert manager.brokers == (X, Y, A)
+        connection, _ = await drop_and_reconnect(manager)
+        assert connection.broker == X
+        # The lost broker is x: the walk starts after it.
+        connection, _ = await drop_and_reconnect(manager)
+        assert connection.broker == Y
+        assert network.calls == ["a", "x", "y"]
+
+
+@pytest.mark.anyio
+async def test_F12_the_newest_list_wins() -> None:
+    network = Network()
+    async with running(network, [A], EXCHANGE) as manager:
+        manager.learn_brokers([X])
+        manager.learn_brokers([Y])
+        assert manager.brokers == (Y, A)
+        connection, _ = await drop_and_reconnect(manager)
+        assert connection.broker == Y
+        assert manager.statistics().brokers == (Y, A)
+
+
+@pytest.mark.anyio
+async def test_F12_no_downgrade_from_amqps_to_amqp() -> None:
+    secure_a, plain_x, secure_y = BrokerURL("amqps", "a"), X, BrokerURL("amqps", "y")
+    async with running(Network(), [secure_a], EXCHANGE) as manager:
+        assert manager.learn_brokers([plain_x, secure_y]) == (secure_y, secure_a)
+        # A list a plain amqp broker advertised keeps its plain entries.
+        assert manager.learn_brokers([plain_x], source=A) == (plain_x, secure_a)
+
+
+@pytest.mark.anyio
+async def test_F12_a_list_learned_while_connecting_names_its_source() -> None:
+    network = Network()
+    manager: Manager
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        connection = await network.connect(broker)
+        manager.learn_brokers([BrokerURL("amqp", "x"), BrokerURL("amqps", "y")], source=broker)
+        return connection
+
+    with anyio.fail_after(HANG):
+        async with Manager(connect, [BrokerURL("amqps", "a")], EXCHANGE) as manager:
+            assert manager.broker is None
+            await manager.start()
+            assert [b.host for b in manager.brokers] == ["y", "a"]
+
+
+@pytest.mark.anyio
+async def test_F12_other_methods_ignore_advertised_lists() -> None:
+    network = Network()
+    async with running(network, [A, B]) as manager:
+        assert manager.learn_brokers([X]) == (A, B)
+        connection, _ = await drop_and_reconnect(manager)
+        assert connection.broker == B
+
+
+# --- Close -------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_close_during_failover_releases_waiters_and_cancels_the_connect() -> None:
+    network = Network()
+    recorder = Recorder()
+    errors: list[BaseException] = []
+    async with running(network) as manager:
+        manager.add_listener(recorder)
+        network.hold = anyio.Event()
+        network.last.drop()
+        await until(lambda: network.running == 1)
+
+        async def waiter() -> None:
+            try:
+                await manager.wait_connected()
+            except ClosedError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            await manager.close()
+        assert manager.state is S.CLOSED
+        await until(lambda: network.running == 0)  # the connect was cancelled
+        assert len(errors) == 2
+        await manager.close()  # idempotent
+        with pytest.raises(ClosedError):
+            await manager.wait_connected()
+        with pytest.raises(ClosedError):
+            manager.register(Res("late", 1, []))
+    assert network.calls == ["a", "b"]
+    assert [e[0] for e in recorder.events] == ["started"]
+
+
+@pytest.mark.anyio
+async def test_a_connection_opened_as_the_manager_closes_is_closed() -> None:
+    """close() while the connector is finishing: the connection it returns is not leaked,
+    and no listener hears of a failed failover."""
+    network = Network()
+    recorder = Recorder()
+    late: list[FakeConnection] = []
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        connection = await network.connect(broker)
+        if broker == B:
+            await manager.close()  # no checkpoint after this: the race, made exact
+            late.append(connection)
+        return connection
+
+    with anyio.fail_after(HANG):
+        async with Manager(connect, [A, B], FAST) as manager:
+            manager.add_listener(recorder)
+            await manager.start()
+            network.last.drop()
+            await until(lambda: bool(late) and late[0].closed)
+            await anyio.wait_all_tasks_blocked()
+            assert manager.state is S.CLOSED
+            assert manager.broker is None
+    assert [e[0] for e in recorder.events] == ["started"]
+
+
+@pytest.mark.anyio
+async def test_close_while_connected_closes_the_connection_and_starts_no_failover() -> None:
+    network = Network()
+    recorder = Recorder()
+    async with running(network) as manager:
+        manager.add_listener(recorder)
+        await manager.close()
+        assert network.last.closed
+        await anyio.wait_all_tasks_blocked()
+        assert manager.state is S.CLOSED
+        assert manager.statistics().broker is None
+    assert network.calls == ["a"]
+    assert recorder.events == []
+
+
+@pytest.mark.anyio
+async def test_close_during_restore_closes_the_new_connection() -> None:
+    network = Network()
+    async with running(network) as manager:
+        manager.register(Res("stuck", 1, [], _hang))
+        network.last.drop()
+        await until(lambda: manager.state is S.RESTORING)
+        await manager.close()
+        assert network.last.broker == B and network.last.closed
+        assert manager.state is S.CLOSED
+
+
+@pytest.mark.anyio
+async def test_leaving_async_with_closes() -> None:
+    network = Network()
+    async with running(network) as manager:
+        pass
+    assert manager.state is S.CLOSED
+    assert network.last.closed
+
+
+@pytest.mark.anyio
+async def test_close_before_start() -> None:
+    network = Network()
+    with anyio.fail_after(HANG):
+        async with Manager(network.connect, [A]) as manager:
+            await manager.close()
+            with pytest.raises(ClosedError):
+                await manager.start()
+    assert network.calls == []
+
+
+# --- Delays, statistics, logging ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_F5_the_plan_delays_are_slept() -> None:
+    policy = FailoverPolicy(
+        initial_delay=0.01,
+        connect_delay=0.01,
+        backoff=2.0,
+        jitter=0.005,
+        startup_cyclecount=2,
+    )
+    expected = [a.delay for a in policy.attempts([A, B], startup=True, rng=random.Random(7))]
+    network = Network(down={"a", "b"})
+    with anyio.fail_after(HANG):
+        async with Manager(network.connect, [A, B], policy, rng=random.Random(7)) as manager:
+            began = anyio.current_time()
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    gaps = [t - s for s, t in itertools.pairwise([began, *network.times])]
+    assert len(gaps) == len(expected) == 4
+    assert expected[2] > expected[1]  # the back-off grows
+    for gap, delay in zip(gaps, expected, strict=True):
+        assert gap >= delay - 0.001  # anyio may wake a timer up to its clock resolution early
+
+
+@pytest.mark.anyio
+async def test_statistics_snapshot() -> None:
+    network = Network(down={"a"})
+    async with running(network) as manager:
+        stats = manager.statistics()
+        assert (stats.state, stats.broker, stats.epoch, stats.failovers) == (S.CONNECTED, B, 0, 0)
+        assert (stats.last_downtime, stats.attempts, stats.brokers) == (None, 2, (A, B, C))
+        await drop_and_reconnect(manager)
+        after = manager.statistics()
+        assert (after.state, after.broker, after.epoch, after.failovers) == (S.CONNECTED, C, 1, 1)
+        assert after.attempts == 3
+        assert after.last_downtime is not None and after.last_downtime >= 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.epoch = 3  # type: ignore[misc]
+
+
+@pytest.mark.anyio
+async def test_logs_never_show_passwords_and_warn_every_n_attempts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="haclient.failover")
+    secret = BrokerURL("amqp", "a", username="u", password="s3cret-pw")
+    policy = FailoverPolicy(connect_delay=0.0, retries=5, cyclecount=1, warn_after_attempts=2)
+    network = Network(down={"a"})
+    with anyio.fail_after(HANG):
+        async with Manager(network.connect, [secret], policy) as manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert "s3cret-pw" not in caplog.text
+    assert "u:******@a" in caplog.text
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage().split(" failed (")[1][:1] for r in warnings] == ["2", "4"]
+    assert all(r.name == "haclient.failover" for r in caplog.records)
