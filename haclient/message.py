@@ -71,7 +71,7 @@ from haclient.destination import (
     destination_from_address,
     type_annotation,
 )
-from haclient.errors import MessageFormatError
+from haclient.errors import IllegalStateError, MessageFormatError
 
 __all__ = [
     "DELIVERY_TIME_ANNOTATION",
@@ -296,8 +296,27 @@ class Message:
         """The body: None here; str, bytes, dict or list in the subclasses."""
         return self._body
 
+    def acknowledge(self) -> Any:
+        """Acknowledge messages received in a CLIENT (or INDIVIDUAL) session (A2).
+
+        CLIENT acknowledges every message the session delivered so far, INDIVIDUAL this one;
+        in the other modes it does nothing. It returns once the broker confirmed. In the async
+        API it returns an awaitable (``await message.acknowledge()``).
+
+        Raises:
+            IllegalStateError: the message was not received from a consumer, or its session
+                is closed.
+            AcknowledgeFailedError: the connection failed over since the message was delivered
+                (F8): the broker will redeliver.
+        """
+        acknowledger = self.__dict__.get("_acknowledger")
+        if acknowledger is None:
+            raise IllegalStateError("this message was not received from a consumer")
+        return acknowledger()
+
     def _state(self) -> dict[str, Any]:
         state = dict(vars(self))
+        state.pop("_acknowledger", None)
         state["body"] = state.pop("_body")
         return state
 

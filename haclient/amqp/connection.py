@@ -281,6 +281,24 @@ class AmqpConnection:
         await self._attach(receiver, timeout)
         return receiver
 
+    def detach(self, link: Link, error: ErrorCondition | None = None) -> None:
+        """Close ``link`` from this end; a ``receive()`` waiting on it returns None at once."""
+        if not link.is_closed:
+            link.close(error)
+        inbox = self._inboxes.get(link)  # type: ignore[call-overload]
+        if inbox is not None:
+            inbox.changed.set()
+            inbox.changed = anyio.Event()
+        self._signal_credit()
+        self._wake()
+
+    def end_session(self, session: Session) -> None:
+        """End ``session`` from this end (its links with it)."""
+        for link in [link for link in self._links if link.session is session]:
+            self.detach(link)
+        session.close()
+        self._wake()
+
     # Sending -----------------------------------------------------------------------------------
 
     async def wait_for_credit(self, sender: Sender) -> None:
@@ -321,10 +339,24 @@ class AmqpConnection:
 
     # Receiving ---------------------------------------------------------------------------------
 
+    def queued(self, receiver: Receiver) -> int:
+        """How many messages arrived on ``receiver`` and wait to be taken."""
+        inbox = self._inboxes.get(receiver)
+        return len(inbox.messages) if inbox is not None else 0
+
+    def take_all(self, receiver: Receiver) -> list[ReceivedMessage]:
+        """Every message waiting on ``receiver``, taken (to release them, say)."""
+        inbox = self._inboxes.get(receiver)
+        if inbox is None:
+            return []
+        taken = list(inbox.messages)
+        inbox.messages.clear()
+        return taken
+
     def receive_nowait(self, receiver: Receiver) -> ReceivedMessage | None:
         """The next message that arrived on ``receiver``, or None."""
-        inbox = self._inboxes[receiver]
-        return inbox.messages.popleft() if inbox.messages else None
+        inbox = self._inboxes.get(receiver)
+        return inbox.messages.popleft() if inbox is not None and inbox.messages else None
 
     async def receive(
         self, receiver: Receiver, timeout: float | None = None
@@ -338,7 +370,9 @@ class AmqpConnection:
             The peer's reason (e.g. ``InvalidDestinationError``) when the peer closed the link,
             its session or the connection; messages that arrived before are returned first.
         """
-        inbox = self._inboxes[receiver]
+        inbox = self._inboxes.get(receiver)
+        if inbox is None:  # closed at both ends and forgotten
+            return None
         if inbox.messages:  # the common case under load: no cancel scope, no waiting
             return inbox.messages.popleft()
         with anyio.move_on_after(math.inf if timeout is None else timeout):
@@ -375,15 +409,18 @@ class AmqpConnection:
 
         Messages sent to use the credit are in the receiver's inbox when this returns.
         """
-        self._check_open()
+        self._check_link(receiver)
         receiver.drain(credit)
         self._wake()
         while receiver.draining:
-            self._check_open()
-            if receiver.is_closed:
-                raise ClosedError(f"link {receiver.name!r} is closed")
+            self._check_link(receiver)
             changed = self._credit_changed
             await changed.wait()
+
+    async def flush(self) -> None:
+        """Wait until every frame queued so far has been written to the socket (in order)."""
+        if self.driver is not None:
+            await self.driver.flush()
 
     # Events ------------------------------------------------------------------------------------
 
@@ -473,12 +510,21 @@ class AmqpConnection:
     def _on_link_close(self, link: Link, error: ErrorCondition | None) -> None:
         if not link.closed_by_peer and error is None:
             self._fail_link(link, ClosedError(f"link {link.name!r} is closed"), remember=False)
+            self._forget(link)
             return  # the peer answered our own close: waiters see the link closed
         if link.locally_opened and link in self._attaches:
             context = f"the broker refused link {link.name!r}"
         else:
             context = f"the broker closed link {link.name!r}"
         self._fail_link(link, self._error(error, context))
+
+    def _forget(self, link: Link) -> None:
+        """Drop the bookkeeping of a link closed at both ends."""
+        self._links.discard(link)
+        self._link_errors.pop(link, None)
+        inbox = self._inboxes.get(link)  # type: ignore[call-overload]
+        if inbox is not None and not inbox.messages:
+            del self._inboxes[link]  # type: ignore[arg-type]
 
     def _fail_link(self, link: Link, failure: HAClientError, *, remember: bool = True) -> None:
         """Fail everything that waits on ``link`` with ``failure`` (and later calls too)."""

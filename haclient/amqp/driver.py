@@ -55,10 +55,31 @@ class Driver:
         self._wake = anyio.Event()
         self._result: ErrorCondition | None = None
         self._ended = anyio.Event()
+        self._flush_waiters: list[anyio.Event] = []
 
     def wakeup(self) -> None:
         """Tell the writer that the engine may have bytes to send (call after changing it)."""
         self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until every frame the engine holds now has been handed to the socket.
+
+        Proton writes a link's flow before the session's dispositions when both are pending, so
+        a caller that needs the peer to see a disposition *before* a later frame (a round trip
+        that proves the disposition was processed) flushes in between. Returns at once when the
+        connection has ended.
+        """
+        if self._ended.is_set():
+            return
+        waiter = anyio.Event()
+        self._flush_waiters.append(waiter)
+        self.wakeup()
+        await waiter.wait()
+
+    def _release_flushes(self) -> None:
+        waiters, self._flush_waiters = self._flush_waiters, []
+        for waiter in waiters:
+            waiter.set()
 
     @property
     def ended(self) -> bool:
@@ -84,6 +105,7 @@ class Driver:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
             self._ended.set()
+            self._release_flushes()
         return self._result
 
     def _dispatch(self) -> None:
@@ -119,6 +141,7 @@ class Driver:
         stream = self._stream
         while True:
             self._wake = anyio.Event()  # fresh before looking, so no wakeup is lost
+            flushes, self._flush_waiters = self._flush_waiters, []  # satisfied by this write
             now = anyio.current_time()
             deadline = engine.tick(now)
             data = engine.data_to_send()
@@ -129,8 +152,13 @@ class Driver:
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     engine.abort(ErrorCondition(CONNECTION_LOST, _describe(exc)))
                     self._dispatch()
+                    self._flush_waiters.extend(flushes)
                     return
+                for waiter in flushes:
+                    waiter.set()
                 continue
+            for waiter in flushes:
+                waiter.set()
             if engine.is_finished:
                 return
             timeout = math.inf if deadline is None else max(0.0, deadline - now)

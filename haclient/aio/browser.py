@@ -1,0 +1,126 @@
+"""``QueueBrowser``: look at a queue's messages without consuming them.
+
+How this works: a browser is a receiver link whose source has distribution mode ``copy``: the
+broker sends copies and leaves the queue alone. Its credit is the connection's prefetch (at
+least 1). When the messages already here run out, the browser drains the link: the broker sends
+what it has for the credit, or answers that it has nothing; nothing after a drain means the end
+of the enumeration.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from haclient.amqp.codec import decode_message
+from haclient.amqp.endpoints import Receiver
+from haclient.amqp.types import SenderSettleMode, Terminus
+from haclient.destination import Queue, TemporaryQueue
+from haclient.errors import MessageFormatError
+from haclient.message import Message, from_amqp
+
+if TYPE_CHECKING:
+    from haclient.aio.session import Session
+
+__all__ = ["QueueBrowser"]
+
+
+class QueueBrowser:
+    """Iterates over the messages of a queue (JMS ``QueueBrowser``): ``async for m in browser``.
+
+    Iteration ends when the queue has no more messages for it (each message is seen once per
+    browser); it never removes or acknowledges anything.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        queue: Queue | TemporaryQueue,
+        source: Terminus,
+        *,
+        selector: str | None,
+        link_name: str,
+    ) -> None:
+        self._session = session
+        self._queue = queue
+        self._source = source
+        self._selector = selector
+        self._link_name = link_name
+        self._receiver: Receiver | None = None
+        self._credit = max(1, min(session._connection._options.prefetch, 1000))
+        self._closed = False
+        self._exhausted = False
+
+    @property
+    def queue(self) -> Queue | TemporaryQueue:
+        """The queue browsed."""
+        return self._queue
+
+    @property
+    def message_selector(self) -> str | None:
+        """The JMS selector, if any."""
+        return self._selector
+
+    async def _attach(self) -> None:
+        physical, amqp_session = self._session._link_context()
+        self._receiver = await physical.amqp.open_receiver(
+            self._source,
+            session=amqp_session,
+            name=self._link_name,
+            credit=self._credit,
+            snd_settle_mode=SenderSettleMode.SETTLED,
+            timeout=self._session._connection._options.attach_timeout,
+        )
+
+    def __aiter__(self) -> QueueBrowser:
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message of the queue.
+
+        Raises:
+            StopAsyncIteration: no more messages (or the browser is closed).
+        """
+        message = await self._next()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    async def _next(self) -> Message | None:
+        while not self._closed and not self._exhausted:
+            receiver = self._receiver
+            assert receiver is not None
+            amqp = self._session._amqp()
+            raw = amqp.receive_nowait(receiver)
+            if raw is None:
+                await amqp.drain(receiver)
+                raw = amqp.receive_nowait(receiver)
+                if raw is None:
+                    self._exhausted = True
+                    return None
+            if receiver.credit + amqp.queued(receiver) <= self._credit // 2:
+                amqp.flow(receiver, self._credit - receiver.credit - amqp.queued(receiver))
+            raw.delivery.settle()
+            try:
+                return from_amqp(
+                    decode_message(raw.payload),
+                    prefixes=self._session._physical().prefixes,
+                    consumer_destination=self._queue,
+                )
+            except MessageFormatError:
+                continue  # not a message we can show; browsing skips it
+        return None
+
+    async def close(self) -> None:
+        """Detach the browser. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._session._forget_browser(self)
+        if self._receiver is not None:
+            self._session._amqp().detach(self._receiver)
+
+    def _session_closed(self) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"<QueueBrowser of {self._queue} ({'closed' if self._closed else 'open'})>"

@@ -1,0 +1,388 @@
+"""``MessageConsumer``: receive, iterate, or listen; acknowledgement as the session's mode says.
+
+How this works: a consumer is one receiver link. Its credit is its prefetch: the broker sends up
+to ``prefetch`` messages ahead, and the consumer tops the credit up when half is used. A message
+taken from the link is decoded, then acknowledged as the session's mode says *before* it is
+handed out (AUTO, A1: confirmed by the broker; TRANSACTED: in the transaction), or remembered
+for a later ``acknowledge()`` (CLIENT, DUPS_OK). A listener runs in a task of the connection's
+task group; the session's lock makes its listeners run one at a time, as JMS's session thread.
+
+Closing (C1-C5): ``close()`` marks the consumer closed and detaches its link, so a blocked
+``receive()`` returns None; it waits for a running listener to return unless it is called from
+that listener; it acknowledges nothing and touches no transaction. Deliveries the session still
+owes an acknowledgement keep the link attached until the session settles them.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from haclient.aio.acks import PendingAck
+from haclient.amqp.codec import decode_message
+from haclient.amqp.connection import ReceivedMessage
+from haclient.amqp.endpoints import Receiver
+from haclient.amqp.types import (
+    ErrorCondition,
+    Modified,
+    ReceiverSettleMode,
+    Rejected,
+    Released,
+    SenderSettleMode,
+    Terminus,
+)
+from haclient.destination import Destination
+from haclient.errors import ClosedError, IllegalStateError, MessageFormatError
+from haclient.message import Message, from_amqp
+from haclient.modes import AckConfirmation, AckMode
+
+if TYPE_CHECKING:
+    from haclient.aio.session import Session
+
+__all__ = ["MessageConsumer", "MessageListener"]
+
+log = logging.getLogger("haclient.consumer")
+
+MessageListener = Callable[[Message], Awaitable[None] | None]
+"""A message listener: a function or a coroutine function taking the message."""
+
+_listening: contextvars.ContextVar[MessageConsumer | None] = contextvars.ContextVar(
+    "haclient_listening", default=None
+)
+
+
+class MessageConsumer:
+    """Receives messages from a destination (JMS ``MessageConsumer``). Made by a ``Session``.
+
+    Every method runs on the connection's event loop; ``close()`` may be called from any task.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        destination: Destination,
+        source: Terminus,
+        *,
+        link_name: str,
+        selector: str | None,
+        no_local: bool,
+        subscription: str | None = None,
+        on_close: Callable[[MessageConsumer], None] | None = None,
+    ) -> None:
+        self._session = session
+        self._destination = destination
+        self._source = source
+        self._link_name = link_name
+        self._selector = selector
+        self._no_local = no_local
+        self._subscription = subscription
+        self._on_close = on_close
+        self._receiver: Receiver | None = None
+        self._confirmation = AckConfirmation.NONE
+        self._closed = False
+        self._listener: MessageListener | None = None
+        self._listener_running = False
+        self._listener_idle = anyio.Event()
+        self._listener_idle.set()
+        self._listener_task_active = False
+        self._prefetch = session._connection._options.prefetch
+
+    # Properties --------------------------------------------------------------------------------
+
+    @property
+    def destination(self) -> Destination:
+        """The destination messages come from."""
+        return self._destination
+
+    @property
+    def message_selector(self) -> str | None:
+        """The JMS selector, if any."""
+        return self._selector
+
+    @property
+    def no_local(self) -> bool:
+        """Whether messages published by this connection's client id are withheld."""
+        return self._no_local
+
+    @property
+    def subscription_name(self) -> str | None:
+        """The durable or shared subscription's name, if this consumes one."""
+        return self._subscription
+
+    @property
+    def is_closed(self) -> bool:
+        """True once ``close()`` was called (or the session or connection closed)."""
+        return self._closed
+
+    @property
+    def message_listener(self) -> MessageListener | None:
+        """The listener set with ``set_message_listener``, if any."""
+        return self._listener
+
+    # Link --------------------------------------------------------------------------------------
+
+    async def _attach(self) -> None:
+        """Attach the link (on the session's current connection) and grant the prefetch."""
+        session = self._session
+        physical, amqp_session = session._link_context()
+        mode = session.ack_mode
+        presettled = mode is AckMode.NO_ACK
+        want_second = (
+            mode in (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL)
+            and physical.settle_second is not False
+        )
+        self._receiver = receiver = await physical.amqp.open_receiver(
+            self._source,
+            session=amqp_session,
+            name=self._link_name,
+            credit=self._prefetch,
+            snd_settle_mode=SenderSettleMode.SETTLED if presettled else SenderSettleMode.UNSETTLED,
+            rcv_settle_mode=ReceiverSettleMode.SECOND if want_second else ReceiverSettleMode.FIRST,
+            timeout=session._connection._options.attach_timeout,
+        )
+        if want_second:
+            granted = receiver.remote_rcv_settle_mode is ReceiverSettleMode.SECOND
+            physical.settle_second = granted
+            self._confirmation = (
+                AckConfirmation.SETTLE_SECOND if granted else AckConfirmation.ROUND_TRIP
+            )
+        elif mode in (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL):
+            self._confirmation = AckConfirmation.ROUND_TRIP
+        session._note_confirmation(self._confirmation)
+
+    def _top_up(self) -> None:
+        """Keep about ``prefetch`` messages granted (or one for a receive, with prefetch 0)."""
+        receiver = self._receiver
+        if receiver is None or receiver.is_closed:
+            return
+        amqp = self._session._amqp()
+        outstanding = receiver.credit + amqp.queued(receiver)
+        if self._prefetch == 0:
+            if outstanding == 0:
+                amqp.flow(receiver, 1)
+        elif outstanding <= self._prefetch // 2:
+            amqp.flow(receiver, self._prefetch - outstanding)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the consumer is closed")
+        self._session._check_open()
+
+    # Receiving ---------------------------------------------------------------------------------
+
+    async def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to ``timeout`` seconds (None: until one comes).
+
+        Returns None on timeout and once the consumer is closed, also when ``close()`` is called
+        while this waits (C2). While the connection is stopped, no message is handed out.
+        In AUTO mode the message is acknowledged, and the broker confirmed it, before it is
+        returned (A1).
+
+        Raises:
+            ClosedError: the consumer, its session or its connection was closed before the call.
+            IllegalStateError: the consumer has a message listener.
+            InvalidDestinationError ...: the broker closed the link, with its reason.
+        """
+        self._check_open()
+        if self._listener is not None:
+            raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
+        deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
+        taken = await self._take(deadline)
+        if taken is None:
+            return None
+        raw, message = taken
+        await self._acknowledge_on_delivery(raw, message)
+        return message
+
+    async def receive_nowait(self) -> Message | None:
+        """A message if one is already here (prefetched), else None at once."""
+        return await self.receive(timeout=0)
+
+    def __aiter__(self) -> MessageConsumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        """Iterate until the consumer is closed."""
+        if self._closed:
+            raise StopAsyncIteration
+        message = await self.receive()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    async def _take(self, deadline: float) -> tuple[ReceivedMessage, Message] | None:
+        """The next decodable message from the link, or None (deadline, or closed)."""
+        connection = self._session._connection
+        while not self._closed:
+            remaining = deadline - anyio.current_time()
+            if not await connection._wait_started(remaining):
+                return None
+            receiver = self._receiver
+            assert receiver is not None
+            amqp = self._session._amqp()
+            self._top_up()
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                raw = amqp.receive_nowait(receiver)
+            else:
+                raw = await amqp.receive(receiver, None if math.isinf(remaining) else remaining)
+            if raw is None or self._closed:
+                if raw is not None:  # arrived as we closed: give it back
+                    amqp.settle(raw, Released())
+                return None
+            self._top_up()
+            try:
+                amqp_message = decode_message(raw.payload)
+                message = from_amqp(
+                    amqp_message,
+                    prefixes=self._session._physical().prefixes,
+                    consumer_destination=self._destination,
+                )
+            except MessageFormatError as exc:
+                log.warning("rejecting an undecodable message on %s: %s", self._destination, exc)
+                amqp.settle(raw, Rejected(ErrorCondition("amqp:decode-error", str(exc))))
+                continue
+            connection._count_received()
+            return raw, message
+        return None
+
+    async def _acknowledge_on_delivery(self, raw: ReceivedMessage, message: Message) -> None:
+        """Do what the session's mode asks as ``message`` is handed out (before a listener)."""
+        session = self._session
+        mode = session.ack_mode
+        pending = PendingAck(raw, self._confirmation, self._source.address)
+        if mode is AckMode.AUTO:
+            message.__dict__["_acknowledger"] = _nothing_to_do
+            if self._listener is None:
+                await session._settle([pending])
+        elif mode is AckMode.TRANSACTED:
+            message.__dict__["_acknowledger"] = _nothing_to_do
+            await session._acknowledge_in_transaction(raw)
+        elif mode is AckMode.NO_ACK:
+            message.__dict__["_acknowledger"] = _nothing_to_do
+        else:
+            session._track(pending, message)
+
+    # Listener ----------------------------------------------------------------------------------
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        """Deliver messages to ``listener`` (a function or coroutine function) from now on.
+
+        The listener runs in a task of the connection, one listener of the session at a time,
+        once the connection is started. In AUTO mode each message is acknowledged right after
+        the listener returns (A1); if it raises, the message is given back for redelivery.
+        ``None`` stops the listener (a message being handled is finished first).
+
+        Raises:
+            ClosedError: the consumer is closed.
+        """
+        self._check_open()
+        self._listener = listener
+        if listener is not None and not self._listener_task_active:
+            self._listener_task_active = True
+            self._session._connection._host.start_soon(
+                self._listen, name=f"listener {self._link_name}"
+            )
+
+    async def _listen(self) -> None:
+        try:
+            while not self._closed and self._listener is not None:
+                taken = await self._take(math.inf)
+                if taken is None:
+                    break
+                raw, message = taken
+                async with self._session._dispatch_lock:
+                    await self._run_listener(raw, message)
+        except Exception:
+            log.exception("the listener task of %s failed", self._link_name)
+        finally:
+            self._listener_task_active = False
+
+    async def _run_listener(self, raw: ReceivedMessage, message: Message) -> None:
+        listener = self._listener
+        if listener is None or self._closed:
+            self._session._amqp().settle(raw, Released())
+            return
+        self._listener_running = True
+        self._listener_idle = anyio.Event()
+        token = _listening.set(self)
+        try:
+            await self._acknowledge_on_delivery(raw, message)
+            result = listener(message)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("the message listener of %s raised; the message is redelivered", self)
+            if self._session.ack_mode in (AckMode.AUTO, AckMode.DUPS_OK):
+                self._session._amqp().settle(raw, Modified(delivery_failed=True))
+        else:
+            if self._session.ack_mode is AckMode.AUTO:
+                await self._session._settle(
+                    [PendingAck(raw, self._confirmation, self._source.address)]
+                )
+        finally:
+            _listening.reset(token)
+            self._listener_running = False
+            self._listener_idle.set()
+            if self._closed:  # closed from inside the listener: the link goes now (C4)
+                self._release_link()
+
+    # Closing -----------------------------------------------------------------------------------
+
+    async def close(self, *, from_listener: bool = False) -> None:
+        """Close the consumer (C1-C5). Idempotent.
+
+        A ``receive()`` blocked in another task returns None (C2); a listener running in
+        another task is waited for (C3), but not when ``close()`` is called from inside it (C4,
+        or ``from_listener=True`` from the blocking facade's dispatcher thread). Nothing is
+        acknowledged or rolled back (C5): messages delivered but not acknowledged stay the
+        session's to acknowledge or recover; prefetched ones go back to the broker.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._listener = None
+        inside = from_listener or _listening.get() is self
+        if not (inside and self._listener_running):
+            self._release_link()  # else when the listener returns, after its acknowledgement
+        if self._on_close is not None:
+            self._on_close(self)
+        if self._listener_running and not inside:
+            await self._listener_idle.wait()
+
+    def _release_link(self) -> None:
+        """Give prefetched messages back and detach, unless the session still owes acks."""
+        receiver = self._receiver
+        if receiver is None:
+            return
+        amqp = self._session._amqp()
+        if amqp.is_open and not receiver.is_closed:
+            for raw in amqp.take_all(receiver):
+                amqp.settle(raw, Released())
+            if not self._session._owes_acks(receiver):
+                amqp.detach(receiver)
+            else:
+                self._session._linger(receiver)
+        else:
+            amqp.detach(receiver)
+
+    def _session_closed(self) -> None:
+        """The session closed: mark closed and wake waiters (the session ends the link)."""
+        self._closed = True
+        self._listener = None
+        if self._receiver is not None:
+            self._session._amqp().detach(self._receiver)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<MessageConsumer {self._link_name!r} on {self._destination} ({state})>"
+
+
+async def _nothing_to_do() -> None:
+    """The acknowledger of a message whose session acknowledges by itself (AUTO, TRANSACTED)."""

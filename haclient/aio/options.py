@@ -1,0 +1,127 @@
+"""Connection options: from the URL's ``amqp.*``/``jms.*`` options and ``connect()`` keywords.
+
+Keywords win over URL options, and every keyword is checked: an unknown one or a bad value
+raises ``ConfigurationError`` naming it, never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final
+
+from failover.url import FailoverURL
+from haclient.errors import ConfigurationError
+
+__all__ = ["ConnectionOptions", "generated_client_id"]
+
+_URL_OPTIONS: Final[dict[str, tuple[str, Callable[[str], Any]]]] = {
+    "jms.clientID": ("client_id", str),
+    "jms.username": ("username", str),
+    "jms.password": ("password", str),
+    "jms.prefetch": ("prefetch", int),
+    "jms.transactions": ("transactions", str),
+    "jms.selectors": ("selectors", str),
+    "amqp.idleTimeout": ("idle_timeout", lambda ms: int(ms) / 1000 or None),
+    "amqp.maxFrameSize": ("max_frame_size", int),
+}
+
+
+def generated_client_id() -> str:
+    """A container id for a connection the application gave no client id (``ID:<uuid>``)."""
+    return f"ID:{uuid.uuid4()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """Everything a logical connection is configured with, besides its brokers and policy.
+
+    Attributes:
+        client_id: The JMS client id, sent as the AMQP container id (S1, S2). None: a generated
+            id is used and the connection has no client id in the JMS sense.
+        username / password: SASL PLAIN credentials (ANONYMOUS without a username).
+        prefetch: Link credit of each consumer (messages buffered ahead of ``receive``); 0
+            pulls one message per ``receive``.
+        idle_timeout: Seconds of silence after which the broker counts as dead (F13); None: off.
+        max_frame_size: The largest frame accepted; None: proton's default.
+        transactions: ``native`` (the broker's coordinator) or ``emulate`` (E3).
+        selectors: ``auto``, ``broker`` or ``client`` (E1).
+        attach_timeout: Seconds to wait for the broker to answer an attach, a begin or an open.
+        dups_ok_batch: DUPS_OK flushes acknowledgements after this many messages ...
+        dups_ok_interval: ... or this many seconds after the oldest unflushed one (A3).
+        close_timeout: Seconds ``close()`` waits for the broker's answer before dropping the socket.
+    """
+
+    client_id: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    prefetch: int = 1000
+    idle_timeout: float | None = 60.0
+    max_frame_size: int | None = None
+    transactions: str = "native"
+    selectors: str = "auto"
+    attach_timeout: float = 30.0
+    dups_ok_batch: int = 100
+    dups_ok_interval: float = 0.1
+    close_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.client_id is not None and (
+            not isinstance(self.client_id, str) or not self.client_id
+        ):
+            raise ConfigurationError("client_id must be a non-empty str", option="client_id")
+        if (
+            not isinstance(self.prefetch, int)
+            or isinstance(self.prefetch, bool)
+            or self.prefetch < 0
+        ):
+            raise ConfigurationError(
+                f"prefetch must be an int >= 0, not {self.prefetch!r}", option="prefetch"
+            )
+        if self.transactions not in ("native", "emulate"):
+            raise ConfigurationError(
+                f"transactions must be 'native' or 'emulate', not {self.transactions!r}",
+                option="transactions",
+            )
+        if self.selectors not in ("auto", "broker", "client"):
+            raise ConfigurationError(
+                f"selectors must be 'auto', 'broker' or 'client', not {self.selectors!r}",
+                option="selectors",
+            )
+        for name in ("attach_timeout", "dups_ok_interval", "close_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number", option=name)
+        if self.idle_timeout is not None and (
+            not isinstance(self.idle_timeout, int | float) or self.idle_timeout <= 0
+        ):
+            raise ConfigurationError("idle_timeout must be positive or None", option="idle_timeout")
+        if not isinstance(self.dups_ok_batch, int) or self.dups_ok_batch < 1:
+            raise ConfigurationError("dups_ok_batch must be an int >= 1", option="dups_ok_batch")
+
+    @classmethod
+    def build(cls, url: FailoverURL, keywords: Mapping[str, Any]) -> ConnectionOptions:
+        """The options of the URL, overridden by ``keywords`` (``connect(url, **keywords)``).
+
+        Raises:
+            ConfigurationError: an unknown keyword (with the closest known name) or a bad value.
+        """
+        values: dict[str, Any] = {}
+        for option, raw in url.connection_options.items():
+            name, convert = _URL_OPTIONS[option]
+            values[name] = convert(raw)
+        known = [f.name for f in fields(cls)]
+        for name, value in keywords.items():
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigurationError(f"unknown connection option {name!r}{hint}", option=name)
+            if value is not None or name in ("idle_timeout", "max_frame_size"):
+                values[name] = value
+        return cls(**values)
+
+    def with_client_id(self, client_id: str | None) -> ConnectionOptions:
+        """A copy with another client id."""
+        return replace(self, client_id=client_id)

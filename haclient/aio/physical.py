@@ -1,0 +1,167 @@
+"""One physical connection to one broker, as the logical ``Connection`` uses it.
+
+How this works: ``open_physical`` starts a task in the logical connection's task group that
+opens the socket and the AMQP connection (``haclient.amqp.open_connection``) and keeps it until
+``close()`` is called or the connection ends; the task hands back a ``PhysicalConnection`` once
+the broker's Open has arrived. This is the *connector* the failover manager is given: it opens
+one connection to one broker URL and knows nothing of sessions or failover.
+
+It also reads what the broker told us in its Open: the address prefixes (``queue-prefix``,
+``topic-prefix``, as ActiveMQ announces them) and the product, which decides the defaults for a
+broker that announces nothing (RabbitMQ wants ``/queue/`` and ``/topic/`` addresses and ends the
+session on a receiver settle mode ``second`` request, see ``settle_second``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from failover.url import BrokerURL
+from haclient.aio.options import ConnectionOptions
+from haclient.amqp.config import ClientAuth, EngineConfig, TlsClientOptions
+from haclient.amqp.connection import AmqpConnection, open_connection
+from haclient.destination import DestinationPrefixes
+from haclient.errors import HAClientError
+
+__all__ = ["PhysicalConnection", "open_physical"]
+
+log = logging.getLogger("haclient.connection")
+
+_RABBITMQ_PREFIXES = DestinationPrefixes(queue="/queue/", topic="/topic/")
+SHARED_SUBS = "SHARED-SUBS"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def engine_config(broker: BrokerURL, options: ConnectionOptions, container_id: str) -> EngineConfig:
+    """The engine configuration for one broker of a logical connection."""
+    username = broker.username or options.username
+    password = broker.password if broker.username else options.password
+    if username and not broker.secure and not _is_loopback(broker.host):
+        log.warning("sending the password for %r in clear text to %s (use amqps)", username, broker)
+    idle = broker.options.get("amqp.idleTimeout")
+    frame = broker.options.get("amqp.maxFrameSize")
+    return EngineConfig(
+        container_id=container_id,
+        hostname=broker.host,
+        idle_timeout=(int(idle) / 1000 or None) if idle is not None else options.idle_timeout,
+        max_frame_size=int(frame) if frame is not None else options.max_frame_size,
+        desired_capabilities=(SHARED_SUBS,),
+        auth=ClientAuth(username, password, allow_insecure=not broker.secure),
+        tls=TlsClientOptions() if broker.secure else None,
+    )
+
+
+class PhysicalConnection:
+    """An open AMQP connection to ``broker``, kept open by a task until ``close()``.
+
+    Attributes:
+        amqp: The awaitable AMQP connection (see ``haclient.amqp.connection``).
+        broker: The broker it is connected to.
+        prefixes: The address prefixes to apply (announced by the broker, or its product's).
+        product: The broker's ``product`` Open property, if any.
+        settle_second: Whether the broker grants receiver settle mode ``second``: False when
+            known not to, None until a consumer attach has shown it.
+        advertised_brokers: The ``failover-server-list`` of the broker's Open, as given.
+    """
+
+    def __init__(self, amqp: AmqpConnection, broker: BrokerURL) -> None:
+        self.amqp = amqp
+        self.broker = broker
+        remote = amqp.remote_open
+        properties: dict[str, Any] = dict(remote.properties) if remote is not None else {}
+        self.product: str | None = (
+            properties.get("product") if isinstance(properties.get("product"), str) else None
+        )
+        announced = DestinationPrefixes.from_open_properties(properties)
+        if announced == DestinationPrefixes() and self.product == "RabbitMQ":
+            announced = _RABBITMQ_PREFIXES
+        self.prefixes = announced
+        self.settle_second: bool | None = False if self.product == "RabbitMQ" else None
+        self.advertised_brokers: Any = properties.get("failover-server-list")
+        self.offered_capabilities: tuple[str, ...] = (
+            remote.offered_capabilities if remote is not None else ()
+        )
+        self._close_requested = anyio.Event()
+        self._done = anyio.Event()
+
+    @property
+    def is_open(self) -> bool:
+        """True until the connection ended or was closed."""
+        return self.amqp.is_open
+
+    async def wait_closed(self) -> HAClientError | None:
+        """Wait until the connection has ended; the error that ended it (None: orderly)."""
+        return await self.amqp.wait_closed()
+
+    async def close(self) -> None:
+        """Close (Close frames exchanged, or the socket dropped after a timeout). Idempotent."""
+        self._close_requested.set()
+        await self._done.wait()
+
+    async def _serve(self) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                await self.amqp.wait_closed()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            await self._close_requested.wait()
+            tg.cancel_scope.cancel()
+
+
+async def open_physical(
+    task_group: TaskGroup,
+    broker: BrokerURL,
+    options: ConnectionOptions,
+    container_id: str,
+) -> PhysicalConnection:
+    """Open a connection to ``broker`` in a task of ``task_group``; return once it is open.
+
+    Raises:
+        ConnectionLostError: the broker cannot be reached, or dropped the connection.
+        AuthenticationError: the login was refused.
+        AttachTimeoutError: the broker did not answer the Open in time.
+        ClientIdInUseError, ProtocolError ...: the broker refused the connection.
+    """
+    config = engine_config(broker, options, container_id)
+    physical: PhysicalConnection = await task_group.start(_run, broker, config, options)
+    return physical
+
+
+async def _run(
+    broker: BrokerURL,
+    config: EngineConfig,
+    options: ConnectionOptions,
+    *,
+    task_status: TaskStatus[PhysicalConnection],
+) -> None:
+    host, port = broker.address
+    physical: PhysicalConnection | None = None
+    try:
+        async with open_connection(
+            host, port, config, connect_timeout=options.attach_timeout
+        ) as amqp:
+            physical = PhysicalConnection(amqp, broker)
+            task_status.started(physical)
+            await physical._serve()
+    except Exception:
+        if physical is None:
+            raise  # the open failed: tg.start() raises it to the caller
+        log.debug("connection to %s ended with an error", broker, exc_info=True)
+    finally:
+        if physical is not None:
+            physical._done.set()

@@ -1,0 +1,353 @@
+"""``MessageProducer``: send with JMS headers; PERSISTENT waits for the broker, the rest pipelines.
+
+How this works: a producer with a destination owns one sender link to it. An anonymous producer
+(``create_producer(None)``) sends each message where ``send(destination, message)`` says: over
+one link without a target address when the broker offers ``ANONYMOUS-RELAY``, else over a link
+per destination, kept in a small cache.
+
+``send()`` fills in the headers (id, timestamp, destination, delivery mode, priority, expiration,
+delivery time), encodes the message with Qpid JMS's mapping, waits for credit and transfers it.
+A PERSISTENT message is sent unsettled and ``send()`` returns once the broker accepted it (F11);
+a NON_PERSISTENT one returns once queued, and a refusal is raised by a later call of this
+producer (or reported to the completion callback of ``send_async``). In a transacted session
+every transfer carries the transaction's id and is confirmed by the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from haclient.aio.termini import producer_target
+from haclient.amqp.codec import encode_message
+from haclient.amqp.endpoints import Delivery, Sender
+from haclient.amqp.types import Accepted, Outcome, Rejected, TransactionalState
+from haclient.destination import Destination, _require_destination
+from haclient.errors import (
+    AMQPError,
+    ClosedError,
+    HAClientError,
+    IllegalStateError,
+    InvalidDestinationError,
+    MessageFormatError,
+    error_from_condition,
+)
+from haclient.message import DeliveryMode, Message, MessageIdGenerator, to_amqp
+from haclient.modes import AckMode
+
+if TYPE_CHECKING:
+    from haclient.aio.session import Session
+
+__all__ = ["CompletionListener", "MessageProducer"]
+
+log = logging.getLogger("haclient.producer")
+
+CompletionListener = Callable[[Message, BaseException | None], Any]
+"""Called once per ``send_async``: the message, and None or the exception that failed it."""
+
+_ANONYMOUS_RELAY = "ANONYMOUS-RELAY"
+_LINK_CACHE_SIZE = 32
+_MAX_PIPELINED = 10_000
+
+
+class MessageProducer:
+    """Sends messages (JMS ``MessageProducer``). Made by ``Session.create_producer``.
+
+    Attributes:
+        delivery_mode: Default delivery mode of ``send`` (PERSISTENT).
+        priority: Default priority, 0-9 (4).
+        time_to_live: Default time to live in seconds (0: never expires).
+        delivery_delay: Default delay in seconds before the broker delivers a message (0).
+        disable_message_id / disable_message_timestamp: Hints (JMS); ids are always set,
+            because a re-sent message is recognised by its id (F11).
+    """
+
+    def __init__(self, session: Session, destination: Destination | None) -> None:
+        self._session = session
+        self._destination = destination
+        self._closed = False
+        self._ids = MessageIdGenerator()
+        self._links: OrderedDict[Destination | None, Sender] = OrderedDict()
+        self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
+        self._failure: HAClientError | None = None
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0.0
+        self.delivery_delay = 0.0
+        self.disable_message_id = False
+        self.disable_message_timestamp = False
+
+    @property
+    def destination(self) -> Destination | None:
+        """The destination, or None for an anonymous producer."""
+        return self._destination
+
+    @property
+    def is_closed(self) -> bool:
+        """True once closed (or its session or connection closed)."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the producer is closed")
+        self._session._check_open()
+
+    # Links -------------------------------------------------------------------------------------
+
+    async def _attach(self) -> None:
+        """Attach the default link (a producer with a destination, or an anonymous relay)."""
+        if self._destination is not None or self._relay_offered():
+            await self._link_for(self._destination)
+
+    def _relay_offered(self) -> bool:
+        return _ANONYMOUS_RELAY in self._session._physical().offered_capabilities
+
+    async def _link_for(self, destination: Destination | None) -> Sender:
+        key = destination
+        if destination is not None and destination != self._destination and self._relay_offered():
+            key = None  # one relay link for every destination
+        link = self._links.get(key)
+        if link is not None and not link.is_closed:
+            self._links.move_to_end(key)
+            return link
+        physical, amqp_session = self._session._link_context()
+        link = await physical.amqp.open_sender(
+            producer_target(key, physical.prefixes),
+            session=amqp_session,
+            timeout=self._session._connection._options.attach_timeout,
+        )
+        self._links[key] = link
+        if len(self._links) > _LINK_CACHE_SIZE:
+            _, oldest = self._links.popitem(last=False)
+            physical.amqp.detach(oldest)
+        return link
+
+    # Sending -----------------------------------------------------------------------------------
+
+    def _resolve(
+        self, first: Destination | Message, message: Message | None
+    ) -> tuple[Destination, Message]:
+        if message is None:
+            if not isinstance(first, Message):
+                raise MessageFormatError(f"not a message: {type(first).__name__}")
+            if self._destination is None:
+                raise InvalidDestinationError(
+                    "this producer has no destination: use send(destination, message)"
+                )
+            return self._destination, first
+        if self._destination is not None:
+            raise IllegalStateError(
+                "this producer sends to its own destination: use send(message), or an "
+                "anonymous producer (create_producer(None)) to choose the destination per send"
+            )
+        if not isinstance(message, Message):
+            raise MessageFormatError(f"not a message: {type(message).__name__}")
+        return _require_destination(first), message
+
+    def _stamp(
+        self,
+        destination: Destination,
+        message: Message,
+        delivery_mode: DeliveryMode | None,
+        priority: int | None,
+        time_to_live: float | None,
+        delivery_delay: float | None,
+    ) -> None:
+        """Set the headers a send sets (JMS: visible on the message object afterwards)."""
+        now = time.time()
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        delay = self.delivery_delay if delivery_delay is None else delivery_delay
+        message.destination = destination
+        message.delivery_mode = DeliveryMode(
+            self.delivery_mode if delivery_mode is None else delivery_mode
+        )
+        message.priority = self.priority if priority is None else priority
+        message.message_id = self._ids()
+        message.timestamp = now
+        message.expiration = now + ttl if ttl and ttl > 0 else None
+        message.delivery_time = now + delay if delay and delay > 0 else now
+        message.redelivered = False
+        message.delivery_count = 1
+
+    async def send(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None = None,
+        *,
+        delivery_mode: DeliveryMode | None = None,
+        priority: int | None = None,
+        time_to_live: float | None = None,
+        delivery_delay: float | None = None,
+    ) -> None:
+        """Send ``message`` (``send(message)``, or ``send(destination, message)`` when anonymous).
+
+        The message's headers are set as JMS says (id, timestamp, destination ...). A
+        PERSISTENT message returns once the broker accepted it; NON_PERSISTENT once it is
+        queued for the socket (pipelined). In a transacted session the message is part of the
+        transaction and becomes visible on commit.
+
+        Raises:
+            MessageFormatError: a property or header cannot be sent.
+            InvalidDestinationError: no destination, or the broker refused it.
+            ResourceLimitError, AMQPError ...: the broker rejected the message.
+            ClosedError: the producer, session or connection is closed.
+        """
+        delivery = await self._transfer(
+            destination_or_message, message, delivery_mode, priority, time_to_live, delivery_delay
+        )
+        if delivery is None:
+            return
+        sent, tracked = delivery
+        if tracked.delivery_mode == DeliveryMode.PERSISTENT:
+            outcome = await self._session._amqp().wait_settled(sent)
+            self._unconfirmed.pop(sent, None)
+            self._check_outcome(outcome, tracked)
+        elif len(self._unconfirmed) > _MAX_PIPELINED:
+            await self._confirm_oldest()
+
+    async def send_async(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None = None,
+        *,
+        on_completion: CompletionListener,
+        delivery_mode: DeliveryMode | None = None,
+        priority: int | None = None,
+        time_to_live: float | None = None,
+        delivery_delay: float | None = None,
+    ) -> None:
+        """Send without waiting for the broker; ``on_completion(message, error)`` says how it went.
+
+        Returns once the message is queued for the socket. ``on_completion`` is called exactly
+        once, on the event loop, with ``error=None`` when the broker accepted the message (JMS
+        2.0's ``CompletionListener``). Errors found before anything was sent are raised here.
+        """
+        delivery = await self._transfer(
+            destination_or_message, message, delivery_mode, priority, time_to_live, delivery_delay
+        )
+        if delivery is None:
+            on_completion(message if message is not None else destination_or_message, None)  # type: ignore[arg-type]
+            return
+        sent, tracked = delivery
+
+        async def complete() -> None:
+            error: BaseException | None = None
+            try:
+                outcome = await self._session._amqp().wait_settled(sent)
+                self._unconfirmed.pop(sent, None)
+                self._check_outcome(outcome, tracked)
+            except Exception as exc:
+                error = exc
+            try:
+                on_completion(tracked, error)
+            except Exception:
+                log.exception("a completion listener raised")
+
+        self._session._connection._host.start_soon(complete)
+
+    async def _transfer(
+        self,
+        first: Destination | Message,
+        message: Message | None,
+        delivery_mode: DeliveryMode | None,
+        priority: int | None,
+        time_to_live: float | None,
+        delivery_delay: float | None,
+    ) -> tuple[Delivery, Message] | None:
+        self._check_open()
+        self._raise_pipelined_failure()
+        destination, message = self._resolve(first, message)
+        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        physical = self._session._physical()
+        payload = encode_message(to_amqp(message, destination_prefixes=physical.prefixes))
+        link = await self._link_for(destination)
+        amqp = physical.amqp
+        state: TransactionalState | None = None
+        if self._session.ack_mode is AckMode.TRANSACTED:
+            state = await self._session._transaction_state()
+        await amqp.wait_for_credit(link)
+        self._check_open()
+        delivery = amqp.send_nowait(link, payload, state=state)
+        self._unconfirmed[delivery] = message
+        self._session._connection._count_sent()
+        return delivery, message
+
+    def _check_outcome(self, outcome: Outcome | None, message: Message) -> None:
+        if isinstance(outcome, TransactionalState):
+            outcome = outcome.outcome or Accepted()
+        if isinstance(outcome, Accepted):
+            return
+        if isinstance(outcome, Rejected) and outcome.error is not None:
+            raise error_from_condition(
+                outcome.error.name,
+                outcome.error.description,
+                outcome.error.info,
+                context=f"the broker rejected message {message.message_id}",
+            )
+        raise AMQPError(
+            f"the broker did not accept message {message.message_id}: {outcome!r}",
+        )
+
+    async def _confirm_oldest(self) -> None:
+        delivery, message = next(iter(self._unconfirmed.items()))
+        try:
+            outcome = await self._session._amqp().wait_settled(delivery)
+            self._check_outcome(outcome, message)
+        except HAClientError as exc:
+            self._failure = self._failure or exc
+        finally:
+            self._unconfirmed.pop(delivery, None)
+
+    def _raise_pipelined_failure(self) -> None:
+        for delivery, message in list(self._unconfirmed.items()):
+            if not delivery.remote_settled:
+                break
+            del self._unconfirmed[delivery]
+            try:
+                self._check_outcome(delivery.remote_outcome, message)
+            except HAClientError as exc:
+                self._failure = self._failure or exc
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    async def flush(self) -> None:
+        """Wait until the broker settled every message sent so far; raise the first refusal."""
+        while self._unconfirmed:
+            await self._confirm_oldest()
+        self._raise_pipelined_failure()
+
+    # Closing -----------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wait for the outcome of pipelined sends, then detach. Idempotent.
+
+        Raises:
+            The broker's refusal of a pipelined (NON_PERSISTENT) send not reported yet.
+        """
+        if self._closed:
+            return
+        try:
+            if self._session._amqp().is_open:
+                with anyio.move_on_after(self._session._connection._options.close_timeout):
+                    await self.flush()
+        finally:
+            self._closed = True
+            self._session._forget_producer(self)
+            amqp = self._session._amqp()
+            for link in self._links.values():
+                amqp.detach(link)
+            self._links.clear()
+
+    def _session_closed(self) -> None:
+        self._closed = True
+        self._links.clear()
+
+    def __repr__(self) -> str:
+        where = self._destination if self._destination is not None else "(anonymous)"
+        return f"<MessageProducer to {where} ({'closed' if self._closed else 'open'})>"

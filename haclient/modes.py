@@ -1,0 +1,44 @@
+"""Session acknowledgement modes and how acknowledgements are confirmed (SEMANTICS A1-A6).
+
+Shared by the async core (``haclient.aio``) and the blocking facade (``haclient``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["AckConfirmation", "AckMode"]
+
+
+class AckMode(enum.IntEnum):
+    """How a session acknowledges the messages its consumers hand out.
+
+    The values are the JMS constants (``Session.AUTO_ACKNOWLEDGE`` ...); NO_ACK and INDIVIDUAL
+    use the numbers Qpid JMS gives its extensions.
+    """
+
+    TRANSACTED = 0
+    """A4: sends and acknowledgements belong to the session's transaction (``commit()``)."""
+    AUTO = 1
+    """A1: each message is acknowledged, and confirmed by the broker, before it is handed out."""
+    CLIENT = 2
+    """A2: ``Message.acknowledge()`` acknowledges everything delivered so far on the session."""
+    DUPS_OK = 3
+    """A3: acknowledgements are batched and flushed lazily; a failure may redeliver some."""
+    NO_ACK = 100
+    """A5: messages arrive pre-settled; nothing to acknowledge, nothing redelivered."""
+    INDIVIDUAL = 101
+    """Like CLIENT, but ``Message.acknowledge()`` acknowledges that message only."""
+
+
+class AckConfirmation(enum.Enum):
+    """How the session learns that the broker processed its acknowledgements (A6)."""
+
+    SETTLE_SECOND = "settle-second"
+    """Receiver settle mode ``second``: the broker settles each acknowledgement it applied."""
+    ROUND_TRIP = "round-trip"
+    """The broker lacks mode ``second``: after the dispositions are written, a request on the
+    same session is answered by the broker, which proves it processed the frames before it."""
+    NONE = "none"
+    """Nothing to confirm: DUPS_OK (lazy), NO_ACK (pre-settled), or TRANSACTED (the commit's
+    answer is the confirmation)."""
