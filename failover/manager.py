@@ -545,6 +545,11 @@ class ConnectionManager(Generic[P]):
         return self._brokers
 
     @property
+    def failure(self) -> BaseException | None:
+        """The last failure (the cause ``ConnectionFailedError`` carries once FAILED)."""
+        return self._failure
+
+    @property
     def policy(self) -> FailoverPolicy:
         """The failover policy."""
         return self._policy

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from failover.manager import RestoreOrder
 from haclient.amqp.codec import decode_message
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import SenderSettleMode, Terminus
 from haclient.destination import Queue, TemporaryQueue
-from haclient.errors import MessageFormatError
+from haclient.errors import BrowserFailoverError, HAClientError, MessageFormatError
 from haclient.message import Message, from_amqp
 
 if TYPE_CHECKING:
+    from haclient.aio.physical import PhysicalConnection
     from haclient.aio.session import Session
 
 __all__ = ["QueueBrowser"]
@@ -49,6 +51,19 @@ class QueueBrowser:
         self._credit = max(1, min(session._connection._options.prefetch, 1000))
         self._closed = False
         self._exhausted = False
+        self._interrupted = False
+
+    # Failover ----------------------------------------------------------------------------------
+
+    restore_order: int = RestoreOrder.BROWSER
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        """An enumeration cannot go on over another connection: the next step raises (F10)."""
+        if not self._exhausted:
+            self._interrupted = True
+
+    async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
+        """Nothing to restore: the interrupted enumeration raises ``BrowserFailoverError``."""
 
     @property
     def queue(self) -> Queue | TemporaryQueue:
@@ -79,6 +94,8 @@ class QueueBrowser:
 
         Raises:
             StopAsyncIteration: no more messages (or the browser is closed).
+            BrowserFailoverError: the connection failed over during the enumeration (F10);
+                deliberately not a StopIteration, which would look like the end of the queue.
         """
         message = await self._next()
         if message is None:
@@ -87,12 +104,22 @@ class QueueBrowser:
 
     async def _next(self) -> Message | None:
         while not self._closed and not self._exhausted:
+            if self._interrupted:
+                raise BrowserFailoverError(
+                    f"the connection failed over while browsing {self._queue}: browse again"
+                )
             receiver = self._receiver
             assert receiver is not None
             amqp = self._session._amqp()
             raw = amqp.receive_nowait(receiver)
             if raw is None:
-                await amqp.drain(receiver)
+                try:
+                    await amqp.drain(receiver)
+                except HAClientError:
+                    if self._interrupted or not amqp.is_open:
+                        self._interrupted = True
+                        continue
+                    raise
                 raw = amqp.receive_nowait(receiver)
                 if raw is None:
                     self._exhausted = True

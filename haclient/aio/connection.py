@@ -12,13 +12,15 @@ blocking facade (``haclient``) gives threads the same calls.
 
 from __future__ import annotations
 
-import enum
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+from anyio.abc import TaskStatus
 
+from failover.manager import ConnectionManager, ConnectionState, FailoverListener, RestoreOrder
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
 from haclient.aio.options import ConnectionOptions, generated_client_id
@@ -34,6 +36,7 @@ from haclient.errors import (
     ConfigurationError,
     ConnectionFailedError,
     HAClientError,
+    InvalidDestinationError,
 )
 from haclient.modes import AckMode
 
@@ -47,16 +50,7 @@ __all__ = [
 
 log = logging.getLogger("haclient.connection")
 
-
-class ConnectionState(enum.Enum):
-    """Where a logical connection is in its life."""
-
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    FAILING_OVER = "failing-over"
-    RESTORING = "restoring"
-    FAILED = "failed"
-    CLOSED = "closed"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +62,9 @@ class ConnectionStatistics:
         broker: The broker in use (password masked), None when not connected.
         client_id: The client id, None if the application set none.
         container_id: The AMQP container id in use (the client id, or a generated one).
+        epoch: The number of the physical connection in use (0 first, +1 per loss).
         failovers: Completed failovers.
+        last_downtime: Seconds the last failover took (loss to restored), None before one.
         sessions / producers / consumers: How many are open.
         messages_sent / messages_received / messages_acknowledged: Counters since connect.
     """
@@ -77,7 +73,9 @@ class ConnectionStatistics:
     broker: str | None
     client_id: str | None
     container_id: str
+    epoch: int
     failovers: int
+    last_downtime: float | None
     sessions: int
     producers: int
     consumers: int
@@ -112,10 +110,12 @@ class _StartSwitch:
 
 
 class Connection:
-    """A logical connection to a broker (JMS ``Connection``). Open it with ``connect()``.
+    """A logical connection to a list of brokers (JMS ``Connection``). Open it with ``connect()``.
 
     Use it as an async context manager, or call ``close()``. Messages are delivered to
-    consumers only after ``start()``.
+    consumers only after ``start()``. When the broker in use is lost the connection fails over
+    as the URL's policy says (``failover.manager``): calls that need the network wait until it
+    is back (F2, F3) or raise ``ConnectionFailedError`` once failover gave up (F4).
     """
 
     def __init__(self, url: FailoverURL, options: ConnectionOptions) -> None:
@@ -124,56 +124,83 @@ class Connection:
         self._has_client_id = options.client_id is not None
         self._container_id = options.client_id or generated_client_id()
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
+        self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
+            self._connect, url
+        )
         self._current: PhysicalConnection | None = None
-        self._state = ConnectionState.CONNECTING
+        self._closed = False
+        self._stop_manager: anyio.Event | None = None
         self._switch = _StartSwitch()
         self._sessions: set[Session] = set()
         self._subscription_names = SubscriptionNames()
-        self._internal_session: AmqpSession | None = None
-        self._temporary_links: dict[TemporaryQueue | TemporaryTopic, Link] = {}
-        self._failovers = 0
+        self._temporaries = _TemporaryDestinations(self)
         self._sent = 0
         self._received = 0
         self._acknowledged = 0
 
     async def _open(self) -> None:
         self._host = await TaskHost.open()
+        self._stop_manager = anyio.Event()
         try:
-            self._current = await self._connect_first()
+            await self._host.task_group.start(self._run_manager)
         except BaseException:
-            self._state = ConnectionState.FAILED
+            self._closed = True
             await self._host.close()
             raise
-        self._state = ConnectionState.CONNECTED
+        self._manager.register(self._temporaries)
 
-    async def _connect_first(self) -> PhysicalConnection:
-        last: HAClientError | None = None
-        for broker in self._url.brokers:
-            try:
-                return await self._connect(broker)
-            except HAClientError as exc:
-                log.info("cannot connect to %s: %s", broker, exc)
-                last = exc
-        raise ConnectionFailedError(
-            f"no broker of {self._url} could be reached: {last}", cause=last
-        )
+    async def _run_manager(self, *, task_status: TaskStatus[None]) -> None:
+        assert self._stop_manager is not None
+        async with self._manager:
+            await self._manager.start()
+            task_status.started()
+            await self._stop_manager.wait()
 
     async def _connect(self, broker: BrokerURL) -> PhysicalConnection:
-        """Open one physical connection (the connector the failover manager will use)."""
-        return await open_physical(self._host.task_group, broker, self._options, self._container_id)
+        """The connector the failover manager calls: one physical connection to ``broker``."""
+        physical = await open_physical(
+            self._host.task_group, broker, self._options, self._container_id
+        )
+        self._current = physical
+        return physical
 
     # Plumbing ----------------------------------------------------------------------------------
 
     def _physical(self) -> PhysicalConnection:
+        """The physical connection in use (during restore: the new one)."""
         self._check_open()
         assert self._current is not None
         return self._current
 
     def _check_open(self) -> None:
-        if self._state is ConnectionState.CLOSED:
+        if self._closed or self._manager.state is ConnectionState.CLOSED:
             raise ClosedError("the connection is closed")
-        if self._state is ConnectionState.FAILED:
-            raise ConnectionFailedError("the connection failed")
+        if self._manager.state is ConnectionState.FAILED:
+            raise ConnectionFailedError(cause=self._manager.failure)
+
+    async def _gate(self) -> tuple[PhysicalConnection, int]:
+        """Wait until connected (no wait when connected): the connection and its epoch."""
+        if self._closed:
+            raise ClosedError("the connection is closed")
+        return await self._manager.wait_connected()
+
+    def _lost(self, physical: PhysicalConnection, epoch: int, error: BaseException) -> bool:
+        """True if ``error`` came from the loss of ``physical`` (then failover is under way)."""
+        if physical.is_open:
+            return False
+        self._manager.report_lost(epoch, error)
+        return True
+
+    async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run ``operation`` when connected; if the connection is lost meanwhile, wait for the
+        failover and run it again (F3)."""
+        while True:
+            physical, epoch = await self._gate()
+            try:
+                return await operation()
+            except HAClientError as exc:
+                if not self._lost(physical, epoch, exc):
+                    raise
 
     async def _wait_started(self, timeout: float) -> bool:
         return await self._switch.wait_started(timeout)
@@ -189,6 +216,7 @@ class Connection:
 
     def _forget_session(self, session: Session) -> None:
         self._sessions.discard(session)
+        self._manager.unregister(session)
 
     # Public API --------------------------------------------------------------------------------
 
@@ -205,22 +233,32 @@ class Connection:
     @property
     def broker(self) -> BrokerURL | None:
         """The broker in use, None when not connected."""
-        return self._current.broker if self._current is not None else None
+        return self._manager.broker
 
     @property
     def state(self) -> ConnectionState:
-        """The connection's state."""
-        return self._state
+        """The connection's state (CONNECTED, FAILING_OVER, RESTORING, FAILED, CLOSED ...)."""
+        return ConnectionState.CLOSED if self._closed else self._manager.state
 
     @property
     def is_closed(self) -> bool:
         """True once ``close()`` was called."""
-        return self._state is ConnectionState.CLOSED
+        return self._closed
 
     @property
     def is_started(self) -> bool:
         """True between ``start()`` and ``stop()``."""
         return self._switch.started
+
+    def add_listener(self, listener: FailoverListener) -> None:
+        """Be told of failover (F14): any of ``failover_started(cause)``,
+        ``failover_completed(broker, downtime)``, ``failover_failed(cause)`` and
+        ``resource_not_restored(resource, error)``, called on the event loop; keep them short."""
+        self._manager.add_listener(listener)
+
+    def remove_listener(self, listener: FailoverListener) -> None:
+        """Stop telling ``listener``."""
+        self._manager.remove_listener(listener)
 
     async def start(self) -> None:
         """Start (or restart) delivery of messages to consumers and listeners.
@@ -240,6 +278,8 @@ class Connection:
     async def create_session(self, ack_mode: AckMode = AckMode.AUTO) -> Session:
         """A new session with acknowledge mode ``ack_mode`` (AUTO by default).
 
+        Waits while the connection fails over.
+
         Raises:
             ClosedError: the connection is closed.
             NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
@@ -252,34 +292,21 @@ class Connection:
                 raise ConfigurationError(
                     f"unknown acknowledge mode {ack_mode!r}", option="ack_mode"
                 ) from None
-        session = Session(self, ack_mode)
-        await session._open()
+
+        async def create() -> Session:
+            session = Session(self, ack_mode)
+            await session._open()
+            return session
+
+        session = await self._retrying(create)
         self._sessions.add(session)
+        self._manager.register(session)
         return session
 
     async def _create_temporary(
         self, session: Session, *, queue: bool
     ) -> TemporaryQueue | TemporaryTopic:
-        physical = self._physical()
-        amqp = physical.amqp
-        if self._internal_session is None:
-            self._internal_session = await amqp.open_session(timeout=self._options.attach_timeout)
-        capability = "temporary-queue" if queue else "temporary-topic"
-        link = await amqp.open_sender(
-            Terminus(dynamic=True, capabilities=(capability,)),
-            session=self._internal_session,
-            name=session._link_name(capability),
-            timeout=self._options.attach_timeout,
-        )
-        address = link.remote_target.address
-        if not address:
-            amqp.detach(link)
-            raise HAClientError("the broker created a temporary destination without an address")
-        destination: TemporaryQueue | TemporaryTopic = (
-            TemporaryQueue(address) if queue else TemporaryTopic(address)
-        )
-        self._temporary_links[destination] = link
-        return destination
+        return await self._retrying(lambda: self._temporaries.create(session, queue=queue))
 
     async def delete_temporary(self, destination: TemporaryQueue | TemporaryTopic) -> None:
         """Delete a temporary destination this connection created (JMS ``delete()``).
@@ -287,21 +314,19 @@ class Connection:
         Raises:
             InvalidDestinationError: this connection did not create it.
         """
-        from haclient.errors import InvalidDestinationError
-
-        link = self._temporary_links.pop(destination, None)
-        if link is None:
-            raise InvalidDestinationError(f"{destination} was not created by this connection")
-        self._physical().amqp.detach(link)
+        self._temporaries.delete(destination)
 
     def statistics(self) -> ConnectionStatistics:
         """A snapshot of the connection's state and counters (touches no network)."""
+        manager = self._manager.statistics()
         return ConnectionStatistics(
-            state=self._state,
+            state=self.state,
             broker=str(self.broker) if self.broker is not None else None,
             client_id=self.client_id,
             container_id=self._container_id,
-            failovers=self._failovers,
+            epoch=manager.epoch,
+            failovers=manager.failovers,
+            last_downtime=manager.last_downtime,
             sessions=len(self._sessions),
             producers=sum(len(s._producers) for s in self._sessions),
             consumers=sum(len(s._consumers) for s in self._sessions),
@@ -315,25 +340,27 @@ class Connection:
 
         Sessions close as ``Session.close()`` says (open transactions roll back, unacknowledged
         CLIENT messages go back to the broker); temporary destinations are deleted by the broker
-        with the connection; then Close frames are exchanged.
+        with the connection; then Close frames are exchanged. An ongoing failover is stopped
+        and the calls waiting for it raise ``ClosedError``.
         """
-        if self._state is ConnectionState.CLOSED:
+        if self._closed:
             return
-        for session in list(self._sessions):
-            try:
-                await session.close()
-            except Exception:
-                log.debug("closing a session failed", exc_info=True)
-        self._state = ConnectionState.CLOSED
+        if self._manager.state is ConnectionState.CONNECTED:
+            for session in list(self._sessions):
+                try:
+                    await session.close()
+                except Exception:
+                    log.debug("closing a session failed", exc_info=True)
+        self._closed = True
         for session in list(self._sessions):
             session._connection_closed()
         self._switch.set(False)
-        current = self._current
         try:
-            if current is not None:
-                with anyio.move_on_after(self._options.close_timeout + 1):
-                    await current.close()
+            with anyio.move_on_after(self._options.close_timeout + 1):
+                await self._manager.close()
         finally:
+            if self._stop_manager is not None:
+                self._stop_manager.set()
             await self._host.close()
 
     async def __aenter__(self) -> Connection:
@@ -343,7 +370,73 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<Connection {self._container_id!r} to {self.broker} ({self._state.value})>"
+        return f"<Connection {self._container_id!r} to {self.broker} ({self.state.value})>"
+
+
+class _TemporaryDestinations:
+    """The connection's temporary queues and topics: made, kept and re-made after failover.
+
+    Each is a dynamic node created by a sender link on an internal session; the broker deletes
+    it when the link or the connection goes. After failover each is created again and the
+    application's object is pointed at the new address (F6), so producers, consumers and
+    reply-to headers built from it afterwards use the new node.
+    """
+
+    restore_order: int = RestoreOrder.TEMPORARY_DESTINATION
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._session: AmqpSession | None = None
+        self._links: dict[int, tuple[TemporaryQueue | TemporaryTopic, Link]] = {}
+
+    async def _attach(self, physical: PhysicalConnection, queue: bool, name: str) -> Link:
+        options = self._connection._options
+        if self._session is None:
+            self._session = await physical.amqp.open_session(timeout=options.attach_timeout)
+        capability = "temporary-queue" if queue else "temporary-topic"
+        link = await physical.amqp.open_sender(
+            Terminus(dynamic=True, capabilities=(capability,)),
+            session=self._session,
+            name=name,
+            timeout=options.attach_timeout,
+        )
+        if not link.remote_target.address:
+            physical.amqp.detach(link)
+            raise HAClientError("the broker created a temporary destination without an address")
+        return link
+
+    async def create(self, session: Session, *, queue: bool) -> TemporaryQueue | TemporaryTopic:
+        physical = self._connection._physical()
+        link = await self._attach(physical, queue, session._link_name("temporary"))
+        address = link.remote_target.address
+        assert address is not None
+        destination: TemporaryQueue | TemporaryTopic = (
+            TemporaryQueue(address) if queue else TemporaryTopic(address)
+        )
+        self._links[id(destination)] = (destination, link)
+        return destination
+
+    def delete(self, destination: TemporaryQueue | TemporaryTopic) -> None:
+        entry = self._links.pop(id(destination), None)
+        if entry is None:
+            raise InvalidDestinationError(f"{destination} was not created by this connection")
+        current = self._connection._current
+        if current is not None and current.is_open:
+            current.amqp.detach(entry[1])
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        self._session = None
+
+    async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
+        for key, (destination, link) in list(self._links.items()):
+            queue = isinstance(destination, TemporaryQueue)
+            fresh = await self._attach(physical, queue, link.name)
+            address = fresh.remote_target.address
+            assert address is not None
+            if address != destination.address:
+                log.info("temporary destination %s is now %s", destination.address, address)
+                object.__setattr__(destination, "address", address)  # the object follows (F6)
+            self._links[key] = (destination, fresh)
 
 
 async def connect(

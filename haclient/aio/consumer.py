@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from failover.manager import ConnectionState, RestoreOrder
 from haclient.aio.acks import PendingAck
 from haclient.amqp.codec import decode_message
 from haclient.amqp.connection import ReceivedMessage
@@ -38,11 +39,12 @@ from haclient.amqp.types import (
     Terminus,
 )
 from haclient.destination import Destination
-from haclient.errors import ClosedError, IllegalStateError, MessageFormatError
+from haclient.errors import ClosedError, HAClientError, IllegalStateError, MessageFormatError
 from haclient.message import Message, from_amqp
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:
+    from haclient.aio.physical import PhysicalConnection
     from haclient.aio.session import Session
 
 __all__ = ["MessageConsumer", "MessageListener"]
@@ -125,6 +127,18 @@ class MessageConsumer:
         """The listener set with ``set_message_listener``, if any."""
         return self._listener
 
+    # Failover ----------------------------------------------------------------------------------
+
+    restore_order: int = RestoreOrder.CONSUMER
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        """Nothing to keep: prefetched messages die with the old link (F9)."""
+
+    async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
+        """Attach again with the same link name, source, selector and no-local (S5)."""
+        if not self._closed:
+            await self._attach()
+
     # Link --------------------------------------------------------------------------------------
 
     async def _attach(self) -> None:
@@ -193,12 +207,18 @@ class MessageConsumer:
         if self._listener is not None:
             raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
-        taken = await self._take(deadline)
-        if taken is None:
-            return None
-        raw, message = taken
-        await self._acknowledge_on_delivery(raw, message)
-        return message
+        while True:
+            taken = await self._take(deadline)
+            if taken is None:
+                return None
+            raw, message, physical, epoch = taken
+            try:
+                await self._acknowledge_on_delivery(raw, message)
+            except HAClientError as exc:
+                if not self._session._connection._lost(physical, epoch, exc):
+                    raise
+                continue  # F9: not confirmed; the next broker delivers it again
+            return message
 
     async def receive_nowait(self) -> Message | None:
         """A message if one is already here (prefetched), else None at once."""
@@ -216,22 +236,43 @@ class MessageConsumer:
             raise StopAsyncIteration
         return message
 
-    async def _take(self, deadline: float) -> tuple[ReceivedMessage, Message] | None:
-        """The next decodable message from the link, or None (deadline, or closed)."""
+    async def _take(
+        self, deadline: float
+    ) -> tuple[ReceivedMessage, Message, PhysicalConnection, int] | None:
+        """The next decodable message from the link, or None (deadline, or closed).
+
+        While the connection fails over this waits (F2) and then goes on with the restored
+        link; what the old link had prefetched is gone with it (F9).
+        """
         connection = self._session._connection
         while not self._closed:
             remaining = deadline - anyio.current_time()
             if not await connection._wait_started(remaining):
                 return None
+            with anyio.move_on_at(deadline):
+                physical, epoch = await connection._gate()
+            if (
+                anyio.current_time() >= deadline
+                and connection.state is not ConnectionState.CONNECTED
+            ):
+                return None
             receiver = self._receiver
-            assert receiver is not None
-            amqp = self._session._amqp()
+            if self._closed or receiver is None:
+                return None
+            amqp = physical.amqp
             self._top_up()
             remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                raw = amqp.receive_nowait(receiver)
-            else:
-                raw = await amqp.receive(receiver, None if math.isinf(remaining) else remaining)
+            try:
+                if remaining <= 0:
+                    raw = amqp.receive_nowait(receiver)
+                else:
+                    raw = await amqp.receive(receiver, None if math.isinf(remaining) else remaining)
+            except HAClientError as exc:
+                if connection._lost(physical, epoch, exc):
+                    continue  # wait for the failover, then receive on the restored link
+                raise
+            if raw is None and receiver is not self._receiver:
+                continue  # restored while we waited on the old link
             if raw is None or self._closed:
                 if raw is not None:  # arrived as we closed: give it back
                     amqp.settle(raw, Released())
@@ -249,7 +290,7 @@ class MessageConsumer:
                 amqp.settle(raw, Rejected(ErrorCondition("amqp:decode-error", str(exc))))
                 continue
             connection._count_received()
-            return raw, message
+            return raw, message, physical, epoch
         return None
 
     async def _acknowledge_on_delivery(self, raw: ReceivedMessage, message: Message) -> None:
@@ -296,9 +337,13 @@ class MessageConsumer:
                 taken = await self._take(math.inf)
                 if taken is None:
                     break
-                raw, message = taken
+                raw, message, physical, epoch = taken
                 async with self._session._dispatch_lock:
-                    await self._run_listener(raw, message)
+                    try:
+                        await self._run_listener(raw, message)
+                    except HAClientError as exc:  # the acknowledgement met a lost connection
+                        if not self._session._connection._lost(physical, epoch, exc):
+                            raise
         except Exception:
             log.exception("the listener task of %s failed", self._link_name)
         finally:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from failover.manager import RestoreOrder
 from haclient.aio.termini import producer_target
 from haclient.amqp.codec import encode_message
 from haclient.amqp.endpoints import Delivery, Sender
@@ -41,6 +42,7 @@ from haclient.message import DeliveryMode, Message, MessageIdGenerator, to_amqp
 from haclient.modes import AckMode
 
 if TYPE_CHECKING:
+    from haclient.aio.physical import PhysicalConnection
     from haclient.aio.session import Session
 
 __all__ = ["CompletionListener", "MessageProducer"]
@@ -96,6 +98,21 @@ class MessageProducer:
         if self._closed:
             raise ClosedError("the producer is closed")
         self._session._check_open()
+
+    # Failover ----------------------------------------------------------------------------------
+
+    restore_order: int = RestoreOrder.PRODUCER
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        """The links died; pipelined sends not yet confirmed are not re-sent (NON_PERSISTENT
+        is at most once)."""
+        self._links.clear()
+        self._unconfirmed.clear()
+
+    async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
+        """Attach the producer's link again."""
+        if not self._closed:
+            await self._attach()
 
     # Links -------------------------------------------------------------------------------------
 
@@ -197,18 +214,42 @@ class MessageProducer:
             ResourceLimitError, AMQPError ...: the broker rejected the message.
             ClosedError: the producer, session or connection is closed.
         """
-        delivery = await self._transfer(
-            destination_or_message, message, delivery_mode, priority, time_to_live, delivery_delay
-        )
-        if delivery is None:
-            return
-        sent, tracked = delivery
-        if tracked.delivery_mode == DeliveryMode.PERSISTENT:
-            outcome = await self._session._amqp().wait_settled(sent)
-            self._unconfirmed.pop(sent, None)
-            self._check_outcome(outcome, tracked)
-        elif len(self._unconfirmed) > _MAX_PIPELINED:
-            await self._confirm_oldest()
+        self._check_open()
+        self._raise_pipelined_failure()
+        destination, message = self._resolve(destination_or_message, message)
+        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        await self._send_until_done(destination, message, wait=None)
+
+    async def _send_until_done(
+        self,
+        destination: Destination,
+        message: Message,
+        *,
+        wait: bool | None,
+    ) -> None:
+        """Transfer ``message``; wait for the broker's outcome when ``wait`` (None: when it is
+        PERSISTENT). A loss of the connection before that outcome sends it again, same id, on
+        the next connection (F11); in a transaction it does not (F7: the commit will fail)."""
+        if wait is None:
+            wait = message.delivery_mode == DeliveryMode.PERSISTENT
+        connection = self._session._connection
+        while True:
+            physical, epoch = await connection._gate()
+            try:
+                sent = await self._transfer(physical, destination, message)
+                if wait:
+                    outcome = await physical.amqp.wait_settled(sent)
+                    self._unconfirmed.pop(sent, None)
+                    self._check_outcome(outcome, message)
+                elif len(self._unconfirmed) > _MAX_PIPELINED:
+                    await self._confirm_oldest()
+                return
+            except HAClientError as exc:
+                if not connection._lost(physical, epoch, exc):
+                    raise
+                if self._session.ack_mode is AckMode.TRANSACTED:
+                    return
+                log.info("re-sending %s after the connection was lost", message.message_id)
 
     async def send_async(
         self,
@@ -227,43 +268,37 @@ class MessageProducer:
         once, on the event loop, with ``error=None`` when the broker accepted the message (JMS
         2.0's ``CompletionListener``). Errors found before anything was sent are raised here.
         """
-        delivery = await self._transfer(
-            destination_or_message, message, delivery_mode, priority, time_to_live, delivery_delay
-        )
-        if delivery is None:
-            on_completion(message if message is not None else destination_or_message, None)  # type: ignore[arg-type]
-            return
-        sent, tracked = delivery
+        self._check_open()
+        self._raise_pipelined_failure()
+        destination, message = self._resolve(destination_or_message, message)
+        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        physical, epoch = await self._session._connection._gate()
+        sent = await self._transfer(physical, destination, message)
 
         async def complete() -> None:
             error: BaseException | None = None
             try:
-                outcome = await self._session._amqp().wait_settled(sent)
-                self._unconfirmed.pop(sent, None)
-                self._check_outcome(outcome, tracked)
+                try:
+                    outcome = await physical.amqp.wait_settled(sent)
+                    self._unconfirmed.pop(sent, None)
+                    self._check_outcome(outcome, message)
+                except HAClientError as exc:
+                    if not self._session._connection._lost(physical, epoch, exc):
+                        raise
+                    await self._send_until_done(destination, message, wait=True)
             except Exception as exc:
                 error = exc
             try:
-                on_completion(tracked, error)
+                on_completion(message, error)
             except Exception:
                 log.exception("a completion listener raised")
 
         self._session._connection._host.start_soon(complete)
 
     async def _transfer(
-        self,
-        first: Destination | Message,
-        message: Message | None,
-        delivery_mode: DeliveryMode | None,
-        priority: int | None,
-        time_to_live: float | None,
-        delivery_delay: float | None,
-    ) -> tuple[Delivery, Message] | None:
-        self._check_open()
-        self._raise_pipelined_failure()
-        destination, message = self._resolve(first, message)
-        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        physical = self._session._physical()
+        self, physical: PhysicalConnection, destination: Destination, message: Message
+    ) -> Delivery:
+        """Queue one transfer of ``message`` (already stamped) on ``physical``."""
         payload = encode_message(to_amqp(message, destination_prefixes=physical.prefixes))
         link = await self._link_for(destination)
         amqp = physical.amqp
@@ -275,7 +310,7 @@ class MessageProducer:
         delivery = amqp.send_nowait(link, payload, state=state)
         self._unconfirmed[delivery] = message
         self._session._connection._count_sent()
-        return delivery, message
+        return delivery
 
     def _check_outcome(self, outcome: Outcome | None, message: Message) -> None:
         if isinstance(outcome, TransactionalState):

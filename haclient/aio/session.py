@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from failover.manager import RestoreOrder
 from haclient.aio.acks import Acknowledger, PendingAck
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
@@ -38,10 +39,13 @@ from haclient.destination import (
     _require_destination,
 )
 from haclient.errors import (
+    AcknowledgeFailedError,
     ClosedError,
+    HAClientError,
     IllegalStateError,
     InvalidDestinationError,
     ResourceLockedError,
+    TransactionRolledBackError,
 )
 from haclient.message import Message
 from haclient.modes import AckConfirmation, AckMode
@@ -63,6 +67,8 @@ class Session:
     ``Connection.create_session``; use it as an async context manager to close it.
     """
 
+    restore_order: int = RestoreOrder.SESSION
+
     def __init__(self, connection: Connection, ack_mode: AckMode) -> None:
         self._connection = connection
         self._ack_mode = AckMode(ack_mode)
@@ -78,9 +84,15 @@ class Session:
         self._dispatch_lock = anyio.Lock()
         self._flush_due = anyio.Event()
         self._ack_lock = anyio.Lock()
+        self._acks_lost = False  # F8: deliveries were unacknowledged when the connection failed
+        self._transaction_lost = False  # F7: the open transaction died with the connection
 
     async def _open(self) -> None:
-        physical = self._connection._physical()
+        await self._begin(self._connection._physical())
+        if self._ack_mode is AckMode.DUPS_OK:
+            self._connection._host.start_soon(self._dups_ok_flusher, name="dups-ok flusher")
+
+    async def _begin(self, physical: PhysicalConnection) -> None:
         options = self._connection._options
         self._amqp_session = await physical.amqp.open_session(timeout=options.attach_timeout)
         if self._ack_mode is AckMode.TRANSACTED:
@@ -90,8 +102,27 @@ class Session:
                 self._link_name("txn"),
                 timeout=options.attach_timeout,
             )
-        if self._ack_mode is AckMode.DUPS_OK:
-            self._connection._host.start_soon(self._dups_ok_flusher, name="dups-ok flusher")
+
+    # Failover ----------------------------------------------------------------------------------
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        """The connection died: what the session owed the broker is gone with it (F7, F8)."""
+        if self._acks.take_pending() and self._ack_mode in (AckMode.CLIENT, AckMode.INDIVIDUAL):
+            self._acks_lost = True
+        transactions = self._transactions
+        if transactions is not None and (transactions.dirty or transactions.txn_id is not None):
+            self._transaction_lost = True
+        self._lingering.clear()
+
+    async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
+        """Begin the session again on the new connection (its links restore themselves)."""
+        await self._begin(physical)
+
+    def _register(self, resource: Any) -> None:
+        self._connection._manager.register(resource)
+
+    def _unregister(self, resource: Any) -> None:
+        self._connection._manager.unregister(resource)
 
     # Plumbing for producers and consumers ------------------------------------------------------
 
@@ -162,9 +193,15 @@ class Session:
         self._check_open()
         if destination is not None:
             _require_destination(destination)
-        producer = MessageProducer(self, destination)
-        await producer._attach()
+
+        async def create() -> MessageProducer:
+            producer = MessageProducer(self, destination)
+            await producer._attach()
+            return producer
+
+        producer = await self._connection._retrying(create)
         self._producers.add(producer)
+        self._register(producer)
         return producer
 
     def _check_selector(self, selector: str | None) -> str | None:
@@ -184,18 +221,24 @@ class Session:
         subscription: str | None = None,
         on_close: Any = None,
     ) -> MessageConsumer:
-        consumer = MessageConsumer(
-            self,
-            destination,
-            source,
-            link_name=link_name,
-            selector=selector,
-            no_local=no_local,
-            subscription=subscription,
-            on_close=on_close or self._forget_consumer,
-        )
-        await consumer._attach()
+
+        async def create() -> MessageConsumer:
+            consumer = MessageConsumer(
+                self,
+                destination,
+                source,
+                link_name=link_name,
+                selector=selector,
+                no_local=no_local,
+                subscription=subscription,
+                on_close=on_close or self._forget_consumer,
+            )
+            await consumer._attach()
+            return consumer
+
+        consumer = await self._connection._retrying(create)
         self._consumers.add(consumer)
+        self._register(consumer)
         return consumer
 
     async def create_consumer(
@@ -335,15 +378,19 @@ class Session:
             raise ResourceLockedError(
                 f"subscription {name!r} has an active consumer in this session"
             )
-        physical, amqp_session = self._link_context()
-        link = await physical.amqp.open_receiver(
-            Terminus.null(),
-            session=amqp_session,
-            name=name,
-            credit=0,
-            timeout=self._connection._options.attach_timeout,
-        )
-        physical.amqp.detach(link)
+
+        async def unsubscribe() -> None:
+            physical, amqp_session = self._link_context()
+            link = await physical.amqp.open_receiver(
+                Terminus.null(),
+                session=amqp_session,
+                name=name,
+                credit=0,
+                timeout=self._connection._options.attach_timeout,
+            )
+            physical.amqp.detach(link)
+
+        await self._connection._retrying(unsubscribe)
 
     async def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
         """A browser over ``queue``: iterate to see its messages without consuming them.
@@ -357,11 +404,17 @@ class Session:
             raise InvalidDestinationError(f"a browser needs a queue, not {queue!r}")
         selector = self._check_selector(selector)
         source = browser_source(queue, self._physical().prefixes, selector=selector)
-        browser = QueueBrowser(
-            self, queue, source, selector=selector, link_name=self._link_name("browser")
-        )
-        await browser._attach()
+
+        async def create() -> QueueBrowser:
+            browser = QueueBrowser(
+                self, queue, source, selector=selector, link_name=self._link_name("browser")
+            )
+            await browser._attach()
+            return browser
+
+        browser = await self._connection._retrying(create)
         self._browsers.add(browser)
+        self._register(browser)
         return browser
 
     async def create_temporary_queue(self) -> TemporaryQueue:
@@ -439,7 +492,29 @@ class Session:
             )
         if self._ack_mode not in (AckMode.CLIENT, AckMode.INDIVIDUAL):
             return
-        await self._settle(self._acks.take_pending())
+        await self._settle_client_acks(self._acks.take_pending())
+
+    def _check_acks_kept(self) -> None:
+        """F8: raise once if the connection failed over with deliveries unacknowledged."""
+        if self._acks_lost:
+            self._acks_lost = False
+            raise AcknowledgeFailedError(
+                "the connection failed over after messages were delivered and before they were "
+                "acknowledged: the broker will deliver them again"
+            )
+
+    async def _settle_client_acks(self, acks: list[PendingAck]) -> None:
+        physical, epoch = await self._connection._gate()
+        self._check_acks_kept()
+        try:
+            await self._settle(acks)
+        except HAClientError as exc:
+            if not self._connection._lost(physical, epoch, exc):
+                raise
+            raise AcknowledgeFailedError(
+                "the connection was lost before the broker confirmed the acknowledgement: "
+                "it will deliver the messages again"
+            ) from exc
         self._detach_settled_lingerers()
 
     async def _acknowledge_individual(self, raw: ReceivedMessage) -> None:
@@ -448,9 +523,11 @@ class Session:
                 "the session is closed: its messages can no longer be acknowledged"
             )
         pending = self._acks.take_one(raw)
-        if pending is not None:
-            await self._settle([pending])
-            self._detach_settled_lingerers()
+        if pending is None:
+            await self._connection._gate()
+            self._check_acks_kept()
+            return
+        await self._settle_client_acks([pending])
 
     async def _dups_ok_flusher(self) -> None:
         """DUPS_OK: flush pending acknowledgements by count or after the interval (A3)."""
@@ -486,6 +563,8 @@ class Session:
             raise IllegalStateError(
                 "recover() is not allowed in a transacted session: use rollback()"
             )
+        await self._connection._gate()
+        self._check_acks_kept()
         await self._give_back(self._acks.take_pending())
         self._detach_settled_lingerers()
 
@@ -533,8 +612,22 @@ class Session:
                 committed).
             IllegalStateError: the session is not transacted, or closed.
         """
-        transactions = self._require_transacted("commit")
-        await transactions.discharge(fail=False)
+        self._require_transacted("commit")
+        physical, epoch = await self._connection._gate()
+        transactions = self._require_transacted("commit")  # a new one after failover
+        if self._transaction_lost:
+            self._transaction_lost = False
+            await transactions.discharge(fail=True)  # what was done since the failover too
+            raise TransactionRolledBackError(
+                "the connection failed over during the transaction, which was rolled back: "
+                "replay it"
+            )
+        try:
+            await transactions.discharge(fail=False)
+        except TransactionRolledBackError as exc:
+            if exc.in_doubt:
+                self._connection._lost(physical, epoch, exc)
+            raise
 
     async def rollback(self) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
@@ -542,20 +635,30 @@ class Session:
         Raises:
             IllegalStateError: the session is not transacted, or closed.
         """
+        self._require_transacted("rollback")
+        physical, epoch = await self._connection._gate()
         transactions = self._require_transacted("rollback")
-        await transactions.discharge(fail=True)
-        await self._give_back([])
+        self._transaction_lost = False
+        try:
+            await transactions.discharge(fail=True)
+            await self._give_back([])
+        except HAClientError as exc:  # a lost connection rolled the transaction back anyway
+            if not self._connection._lost(physical, epoch, exc):
+                raise
 
     # Closing -----------------------------------------------------------------------------------
 
     def _forget_consumer(self, consumer: MessageConsumer) -> None:
         self._consumers.discard(consumer)
+        self._unregister(consumer)
 
     def _forget_producer(self, producer: MessageProducer) -> None:
         self._producers.discard(producer)
+        self._unregister(producer)
 
     def _forget_browser(self, browser: QueueBrowser) -> None:
         self._browsers.discard(browser)
+        self._unregister(browser)
 
     async def close(self) -> None:
         """Close the session and everything it made. Idempotent; callable from any task.
