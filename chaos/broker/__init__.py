@@ -7,11 +7,11 @@ See ``server.py`` for the lifecycle, ``connection.py`` and ``links.py`` for the 
 
 Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread), ``cli``
 (``haclient-broker``), ``connection`` (one client connection), ``links`` (consumer, producer and
-coordinator links), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``transactions``,
-``state`` (one run's state and the admin view), ``persistence`` (the store interface), ``store``
-and ``store_lock`` (the SQLite store and the lock that makes a shared-store HA pair),
-``subscriptions``, ``filters`` (selector, no-local), ``schedule`` (delays, expiry sweeps),
-``topology`` (the announced peer list), ``wire`` (header parsing without proton).
+coordinator links), ``browsing`` (queue browsers), ``router`` (addresses to nodes), ``nodes``
+(Queue, Topic), ``transactions``, ``state`` (one run's state and the admin view), ``persistence``
+(the store interface), ``store`` and ``store_lock`` (the SQLite store and the lock that makes a
+shared-store HA pair), ``subscriptions``, ``filters`` (selector, no-local), ``schedule`` (delays,
+expiry sweeps), ``topology`` (the announced peer list), ``wire`` (header parsing without proton).
 
 Persistence and HA: ``Broker(store=path)`` (``haclient-broker --store FILE``) keeps durable
 messages of lasting queues, and the queues and topics themselves, in one SQLite file (WAL; a
@@ -57,11 +57,20 @@ JMS features (part 2):
       topic ``amq.failover`` gets a membership message, with application property
       ``amq.failover`` holding the URLs comma-separated, on each change and for each new
       subscriber.
+    - Queue browsing (``browsing.py``): a receiver whose source asks for ``distribution-mode copy``
+      on a queue (a JMS ``QueueBrowser``) is answered with ``copy`` and sender settle mode
+      ``unsettled``, and is sent copies of the waiting messages in the queue's dispatch order,
+      each at most once, later arrivals included; messages held by consumers, scheduled or
+      expired are not shown, the queue's own messages and delivery-counts never change, a
+      client's disposition only settles the copy, and a drain is answered at once (the end of
+      the enumeration). A selector applies as for consumers. Browsers are not consumers
+      (``consumer_count`` leaves them out). On a topic ``copy`` changes nothing: such a link is
+      an ordinary subscriber.
 
-Not implemented: queue browsing (``distribution-mode copy``). proton 0.40 exposes no link-level
-capabilities, so the broker cannot read the ``shared``/``global`` link capabilities Qpid JMS
-puts on an unsubscribe attach: the null-source lookup tries the full link name, then the name
-up to ``|``, in the container's namespace, then the global one.
+Not implemented: proton 0.40 exposes no link-level capabilities, so the broker cannot read the
+``shared``/``global`` link capabilities Qpid JMS puts on an unsubscribe attach: the null-source
+lookup tries the full link name, then the name up to ``|``, in the container's namespace, then the
+global one.
 """
 
 from __future__ import annotations

@@ -9,11 +9,14 @@ to their queues with delivery-count + 1, open transactions roll back, and the te
 created are deleted.
 
 Consumers of a topic consume a subscription (``chaos.broker.subscriptions``: durable, shared and
-volatile ones, a null source for a JMS unsubscribe); consumers of a queue may carry a JMS
-selector (``chaos.broker.filters``). An invalid selector refuses the attach with
-``amqp:invalid-field``; subscription conflicts with ``amqp:resource-locked`` or
-``amqp:not-found``. A consumer attached to ``amq.failover`` first gets the current membership
-message (``chaos.broker.topology``).
+volatile ones, a null source for a JMS unsubscribe); consumers of a queue may carry a JMS selector
+(``chaos.broker.filters``); one whose source asks for ``distribution-mode copy`` is a browser
+(``chaos.broker.browsing``): it is sent copies of the waiting messages (sender settle mode
+``unsettled`` whatever the client asked; any disposition settles a copy) and takes none. On a topic
+``copy`` means nothing more than a subscription already does: such a link is an ordinary subscriber.
+An invalid selector refuses the attach with ``amqp:invalid-field``; subscription conflicts with
+``amqp:resource-locked`` or ``amqp:not-found``. A consumer attached to ``amq.failover`` first gets
+the current membership message (``chaos.broker.topology``).
 
 Producer links are always answered with receiver settle mode ``first`` (the broker settles each
 transfer with its outcome at once), as ActiveMQ and Artemis do; ``second`` is granted to
@@ -29,7 +32,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from chaos.broker.filters import NO_LOCAL_FILTER, Matcher, compile_matcher, parse_filters
-from chaos.broker.links import ConsumerLink, CoordinatorLink, LinkHandler, ProducerLink
+from chaos.broker.links import (
+    BrowserLink,
+    ConsumerLink,
+    CoordinatorLink,
+    LinkHandler,
+    ProducerLink,
+)
 from chaos.broker.nodes import Node, Queue, Topic
 from chaos.broker.router import NodeNotFoundError, Router
 from chaos.broker.subscriptions import SubscriptionError, SubscriptionQueue
@@ -50,7 +59,14 @@ from haclient.amqp.events import (
     SessionRemoteOpen,
     TransportClosed,
 )
-from haclient.amqp.types import ErrorCondition, ReceiverSettleMode, Terminus, TerminusKind
+from haclient.amqp.types import (
+    Distribution,
+    ErrorCondition,
+    ReceiverSettleMode,
+    SenderSettleMode,
+    Terminus,
+    TerminusKind,
+)
 from haclient.errors import InvalidSelectorError
 
 if TYPE_CHECKING:
@@ -134,7 +150,7 @@ class BrokerConnection:
                     handler.on_update(event.delivery, event.settled)
             elif isinstance(event, LinkFlow):
                 handler = self.links.get(event.link)
-                if isinstance(handler, ConsumerLink):
+                if isinstance(handler, ConsumerLink | BrowserLink):
                     handler.on_flow()
             elif isinstance(event, LinkRemoteOpen):
                 if not event.link.locally_opened:
@@ -259,7 +275,20 @@ class BrokerConnection:
             answer = dataclasses.replace(answer, filter=echo or None)
         else:
             answer = dataclasses.replace(answer, filter=None)
+        if source.distribution is Distribution.COPY:
+            self._start_browser(link, node, answer, selector)
+            return
         self._start_consumer(link, node, answer, selector=selector)
+
+    def _start_browser(
+        self, link: Sender, queue: Queue, answer: Terminus, selector: Matcher | None
+    ) -> None:
+        """A queue browser: copies go unsettled (see ``chaos.broker.browsing`` for why); the answer
+        echoes ``distribution-mode copy``."""
+        link.open(source=answer, snd_settle_mode=SenderSettleMode.UNSETTLED)
+        browser = BrowserLink(self, link, queue, selector=selector)
+        self.links[link] = browser
+        queue.add_browser(browser)
 
     def _start_consumer(
         self,

@@ -3,9 +3,10 @@
 How this works: the connection creates one handler per attached link and forwards that link's
 events to it. A ``ConsumerLink`` (the broker sends) is a ``Consumer`` of one queue: the queue
 hands it messages while it has credit, and it turns the client's dispositions into queue
-outcomes. A ``ProducerLink`` (the broker receives) routes each arriving message to its node (or,
-on an anonymous relay link, to the node its ``to`` names) and answers with the outcome. A
-``CoordinatorLink`` declares and discharges transactions.
+outcomes. A ``BrowserLink`` (``chaos.broker.browsing``) is sent copies of a queue's waiting
+messages and takes none of them. A ``ProducerLink`` (the broker receives) routes each arriving
+message to its node (or, on an anonymous relay link, to the node its ``to`` names) and answers
+with the outcome. A ``CoordinatorLink`` declares and discharges transactions.
 
 Settlement (receiver settle mode ``second``): the broker applies the client's outcome first and
 settles its side afterwards, so the client's ``settled=True`` confirms the outcome took effect;
@@ -17,6 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
+from chaos.broker.browsing import BrowserLink
 from chaos.broker.filters import Matcher
 from chaos.broker.nodes import Node, Queue, StoredMessage
 from chaos.broker.router import NodeNotFoundError
@@ -40,7 +42,7 @@ from haclient.errors import MessageFormatError
 if TYPE_CHECKING:
     from chaos.broker.connection import BrokerConnection
 
-__all__ = ["ConsumerLink", "CoordinatorLink", "LinkHandler", "ProducerLink"]
+__all__ = ["BrowserLink", "ConsumerLink", "CoordinatorLink", "LinkHandler", "ProducerLink"]
 
 ACCEPTED = Accepted()
 CREDIT_WINDOW = 1000
@@ -268,4 +270,4 @@ class CoordinatorLink:
         """Transactions outlive the coordinator link; they end with the connection."""
 
 
-LinkHandler = ConsumerLink | ProducerLink | CoordinatorLink
+LinkHandler = ConsumerLink | BrowserLink | ProducerLink | CoordinatorLink

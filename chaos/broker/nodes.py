@@ -24,6 +24,11 @@ head of the queue fits no consumer with credit, one pass hands out whatever late
 and marks the queue *stalled*: until credit, consumers or returned messages change (each calls
 ``dispatch()``), a new message is offered alone instead of rescanning the queue.
 
+Browsers (``chaos.broker.browsing``): a queue also serves browsers, which are not consumers:
+they read the ready messages (``waiting_after``) and send copies, never taking one out. The queue
+calls their ``pump`` after each change that may make messages waiting (``enqueue``, ``dispatch``)
+and ``returned`` for each message that comes back to its place.
+
 Invariants:
     Rule 1: a message is in exactly one place: a queue's ready levels or scheduled heap, a
         consumer's unsettled map, a transaction, or nowhere (gone). ``depth`` counts the ready
@@ -44,7 +49,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from chaos.broker.persistence import MemoryPersistence, Persistence, StoredRef
@@ -57,7 +62,16 @@ from chaos.broker.wire import (
     set_absolute_expiry,
 )
 
-__all__ = ["PRIORITY_LEVELS", "Consumer", "Node", "Queue", "Selector", "StoredMessage", "Topic"]
+__all__ = [
+    "PRIORITY_LEVELS",
+    "Browser",
+    "Consumer",
+    "Node",
+    "Queue",
+    "Selector",
+    "StoredMessage",
+    "Topic",
+]
 
 
 class StoredMessage:
@@ -66,6 +80,7 @@ class StoredMessage:
     ``excluded`` holds the ids of consumers it must not go to again (modified with
     undeliverable-here). ``origin`` is the container id of the connection that published it
     (None when unknown: recovered or made by the broker itself); no-local filters compare it.
+    ``browsed`` holds the ids of the browsers that were sent a copy of it (in its queue).
     """
 
     __slots__ = (
@@ -73,6 +88,7 @@ class StoredMessage:
         "_relative_due",
         "_relative_expiry",
         "body_offset",
+        "browsed",
         "due_at",
         "excluded",
         "expires_at",
@@ -99,6 +115,7 @@ class StoredMessage:
         self.body_offset = body_offset
         self._arrival_count = header.delivery_count
         self.excluded: set[int] | None = None
+        self.browsed: set[int] | None = None
         self.seq = 0  # its place in its queue (FIFO order within a priority)
         self.timed = False  # due_at and expires_at were worked out (read_timing)
         self.due_at: float | None = None
@@ -215,6 +232,19 @@ class Consumer(Protocol):
         """The node was deleted: close the link with ``amqp:resource-deleted``."""
 
 
+class Browser(Protocol):
+    """A link that is sent copies of a queue's waiting messages (``chaos.broker.browsing``)."""
+
+    def pump(self) -> None:
+        """Send copies of the waiting messages not shown yet, as credit allows."""
+
+    def returned(self, message: StoredMessage) -> None:
+        """``message`` is back in its place (the browser may have passed it while it was out)."""
+
+    def node_deleted(self) -> None:
+        """The node was deleted: close the link with ``amqp:resource-deleted``."""
+
+
 DeadLetter = Callable[[StoredMessage], None]
 
 
@@ -294,6 +324,7 @@ class Queue:
         self._sweep_at: float | None = None
         self._last_sweep = -math.inf
         self.consumers: list[Consumer] = []
+        self.browsers: list[Browser] = []
         self.unacked = 0
         self.deleted = False
         self._next = 0
@@ -343,6 +374,39 @@ class Queue:
             self.consumers.remove(consumer)
         self.return_messages(unsettled, failed=True)
 
+    def add_browser(self, browser: Browser) -> None:
+        """Start showing ``browser`` the waiting messages (it takes none of them)."""
+        self.browsers.append(browser)
+        browser.pump()
+
+    def remove_browser(self, browser: Browser) -> None:
+        """Stop showing ``browser`` anything (it held nothing: nothing comes back)."""
+        if browser in self.browsers:
+            self.browsers.remove(browser)
+
+    def waiting_after(self, passed: Sequence[int]) -> Iterator[tuple[int, StoredMessage]]:
+        """The ready messages in dispatch order, with their priority level, leaving out at each
+        level ``i`` those with a sequence number up to ``passed[i]``.
+
+        The caller must not change the queue while it iterates (browsers only send copies).
+        """
+        for index in range(PRIORITY_LEVELS - 1, -1, -1):
+            level = self._levels[index]
+            after = passed[index]
+            if not level or level[-1].seq <= after:
+                continue
+            start = 0 if level[0].seq > after else bisect.bisect_right(level, after, key=_seq_of)
+            for message in itertools.islice(level, start, None):
+                yield index, message
+
+    def expired(self, message: StoredMessage) -> bool:
+        """Whether ``message`` has expired (and is only waiting for a sweep to drop it)."""
+        return message.expires_at is not None and self._expired(message, self._clock())
+
+    def _feed_browsers(self) -> None:
+        for browser in list(self.browsers):
+            browser.pump()
+
     # Messages in -------------------------------------------------------------------------------
 
     def enqueue(self, message: StoredMessage, *, record: bool = True) -> None:
@@ -360,6 +424,8 @@ class Queue:
                 self._offer(message)
             else:
                 self.dispatch()
+        if ready and self.browsers:
+            self._feed_browsers()  # what the consumers left waiting
 
     def _accept(self, message: StoredMessage) -> bool:
         """Put a new message in its place; False if it is scheduled for later."""
@@ -393,6 +459,8 @@ class Queue:
         self._stalled = None
         if message.expires_at is not None:
             self._sweep_for(message.expires_at)
+        for browser in self.browsers:
+            browser.returned(message)
 
     def return_messages(self, messages: Iterable[StoredMessage], *, failed: bool) -> None:
         """Put unacked messages back in their places; count + 1 when ``failed``.
@@ -551,9 +619,15 @@ class Queue:
 
     def dispatch(self) -> None:
         """Hand waiting messages to consumers with credit, round-robin, highest priority first,
-        FIFO within a priority. Expired messages found on the way are dropped (or moved)."""
+        FIFO within a priority. Expired messages found on the way are dropped (or moved).
+        Browsers are then shown what is left waiting."""
         if self._dispatching or self.deleted:
             return
+        self._dispatch()
+        if self.browsers:
+            self._feed_browsers()
+
+    def _dispatch(self) -> None:
         if self._delayed and self._delayed[0][0] <= self._clock():
             self._move_due()  # no scheduler, or its timer is late: catch up now
         stalled = self._stalled
@@ -705,6 +779,9 @@ class Queue:
         for consumer in list(self.consumers):
             consumer.node_deleted()
         self.consumers.clear()
+        for browser in list(self.browsers):
+            browser.node_deleted()
+        self.browsers.clear()
 
 
 def _seq_of(message: StoredMessage) -> int:

@@ -326,6 +326,9 @@ class Sender(Link):
         delivery = Delivery(self, pn_delivery)
         if settled:
             pn_delivery.settle()
+            # A pre-settled delivery is done: drop the wrapper's back reference, whose cycle
+            # would keep it alive, and proton 0.40 answers no drain while one is alive.
+            setattr(pn_delivery, _WRAPPER_ATTR, None)
         return delivery
 
     def drained(self) -> int:
@@ -405,3 +408,4 @@ class Delivery:
     def settle(self) -> None:
         """Settle this end and forget the delivery."""
         self._pn.settle()
+        setattr(self._pn, _WRAPPER_ATTR, None)  # break the cycle: proton may free it now
