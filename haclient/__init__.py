@@ -1,6 +1,7 @@
 """haclient: a failover-aware, JMS-style messaging client for AMQP 1.0 brokers.
 
-The blocking JMS-style API is re-exported here as it lands. Today: the exception tree
+The blocking JMS-style API (``connect``, ``ConnectionFactory``, ``Connection``, ``Session`` ...,
+from ``haclient.sync``; ``haclient.aio`` is the async API it wraps), the exception tree
 (``haclient.errors``), messages and destinations with the AMQP-JMS mapping Qpid JMS uses
 (``haclient.message``, ``haclient.destination``), the selector language (``haclient.selector``)
 and the AMQP engine (``haclient.amqp``).
@@ -25,13 +26,30 @@ from haclient.message import (
     StreamMessage,
     TextMessage,
 )
+from haclient.modes import AckConfirmation, AckMode
+from haclient.sync import (
+    CompletionListener,
+    Connection,
+    ConnectionFactory,
+    MessageConsumer,
+    MessageListener,
+    MessageProducer,
+    QueueBrowser,
+    Session,
+    connect,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     *_errors_all,
+    "AckConfirmation",
+    "AckMode",
     "Byte",
     "BytesMessage",
+    "CompletionListener",
+    "Connection",
+    "ConnectionFactory",
     "DeliveryMode",
     "Destination",
     "Double",
@@ -40,7 +58,12 @@ __all__ = [
     "Long",
     "MapMessage",
     "Message",
+    "MessageConsumer",
+    "MessageListener",
+    "MessageProducer",
     "Queue",
+    "QueueBrowser",
+    "Session",
     "Short",
     "StreamMessage",
     "TemporaryQueue",
@@ -48,4 +71,5 @@ __all__ = [
     "TextMessage",
     "Topic",
     "__version__",
+    "connect",
 ]

@@ -143,10 +143,13 @@ class Connection:
         self._stop_manager = anyio.Event()
         try:
             await self._host.task_group.start(self._run_manager)
-        except BaseException:
+        except BaseException as exc:
             self._closed = True
             await self._host.close()
-            raise
+            inner = _only_exception(exc)
+            if inner is exc:
+                raise
+            raise inner from inner.__cause__  # not anyio's ExceptionGroup: ours, as documented
         self._manager.register(self._temporaries)
 
     async def _run_manager(self, *, task_status: TaskStatus[None]) -> None:
@@ -501,6 +504,14 @@ class ConnectionFactory:
         connection = Connection(self._url, options)
         await connection._open()
         return connection
+
+
+def _only_exception(exc: BaseException) -> BaseException:
+    """The exception inside a task group's group of one (the manager's task group wraps what
+    its body raised), else ``exc``."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _merge(base: ConnectionOptions, override: ConnectionOptions) -> ConnectionOptions:

@@ -31,7 +31,6 @@ from haclient.amqp.connection import ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
     ErrorCondition,
-    Modified,
     ReceiverSettleMode,
     Rejected,
     Released,
@@ -277,7 +276,8 @@ class MessageConsumer:
                 if raw is not None:  # arrived as we closed: give it back
                     amqp.settle(raw, Released())
                 return None
-            self._top_up()
+            if self._prefetch:  # prefetch 0 pulls one per receive: no credit ahead of it
+                self._top_up()
             try:
                 amqp_message = decode_message(raw.payload)
                 message = from_amqp(
@@ -365,7 +365,7 @@ class MessageConsumer:
         except Exception:
             log.exception("the message listener of %s raised; the message is redelivered", self)
             if self._session.ack_mode in (AckMode.AUTO, AckMode.DUPS_OK):
-                self._session._amqp().settle(raw, Modified(delivery_failed=True))
+                self._session._amqp().settle(raw, self._session._give_back_outcomes()[0])
         else:
             if self._session.ack_mode is AckMode.AUTO:
                 await self._session._settle(
@@ -394,12 +394,39 @@ class MessageConsumer:
         self._closed = True
         self._listener = None
         inside = from_listener or _listening.get() is self
-        if not (inside and self._listener_running):
-            self._release_link()  # else when the listener returns, after its acknowledgement
+        running = self._listener_running
+        if not running:
+            self._release_link()
+            await self._write_detach()
+        # else the link goes when the listener returns, after its acknowledgement (which
+        # needs the link: settled on a detached link, it would never be confirmed)
         if self._on_close is not None:
             self._on_close(self)
-        if self._listener_running and not inside:
+        if running and not inside:
             await self._listener_idle.wait()
+            await self._write_detach()
+
+    async def _write_detach(self) -> None:
+        """Put the detach on the wire before anything sent after ``close()`` returns.
+
+        Proton writes a batch's attaches and transfers before its detaches, so without this a
+        commit right after ``close()`` could reach the broker first and be delivered to this
+        closing link. A subscription's link name is reused by a later attach (re-subscribe,
+        ``unsubscribe``): there wait for a round trip too, so the broker has ended the old link
+        before the new attach arrives (else it refuses it: "link name already attached").
+        """
+        current = self._session._connection._current
+        receiver = self._receiver
+        if current is None or not current.is_open or receiver is None:
+            return
+        try:
+            await current.amqp.flush()
+            if self._subscription is not None and receiver.is_closed:
+                options = self._session._connection._options
+                probe = await current.amqp.open_session(timeout=options.close_timeout)
+                current.amqp.end_session(probe)
+        except HAClientError:
+            log.debug("confirming the detach of %s failed", self._link_name, exc_info=True)
 
     def _release_link(self) -> None:
         """Give prefetched messages back and detach, unless the session still owes acks."""
@@ -421,8 +448,9 @@ class MessageConsumer:
         """The session closed: mark closed and wake waiters (the session ends the link)."""
         self._closed = True
         self._listener = None
-        if self._receiver is not None:
-            self._session._amqp().detach(self._receiver)
+        current = self._session._connection._current
+        if self._receiver is not None and current is not None and current.is_open:
+            current.amqp.detach(self._receiver)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

@@ -29,7 +29,7 @@ from haclient.aio.transaction import Transactions
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.endpoints import Session as AmqpSession
-from haclient.amqp.types import ACCEPTED, Modified, Terminus, TransactionalState
+from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released, Terminus, TransactionalState
 from haclient.destination import (
     Destination,
     Queue,
@@ -389,6 +389,13 @@ class Session:
                 timeout=self._connection._options.attach_timeout,
             )
             physical.amqp.detach(link)
+            # The broker removes the subscription when it handles that close: a round trip
+            # makes unsubscribe() return after it did (the close is written before the Begin).
+            await physical.amqp.flush()
+            probe = await physical.amqp.open_session(
+                timeout=self._connection._options.attach_timeout
+            )
+            physical.amqp.end_session(probe)
 
         await self._connection._retrying(unsubscribe)
 
@@ -574,15 +581,25 @@ class Session:
         amqp = self._amqp()
         if not amqp.is_open:
             return
-        failed = Modified(delivery_failed=True)
+        failed, untouched = self._give_back_outcomes()
         for ack in acks:
             amqp.settle(ack.raw, failed)
         for consumer in self._consumers:
             receiver = consumer._receiver
             if receiver is not None and not receiver.is_closed:
                 for raw in amqp.take_all(receiver):
-                    amqp.settle(raw, Modified())
+                    amqp.settle(raw, untouched)
         await amqp.flush()
+
+    def _give_back_outcomes(self) -> tuple[Outcome, Outcome]:
+        """The outcomes that return a delivered message (redelivered) and a prefetched one.
+
+        RabbitMQ 3.10 ends the session on a ``modified`` disposition ("Unrecognised state"):
+        there ``released`` is used for both (RabbitMQ marks a requeued message redelivered).
+        """
+        if self._physical().product == "RabbitMQ":
+            return Released(), Released()
+        return Modified(delivery_failed=True), Modified()
 
     # Transactions ------------------------------------------------------------------------------
 

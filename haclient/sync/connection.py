@@ -1,0 +1,283 @@
+"""The blocking ``Connection``, ``ConnectionFactory`` and ``connect()``.
+
+How this works: each connection owns an event-loop thread (``EventLoop``: an anyio blocking
+portal on asyncio) on which its ``haclient.aio.Connection`` lives; each blocking method is one
+call into that loop. The loop thread is stopped when the connection closes, also when opening it
+failed. Failover listeners are called on a thread of the connection's (never on the loop).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from failover.manager import ConnectionState, FailoverListener
+from failover.url import BrokerURL, FailoverURL
+from haclient.aio.connection import Connection as AsyncConnection
+from haclient.aio.connection import ConnectionFactory as AsyncConnectionFactory
+from haclient.aio.connection import ConnectionStatistics
+from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
+from haclient.destination import TemporaryQueue, TemporaryTopic
+from haclient.modes import AckMode
+from haclient.sync._loop import Dispatcher, EventLoop
+from haclient.sync.session import Session
+
+__all__ = ["Connection", "ConnectionFactory", "connect"]
+
+
+class _ThreadedFailoverListener:
+    """Calls a failover listener's methods on the connection's notifier thread, in order."""
+
+    def __init__(self, listener: FailoverListener, notifier: Dispatcher) -> None:
+        self.listener = listener
+        self._notifier = notifier
+
+    def _forward(self, name: str, *args: Any) -> None:
+        method = getattr(self.listener, name, None)
+        if method is not None:
+            self._notifier.submit(lambda: method(*args))
+
+    def failover_started(self, cause: BaseException) -> None:
+        self._forward("failover_started", cause)
+
+    def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
+        self._forward("failover_completed", broker, downtime)
+
+    def failover_failed(self, cause: BaseException) -> None:
+        self._forward("failover_failed", cause)
+
+    def resource_not_restored(self, resource: Any, error: BaseException) -> None:
+        self._forward("resource_not_restored", resource, error)
+
+
+async def _close_from_listener(
+    running: AsyncMessageConsumer | None, connection: AsyncConnection
+) -> None:
+    if running is not None:  # C4: the listener calling this must not be waited for
+        await running.close(from_listener=True)
+    await connection.close()
+
+
+class Connection:
+    """A logical connection to a list of brokers (JMS ``Connection``); blocking.
+
+    Open it with ``haclient.connect()`` or ``ConnectionFactory.create_connection()``; use it as
+    a context manager, or call ``close()``. Messages are delivered only after ``start()``.
+    Every method may be called from any thread, ``close()`` also from inside a listener.
+    """
+
+    def __init__(self, connection: AsyncConnection, loop: EventLoop) -> None:
+        self._connection = connection
+        self._loop = loop
+        self._notifier = Dispatcher("haclient-failover-listeners")
+        self._listeners: dict[int, _ThreadedFailoverListener] = {}
+        self._sessions: set[Session] = set()
+        self._lock = threading.Lock()
+        self._closing = threading.Lock()
+
+    # Properties --------------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str | None:
+        """The client id (the AMQP container id), or None when the application set none."""
+        return self._connection.client_id
+
+    @property
+    def url(self) -> FailoverURL:
+        """The parsed URL (passwords masked when printed)."""
+        return self._connection.url
+
+    @property
+    def broker(self) -> BrokerURL | None:
+        """The broker in use, None when not connected."""
+        return self._connection.broker
+
+    @property
+    def state(self) -> ConnectionState:
+        """The connection's state (CONNECTED, FAILING_OVER, RESTORING, FAILED, CLOSED ...)."""
+        return self._connection.state
+
+    @property
+    def is_closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._connection.is_closed
+
+    @property
+    def is_started(self) -> bool:
+        """True between ``start()`` and ``stop()``."""
+        return self._connection.is_started
+
+    # Methods -----------------------------------------------------------------------------------
+
+    def add_listener(self, listener: FailoverListener) -> None:
+        """Be told of failover (F14): any of ``failover_started(cause)``,
+        ``failover_completed(broker, downtime)``, ``failover_failed(cause)`` and
+        ``resource_not_restored(resource, error)``. They are called in order on a thread of
+        the connection (not the event loop), so they may block and use the blocking API."""
+        wrapper = _ThreadedFailoverListener(listener, self._notifier)
+        with self._lock:
+            self._listeners[id(listener)] = wrapper
+        self._loop.call(self._connection.add_listener, wrapper)
+
+    def remove_listener(self, listener: FailoverListener) -> None:
+        """Stop telling ``listener``."""
+        with self._lock:
+            wrapper = self._listeners.pop(id(listener), None)
+        if wrapper is not None:
+            self._loop.call(self._connection.remove_listener, wrapper)
+
+    def start(self) -> None:
+        """Start (or restart) delivery of messages to consumers and listeners.
+
+        Raises:
+            ClosedError: the connection is closed.
+        """
+        self._loop.run(self._connection.start)
+
+    def stop(self) -> None:
+        """Pause delivery: ``receive()`` waits and listeners are not called until ``start()``.
+        Sending is not affected.
+
+        Raises:
+            ClosedError: the connection is closed.
+        """
+        self._loop.run(self._connection.stop)
+
+    def create_session(self, ack_mode: AckMode = AckMode.AUTO) -> Session:
+        """A new session with acknowledge mode ``ack_mode`` (AUTO by default); waits while the
+        connection fails over.
+
+        Raises:
+            ClosedError: the connection is closed.
+            ConfigurationError: ``ack_mode`` is not an acknowledge mode.
+            NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
+        """
+        session = Session(self._loop.run(self._connection.create_session, ack_mode), self)
+        with self._lock:
+            self._sessions.add(session)
+        return session
+
+    def _forget_session(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+
+    def delete_temporary(self, destination: TemporaryQueue | TemporaryTopic) -> None:
+        """Delete a temporary destination this connection created (JMS ``delete()``).
+
+        Raises:
+            InvalidDestinationError: this connection did not create it.
+        """
+        self._loop.run(self._connection.delete_temporary, destination)
+
+    def statistics(self) -> ConnectionStatistics:
+        """A frozen snapshot of the connection's state and counters (touches no network)."""
+        return self._loop.call_or_direct(self._connection.statistics)
+
+    def close(self) -> None:
+        """Close the connection and everything it made, then end its threads. Idempotent;
+        callable from any thread, including from inside a message listener.
+
+        Sessions close as ``Session.close()`` says; an ongoing failover is stopped and the
+        calls waiting for it raise ``ClosedError``.
+
+        Raises:
+            IllegalStateError: called from the event-loop thread.
+        """
+        if self._loop.stopped:
+            return
+        with self._lock:
+            sessions = list(self._sessions)
+        running = next((s._running_consumer() for s in sessions if s._running_consumer()), None)
+        # One closer at a time (haclient.aio's close is not meant to run twice at once); the
+        # others wait until it is closed. From inside a listener, never wait: the closer in
+        # progress waits for this listener to return.
+        if not self._closing.acquire(blocking=running is None):
+            return
+        try:
+            if self._loop.stopped:
+                return
+            self._loop.run_close(_close_from_listener, running, self._connection)
+        finally:
+            try:
+                self._loop.stop()
+                for session in sessions:
+                    session._connection_closed()
+                self._notifier.stop()
+            finally:
+                self._closing.release()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._connection!r}>"
+
+
+class ConnectionFactory:
+    """Makes blocking connections to one URL with one set of options (JMS
+    ``ConnectionFactory``); the options are those of ``haclient.aio.ConnectionFactory``.
+
+    Raises:
+        ConfigurationError: from the constructor, for an invalid URL or option.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._factory = AsyncConnectionFactory(url, **options)
+
+    @property
+    def url(self) -> FailoverURL:
+        """The parsed URL."""
+        return self._factory.url
+
+    def create_connection(
+        self,
+        *,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> Connection:
+        """Open a connection (see ``connect()``), with its own event-loop thread.
+
+        Raises:
+            As ``connect()``.
+        """
+        loop = EventLoop.start()
+        try:
+            connection = loop.run(
+                self._factory.create_connection,
+                client_id=client_id,
+                username=username,
+                password=password,
+            )
+        except BaseException:
+            loop.stop()
+            raise
+        return Connection(connection, loop)
+
+
+def connect(
+    url: str,
+    *,
+    client_id: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    **options: Any,
+) -> Connection:
+    """Open a blocking connection to the brokers of ``url`` (a failover URL or a plain
+    ``amqp://`` URL); keyword options override the URL's (see ``ConnectionOptions``).
+
+    The connection is not started: call ``start()`` before expecting messages.
+
+    Raises:
+        ConfigurationError: the URL or an option is invalid (named in the message).
+        ConnectionFailedError: no broker could be reached (``.cause`` says why).
+        AuthenticationError: the broker refused the login.
+        ClientIdInUseError: another connection uses ``client_id``.
+        KeyboardInterrupt: Ctrl-C while connecting (the attempt is cancelled).
+    """
+    return ConnectionFactory(url, **options).create_connection(
+        client_id=client_id, username=username, password=password
+    )

@@ -1,0 +1,189 @@
+"""The blocking ``MessageProducer``: ``haclient.aio.MessageProducer`` through the connection's loop.
+
+The producer's defaults (``delivery_mode``, ``priority`` ...) are properties that read and write
+the async producer's attributes; they are read by the loop when a message is sent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from haclient.aio.producer import CompletionListener
+from haclient.aio.producer import MessageProducer as AsyncMessageProducer
+from haclient.destination import Destination
+from haclient.message import DeliveryMode, Message
+
+if TYPE_CHECKING:
+    from haclient.sync.session import Session
+
+__all__ = ["CompletionListener", "MessageProducer"]
+
+
+class MessageProducer:
+    """Sends messages (JMS ``MessageProducer``); blocking. Made by ``Session.create_producer``.
+
+    Every method may be called from any thread (JMS allows one thread at a time per session).
+    """
+
+    def __init__(self, producer: AsyncMessageProducer, session: Session) -> None:
+        self._producer = producer
+        self._session = session
+        self._loop = session._loop
+
+    # Properties --------------------------------------------------------------------------------
+
+    @property
+    def destination(self) -> Destination | None:
+        """The destination, or None for an anonymous producer."""
+        return self._producer.destination
+
+    @property
+    def is_closed(self) -> bool:
+        """True once closed (or its session or connection closed)."""
+        return self._producer.is_closed
+
+    @property
+    def delivery_mode(self) -> DeliveryMode:
+        """Default delivery mode of ``send`` (PERSISTENT)."""
+        return self._producer.delivery_mode
+
+    @delivery_mode.setter
+    def delivery_mode(self, value: DeliveryMode) -> None:
+        self._producer.delivery_mode = value
+
+    @property
+    def priority(self) -> int:
+        """Default priority, 0-9 (4)."""
+        return self._producer.priority
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        self._producer.priority = value
+
+    @property
+    def time_to_live(self) -> float:
+        """Default time to live in seconds (0: never expires)."""
+        return self._producer.time_to_live
+
+    @time_to_live.setter
+    def time_to_live(self, value: float) -> None:
+        self._producer.time_to_live = value
+
+    @property
+    def delivery_delay(self) -> float:
+        """Default delay in seconds before the broker delivers a message (0)."""
+        return self._producer.delivery_delay
+
+    @delivery_delay.setter
+    def delivery_delay(self, value: float) -> None:
+        self._producer.delivery_delay = value
+
+    @property
+    def disable_message_id(self) -> bool:
+        """A JMS hint; ids are always set (a re-sent message is recognised by its id, F11)."""
+        return self._producer.disable_message_id
+
+    @disable_message_id.setter
+    def disable_message_id(self, value: bool) -> None:
+        self._producer.disable_message_id = value
+
+    @property
+    def disable_message_timestamp(self) -> bool:
+        """A JMS hint; timestamps are always set."""
+        return self._producer.disable_message_timestamp
+
+    @disable_message_timestamp.setter
+    def disable_message_timestamp(self, value: bool) -> None:
+        self._producer.disable_message_timestamp = value
+
+    # Sending -----------------------------------------------------------------------------------
+
+    def send(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None = None,
+        *,
+        delivery_mode: DeliveryMode | None = None,
+        priority: int | None = None,
+        time_to_live: float | None = None,
+        delivery_delay: float | None = None,
+    ) -> None:
+        """Send ``message`` (``send(message)``, or ``send(destination, message)`` when anonymous).
+
+        The message's headers are set as JMS says (id, timestamp, destination ...). A
+        PERSISTENT message returns once the broker accepted it (F11: re-sent after a failover,
+        same id); NON_PERSISTENT once queued for the socket. In a transacted session the
+        message becomes visible on commit.
+
+        Raises:
+            MessageFormatError: a property or header cannot be sent.
+            InvalidDestinationError: no destination, or the broker refused it.
+            ResourceLimitError, AMQPError ...: the broker rejected the message.
+            ClosedError: the producer, session or connection is closed.
+            KeyboardInterrupt: Ctrl-C while waiting (the send is cancelled; it may have
+                reached the broker).
+        """
+        self._loop.run(
+            self._producer.send,
+            destination_or_message,
+            message,
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+            delivery_delay=delivery_delay,
+        )
+
+    def send_async(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None = None,
+        *,
+        on_completion: CompletionListener,
+        delivery_mode: DeliveryMode | None = None,
+        priority: int | None = None,
+        time_to_live: float | None = None,
+        delivery_delay: float | None = None,
+    ) -> None:
+        """Send without waiting for the broker; ``on_completion(message, error)`` says how it went.
+
+        Returns once the message is queued for the socket. ``on_completion`` is called exactly
+        once, on the session's dispatcher thread (not the caller's, not the event loop's), with
+        ``error=None`` when the broker accepted the message (JMS 2.0 ``CompletionListener``).
+
+        Raises:
+            As ``send()``, for errors found before anything was sent.
+        """
+        dispatcher = self._session._dispatcher
+
+        def complete(sent: Message, error: BaseException | None) -> None:
+            dispatcher.submit(lambda: on_completion(sent, error))
+
+        self._loop.run(
+            self._producer.send_async,
+            destination_or_message,
+            message,
+            on_completion=complete,
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+            delivery_delay=delivery_delay,
+        )
+
+    def flush(self) -> None:
+        """Wait until the broker settled every message sent so far.
+
+        Raises:
+            The first refusal of a pipelined (NON_PERSISTENT) send not reported yet.
+        """
+        self._loop.run(self._producer.flush)
+
+    def close(self) -> None:
+        """Wait for the outcome of pipelined sends, then detach. Idempotent; any thread.
+
+        Raises:
+            The broker's refusal of a pipelined (NON_PERSISTENT) send not reported yet.
+        """
+        self._loop.run_close(self._producer.close)
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._producer!r}>"

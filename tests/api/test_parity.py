@@ -1,0 +1,125 @@
+"""The blocking API mirrors the async one: same public methods, same parameter names.
+
+``async def f`` becomes ``def f``; ``__aenter__``/``__aexit__`` become ``__enter__``/``__exit__``
+and ``__aiter__``/``__anext__`` become ``__iter__``/``__next__``. Properties stay properties,
+and the async producer's plain attributes (its send defaults) are properties of the blocking one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import pytest
+
+import haclient
+import haclient.aio as aio
+import haclient.sync as sync
+
+PAIRS = [
+    (aio.Connection, sync.Connection),
+    (aio.ConnectionFactory, sync.ConnectionFactory),
+    (aio.Session, sync.Session),
+    (aio.MessageProducer, sync.MessageProducer),
+    (aio.MessageConsumer, sync.MessageConsumer),
+    (aio.QueueBrowser, sync.QueueBrowser),
+]
+
+RENAMED = {
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+    "__aiter__": "__iter__",
+    "__anext__": "__next__",
+}
+
+NOT_API = {"restore", "connection_lost", "restore_order"}
+"""The async objects' hooks for the failover manager, which the application never calls."""
+
+
+def api(cls: type) -> dict[str, object]:
+    """Public members by (blocking) name: methods, properties, and the protocol dunders."""
+    members: dict[str, object] = {}
+    for name, member in inspect.getmembers(cls):
+        dunder = name in RENAMED or name in RENAMED.values()
+        if name in NOT_API or (name.startswith("_") and not dunder):
+            continue
+        members[RENAMED.get(name, name)] = member
+    return members
+
+
+def parameters(function: Callable[..., object]) -> list[tuple[str, object, object]]:
+    signature = inspect.signature(function)
+    return [
+        (p.name, p.kind, p.default)
+        for p in list(signature.parameters.values())[1:]  # without self
+    ]
+
+
+def instance_attributes(cls: type) -> set[str]:
+    """The async producer's send defaults are plain instance attributes, set in __init__ (no
+    I/O there): the blocking producer has them as properties."""
+    if cls is aio.MessageProducer:
+        producer = aio.MessageProducer(None, None)  # type: ignore[arg-type]
+        return {name for name in vars(producer) if not name.startswith("_")}
+    return set()
+
+
+@pytest.mark.parametrize(("async_cls", "sync_cls"), PAIRS, ids=lambda c: c.__name__)
+def test_same_public_members(async_cls: type, sync_cls: type) -> None:
+    assert set(api(async_cls)) | instance_attributes(async_cls) == set(api(sync_cls))
+
+
+@pytest.mark.parametrize(("async_cls", "sync_cls"), PAIRS, ids=lambda c: c.__name__)
+def test_same_parameters_and_kinds(async_cls: type, sync_cls: type) -> None:
+    async_api, sync_api = api(async_cls), api(sync_cls)
+    for name in sorted(set(async_api) & set(sync_api)):
+        a, s = async_api[name], sync_api[name]
+        if isinstance(a, property):
+            assert isinstance(s, property), f"{sync_cls.__name__}.{name} should be a property"
+            assert (a.fset is None) == (s.fset is None), f"{name}: settable on one side only"
+            continue
+        assert callable(a)
+        assert callable(s)
+        assert not isinstance(s, property), f"{sync_cls.__name__}.{name} should be a method"
+        assert not inspect.iscoroutinefunction(s), f"{sync_cls.__name__}.{name} is async"
+        assert parameters(a) == parameters(s), f"{sync_cls.__name__}.{name}"
+        if not name.startswith("_"):
+            assert s.__doc__, f"{sync_cls.__name__}.{name} has no docstring"
+
+
+def test_producer_defaults_are_properties_that_forward() -> None:
+    defaults = instance_attributes(aio.MessageProducer)
+    assert defaults >= {"delivery_mode", "priority", "time_to_live", "delivery_delay"}
+    for name in defaults:
+        member = getattr(sync.MessageProducer, name, None)
+        assert isinstance(member, property), name
+        assert member.fset is not None, name
+
+
+def test_connect_functions_take_the_same_parameters() -> None:
+    assert inspect.signature(aio.connect).parameters.keys() == (
+        inspect.signature(sync.connect).parameters.keys()
+    )
+    assert [p.kind for p in inspect.signature(aio.connect).parameters.values()] == [
+        p.kind for p in inspect.signature(sync.connect).parameters.values()
+    ]
+    assert inspect.signature(aio.ConnectionFactory).parameters.keys() == (
+        inspect.signature(sync.ConnectionFactory).parameters.keys()
+    )
+
+
+def test_the_blocking_api_is_exported_from_haclient() -> None:
+    for name in (
+        "connect",
+        "ConnectionFactory",
+        "Connection",
+        "Session",
+        "MessageProducer",
+        "MessageConsumer",
+        "QueueBrowser",
+        "AckMode",
+        "AckConfirmation",
+    ):
+        assert name in haclient.__all__, name
+        assert getattr(haclient, name) is getattr(sync, name, None) or name.startswith("Ack")
+    assert haclient.connect is sync.connect

@@ -1,0 +1,367 @@
+"""The blocking API's threads: closing from any thread (C1-C4), listeners on the session's
+dispatcher thread, Ctrl-C during a blocking call, and no blocking calls from the loop thread.
+
+Against the reference broker, run in-process on a free port. No timing asserts except generous
+upper bounds that catch hangs.
+"""
+
+from __future__ import annotations
+
+import _thread
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import haclient
+from chaos.broker import BrokerThread
+from failover.manager import ConnectionState
+from haclient import AckMode, Message, Queue, TextMessage
+from haclient.errors import IllegalStateError
+
+HANG = 10.0
+"""Upper bound, in seconds, for anything that should happen at once."""
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerThread]:
+    with BrokerThread() as thread:
+        yield thread
+
+
+@pytest.fixture
+def conn(broker: BrokerThread) -> Iterator[haclient.Connection]:
+    with haclient.connect(broker.url) as connection:
+        connection.start()
+        yield connection
+    assert connection.is_closed
+
+
+@pytest.fixture
+def queue() -> Queue:
+    return Queue(f"api-threads-{next(_names)}")
+
+
+def send(conn: haclient.Connection, queue: Queue, *bodies: str) -> None:
+    with conn.create_session() as session:
+        producer = session.create_producer(queue)
+        for body in bodies:
+            producer.send(TextMessage(body))
+
+
+def loop_thread(conn: haclient.Connection) -> int:
+    ident = conn._loop.thread_id
+    assert ident is not None
+    return ident
+
+
+def test_close_from_another_thread_ends_a_blocked_receive_with_none(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    """C1, C2."""
+    consumer = conn.create_session().create_consumer(queue)
+    results: list[Message | None] = []
+    started = threading.Event()
+
+    def receive() -> None:
+        started.set()
+        results.append(consumer.receive())
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    started.wait(HANG)
+    time.sleep(0.2)  # let it block in receive()
+    assert receiver.is_alive()
+    consumer.close()
+    receiver.join(HANG)
+    assert not receiver.is_alive()
+    assert results == [None]
+    assert consumer.is_closed
+
+
+def test_listeners_run_on_one_dispatcher_thread_per_session(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    other = Queue(f"{queue.address}-other")
+    session = conn.create_session()
+    threads: list[threading.Thread] = []
+    done = threading.Semaphore(0)
+
+    def listener(message: Message) -> None:
+        threads.append(threading.current_thread())
+        done.release()
+
+    session.create_consumer(queue).set_message_listener(listener)
+    session.create_consumer(other).set_message_listener(listener)
+    send(conn, queue, "a", "b")
+    send(conn, other, "c")
+    for _ in range(3):
+        assert done.acquire(timeout=HANG)
+    assert len(threads) == 3
+    assert len({t.ident for t in threads}) == 1
+    assert threads[0].ident != loop_thread(conn)
+    assert threads[0] is not threading.main_thread()
+
+    second = conn.create_session()
+    second.create_consumer(queue).set_message_listener(listener)
+    send(conn, queue, "d")
+    assert done.acquire(timeout=HANG)
+    assert threads[3].ident not in (threads[0].ident, loop_thread(conn))
+
+
+def test_auto_listener_acknowledges_after_it_returns_and_redelivers_when_it_raises(
+    broker: BrokerThread, conn: haclient.Connection, queue: Queue
+) -> None:
+    session = conn.create_session(AckMode.AUTO)
+    seen: list[tuple[str | None, bool]] = []
+    done = threading.Event()
+
+    def listener(message: Message) -> None:
+        seen.append((message.body, message.redelivered))
+        if len(seen) == 1:
+            raise RuntimeError("first delivery fails")
+        done.set()
+
+    session.create_consumer(queue).set_message_listener(listener)
+    send(conn, queue, "x")
+    assert done.wait(HANG)
+    assert seen == [("x", False), ("x", True)]
+    session.close()
+    assert broker.queue_depth(queue.address) == 0
+    assert broker.unacked_count(queue.address) == 0
+
+
+def test_close_waits_for_a_running_listener(conn: haclient.Connection, queue: Queue) -> None:
+    """C3."""
+    consumer = conn.create_session().create_consumer(queue)
+    entered, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def listener(message: Message) -> None:
+        entered.set()
+        release.wait(HANG)
+        events.append("listener returned")
+
+    consumer.set_message_listener(listener)
+    send(conn, queue, "slow")
+    assert entered.wait(HANG)
+
+    def close() -> None:
+        consumer.close()
+        events.append("close returned")
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close() returned while the listener was still running"
+    release.set()
+    closer.join(HANG)
+    assert not closer.is_alive()
+    assert events == ["listener returned", "close returned"]
+
+
+@pytest.mark.parametrize("what", ["consumer", "session", "connection"])
+def test_close_from_inside_a_listener_does_not_deadlock(
+    broker: BrokerThread, queue: Queue, what: str
+) -> None:
+    """C4, and the same for the listener's session and connection."""
+    conn = haclient.connect(broker.url)
+    conn.start()
+    session = conn.create_session()
+    consumer = session.create_consumer(queue)
+    finished = threading.Event()
+    errors: list[BaseException] = []
+
+    def listener(message: Message) -> None:
+        try:
+            {"consumer": consumer, "session": session, "connection": conn}[what].close()
+        except BaseException as exc:
+            errors.append(exc)
+        finished.set()
+
+    consumer.set_message_listener(listener)
+    send(conn, queue, "close me")
+    assert finished.wait(HANG), f"closing the {what} from its listener deadlocked"
+    assert errors == []
+    assert consumer.is_closed
+    conn.close()
+    assert conn.is_closed
+    assert session.is_closed
+    assert session._dispatcher.thread is not None
+    session._dispatcher.thread.join(HANG)
+    assert not session._dispatcher.thread.is_alive()
+
+
+def test_ctrl_c_during_receive_cancels_it_and_the_connection_stays_usable(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    consumer = conn.create_session().create_consumer(queue)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            consumer.receive(timeout=60)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < HANG
+    # The receive task on the loop is gone: it does not swallow the next message.
+    send(conn, queue, "after ctrl-c")
+    message = consumer.receive(timeout=HANG)
+    assert message is not None
+    assert message.body == "after ctrl-c"
+
+
+def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    session = conn.create_session()
+    consumer = session.create_consumer(queue)
+    portal = conn._loop._portal
+    assert portal is not None
+
+    def on_the_loop() -> BaseException | None:
+        try:
+            consumer.receive_nowait()
+        except BaseException as exc:
+            return exc
+        return None
+
+    error = portal.call(on_the_loop)
+    assert isinstance(error, IllegalStateError)
+    assert "event-loop thread" in str(error)
+    assert consumer.receive_nowait() is None  # still usable from a normal thread
+
+
+def test_client_acknowledge_from_a_listener_blocks_until_confirmed(
+    broker: BrokerThread, conn: haclient.Connection, queue: Queue
+) -> None:
+    session = conn.create_session(AckMode.CLIENT)
+    results: list[object] = []
+    done = threading.Event()
+
+    def listener(message: Message) -> None:
+        results.append(message.acknowledge())
+        results.append(broker.unacked_count(queue.address))
+        done.set()
+
+    session.create_consumer(queue).set_message_listener(listener)
+    send(conn, queue, "ack me")
+    assert done.wait(HANG)
+    assert results == [None, 0]
+    assert broker.queue_depth(queue.address) == 0
+
+
+def test_client_acknowledge_of_a_received_message_is_blocking(
+    broker: BrokerThread, conn: haclient.Connection, queue: Queue
+) -> None:
+    session = conn.create_session(AckMode.CLIENT)
+    consumer = session.create_consumer(queue)
+    send(conn, queue, "one")
+    message = consumer.receive(timeout=HANG)
+    assert message is not None
+    assert broker.unacked_count(queue.address) == 1
+    assert message.acknowledge() is None
+    assert broker.unacked_count(queue.address) == 0
+
+
+def test_send_async_completion_runs_on_the_session_dispatcher_thread(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    session = conn.create_session()
+    producer = session.create_producer(queue)
+    calls: list[tuple[str | None, BaseException | None, int]] = []
+    done = threading.Event()
+
+    def on_completion(message: Message, error: BaseException | None) -> None:
+        calls.append((message.body, error, threading.get_ident()))
+        done.set()
+
+    producer.send_async(TextMessage("async"), on_completion=on_completion)
+    assert done.wait(HANG)
+    [(body, error, ident)] = calls
+    assert (body, error) == ("async", None)
+    assert ident not in (loop_thread(conn), threading.get_ident())
+    assert session._dispatcher.thread is not None
+    assert ident == session._dispatcher.thread.ident
+
+
+def test_iteration_and_browsing(conn: haclient.Connection, queue: Queue) -> None:
+    send(conn, queue, "1", "2", "3")
+    session = conn.create_session()
+    browser = session.create_browser(queue)
+    assert [m.body for m in browser] == ["1", "2", "3"]
+    consumer = session.create_consumer(queue)
+    got: list[object] = []
+    for message in consumer:
+        got.append(message.body)
+        if len(got) == 3:
+            consumer.close()
+    assert got == ["1", "2", "3"]
+
+
+def test_connection_factory_and_producer_defaults(broker: BrokerThread, queue: Queue) -> None:
+    factory = haclient.ConnectionFactory(broker.url)
+    with factory.create_connection(client_id="api-factory") as conn:
+        assert conn.client_id == "api-factory"
+        conn.start()
+        with conn.create_session(AckMode.TRANSACTED) as session:
+            producer = session.create_producer(queue)
+            producer.priority = 7
+            assert producer.priority == 7
+            producer.send(TextMessage("tx"))
+            session.commit()
+            consumer = session.create_consumer(queue)
+            message = consumer.receive(timeout=HANG)
+            assert message is not None
+            assert message.priority == 7
+            session.commit()
+        assert conn.statistics().messages_sent == 1
+    assert conn.state is ConnectionState.CLOSED
+    assert conn.statistics().state is ConnectionState.CLOSED
+    assert conn._loop.stopped
+    with pytest.raises(haclient.ClosedError):
+        conn.create_session()
+
+
+def test_a_failed_connect_stops_its_loop_thread() -> None:
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(haclient.ConnectionFailedError):
+        haclient.connect("amqp://127.0.0.1:1?failover.method=nofailover")
+    deadline = time.monotonic() + HANG
+    while {t.ident for t in threading.enumerate()} - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {t.ident for t in threading.enumerate()} - before == set()
+
+
+def test_close_is_idempotent_and_callable_from_many_threads_at_once(
+    broker: BrokerThread, queue: Queue
+) -> None:
+    """C1."""
+    conn = haclient.connect(broker.url)
+    session = conn.create_session()
+    session.create_consumer(queue)
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            conn.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    closers = [threading.Thread(target=close) for _ in range(4)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(HANG)
+    assert not any(closer.is_alive() for closer in closers)
+    assert errors == []
+    assert conn.is_closed
+    assert session.is_closed
+    conn.close()
+    session.close()
