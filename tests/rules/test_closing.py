@@ -1,0 +1,148 @@
+"""Rules C1-C5: closing consumers, sessions and connections, through both APIs."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from apikit import Api, Bed, Signal
+from rulekit import TIMEOUT, leftovers, send, started
+
+from haclient.destination import Queue
+from haclient.errors import ClosedError
+from haclient.message import Message
+from haclient.modes import AckMode
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_C1_close_may_be_called_from_another_task_or_thread(api: Api, bed: Bed) -> None:
+    queue = bed.unique("c1")
+    connection = await started(api, bed)
+    session = await connection.create_session(AckMode.AUTO)
+    consumer = await session.create_consumer(Queue(queue))
+    results: list[object] = []
+
+    async def blocked_receive() -> None:
+        results.append(await consumer.receive())  # no timeout: only a close ends it
+
+    with anyio.fail_after(TIMEOUT * 2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(blocked_receive)
+            await anyio.sleep(0.2)
+            tg.start_soon(session.close)  # the session, from another task (thread)
+        assert results == [None]
+        assert session.is_closed and consumer.is_closed
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.close)
+    assert connection.is_closed
+    with pytest.raises(ClosedError):
+        await connection.create_session()
+
+
+async def test_C2_close_makes_a_blocked_receive_return_none(api: Api, bed: Bed) -> None:
+    queue = bed.unique("c2")
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue(queue))
+        returned = Signal()
+        results: list[object] = []
+
+        async def blocked_receive() -> None:
+            results.append(await consumer.receive())
+            returned.set()
+
+        with anyio.fail_after(TIMEOUT * 2):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(blocked_receive)
+                await anyio.sleep(0.2)
+                assert not returned.is_set()
+                await consumer.close()
+                assert await returned.wait(TIMEOUT)
+        assert results == [None]
+        # the consumer is closed: a later receive is refused, and nothing was consumed
+        with pytest.raises(ClosedError):
+            await consumer.receive(0)
+    await send(bed, Queue(queue), "after")
+    assert await leftovers(bed, queue) == ["after"]
+
+
+async def test_C3_close_waits_for_a_running_listener(api: Api, bed: Bed) -> None:
+    queue = bed.unique("c3")
+    await send(bed, Queue(queue), "one")
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue(queue))
+        entered, finished = Signal(), Signal()
+
+        async def slow(message: Message) -> None:
+            entered.set()
+            await anyio.sleep(0.5)
+            finished.set()
+
+        await consumer.set_message_listener(api.listener(slow))
+        assert await entered.wait(TIMEOUT)
+        with anyio.fail_after(TIMEOUT):
+            await consumer.close()
+        assert finished.is_set(), "close() returned while the listener was still running"
+    assert await leftovers(bed, queue) == []  # AUTO: acknowledged after the listener returned
+
+
+async def test_C4_close_from_inside_the_listener(api: Api, bed: Bed) -> None:
+    queue = bed.unique("c4")
+    await send(bed, Queue(queue), "one", "two", "three")
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue(queue))
+        seen: list[object] = []
+        completed = Signal()
+
+        async def closing(message: Message) -> None:
+            seen.append(message.body)
+            await consumer.close()  # on the listener's own thread/task: must not deadlock
+            completed.set()
+
+        await consumer.set_message_listener(api.listener(closing))
+        assert await completed.wait(TIMEOUT)
+        await anyio.sleep(0.2)
+        assert seen == ["one"]
+        assert consumer.is_closed
+    # the listener completed normally: "one" acknowledged, the others given back
+    assert await leftovers(bed, queue) == ["two", "three"]
+
+
+async def test_C5_closing_a_consumer_leaves_client_acknowledgements_alone(
+    api: Api, bed: Bed
+) -> None:
+    queue = bed.unique("c5c")
+    await send(bed, Queue(queue), "one", "two")
+    async with await started(api, bed, prefetch=0) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(Queue(queue))
+        first = await consumer.receive(TIMEOUT)
+        assert first is not None and first.body == "one"
+        await consumer.close()  # neither acknowledges nor gives back "one"
+        if bed.admin is not None:
+            assert bed.admin.unacked_count(queue) == 1
+        await api.acknowledge(first)  # still the session's to acknowledge
+        if bed.admin is not None:
+            assert bed.admin.unacked_count(queue) == 0
+    assert await leftovers(bed, queue) == ["two"]
+
+
+async def test_C5_closing_a_consumer_leaves_the_transaction_alone(api: Api, bed: Bed) -> None:
+    queue = bed.unique("c5t")
+    await send(bed, Queue(queue), "one", "two")
+    async with await started(api, bed, prefetch=1) as connection:
+        session = await bed.lacks(
+            "transactions", lambda: connection.create_session(AckMode.TRANSACTED)
+        )
+        consumer = await session.create_consumer(Queue(queue))
+        first = await consumer.receive(TIMEOUT)
+        assert first is not None and first.body == "one"
+        await consumer.close()  # no rollback, no commit
+        if bed.admin is not None:
+            assert bed.admin.open_transactions() != []
+        await session.commit()  # the receive of "one" commits
+        if bed.admin is not None:
+            assert bed.admin.unacked_count(queue) == 0
+    assert await leftovers(bed, queue) == ["two"]
