@@ -1,0 +1,731 @@
+"""The JMS-style async API (``haclient.aio``) against python-qpid-proton, same broker, same run.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.jms --count 5000 --pipelined-count 20000 --rounds 3
+
+One run starts the reference broker (``python -m chaos.broker.cli`` in its own process, on a free
+loopback port, stopped by its pid at the end) and, when it is installed, a private RabbitMQ node
+(``chaos.rabbitmq.RabbitMQNode``). On each broker, in each round, it measures:
+
+1. sync send: ``MessageProducer.send`` of PERSISTENT text messages (each send returns once the
+   broker accepted it) against ``proton.utils.BlockingConnection``'s sender (``send`` waits for
+   the settlement).
+2. pipelined send: NON_PERSISTENT sends, then ``producer.flush()`` (every message accepted)
+   against a ``proton.reactor.Container`` sender that sends as credit allows and counts
+   accepted settlements. Goal: haclient >= 1.5x the Container.
+3. receive with each acknowledge mode (AUTO; CLIENT acknowledging every 100; DUPS_OK;
+   TRANSACTED committing every 100; NO_ACK) against ``BlockingConnection.create_receiver(addr,
+   credit=prefetch)`` + ``receive()`` + ``accept()``. Goal: AUTO (acknowledgements confirmed by
+   the broker) >= 1.0x BlockingConnection.
+
+Every phase first moves ``--warmup`` messages on the same link (not timed), then times
+``--count`` (``--pipelined-count`` for the pipelined sends) more; the queues for the receive
+phases are filled beforehand (not timed). Each round uses new queue names; the order of haclient
+and proton alternates between rounds. The table shows the median over ``--rounds`` rounds.
+Every phase checks itself (all accepted; every message received once, in order, with its text;
+the queue empty afterwards) and stops the run with ``BenchError`` otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import proton
+from proton import Message as ProtonMessage
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+from proton.utils import BlockingConnection
+
+import haclient.aio as aio
+from bench.broker import BrokerProcess
+from bench.throughput import HOST, PASSWORD, USER, BenchError, check, machine_info
+from chaos.rabbitmq import RabbitMQNode
+from haclient.destination import Queue
+from haclient.errors import NotImplementedByBrokerError
+from haclient.message import DeliveryMode, TextMessage
+from haclient.modes import AckMode
+
+REFERENCE = "reference"
+RABBITMQ = "rabbitmq"
+HACLIENT = "haclient"
+PROTON = "proton"
+ACK_EVERY = 100
+RECEIVE_MODES = (AckMode.AUTO, AckMode.CLIENT, AckMode.DUPS_OK, AckMode.TRANSACTED, AckMode.NO_ACK)
+SYNC_SEND = "sync send"
+PIPELINED_SEND = "pipelined send"
+TESTS = (SYNC_SEND, PIPELINED_SEND, *(f"receive {m.name}" for m in RECEIVE_MODES))
+PIPELINED_GOAL = 1.5
+AUTO_RECEIVE_GOAL = 1.0
+EMPTY_WAIT = 0.3
+
+
+# Brokers and workload ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running broker: where it listens and how raw proton names a queue there."""
+
+    name: str
+    port: int
+    pid: int | None
+    queue_prefix: str
+
+    @property
+    def url(self) -> str:
+        return f"amqp://{HOST}:{self.port}"
+
+    def proton_address(self, queue: str) -> str:
+        """haclient applies the prefix itself (``Queue(name)``); raw proton needs it spelt out."""
+        return self.queue_prefix + queue
+
+
+@dataclass(frozen=True)
+class Settings:
+    count: int
+    pipelined_count: int
+    warmup: int
+    prefetch: int
+    size: int
+    timeout: float
+
+    def bodies(self, count: int) -> list[str]:
+        """``warmup + count`` distinct text bodies of ``size`` characters."""
+        out = []
+        for n in range(self.warmup + count):
+            head = f"m-{n:08d}-"
+            out.append(head + "x" * max(0, self.size - len(head)))
+        return out
+
+
+class Clock:
+    """Wall-clock and process CPU time of one timed interval."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self._wall0 = self._cpu0 = 0.0
+
+    def start(self) -> None:
+        self._wall0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+
+    def stop(self) -> None:
+        self.wall = time.perf_counter() - self._wall0
+        self.cpu = time.process_time() - self._cpu0
+
+
+@dataclass
+class Measurement:
+    broker: str
+    test: str
+    impl: str
+    round: int
+    messages: int
+    seconds: float
+    cpu_seconds: float
+    ack_confirmation: str | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def cpu_us_per_message(self) -> float:
+        return self.cpu_seconds / self.messages * 1e6
+
+
+# haclient.aio ------------------------------------------------------------------------------------
+
+
+async def _connect(target: Target, **options: Any) -> aio.Connection:
+    return await aio.connect(
+        target.url,
+        client_id=f"bench-jms-{uuid.uuid4().hex[:8]}",
+        username=USER,
+        password=PASSWORD,
+        **options,
+    )
+
+
+async def ha_send(
+    target: Target, queue: str, bodies: Sequence[str], warmup: int, mode: DeliveryMode
+) -> Clock:
+    """PERSISTENT: each ``send`` waits for the broker's accept; NON_PERSISTENT: ``flush()`` at
+    the end waits for all of them."""
+    clock = Clock()
+    async with (
+        await _connect(target) as conn,
+        await conn.create_session(AckMode.AUTO) as session,
+    ):
+        producer = await session.create_producer(Queue(queue))
+        producer.delivery_mode = mode
+        for body in bodies[:warmup]:
+            await producer.send(TextMessage(body))
+        await producer.flush()
+        clock.start()
+        for body in bodies[warmup:]:
+            await producer.send(TextMessage(body))
+        await producer.flush()
+        clock.stop()
+        await producer.close()
+    return clock
+
+
+async def ha_fill(target: Target, queue: str, bodies: Sequence[str]) -> None:
+    """Fill a queue for a receive phase (NON_PERSISTENT, pipelined, not timed)."""
+    async with (
+        await _connect(target) as conn,
+        await conn.create_session(AckMode.AUTO) as session,
+    ):
+        producer = await session.create_producer(Queue(queue))
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+        for body in bodies:
+            await producer.send(TextMessage(body))
+        await producer.flush()
+        await producer.close()
+
+
+async def ha_receive(
+    target: Target, queue: str, settings: Settings, total: int, mode: AckMode
+) -> tuple[Clock, list[str], str]:
+    """Receive ``total`` messages in ``mode``; the clock runs after the warm-up, up to the last
+    message handed out and acknowledged as the mode says (CLIENT and TRANSACTED: the last
+    ``acknowledge()``/``commit()`` included; DUPS_OK: its lazy flush is not)."""
+    clock = Clock()
+    texts: list[str] = []
+    async with await _connect(target, prefetch=settings.prefetch) as conn:
+        await conn.start()
+        async with await conn.create_session(mode) as session:
+            consumer = await session.create_consumer(Queue(queue))
+            with anyio.fail_after(settings.timeout):
+                for n in range(1, total + 1):
+                    if n == settings.warmup + 1:
+                        clock.start()
+                    message = await consumer.receive()
+                    if message is None:
+                        raise BenchError(f"haclient receive {mode.name}: closed after {n - 1}")
+                    texts.append(message.text)  # type: ignore[attr-defined]
+                    if n % ACK_EVERY == 0:
+                        if mode is AckMode.CLIENT:
+                            await message.acknowledge()
+                        elif mode is AckMode.TRANSACTED:
+                            await session.commit()
+                if mode is AckMode.CLIENT:
+                    await session.acknowledge()
+                elif mode is AckMode.TRANSACTED:
+                    await session.commit()
+                clock.stop()
+            confirmation = session.ack_confirmation.value
+            extra = await consumer.receive(timeout=0.2)
+            check(extra is None, f"haclient receive {mode.name}: more messages than were sent")
+            await consumer.close()
+    return clock, texts, confirmation
+
+
+def run_async(fn: Callable[[], Awaitable[Any]]) -> Any:
+    return anyio.run(fn, backend="asyncio")
+
+
+# proton ------------------------------------------------------------------------------------------
+
+
+def _blocking(target: Target) -> BlockingConnection:
+    return BlockingConnection(
+        target.url,
+        timeout=60,
+        user=USER,
+        password=PASSWORD,
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,
+    )
+
+
+def proton_sync_send(target: Target, address: str, bodies: Sequence[str], warmup: int) -> Clock:
+    """``BlockingConnection`` sender: each ``send`` returns once the broker settled it."""
+    clock = Clock()
+    conn = _blocking(target)
+    try:
+        sender = conn.create_sender(address)
+        for n, body in enumerate(bodies):
+            if n == warmup:
+                clock.start()
+            delivery = sender.send(ProtonMessage(body=body, durable=True))
+            if delivery.remote_state != proton.Delivery.ACCEPTED:
+                raise BenchError(f"proton sync send: message {n} settled {delivery.remote_state}")
+        clock.stop()
+    finally:
+        conn.close()
+    return clock
+
+
+class ProtonPipelinedSender(MessagingHandler):  # type: ignore[misc]
+    """A ``Container`` sender: sends as credit allows, counts accepted. The warm-up messages
+    are sent and accepted first; then the clock starts and the rest go."""
+
+    def __init__(self, target: Target, address: str, bodies: Sequence[str], warmup: int) -> None:
+        super().__init__(prefetch=0)
+        self.target = target
+        self.address = address
+        self.bodies = bodies
+        self.warmup = warmup
+        self.limit = warmup
+        self.sent = self.accepted = 0
+        self.clock = Clock()
+        self.error: str | None = None
+        self.connection: Any = None
+
+    def on_start(self, event: Any) -> None:
+        self.connection = event.container.connect(
+            url=self.target.url,
+            user=USER,
+            password=PASSWORD,
+            allowed_mechs="PLAIN",
+            allow_insecure_mechs=True,
+        )
+        event.container.create_sender(self.connection, self.address)
+        if self.warmup == 0:
+            self.limit = len(self.bodies)
+            self.clock.start()
+
+    def on_sendable(self, event: Any) -> None:
+        self._send(event.sender)
+
+    def _send(self, sender: Any) -> None:
+        while sender.credit > 0 and self.sent < self.limit:
+            sender.send(ProtonMessage(body=self.bodies[self.sent], durable=False))
+            self.sent += 1
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted += 1
+        if self.accepted == self.warmup and self.limit == self.warmup:
+            self.limit = len(self.bodies)
+            self.clock.start()
+            self._send(event.link)
+        elif self.accepted == len(self.bodies):
+            self.clock.stop()
+            event.connection.close()
+
+    def on_rejected(self, event: Any) -> None:
+        self._fail("a message was rejected")
+
+    def on_released(self, event: Any) -> None:
+        self._fail("a message was released")
+
+    def on_transport_error(self, event: Any) -> None:
+        self._fail(f"transport error: {event.transport.condition}")
+
+    def _fail(self, error: str) -> None:
+        self.error = self.error or error
+        if self.connection is not None:
+            self.connection.close()
+
+    def measure(self) -> Clock:
+        Container(self).run()
+        if self.error is not None:
+            raise BenchError(f"proton pipelined send: {self.error}")
+        check(
+            self.accepted == len(self.bodies),
+            f"proton pipelined send: {self.accepted} accepted of {len(self.bodies)}",
+        )
+        return self.clock
+
+
+def proton_receive(
+    target: Target, address: str, settings: Settings, total: int
+) -> tuple[Clock, list[str]]:
+    """``BlockingConnection`` receiver with ``credit=prefetch``: ``receive()`` + ``accept()``."""
+    clock = Clock()
+    texts: list[str] = []
+    conn = _blocking(target)
+    try:
+        receiver = conn.create_receiver(address, credit=settings.prefetch)
+        for n in range(total):
+            if n == settings.warmup:
+                clock.start()
+            message = receiver.receive(timeout=settings.timeout)
+            texts.append(message.body)
+            receiver.accept()
+        clock.stop()
+        try:
+            receiver.receive(timeout=0.2)
+        except proton.Timeout:
+            pass
+        else:
+            raise BenchError("proton receive: more messages than were sent")
+    finally:
+        conn.close()
+    return clock, texts
+
+
+def assert_queue_empty(target: Target, address: str, label: str) -> None:
+    """A fresh receiver finds nothing: every acknowledgement reached the broker."""
+    conn = _blocking(target)
+    try:
+        receiver = conn.create_receiver(address, credit=1)
+        try:
+            message = receiver.receive(timeout=EMPTY_WAIT)
+        except proton.Timeout:
+            return
+        receiver.release()
+        raise BenchError(f"{label}: {message.body!r} still on the queue after the phase")
+    finally:
+        conn.close()
+
+
+# One round on one broker -------------------------------------------------------------------------
+
+
+class Runner:
+    def __init__(self, settings: Settings, run_id: str) -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self.results: list[Measurement] = []
+        self.unsupported: dict[tuple[str, str], str] = {}
+        self.sync_bodies = settings.bodies(settings.count)
+        self.pipelined_bodies = settings.bodies(settings.pipelined_count)
+
+    def queue(self, target: Target, test: str, impl: str, rnd: int) -> str:
+        return f"jms-{self.run_id}-{target.name}-{test.replace(' ', '-')}-{impl}-r{rnd}"
+
+    def record(
+        self,
+        target: Target,
+        test: str,
+        impl: str,
+        rnd: int,
+        messages: int,
+        clock: Clock,
+        confirmation: str | None = None,
+        *,
+        quiet: bool = False,
+    ) -> None:
+        check(clock.wall > 0, f"{target.name} {test} {impl}: the clock did not run")
+        m = Measurement(target.name, test, impl, rnd, messages, clock.wall, clock.cpu, confirmation)
+        self.results.append(m)
+        if quiet:
+            return
+        extra = f", acks {confirmation}" if confirmation else ""
+        print(
+            f"round {rnd + 1} {target.name:<9} {test:<19} {impl:<8} {m.rate:>9,.0f} msgs/s "
+            f"({m.seconds:.2f} s, CPU {m.cpu_us_per_message:.0f} us/msg{extra})",
+            file=sys.stderr,
+        )
+
+    def check_texts(self, label: str, got: Sequence[str], total: int) -> None:
+        expected = self.sync_bodies[:total]
+        check(len(got) == total, f"{label}: got {len(got)} messages, sent {total}")
+        if list(got) != expected:
+            first = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+            raise BenchError(
+                f"{label}: message {first} is {got[first]!r}, sent {expected[first]!r}"
+            )
+
+    def round(self, target: Target, rnd: int) -> None:
+        order = (HACLIENT, PROTON) if rnd % 2 == 0 else (PROTON, HACLIENT)
+        for impl in order:
+            self.sync_send(target, impl, rnd)
+        for impl in order:
+            self.pipelined_send(target, impl, rnd)
+        receivers: list[AckMode | None] = [*RECEIVE_MODES, None]  # None: proton
+        if rnd % 2:
+            receivers.reverse()
+        for mode in receivers:
+            self.receive(target, mode, rnd)
+
+    def sync_send(self, target: Target, impl: str, rnd: int) -> None:
+        s = self.settings
+        queue = self.queue(target, "sync", impl, rnd)
+        if impl == HACLIENT:
+            clock = run_async(
+                lambda: ha_send(target, queue, self.sync_bodies, s.warmup, DeliveryMode.PERSISTENT)
+            )
+        else:
+            clock = proton_sync_send(
+                target, target.proton_address(queue), self.sync_bodies, s.warmup
+            )
+        self.record(target, SYNC_SEND, impl, rnd, s.count, clock)
+
+    def pipelined_send(self, target: Target, impl: str, rnd: int) -> None:
+        s = self.settings
+        queue = self.queue(target, "pipelined", impl, rnd)
+        if impl == HACLIENT:
+            clock = run_async(
+                lambda: ha_send(
+                    target, queue, self.pipelined_bodies, s.warmup, DeliveryMode.NON_PERSISTENT
+                )
+            )
+        else:
+            sender = ProtonPipelinedSender(
+                target, target.proton_address(queue), self.pipelined_bodies, s.warmup
+            )
+            clock = sender.measure()
+        self.record(target, PIPELINED_SEND, impl, rnd, s.pipelined_count, clock)
+
+    def receive(self, target: Target, mode: AckMode | None, rnd: int) -> None:
+        s = self.settings
+        impl = PROTON if mode is None else HACLIENT
+        test = "receive" if mode is None else f"receive {mode.name}"
+        queue = self.queue(target, test, impl, rnd)
+        total = s.warmup + s.count
+        bodies = self.sync_bodies[:total]
+        run_async(lambda: ha_fill(target, queue, bodies))
+        label = f"{target.name} {test} {impl}"
+        if mode is None:
+            clock, texts = proton_receive(target, target.proton_address(queue), s, total)
+            confirmation = None
+        else:
+            try:
+                clock, texts, confirmation = run_async(
+                    lambda: ha_receive(target, queue, s, total, mode)
+                )
+            except NotImplementedByBrokerError as exc:  # RabbitMQ 3.x: no transactions
+                print(f"round {rnd + 1} {label}: not supported: {exc}", file=sys.stderr)
+                self.unsupported[(target.name, test)] = str(exc)
+                return
+        self.check_texts(label, texts, total)
+        assert_queue_empty(target, target.proton_address(queue), label)
+        if mode is None:  # proton's one receiver is the baseline of every mode
+            for m in RECEIVE_MODES:
+                quiet = m is not RECEIVE_MODES[0]
+                self.record(target, f"receive {m.name}", PROTON, rnd, s.count, clock, quiet=quiet)
+        else:
+            self.record(target, test, HACLIENT, rnd, s.count, clock, confirmation)
+
+
+# Results -----------------------------------------------------------------------------------------
+
+
+def median_rate(results: Sequence[Measurement], broker: str, test: str, impl: str) -> float | None:
+    rates = [m.rate for m in results if (m.broker, m.test, m.impl) == (broker, test, impl)]
+    return statistics.median(rates) if rates else None
+
+
+def median_cpu(results: Sequence[Measurement], broker: str, test: str, impl: str) -> float | None:
+    cpu = [
+        m.cpu_us_per_message for m in results if (m.broker, m.test, m.impl) == (broker, test, impl)
+    ]
+    return statistics.median(cpu) if cpu else None
+
+
+def _fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _confirmation(results: Sequence[Measurement], broker: str, test: str) -> str:
+    seen = {
+        m.ack_confirmation
+        for m in results
+        if m.broker == broker and m.test == test and m.impl == HACLIENT and m.ack_confirmation
+    }
+    return ",".join(sorted(seen)) or "-"
+
+
+def table(
+    results: Sequence[Measurement],
+    brokers: Sequence[str],
+    unsupported: dict[tuple[str, str], str],
+) -> tuple[str, dict[str, Any]]:
+    lines = [
+        "msgs/s: median over the rounds; CPU: this process's CPU per message (us), median",
+        f"{'broker':<10}{'test':<21}{'haclient':>10}{'proton':>10}{'ratio':>7}"
+        f"{'ha CPU':>8}{'pr CPU':>8}  ack confirmation",
+    ]
+    summary: dict[str, Any] = {}
+    for broker in brokers:
+        cells: dict[str, Any] = {}
+        for test in TESTS:
+            ours = median_rate(results, broker, test, HACLIENT)
+            theirs = median_rate(results, broker, test, PROTON)
+            if ours is None and theirs is None:
+                continue
+            ratio = ours / theirs if ours and theirs else None
+            confirmation = _confirmation(results, broker, test) if "receive" in test else ""
+            if (broker, test) in unsupported:
+                confirmation = "not supported by the broker"
+            cells[test] = {
+                "haclient_msgs_per_s": ours,
+                "proton_msgs_per_s": theirs,
+                "ratio": ratio,
+                "ack_confirmation": confirmation or None,
+            }
+            lines.append(
+                f"{broker:<10}{test:<21}{_fmt(ours):>10}{_fmt(theirs):>10}"
+                f"{_fmt(ratio, '.2f'):>7}{_fmt(median_cpu(results, broker, test, HACLIENT)):>8}"
+                f"{_fmt(median_cpu(results, broker, test, PROTON)):>8}  {confirmation}"
+            )
+        auto = median_rate(results, broker, "receive AUTO", HACLIENT)
+        for other in ("NO_ACK", "DUPS_OK"):
+            rate = median_rate(results, broker, f"receive {other}", HACLIENT)
+            if auto and rate:
+                cells[f"auto_over_{other.lower()}"] = auto / rate
+                lines.append(
+                    f"{broker:<10}cost of confirmed acks: AUTO/{other} = {auto / rate:.2f}"
+                )
+        summary[broker] = cells
+        lines.append("")
+    for broker in brokers:
+        cells = summary.get(broker, {})
+        pipelined = cells.get(PIPELINED_SEND, {}).get("ratio")
+        auto = cells.get("receive AUTO", {}).get("ratio")
+        for name, ratio, goal in (
+            ("pipelined send haclient/Container", pipelined, PIPELINED_GOAL),
+            ("receive AUTO haclient/BlockingConnection", auto, AUTO_RECEIVE_GOAL),
+        ):
+            verdict = "-" if ratio is None else ("MET" if ratio >= goal else "MISSED")
+            lines.append(f"goal {broker}: {name} >= {goal:.1f}x: {_fmt(ratio, '.2f')} -> {verdict}")
+    return "\n".join(lines), summary
+
+
+# Profile -----------------------------------------------------------------------------------------
+
+
+def profile(runner: Runner, target: Target, test: str, top: int) -> None:
+    """One more haclient phase of ``test`` under cProfile; print the top functions."""
+    profiler = cProfile.Profile()
+    rnd = 900
+    profiler.enable()
+    if test == SYNC_SEND:
+        runner.sync_send(target, HACLIENT, rnd)
+    elif test == PIPELINED_SEND:
+        runner.pipelined_send(target, HACLIENT, rnd)
+    else:
+        runner.receive(target, AckMode[test.split()[1]], rnd)
+    profiler.disable()
+    for key in ("tottime", "cumulative"):
+        stream = io.StringIO()
+        stats = pstats.Stats(profiler, stream=stream)
+        stats.sort_stats(key).print_stats(top)
+        text = stream.getvalue()
+        print(f"\n== profile: haclient {test} on {target.name}, top {top} by {key}")
+        print(text[text.find("   ncalls") :].rstrip())
+
+
+# Orchestration -----------------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.jms",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--count", type=int, default=5_000, help="messages per sync/receive phase")
+    parser.add_argument(
+        "--pipelined-count", type=int, default=20_000, help="messages per pipelined send phase"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (median reported)")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed messages first")
+    parser.add_argument("--prefetch", type=int, default=1000, help="consumer prefetch / credit")
+    parser.add_argument("--size", type=int, default=32, help="text body length in characters")
+    rabbit = parser.add_mutually_exclusive_group()
+    rabbit.add_argument(
+        "--rabbitmq",
+        action="store_true",
+        default=None,
+        help="also measure RabbitMQ (default: when installed)",
+    )
+    rabbit.add_argument("--no-rabbitmq", dest="rabbitmq", action="store_false")
+    parser.add_argument("--no-reference", action="store_true", help="skip the reference broker")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--profile",
+        metavar="TEST",
+        choices=TESTS,
+        help=f"afterwards, one haclient phase under cProfile: {', '.join(TESTS)}",
+    )
+    parser.add_argument("--profile-top", type=int, default=25)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if min(args.count, args.pipelined_count, args.rounds) < 1 or args.warmup < 0:
+        parser.error("--count, --pipelined-count and --rounds must be positive")
+    if args.warmup % ACK_EVERY:
+        parser.error(f"--warmup must be a multiple of {ACK_EVERY}")
+    rabbitmq = RabbitMQNode.available() if args.rabbitmq is None else args.rabbitmq
+    if rabbitmq and not RabbitMQNode.available():
+        parser.error("--rabbitmq: rabbitmq-server is not installed")
+    signal.signal(signal.SIGTERM, _interrupt)
+    settings = Settings(
+        count=args.count,
+        pipelined_count=args.pipelined_count,
+        warmup=args.warmup,
+        prefetch=args.prefetch,
+        size=args.size,
+        timeout=60.0 + max(args.count, args.pipelined_count) / 100,
+    )
+    runner = Runner(settings, uuid.uuid4().hex[:6])
+    machine = machine_info()
+    log = sys.stderr
+    targets: list[Target] = []
+    with ExitStack() as stack:
+        if not args.no_reference:
+            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
+            print("starting the reference broker ...", file=log)
+            proc = stack.enter_context(BrokerProcess("jms", work_dir, store=False))
+            print(f"reference broker pid {proc.pid} ready on port {proc.port}", file=log)
+            targets.append(Target(REFERENCE, proc.port, proc.pid, ""))
+        if rabbitmq:
+            print("starting a private RabbitMQ node ...", file=log)
+            node = stack.enter_context(RabbitMQNode())
+            print(f"RabbitMQ ready on port {node.port} in {node.start_seconds:.1f} s", file=log)
+            targets.append(Target(RABBITMQ, node.port, node.vm_pid, "/queue/"))
+        if not targets:
+            parser.error("no broker to measure")
+        for rnd in range(args.rounds):
+            for target in targets if rnd % 2 == 0 else reversed(targets):
+                runner.round(target, rnd)
+        text, summary = table(runner.results, [t.name for t in targets], runner.unsupported)
+        print(
+            f"\n{machine['date_utc']}, {machine['cpus']} CPUs ({machine['cpu_model']}), "
+            f"Python {machine['python']}, proton {machine['proton']}, haclient {machine['git']}"
+        )
+        print(
+            f"{args.rounds} round(s); {settings.count} messages per sync send and receive phase, "
+            f"{settings.pipelined_count} per pipelined send, {settings.warmup} warm-up messages "
+            f"first; {settings.size}-character text bodies; prefetch/credit {settings.prefetch}"
+        )
+        print(text)
+        if args.profile:
+            profile(runner, targets[0], args.profile, args.profile_top)
+        print("stopping the brokers ...", file=log)
+    if args.json:
+        config = {k: v for k, v in vars(args).items() if k != "json"}
+        document = {
+            "config": config,
+            "machine": machine,
+            "summary": summary,
+            "measurements": [asdict(m) | {"rate": m.rate} for m in runner.results],
+        }
+        with open(args.json, "w") as f:
+            json.dump(document, f, indent=2)
+            f.write("\n")
+        print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
