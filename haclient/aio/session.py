@@ -595,7 +595,8 @@ class Session:
         """The outcomes that return a delivered message (redelivered) and a prefetched one.
 
         RabbitMQ 3.10 ends the session on a ``modified`` disposition ("Unrecognised state"):
-        there ``released`` is used for both (RabbitMQ marks a requeued message redelivered).
+        there ``released`` is used for both. It leaves the delivery-count alone, so such a
+        message comes back not marked redelivered (JMSRedelivered needs E4's emulation there).
         """
         if self._physical().product == "RabbitMQ":
             return Released(), Released()
