@@ -339,10 +339,17 @@ class MessageProducer:
             self._unconfirmed.pop(delivery, None)
 
     def _raise_pipelined_failure(self) -> None:
-        for delivery, message in list(self._unconfirmed.items()):
+        """Forget the settled sends at the head of the pipeline; raise the first refusal.
+
+        Looks at the head only (sends settle in order), so a send costs O(1) however many
+        pipelined sends are still unconfirmed; copying the whole map here made it quadratic.
+        """
+        unconfirmed = self._unconfirmed
+        while unconfirmed:
+            delivery = next(iter(unconfirmed))
             if not delivery.remote_settled:
                 break
-            del self._unconfirmed[delivery]
+            message = unconfirmed.pop(delivery)
             try:
                 self._check_outcome(delivery.remote_outcome, message)
             except HAClientError as exc:
