@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -491,16 +491,12 @@ class ConnectionFactory:
         password: str | None = None,
     ) -> Connection:
         """Open a connection (see ``connect()``)."""
-        options = ConnectionOptions.build(
-            self._url,
-            {
-                **{k: getattr(self._options, k) for k in ("prefetch", "attach_timeout")},
-                "client_id": client_id or self._options.client_id,
-                "username": username or self._options.username,
-                "password": password or self._options.password,
-            },
+        options = replace(
+            self._options,
+            client_id=client_id or self._options.client_id,
+            username=username or self._options.username,
+            password=password or self._options.password,
         )
-        options = _merge(self._options, options)
         connection = Connection(self._url, options)
         await connection._open()
         return connection
@@ -512,14 +508,3 @@ def _only_exception(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-def _merge(base: ConnectionOptions, override: ConnectionOptions) -> ConnectionOptions:
-    from dataclasses import replace
-
-    return replace(
-        base,
-        client_id=override.client_id,
-        username=override.username,
-        password=override.password,
-    )
