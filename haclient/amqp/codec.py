@@ -8,6 +8,7 @@ application properties, one body section), with no JMS meaning attached: the JMS
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,28 +89,63 @@ def encode_message(message: AmqpMessage) -> bytes:
     Raises:
         MessageFormatError: a value has no AMQP encoding (the message names the field).
     """
-    pm: Any = Message()
-    pm.inferred = message.body_kind is not BodyKind.VALUE
-    pm.body = message.body
     if message.body_kind is BodyKind.DATA and not isinstance(message.body, bytes | bytearray):
         raise MessageFormatError(f"a data section needs bytes, not {type(message.body).__name__}")
     if message.body_kind is BodyKind.SEQUENCE and not isinstance(message.body, list):
         raise MessageFormatError(
             f"an amqp-sequence section needs a list, not {type(message.body).__name__}"
         )
-    pm.durable = message.durable
-    pm.priority = message.priority
+    pm = _scratch_message()
+    try:
+        _fill(pm, message)
+        return bytes(pm.encode())
+    except MessageFormatError:
+        raise
+    except Exception as exc:  # proton raises DataException, TypeError, KeyError ...
+        raise MessageFormatError(f"message cannot be encoded as AMQP: {exc}") from exc
+
+
+_scratch = threading.local()
+
+
+def _scratch_message() -> Any:
+    """A cleared proton ``Message`` of this thread (allocating one per message costs more than
+    clearing one; encoding and decoding never await, so one per thread is enough)."""
+    pm = getattr(_scratch, "message", None)
+    if pm is None:
+        pm = _scratch.message = Message()
+    else:
+        pm.clear()
+    return pm
+
+
+def _fill(pm: Any, message: AmqpMessage) -> None:
+    """Copy ``message`` into the cleared proton message ``pm``, leaving defaults untouched
+    (each proton setter is a C call, and most fields are unset on most messages)."""
+    pm.inferred = message.body_kind is not BodyKind.VALUE
+    pm.body = message.body
+    if message.durable:
+        pm.durable = True
+    if message.priority != 4:
+        pm.priority = message.priority
     if message.ttl is not None:
         pm.ttl = _wire_seconds(message.ttl)
-    pm.first_acquirer = message.first_acquirer
-    pm.delivery_count = message.delivery_count
-    pm.id = message.message_id
+    if message.first_acquirer:
+        pm.first_acquirer = True
+    if message.delivery_count:
+        pm.delivery_count = message.delivery_count
+    if message.message_id is not None:
+        pm.id = message.message_id
     if message.user_id is not None:
         pm.user_id = message.user_id
-    pm.address = message.to
-    pm.subject = message.subject
-    pm.reply_to = message.reply_to
-    pm.correlation_id = message.correlation_id
+    if message.to is not None:
+        pm.address = message.to
+    if message.subject is not None:
+        pm.subject = message.subject
+    if message.reply_to is not None:
+        pm.reply_to = message.reply_to
+    if message.correlation_id is not None:
+        pm.correlation_id = message.correlation_id
     if message.content_type is not None:
         pm.content_type = symbol(message.content_type)
     if message.content_encoding is not None:
@@ -118,20 +154,18 @@ def encode_message(message: AmqpMessage) -> bytes:
         pm.expiry_time = _wire_seconds(message.absolute_expiry_time)
     if message.creation_time is not None:
         pm.creation_time = _wire_seconds(message.creation_time)
-    pm.group_id = message.group_id
+    if message.group_id is not None:
+        pm.group_id = message.group_id
     if message.group_sequence is not None:
         pm.group_sequence = message.group_sequence
-    pm.reply_to_group_id = message.reply_to_group_id
+    if message.reply_to_group_id is not None:
+        pm.reply_to_group_id = message.reply_to_group_id
     if message.message_annotations:
         pm.annotations = _convert.symbol_keys(message.message_annotations)
     if message.delivery_annotations:
         pm.instructions = _convert.symbol_keys(message.delivery_annotations)
     if message.application_properties:
         pm.properties = dict(message.application_properties)
-    try:
-        return bytes(pm.encode())
-    except Exception as exc:  # proton raises DataException, TypeError, KeyError ...
-        raise MessageFormatError(f"message cannot be encoded as AMQP: {exc}") from exc
 
 
 _SECTION_DESCRIPTORS = frozenset(range(0x70, 0x79))  # header ... footer (AMQP 1.0 part 3.2)
@@ -173,7 +207,7 @@ def decode_message(payload: bytes) -> AmqpMessage:
     Raises:
         MessageFormatError: the bytes are not an AMQP message.
     """
-    pm: Any = Message()
+    pm = _scratch_message()
     try:
         _check_sections(payload)
         pm.decode(payload)
