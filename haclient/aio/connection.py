@@ -129,6 +129,7 @@ class Connection:
         )
         self._current: PhysicalConnection | None = None
         self._closed = False
+        self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._stop_manager: anyio.Event | None = None
         self._switch = _StartSwitch()
         self._sessions: set[Session] = set()
@@ -344,10 +345,21 @@ class Connection:
         Sessions close as ``Session.close()`` says (open transactions roll back, unacknowledged
         CLIENT messages go back to the broker); temporary destinations are deleted by the broker
         with the connection; then Close frames are exchanged. An ongoing failover is stopped
-        and the calls waiting for it raise ``ClosedError``.
+        and the calls waiting for it raise ``ClosedError``. A close while another one runs waits
+        for that one to finish.
         """
+        if self._closing is not None:
+            await self._closing.wait()
+            return
         if self._closed:
             return
+        self._closing = anyio.Event()
+        try:
+            await self._close()
+        finally:
+            self._closing.set()
+
+    async def _close(self) -> None:
         if self._manager.state is ConnectionState.CONNECTED:
             for session in list(self._sessions):
                 try:

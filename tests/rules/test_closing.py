@@ -39,6 +39,25 @@ async def test_C1_close_may_be_called_from_another_task_or_thread(api: Api, bed:
         await connection.create_session()
 
 
+async def test_C1_concurrent_closes_finish_together(api: Api, bed: Bed) -> None:
+    """Two tasks (threads) closing one connection at once: the second waits for the first and
+    neither waits out a timeout (the bound is far below ``close_timeout``)."""
+    connection = await started(api, bed, close_timeout=10)
+    session = await connection.create_session(AckMode.AUTO)
+    await session.create_consumer(Queue(bed.unique("c1-twice")))
+    closed: list[bool] = []
+
+    async def close() -> None:
+        await connection.close()
+        closed.append(connection.is_closed)
+
+    with anyio.fail_after(3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close)
+            tg.start_soon(close)
+    assert closed == [True, True]
+
+
 async def test_C2_close_makes_a_blocked_receive_return_none(api: Api, bed: Bed) -> None:
     queue = bed.unique("c2")
     async with await started(api, bed) as connection:
