@@ -30,6 +30,7 @@ from haclient.amqp.codec import decode_message
 from haclient.amqp.connection import ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
+    Durability,
     ErrorCondition,
     ReceiverSettleMode,
     Rejected,
@@ -434,15 +435,18 @@ class MessageConsumer:
         if receiver is None:
             return
         amqp = self._session._amqp()
+        # A durable subscription's link is only detached (closed=false), as Qpid JMS does: a
+        # closed=true detach would end the subscription on brokers that follow the spec.
+        closed = self._source.durable is Durability.NONE
         if amqp.is_open and not receiver.is_closed:
             for raw in amqp.take_all(receiver):
                 amqp.settle(raw, Released())
             if not self._session._owes_acks(receiver):
-                amqp.detach(receiver)
+                amqp.detach(receiver, closed=closed)
             else:
-                self._session._linger(receiver)
+                self._session._linger(receiver, closed=closed)
         else:
-            amqp.detach(receiver)
+            amqp.detach(receiver, closed=closed)
 
     def _session_closed(self) -> None:
         """The session closed: mark closed and wake waiters (the session ends the link)."""
@@ -450,7 +454,7 @@ class MessageConsumer:
         self._listener = None
         current = self._session._connection._current
         if self._receiver is not None and current is not None and current.is_open:
-            current.amqp.detach(self._receiver)
+            current.amqp.detach(self._receiver, closed=self._source.durable is Durability.NONE)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

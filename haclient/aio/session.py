@@ -79,7 +79,7 @@ class Session:
         self._consumers: set[MessageConsumer] = set()
         self._producers: set[MessageProducer] = set()
         self._browsers: set[QueueBrowser] = set()
-        self._lingering: set[Receiver] = set()
+        self._lingering: dict[Receiver, bool] = {}  # receiver -> close it (False: detach only)
         self._confirmation: AckConfirmation | None = None
         self._dispatch_lock = anyio.Lock()
         self._flush_due = anyio.Event()
@@ -463,13 +463,14 @@ class Session:
     def _owes_acks(self, receiver: Receiver) -> bool:
         return any(a.raw.delivery.link is receiver for a in self._acks.pending)
 
-    def _linger(self, receiver: Receiver) -> None:
-        self._lingering.add(receiver)
+    def _linger(self, receiver: Receiver, *, closed: bool = True) -> None:
+        """Keep a closed consumer's link until its acks are settled; then detach it."""
+        self._lingering[receiver] = closed
 
     def _detach_settled_lingerers(self) -> None:
         for receiver in [r for r in self._lingering if not self._owes_acks(r)]:
-            self._lingering.discard(receiver)
-            self._amqp().detach(receiver)
+            closed = self._lingering.pop(receiver)
+            self._amqp().detach(receiver, closed=closed)
 
     async def _settle(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
         if not acks:

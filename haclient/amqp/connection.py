@@ -281,10 +281,17 @@ class AmqpConnection:
         await self._attach(receiver, timeout)
         return receiver
 
-    def detach(self, link: Link, error: ErrorCondition | None = None) -> None:
-        """Close ``link`` from this end; a ``receive()`` waiting on it returns None at once."""
+    def detach(
+        self, link: Link, error: ErrorCondition | None = None, *, closed: bool = True
+    ) -> None:
+        """End ``link`` from this end: closed (``closed=true``: its terminus goes), or only
+        detached (``closed=False``: a durable subscription stays). A ``receive()`` waiting on
+        it returns None at once."""
         if not link.is_closed:
-            link.close(error)
+            if closed:
+                link.close(error)
+            else:
+                link.detach(error)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]
         if inbox is not None:
             inbox.changed.set()

@@ -134,6 +134,7 @@ class Link:
         self._pn = pn_link
         self.locally_opened = False
         self.closed_by_peer = False  # the peer detached or closed it before this end did
+        self._detached = False  # detached with closed=false (proton keeps it LOCAL_ACTIVE)
         setattr(pn_link, _WRAPPER_ATTR, self)
 
     @staticmethod
@@ -239,7 +240,7 @@ class Link:
     @property
     def is_closed(self) -> bool:
         """True once this end has closed or detached the link."""
-        return bool(self._pn.state & proton.Endpoint.LOCAL_CLOSED)
+        return self._detached or bool(self._pn.state & proton.Endpoint.LOCAL_CLOSED)
 
     def open(
         self,
@@ -286,6 +287,7 @@ class Link:
         """Detach without closing (the link may be resumed; a durable subscription stays)."""
         if error is not None:
             self._pn.condition = _convert.condition_to_pn(error)
+        self._detached = True
         self._pn.detach()
 
 

@@ -346,13 +346,13 @@ class Engine:
         pn_link: Any = event.link
         link = Link._of(self, pn_link)
         closed = event.type == Event.LINK_REMOTE_CLOSE
-        link.closed_by_peer = not pn_link.state & _LOCAL_CLOSED
+        link.closed_by_peer = not link.is_closed
         self._events.append(LinkRemoteClose(link, link.remote_error, closed))
-        if not pn_link.state & _LOCAL_CLOSED:
+        if link.closed_by_peer:
             if closed:
-                pn_link.close()
+                link.close()
             else:
-                pn_link.detach()
+                link.detach()
 
     def _on_link_flow(self, event: Event) -> None:
         self._events.append(LinkFlow(Link._of(self, _pn(event.link))))
