@@ -439,8 +439,7 @@ class MessageConsumer:
         # closed=true detach would end the subscription on brokers that follow the spec.
         closed = self._source.durable is Durability.NONE
         if amqp.is_open and not receiver.is_closed:
-            for raw in amqp.take_all(receiver):
-                amqp.settle(raw, Released())
+            amqp.release_arrivals(receiver)
             if not self._session._owes_acks(receiver):
                 amqp.detach(receiver, closed=closed)
             else:

@@ -43,6 +43,7 @@ from haclient.amqp.types import (
     ErrorCondition,
     Outcome,
     ReceiverSettleMode,
+    Released,
     SenderSettleMode,
     Terminus,
     TerminusKind,
@@ -111,11 +112,12 @@ class _Slot:
 class _Inbox:
     """Messages that arrived on one receiver, waiting to be taken."""
 
-    __slots__ = ("changed", "messages")
+    __slots__ = ("changed", "messages", "refusing")
 
     def __init__(self) -> None:
         self.messages: deque[ReceivedMessage] = deque()
         self.changed = anyio.Event()
+        self.refusing = False  # nobody will take more: give arrivals back at once
 
 
 class AmqpConnection:
@@ -406,6 +408,16 @@ class AmqpConnection:
         message.delivery.update(outcome, settle=settle)
         self._wake()
 
+    def release_arrivals(self, receiver: Receiver) -> None:
+        """Give back (``released``) what waits on ``receiver`` and whatever arrives on it from
+        now on: nobody will take it (a closed consumer whose link stays for its acks)."""
+        inbox = self._inboxes.get(receiver)
+        if inbox is None:
+            return
+        inbox.refusing = True
+        for message in self.take_all(receiver):
+            self.settle(message, Released())
+
     def flow(self, receiver: Receiver, credit: int) -> None:
         """Grant ``receiver`` more credit."""
         receiver.flow(credit)
@@ -446,7 +458,13 @@ class AmqpConnection:
             match event:
                 case MessageReceived(delivery=delivery, payload=payload):
                     inbox = self._inboxes.get(delivery.link)  # type: ignore[call-overload]
-                    if inbox is not None:
+                    if inbox is not None and (inbox.refusing or delivery.link.is_closed):
+                        if delivery.remote_settled:
+                            delivery.settle()  # pre-settled: nothing to give back
+                        else:
+                            delivery.update(Released(), settle=True)
+                            self._wake()
+                    elif inbox is not None:
                         inbox.messages.append(ReceivedMessage(delivery, payload))
                         received.add(inbox)
                 case DeliveryUpdated(delivery=delivery, outcome=outcome, settled=True):

@@ -148,6 +148,25 @@ async def test_C5_closing_a_consumer_leaves_client_acknowledgements_alone(
     assert await leftovers(bed, queue) == ["two"]
 
 
+async def test_C5_a_closed_consumer_that_still_owes_acks_takes_no_new_messages(
+    api: Api, bed: Bed
+) -> None:
+    """Its link stays until the session acknowledges (C5), but what the broker sends to it
+    meanwhile goes back at once instead of waiting there for the session to end."""
+    queue = bed.unique("c5late")
+    await send(bed, Queue(queue), "one")
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(Queue(queue))
+        first = await consumer.receive(TIMEOUT)
+        assert first is not None and first.body == "one"
+        await consumer.close()  # "one" unacknowledged: the link lingers, with credit left
+        await send(bed, Queue(queue), "two", "three")
+        assert sorted(await leftovers(bed, queue, wait=2)) == ["three", "two"]
+        await api.acknowledge(first)
+    assert await leftovers(bed, queue) == []
+
+
 async def test_C5_closing_a_consumer_leaves_the_transaction_alone(api: Api, bed: Bed) -> None:
     queue = bed.unique("c5t")
     await send(bed, Queue(queue), "one", "two")
