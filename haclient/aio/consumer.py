@@ -26,10 +26,12 @@ import anyio
 
 from failover.manager import ConnectionState, RestoreOrder
 from haclient.aio.acks import PendingAck
+from haclient.aio.emulation import client_selector, message_lookup, rejects_consume
 from haclient.amqp.codec import decode_message
-from haclient.amqp.connection import ReceivedMessage
+from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
+    Accepted,
     Durability,
     ErrorCondition,
     ReceiverSettleMode,
@@ -290,9 +292,36 @@ class MessageConsumer:
                 log.warning("rejecting an undecodable message on %s: %s", self._destination, exc)
                 amqp.settle(raw, Rejected(ErrorCondition("amqp:decode-error", str(exc))))
                 continue
+            if not self._selected(message, physical):
+                self._discard(amqp, raw)
+                continue
             connection._count_received()
             return raw, message, physical, epoch
         return None
+
+    def _selected(self, message: Message, physical: PhysicalConnection) -> bool:
+        """False when a selector the broker does not apply rejects ``message`` (E1)."""
+        options = self._session._connection._options
+        selector = client_selector(self._selector, options.selectors, physical.product)
+        return selector is None or selector.matches(message_lookup(message))
+
+    def _discard(self, amqp: AmqpConnection, raw: ReceivedMessage) -> None:
+        """Settle a message the client-side selector rejected: consumed on an exclusive topic
+        subscription, released for other consumers on a queue or shared subscription."""
+        if raw.delivery.remote_settled:
+            return  # pre-settled (NO_ACK): already gone from the broker
+        shared = "shared" in (self._source.capabilities or ())
+        consume = rejects_consume(self._destination, shared=shared)
+        amqp.settle(raw, Accepted() if consume else Released())
+
+    @property
+    def selector_emulated(self) -> bool:
+        """Whether this client evaluates the consumer's selector itself because the broker
+        does not (E1, E5); False without a selector."""
+        current = self._session._connection._current
+        options = self._session._connection._options
+        product = current.product if current is not None else None
+        return client_selector(self._selector, options.selectors, product) is not None
 
     async def _acknowledge_on_delivery(self, raw: ReceivedMessage, message: Message) -> None:
         """Do what the session's mode asks as ``message`` is handed out (before a listener)."""

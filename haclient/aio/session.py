@@ -18,6 +18,7 @@ from failover.manager import RestoreOrder
 from haclient.aio.acks import Acknowledger, PendingAck
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
+from haclient.aio.emulation import broker_selector
 from haclient.aio.producer import MessageProducer
 from haclient.aio.termini import (
     SubscriptionKind,
@@ -210,6 +211,10 @@ class Session:
         compile_selector(selector)  # InvalidSelectorError, with the column, before any frame
         return selector
 
+    def _broker_selector(self, selector: str | None) -> str | None:
+        """The selector for the link's filter: none when the client evaluates it (E1)."""
+        return broker_selector(selector, self._connection._options.selectors)
+
     async def _consumer(
         self,
         destination: Destination,
@@ -256,7 +261,9 @@ class Session:
         destination = _require_destination(destination)
         selector = self._check_selector(selector)
         prefixes = self._physical().prefixes
-        source = consumer_source(destination, prefixes, selector=selector, no_local=no_local)
+        source = consumer_source(
+            destination, prefixes, selector=self._broker_selector(selector), no_local=no_local
+        )
         return await self._consumer(
             destination,
             source,
@@ -306,7 +313,7 @@ class Session:
             self._physical().prefixes,
             kind=SubscriptionKind.DURABLE,
             is_global=False,
-            selector=selector,
+            selector=self._broker_selector(selector),
             no_local=no_local,
         )
         return await self._consumer(
@@ -326,7 +333,7 @@ class Session:
             self._physical().prefixes,
             kind=SubscriptionKind.SHARED_DURABLE if durable else SubscriptionKind.SHARED,
             is_global=not self._connection._has_client_id,
-            selector=selector,
+            selector=self._broker_selector(selector),
         )
         link_name = names.acquire(name, durable=durable)
 

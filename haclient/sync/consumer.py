@@ -77,6 +77,11 @@ class MessageConsumer:
         return self._consumer.message_selector
 
     @property
+    def selector_emulated(self) -> bool:
+        """Whether this client evaluates the selector because the broker does not (E1, E5)."""
+        return self._consumer.selector_emulated
+
+    @property
     def no_local(self) -> bool:
         """Whether messages published by this connection's client id are withheld."""
         return self._consumer.no_local

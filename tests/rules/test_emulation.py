@@ -1,0 +1,54 @@
+"""Rule E1 (selectors evaluated by the client where the broker does not apply them) and E5 (which
+one applies them is visible), through both APIs, on the reference broker (which applies
+selectors; ``selectors=client`` makes the client do it) and on RabbitMQ (which echoes the filter
+but applies none, so the client always does it there)."""
+
+from __future__ import annotations
+
+import pytest
+from apikit import Api, Bed
+from rulekit import TIMEOUT, leftovers, send, started
+
+from haclient.destination import Queue, Topic
+from haclient.message import TextMessage
+from haclient.modes import AckMode
+
+pytestmark = pytest.mark.anyio
+
+
+def _regional(*regions: str) -> list[TextMessage]:
+    return [TextMessage(region, properties={"region": region}) for region in regions]
+
+
+@pytest.mark.parametrize("mode", ["auto", "client"])
+async def test_E1_a_queue_consumer_gets_only_selected_messages_and_leaves_the_rest(
+    api: Api, bed: Bed, mode: str
+) -> None:
+    queue = bed.unique(f"e1q-{mode}")
+    await send(bed, Queue(queue), *_regional("us", "eu", "us", "eu"))
+    async with await started(api, bed, selectors=mode) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue(queue), selector="region = 'eu'")
+        emulated = consumer.selector_emulated
+        bodies = [(await consumer.receive(TIMEOUT)).body for _ in range(2)]
+        assert await consumer.receive(0.3) is None
+        await consumer.close()
+    assert bodies == ["eu", "eu"]
+    assert emulated is (mode == "client" or not bed.reference)  # E5
+    assert await leftovers(bed, queue) == ["us", "us"]  # given back, not consumed
+
+
+async def test_E1_an_exclusive_topic_consumer_consumes_what_its_selector_rejects(
+    api: Api, bed: Bed
+) -> None:
+    topic = Topic(bed.unique("e1t"))
+    async with await started(api, bed, selectors="client") as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(topic, selector="region = 'eu'")
+        assert consumer.selector_emulated
+        await send(bed, topic, *_regional("us", "eu", "us"))
+        received = await consumer.receive(TIMEOUT)
+        assert received is not None and received.body == "eu"
+        assert await consumer.receive(0.3) is None  # the rejected ones were consumed, not kept
+        stats = await connection.statistics()
+        assert stats.messages_received == 1
