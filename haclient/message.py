@@ -442,7 +442,7 @@ class StreamMessage(Message):
 
 
 class MessageIdGenerator:
-    """Makes message ids ``ID:<uuid>:<n>``: one uuid per generator (per producer), n counting up.
+    """Makes message ids ``ID:<base>:<n>``: one base per generator (per producer), n counting up.
 
     Qpid JMS's default ids look alike (``ID:<connection>:<session>:<producer>-<n>``); only the
     ``ID:`` prefix matters to a Java peer. A re-sent message keeps its id (rule F11), so the

@@ -12,7 +12,9 @@ blocking facade (``haclient``) gives threads the same calls.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -38,6 +40,7 @@ from haclient.errors import (
     HAClientError,
     InvalidDestinationError,
 )
+from haclient.message import MessageIdGenerator
 from haclient.modes import AckMode
 
 __all__ = [
@@ -135,6 +138,11 @@ class Connection:
         self._sessions: set[Session] = set()
         self._subscription_names = SubscriptionNames()
         self._temporaries = _TemporaryDestinations(self)
+        # This connection's part of every message id it makes: the client id (if any) first,
+        # so that no-local by client id (S2) can be emulated too.
+        unique = uuid.uuid4().hex
+        self._id_base = f"{options.client_id}:{unique}" if options.client_id else unique
+        self._producer_numbers = itertools.count(1)
         self._sent = 0
         self._received = 0
         self._acknowledged = 0
@@ -211,6 +219,19 @@ class Connection:
 
     def _count_sent(self) -> None:
         self._sent += 1
+
+    def _message_ids(self) -> MessageIdGenerator:
+        """Message ids for a new producer: ``ID:<connection>:<producer>:<n>``."""
+        return MessageIdGenerator(f"{self._id_base}:{next(self._producer_numbers)}")
+
+    def _published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
+        """Whether a message with this id was sent by this connection, or with
+        ``by_client_id`` by any connection with this client id (no-local, E2, S2)."""
+        if message_id is None:
+            return False
+        if by_client_id and self._has_client_id:
+            return message_id.startswith(f"ID:{self._options.client_id}:")
+        return message_id.startswith(f"ID:{self._id_base}:")
 
     def _count_received(self) -> None:
         self._received += 1

@@ -26,7 +26,12 @@ import anyio
 
 from failover.manager import ConnectionState, RestoreOrder
 from haclient.aio.acks import PendingAck
-from haclient.aio.emulation import client_selector, message_lookup, rejects_consume
+from haclient.aio.emulation import (
+    client_no_local,
+    client_selector,
+    message_lookup,
+    rejects_consume,
+)
 from haclient.amqp.codec import decode_message
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
@@ -300,9 +305,14 @@ class MessageConsumer:
         return None
 
     def _selected(self, message: Message, physical: PhysicalConnection) -> bool:
-        """False when a selector the broker does not apply rejects ``message`` (E1)."""
-        options = self._session._connection._options
-        selector = client_selector(self._selector, options.selectors, physical.product)
+        """False when a selector or no-local the broker does not apply rejects ``message``
+        (E1, E2)."""
+        connection = self._session._connection
+        if client_no_local(self._no_local, physical.product) and connection._published_here(
+            message.message_id, by_client_id=self._subscription is not None
+        ):
+            return False
+        selector = client_selector(self._selector, connection._options.selectors, physical.product)
         return selector is None or selector.matches(message_lookup(message))
 
     def _discard(self, amqp: AmqpConnection, raw: ReceivedMessage) -> None:
@@ -322,6 +332,13 @@ class MessageConsumer:
         options = self._session._connection._options
         product = current.product if current is not None else None
         return client_selector(self._selector, options.selectors, product) is not None
+
+    @property
+    def no_local_emulated(self) -> bool:
+        """Whether this client withholds its own messages itself because the broker does not
+        (E2, E5); False without ``no_local``."""
+        current = self._session._connection._current
+        return client_no_local(self._no_local, current.product if current is not None else None)
 
     async def _acknowledge_on_delivery(self, raw: ReceivedMessage, message: Message) -> None:
         """Do what the session's mode asks as ``message`` is handed out (before a listener)."""

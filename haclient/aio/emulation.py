@@ -1,10 +1,13 @@
-"""Client-side selectors (rule E1) for brokers that do not apply JMS selectors.
+"""Client-side selectors and no-local (rules E1, E2) for brokers that do not apply them.
 
 Which brokers: the ``jms.selectors`` option says ``broker`` (trust the broker), ``client``
 (never send the selector; evaluate here) or ``auto`` (the default: evaluate here on brokers
 known to ignore selectors). RabbitMQ is one: measured on 3.10, it answers an attach carrying
 ``apache.org:selector-filter:string`` with the filter echoed in its source, as if applied, and
-then delivers every message; the echo cannot be trusted, so the product name decides.
+then delivers every message; the echo cannot be trusted, so the product name decides. It does
+the same with ``apache.org:no-local-filter:list``, so no-local is emulated there too: every
+message id a connection makes starts with that connection's part (``Connection._id_base``), by
+which a consumer recognises its own connection's messages.
 
 What happens to a message the selector rejects: on an exclusive topic subscription nobody else
 could want it, so it is accepted (consumed); on a queue or a shared subscription it is released
@@ -20,19 +23,32 @@ from haclient.destination import TemporaryTopic, Topic
 from haclient.message import DeliveryMode, Message
 from haclient.selector import Selector, compile_selector
 
-__all__ = ["BROKERS_IGNORING_SELECTORS", "client_selector", "message_lookup", "rejects_consume"]
+__all__ = [
+    "BROKERS_IGNORING_FILTERS",
+    "broker_selector",
+    "client_no_local",
+    "client_selector",
+    "message_lookup",
+    "rejects_consume",
+]
 
-BROKERS_IGNORING_SELECTORS = frozenset({"RabbitMQ"})
-"""Open-frame ``product`` names of brokers that accept selector filters but do not apply them."""
+BROKERS_IGNORING_FILTERS = frozenset({"RabbitMQ"})
+"""Open-frame ``product`` names of brokers that accept selector and no-local filters but apply
+neither."""
 
 
 def client_selector(selector: str | None, mode: str, product: str | None) -> Selector | None:
     """The selector this client must evaluate itself, or None when the broker applies it."""
     if selector is None:
         return None
-    if mode == "client" or (mode == "auto" and product in BROKERS_IGNORING_SELECTORS):
+    if mode == "client" or (mode == "auto" and product in BROKERS_IGNORING_FILTERS):
         return compile_selector(selector)
     return None
+
+
+def client_no_local(no_local: bool, product: str | None) -> bool:
+    """Whether this client must withhold its own messages itself (E2)."""
+    return no_local and product in BROKERS_IGNORING_FILTERS
 
 
 def broker_selector(selector: str | None, mode: str) -> str | None:

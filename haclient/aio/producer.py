@@ -38,7 +38,7 @@ from haclient.errors import (
     MessageFormatError,
     error_from_condition,
 )
-from haclient.message import DeliveryMode, Message, MessageIdGenerator, to_amqp
+from haclient.message import DeliveryMode, Message, to_amqp
 from haclient.modes import AckMode
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class MessageProducer:
         self._session = session
         self._destination = destination
         self._closed = False
-        self._ids = MessageIdGenerator()
+        self._ids = session._connection._message_ids()
         self._links: OrderedDict[Destination | None, Sender] = OrderedDict()
         self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
         self._failure: HAClientError | None = None

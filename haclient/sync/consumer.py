@@ -77,6 +77,11 @@ class MessageConsumer:
         return self._consumer.message_selector
 
     @property
+    def no_local_emulated(self) -> bool:
+        """Whether this client withholds its own messages because the broker does not (E2)."""
+        return self._consumer.no_local_emulated
+
+    @property
     def selector_emulated(self) -> bool:
         """Whether this client evaluates the selector because the broker does not (E1, E5)."""
         return self._consumer.selector_emulated

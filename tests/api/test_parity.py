@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
 import haclient
 import haclient.aio as aio
 import haclient.sync as sync
+from haclient.message import MessageIdGenerator
 
 PAIRS = [
     (aio.Connection, sync.Connection),
@@ -59,7 +61,9 @@ def instance_attributes(cls: type) -> set[str]:
     """The async producer's send defaults are plain instance attributes, set in __init__ (no
     I/O there): the blocking producer has them as properties."""
     if cls is aio.MessageProducer:
-        producer = aio.MessageProducer(None, None)  # type: ignore[arg-type]
+        # __init__ only asks the session's connection for message ids: a stand-in will do.
+        session = SimpleNamespace(_connection=SimpleNamespace(_message_ids=MessageIdGenerator))
+        producer = aio.MessageProducer(session, None)  # type: ignore[arg-type]
         return {name for name in vars(producer) if not name.startswith("_")}
     return set()
 

@@ -1,7 +1,7 @@
-"""Rule E1 (selectors evaluated by the client where the broker does not apply them) and E5 (which
-one applies them is visible), through both APIs, on the reference broker (which applies
-selectors; ``selectors=client`` makes the client do it) and on RabbitMQ (which echoes the filter
-but applies none, so the client always does it there)."""
+"""Rules E1 and E2 (selectors and no-local applied by the client where the broker does not) and
+E5 (which one applies them is visible), through both APIs, on the reference broker (which applies
+both; ``selectors=client`` makes the client evaluate selectors) and on RabbitMQ (which echoes both
+filters but applies neither, so the client always does it there)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,19 @@ async def test_E1_an_exclusive_topic_consumer_consumes_what_its_selector_rejects
         assert await consumer.receive(0.3) is None  # the rejected ones were consumed, not kept
         stats = await connection.statistics()
         assert stats.messages_received == 1
+
+
+async def test_E2_no_local_withholds_this_connections_messages_on_every_broker(
+    api: Api, bed: Bed
+) -> None:
+    topic = Topic(bed.unique("e2"))
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(topic, no_local=True)
+        assert consumer.no_local_emulated is (not bed.reference)  # E5
+        producer = await session.create_producer(topic)
+        await producer.send(TextMessage("mine"))
+        await send(bed, topic, "theirs")  # another connection
+        received = await consumer.receive(TIMEOUT)
+        assert received is not None and received.body == "theirs"
+        assert await consumer.receive(0.3) is None
