@@ -154,10 +154,8 @@ class MessageConsumer:
         physical, amqp_session = session._link_context()
         mode = session.ack_mode
         presettled = mode is AckMode.NO_ACK
-        want_second = (
-            mode in (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL)
-            and physical.settle_second is not False
-        )
+        confirms = session._confirms_acks()
+        want_second = confirms and physical.settle_second is not False
         self._receiver = receiver = await physical.amqp.open_receiver(
             self._source,
             session=amqp_session,
@@ -173,7 +171,7 @@ class MessageConsumer:
             self._confirmation = (
                 AckConfirmation.SETTLE_SECOND if granted else AckConfirmation.ROUND_TRIP
             )
-        elif mode in (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL):
+        elif confirms:
             self._confirmation = AckConfirmation.ROUND_TRIP
         session._note_confirmation(self._confirmation)
 
@@ -351,7 +349,7 @@ class MessageConsumer:
                 await session._settle([pending])
         elif mode is AckMode.TRANSACTED:
             message.__dict__["_acknowledger"] = _nothing_to_do
-            await session._acknowledge_in_transaction(raw)
+            await session._acknowledge_in_transaction(pending)
         elif mode is AckMode.NO_ACK:
             message.__dict__["_acknowledger"] = _nothing_to_do
         else:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from failover.manager import RestoreOrder
+from haclient.aio.emulated_transaction import BufferedSend
 from haclient.aio.termini import producer_target
 from haclient.amqp.codec import encode_message
 from haclient.amqp.endpoints import Delivery, Sender
@@ -39,7 +40,6 @@ from haclient.errors import (
     error_from_condition,
 )
 from haclient.message import DeliveryMode, Message, to_amqp
-from haclient.modes import AckMode
 
 if TYPE_CHECKING:
     from haclient.aio.physical import PhysicalConnection
@@ -218,7 +218,20 @@ class MessageProducer:
         self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        if self._session._buffer_send(BufferedSend(self._committed_send(destination, message))):
+            return  # emulated transaction (E3): sent by commit()
         await self._send_until_done(destination, message, wait=None)
+
+    def _committed_send(
+        self, destination: Destination, message: Message
+    ) -> Callable[[], Awaitable[None]]:
+        """The send an emulated transaction's commit makes: confirmed, re-sent on failover."""
+
+        async def transmit() -> None:
+            self._check_open()
+            await self._send_until_done(destination, message, wait=True, in_transaction=False)
+
+        return transmit
 
     async def _send_until_done(
         self,
@@ -226,17 +239,20 @@ class MessageProducer:
         message: Message,
         *,
         wait: bool | None,
+        in_transaction: bool | None = None,
     ) -> None:
         """Transfer ``message``; wait for the broker's outcome when ``wait`` (None: when it is
         PERSISTENT). A loss of the connection before that outcome sends it again, same id, on
         the next connection (F11); in a transaction it does not (F7: the commit will fail)."""
         if wait is None:
             wait = message.delivery_mode == DeliveryMode.PERSISTENT
+        if in_transaction is None:
+            in_transaction = self._session.transacted
         connection = self._session._connection
         while True:
             physical, epoch = await connection._gate()
             try:
-                sent = await self._transfer(physical, destination, message)
+                sent = await self._transfer(physical, destination, message, in_transaction)
                 if wait:
                     outcome = await physical.amqp.wait_settled(sent)
                     self._unconfirmed.pop(sent, None)
@@ -247,7 +263,7 @@ class MessageProducer:
             except HAClientError as exc:
                 if not connection._lost(physical, epoch, exc):
                     raise
-                if self._session.ack_mode is AckMode.TRANSACTED:
+                if in_transaction:
                     return
                 log.info("re-sending %s after the connection was lost", message.message_id)
 
@@ -272,8 +288,14 @@ class MessageProducer:
         self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        buffered = BufferedSend(
+            self._committed_send(destination, message),
+            completed=lambda error: self._complete(on_completion, message, error),
+        )
+        if self._session._buffer_send(buffered):
+            return  # emulated transaction (E3): sent, and completed, by commit()
         physical, epoch = await self._session._connection._gate()
-        sent = await self._transfer(physical, destination, message)
+        sent = await self._transfer(physical, destination, message, self._session.transacted)
 
         async def complete() -> None:
             error: BaseException | None = None
@@ -288,22 +310,33 @@ class MessageProducer:
                     await self._send_until_done(destination, message, wait=True)
             except Exception as exc:
                 error = exc
-            try:
-                on_completion(message, error)
-            except Exception:
-                log.exception("a completion listener raised")
+            self._complete(on_completion, message, error)
 
         self._session._connection._host.start_soon(complete)
 
+    @staticmethod
+    def _complete(
+        on_completion: CompletionListener, message: Message, error: BaseException | None
+    ) -> None:
+        try:
+            on_completion(message, error)
+        except Exception:
+            log.exception("a completion listener raised")
+
     async def _transfer(
-        self, physical: PhysicalConnection, destination: Destination, message: Message
+        self,
+        physical: PhysicalConnection,
+        destination: Destination,
+        message: Message,
+        in_transaction: bool,
     ) -> Delivery:
-        """Queue one transfer of ``message`` (already stamped) on ``physical``."""
+        """Queue one transfer of ``message`` (already stamped) on ``physical``, in the
+        session's broker transaction when ``in_transaction``."""
         payload = encode_message(to_amqp(message, destination_prefixes=physical.prefixes))
         link = await self._link_for(destination)
         amqp = physical.amqp
         state: TransactionalState | None = None
-        if self._session.ack_mode is AckMode.TRANSACTED:
+        if in_transaction:
             state = await self._session._transaction_state()
         await amqp.wait_for_credit(link)
         self._check_open()

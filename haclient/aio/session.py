@@ -18,6 +18,7 @@ from failover.manager import RestoreOrder
 from haclient.aio.acks import Acknowledger, PendingAck
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
+from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
 from haclient.aio.emulation import broker_selector
 from haclient.aio.producer import MessageProducer
 from haclient.aio.termini import (
@@ -77,6 +78,7 @@ class Session:
         self._closed = False
         self._acks = Acknowledger()
         self._transactions: Transactions | None = None
+        self._emulated: EmulatedTransaction | None = None  # TRANSACTED with transactions=emulate
         self._consumers: set[MessageConsumer] = set()
         self._producers: set[MessageProducer] = set()
         self._browsers: set[QueueBrowser] = set()
@@ -96,7 +98,14 @@ class Session:
     async def _begin(self, physical: PhysicalConnection) -> None:
         options = self._connection._options
         self._amqp_session = await physical.amqp.open_session(timeout=options.attach_timeout)
-        if self._ack_mode is AckMode.TRANSACTED:
+        if self._ack_mode is AckMode.TRANSACTED and options.transactions == "emulate":
+            if self._emulated is None:
+                log.warning(
+                    "session transactions are emulated by the client (transactions=emulate): "
+                    "a commit is not atomic"
+                )
+                self._emulated = EmulatedTransaction()
+        elif self._ack_mode is AckMode.TRANSACTED:
             self._transactions = await Transactions.attach(
                 physical.amqp,
                 self._amqp_session,
@@ -112,6 +121,9 @@ class Session:
             self._acks_lost = True
         transactions = self._transactions
         if transactions is not None and (transactions.dirty or transactions.txn_id is not None):
+            self._transaction_lost = True
+        if self._emulated is not None and self._emulated.dirty:
+            self._emulated.rolled_back(cause)  # the broker redelivers what was received
             self._transaction_lost = True
         self._lingering.clear()
 
@@ -159,6 +171,18 @@ class Session:
         return self._ack_mode is AckMode.TRANSACTED
 
     @property
+    def transactions_emulated(self) -> bool:
+        """True when this TRANSACTED session's transactions are emulated by the client
+        (``transactions=emulate``, E3, E5): sends wait in the client until ``commit()``, which
+        is then not atomic."""
+        return self._emulated is not None
+
+    def _confirms_acks(self) -> bool:
+        """Whether acknowledgements in this session wait for the broker's confirmation."""
+        confirming = (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL)
+        return self._ack_mode in confirming or self._emulated is not None
+
+    @property
     def ack_confirmation(self) -> AckConfirmation:
         """How acknowledgements are confirmed by the broker in this session (A6).
 
@@ -166,7 +190,7 @@ class Session:
         broker's answer to the first consumer's attach, and known before it when the broker
         is known to lack mode ``second``); ``NONE`` for DUPS_OK, NO_ACK and TRANSACTED.
         """
-        if self._ack_mode not in (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL):
+        if not self._confirms_acks():
             return AckConfirmation.NONE
         if self._confirmation is not None:
             return self._confirmation
@@ -614,20 +638,30 @@ class Session:
 
     def _require_transacted(self, what: str) -> Transactions:
         self._check_open()
-        if self._transactions is None:
+        if self._transactions is None and self._emulated is None:
             raise IllegalStateError(
                 f"{what}() needs a TRANSACTED session, not {self._ack_mode.name}"
             )
-        return self._transactions
+        return self._transactions  # type: ignore[return-value]  # None: emulated
 
     async def _transaction_state(self) -> TransactionalState:
         transactions = self._require_transacted("send")
         return await transactions.state()
 
-    async def _acknowledge_in_transaction(self, raw: ReceivedMessage) -> None:
+    async def _acknowledge_in_transaction(self, pending: PendingAck) -> None:
         transactions = self._require_transacted("receive")
+        if self._emulated is not None:
+            self._emulated.track(pending)  # acknowledged by commit()
+            return
         state = await transactions.state()
-        self._amqp().settle(raw, TransactionalState(state.txn_id, ACCEPTED))
+        self._amqp().settle(pending.raw, TransactionalState(state.txn_id, ACCEPTED))
+
+    def _buffer_send(self, send: BufferedSend) -> bool:
+        """Hold a send until commit when transactions are emulated; False otherwise."""
+        if self._emulated is None:
+            return False
+        self._emulated.buffer(send)
+        return True
 
     async def commit(self) -> None:
         """Commit the sends and acknowledgements of the open transaction (A4).
@@ -641,6 +675,9 @@ class Session:
         self._require_transacted("commit")
         physical, epoch = await self._connection._gate()
         transactions = self._require_transacted("commit")  # a new one after failover
+        if self._emulated is not None:
+            await self._commit_emulated(self._emulated)
+            return
         if self._transaction_lost:
             self._transaction_lost = False
             await transactions.discharge(fail=True)  # what was done since the failover too
@@ -655,6 +692,16 @@ class Session:
                 self._connection._lost(physical, epoch, exc)
             raise
 
+    async def _commit_emulated(self, emulated: EmulatedTransaction) -> None:
+        if self._transaction_lost:
+            self._transaction_lost = False
+            await self._give_back(emulated.rolled_back(TransactionRolledBackError("rolled back")))
+            raise TransactionRolledBackError(
+                "the connection failed over during the (emulated) transaction, which was rolled "
+                "back: replay it"
+            )
+        await emulated.commit(self._settle)
+
     async def rollback(self) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
 
@@ -666,6 +713,10 @@ class Session:
         transactions = self._require_transacted("rollback")
         self._transaction_lost = False
         try:
+            if self._emulated is not None:
+                cause = TransactionRolledBackError("the transaction was rolled back")
+                await self._give_back(self._emulated.rolled_back(cause))
+                return
             await transactions.discharge(fail=True)
             await self._give_back([])
         except HAClientError as exc:  # a lost connection rolled the transaction back anyway
@@ -711,6 +762,9 @@ class Session:
                     await self._flush_dups_ok()
                 elif self._transactions is not None:
                     await self._transactions.discharge(fail=True)
+                elif self._emulated is not None:
+                    cause = ClosedError("the session closed with its transaction open")
+                    await self._give_back(self._emulated.rolled_back(cause))
                 else:
                     await self._give_back(self._acks.take_pending())
         except Exception:

@@ -59,6 +59,11 @@ class Session:
         return self._session.transacted
 
     @property
+    def transactions_emulated(self) -> bool:
+        """True when the client emulates this session's transactions (E3): not atomic."""
+        return self._session.transactions_emulated
+
+    @property
     def ack_confirmation(self) -> AckConfirmation:
         """How acknowledgements are confirmed by the broker in this session (A6); see
         ``haclient.aio.Session.ack_confirmation``."""

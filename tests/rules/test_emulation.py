@@ -1,7 +1,8 @@
-"""Rules E1 and E2 (selectors and no-local applied by the client where the broker does not) and
-E5 (which one applies them is visible), through both APIs, on the reference broker (which applies
-both; ``selectors=client`` makes the client evaluate selectors) and on RabbitMQ (which echoes both
-filters but applies neither, so the client always does it there)."""
+"""Rules E1 and E2 (selectors and no-local applied by the client where the broker does not), E3
+(transactions emulated on request) and E5 (which is emulated is visible), through both APIs, on
+the reference broker (which applies selectors and no-local, and ``selectors=client`` makes the
+client evaluate selectors) and on RabbitMQ (which echoes both filters but applies neither, so
+the client always does it there, and has no transactions of its own)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,39 @@ async def test_E2_no_local_withholds_this_connections_messages_on_every_broker(
         received = await consumer.receive(TIMEOUT)
         assert received is not None and received.body == "theirs"
         assert await consumer.receive(0.3) is None
+
+
+async def test_E3_emulated_transaction_holds_sends_until_commit(api: Api, bed: Bed) -> None:
+    queue = Queue(bed.unique("e3send"))
+    async with await started(api, bed, transactions="emulate") as connection:
+        session = await connection.create_session(AckMode.TRANSACTED)
+        assert session.transactions_emulated  # E5
+        producer = await session.create_producer(queue)
+        await producer.send(TextMessage("one"))
+        await producer.send(TextMessage("two"))
+        assert await leftovers(bed, queue.name, wait=0.2) == []  # nothing sent before commit
+        await session.commit()
+        await producer.send(TextMessage("dropped"))
+        await session.rollback()
+        await session.commit()  # nothing left to commit
+    assert await leftovers(bed, queue.name) == ["one", "two"]
+
+
+async def test_E3_emulated_transaction_acknowledges_on_commit_and_gives_back_on_rollback(
+    api: Api, bed: Bed
+) -> None:
+    queue = Queue(bed.unique("e3recv"))
+    await send(bed, queue, "one", "two")
+    async with await started(api, bed, transactions="emulate", prefetch=0) as connection:
+        session = await connection.create_session(AckMode.TRANSACTED)
+        consumer = await session.create_consumer(queue)
+        first = await consumer.receive(TIMEOUT)
+        assert first is not None and first.body == "one"
+        await session.rollback()  # "one" goes back
+        again = await consumer.receive(TIMEOUT)
+        assert again is not None and again.body == "one"
+        second = await consumer.receive(TIMEOUT)
+        assert second is not None and second.body == "two"
+        await session.commit()  # both acknowledged, confirmed by the broker
+        await consumer.close()
+    assert await leftovers(bed, queue.name) == []

@@ -1,0 +1,95 @@
+"""Transactions emulated by the client for brokers without a coordinator (rule E3).
+
+With ``jms.transactions=emulate`` a TRANSACTED session keeps what it does in the client until
+``commit()``: sends are buffered (nothing reaches the broker before the commit) and received
+messages are remembered unacknowledged. ``commit()`` then sends the buffered messages one by one,
+each confirmed by the broker, and acknowledges the received ones (confirmed); ``rollback()``
+drops the buffer and gives the received messages back for redelivery.
+
+This is NOT atomic, and the session says so (``Session.transactions_emulated``, a warning when
+it is created): a commit cut off half way has sent some messages and not others, or sent all and
+acknowledged nothing (the broker then redelivers what was received). Such a commit raises
+``TransactionRolledBackError(in_doubt=True)`` naming how far it got. A failover before the commit
+drops the buffer and the broker redelivers the received messages: the next ``commit()`` raises
+``TransactionRolledBackError`` (F7), as with a broker's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from haclient.aio.acks import PendingAck
+from haclient.errors import HAClientError, TransactionRolledBackError
+
+__all__ = ["BufferedSend", "EmulatedTransaction"]
+
+
+@dataclass(slots=True)
+class BufferedSend:
+    """One send held until commit: ``transmit`` sends it and waits for the broker's accept;
+    ``completed`` (an async send's callback) hears how it ended."""
+
+    transmit: Callable[[], Awaitable[None]]
+    completed: Callable[[BaseException | None], None] | None = None
+
+
+class EmulatedTransaction:
+    """The open emulated transaction of one session: buffered sends, unacknowledged receipts."""
+
+    def __init__(self) -> None:
+        self.sends: list[BufferedSend] = []
+        self.received: list[PendingAck] = []
+
+    @property
+    def dirty(self) -> bool:
+        """True when anything was sent or received since the last commit or rollback."""
+        return bool(self.sends or self.received)
+
+    def buffer(self, send: BufferedSend) -> None:
+        self.sends.append(send)
+
+    def track(self, ack: PendingAck) -> None:
+        self.received.append(ack)
+
+    async def commit(self, acknowledge: Callable[[list[PendingAck]], Awaitable[None]]) -> None:
+        """Send every buffered message, then ``acknowledge`` the received ones.
+
+        Raises:
+            TransactionRolledBackError: ``in_doubt=True``, the commit failed part way (the
+                message says how far it got).
+        """
+        sends, received = self.take()
+        done = 0
+        try:
+            for send in sends:
+                await send.transmit()
+                done += 1
+                if send.completed is not None:
+                    send.completed(None)
+            await acknowledge(received)
+        except HAClientError as exc:
+            for send in sends[done:]:
+                if send.completed is not None:
+                    send.completed(exc)
+            raise TransactionRolledBackError(
+                f"the emulated commit failed after {done} of {len(sends)} sends "
+                f"({'before' if done < len(sends) else 'while'} acknowledging {len(received)} "
+                f"received messages): emulated transactions are not atomic ({exc})",
+                in_doubt=True,
+            ) from exc
+
+    def take(self) -> tuple[list[BufferedSend], list[PendingAck]]:
+        """Everything the transaction holds, forgotten here."""
+        sends, received = self.sends, self.received
+        self.sends, self.received = [], []
+        return sends, received
+
+    def rolled_back(self, cause: BaseException) -> list[PendingAck]:
+        """Drop the buffered sends (their callbacks hear ``cause``); return the received
+        messages, to be given back."""
+        sends, received = self.take()
+        for send in sends:
+            if send.completed is not None:
+                send.completed(cause)
+        return received
