@@ -636,24 +636,29 @@ class Session:
 
     # Transactions ------------------------------------------------------------------------------
 
-    def _require_transacted(self, what: str) -> Transactions:
+    def _require_transacted(self, what: str) -> None:
         self._check_open()
         if self._transactions is None and self._emulated is None:
             raise IllegalStateError(
                 f"{what}() needs a TRANSACTED session, not {self._ack_mode.name}"
             )
-        return self._transactions  # type: ignore[return-value]  # None: emulated
+
+    def _broker_transactions(self, what: str) -> Transactions:
+        """The coordinator of a natively TRANSACTED session (the current one after failover)."""
+        self._require_transacted(what)
+        assert self._transactions is not None, "emulated transactions have no coordinator"
+        return self._transactions
 
     async def _transaction_state(self) -> TransactionalState:
-        transactions = self._require_transacted("send")
+        transactions = self._broker_transactions("send")
         return await transactions.state()
 
     async def _acknowledge_in_transaction(self, pending: PendingAck) -> None:
-        transactions = self._require_transacted("receive")
+        self._require_transacted("receive")
         if self._emulated is not None:
             self._emulated.track(pending)  # acknowledged by commit()
             return
-        state = await transactions.state()
+        state = await self._broker_transactions("receive").state()
         self._amqp().settle(pending.raw, TransactionalState(state.txn_id, ACCEPTED))
 
     def _buffer_send(self, send: BufferedSend) -> bool:
@@ -674,10 +679,11 @@ class Session:
         """
         self._require_transacted("commit")
         physical, epoch = await self._connection._gate()
-        transactions = self._require_transacted("commit")  # a new one after failover
         if self._emulated is not None:
+            self._check_open()
             await self._commit_emulated(self._emulated)
             return
+        transactions = self._broker_transactions("commit")  # a new one after failover
         if self._transaction_lost:
             self._transaction_lost = False
             await transactions.discharge(fail=True)  # what was done since the failover too
@@ -710,14 +716,14 @@ class Session:
         """
         self._require_transacted("rollback")
         physical, epoch = await self._connection._gate()
-        transactions = self._require_transacted("rollback")
+        self._require_transacted("rollback")
         self._transaction_lost = False
         try:
             if self._emulated is not None:
                 cause = TransactionRolledBackError("the transaction was rolled back")
                 await self._give_back(self._emulated.rolled_back(cause))
                 return
-            await transactions.discharge(fail=True)
+            await self._broker_transactions("rollback").discharge(fail=True)
             await self._give_back([])
         except HAClientError as exc:  # a lost connection rolled the transaction back anyway
             if not self._connection._lost(physical, epoch, exc):
