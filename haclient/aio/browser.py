@@ -17,7 +17,8 @@ from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import SenderSettleMode, Terminus
 from haclient.destination import Queue, TemporaryQueue
 from haclient.errors import BrowserFailoverError, HAClientError, MessageFormatError
-from haclient.message import Message, from_amqp
+from haclient.mapping import from_amqp
+from haclient.message import Message
 
 if TYPE_CHECKING:
     from haclient.aio.physical import PhysicalConnection

@@ -47,7 +47,8 @@ from haclient.amqp.types import (
 )
 from haclient.destination import Destination
 from haclient.errors import ClosedError, HAClientError, IllegalStateError, MessageFormatError
-from haclient.message import Message, from_amqp
+from haclient.mapping import from_amqp
+from haclient.message import Message
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:

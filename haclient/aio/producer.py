@@ -39,7 +39,8 @@ from haclient.errors import (
     MessageFormatError,
     error_from_condition,
 )
-from haclient.message import DeliveryMode, Message, to_amqp
+from haclient.mapping import to_amqp
+from haclient.message import DeliveryMode, Message
 
 if TYPE_CHECKING:
     from haclient.aio.physical import PhysicalConnection

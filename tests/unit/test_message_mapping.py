@@ -15,11 +15,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import haclient.message as hm
+import haclient.mapping as hm
 from haclient.amqp.codec import AmqpMessage, BodyKind, decode_message, encode_message
 from haclient.amqp.types import Symbol, UInt, ULong
-from haclient.destination import DestinationPrefixes, Queue, TemporaryQueue, TemporaryTopic, Topic
+from haclient.destination import (
+    NO_PREFIXES,
+    DestinationPrefixes,
+    Queue,
+    TemporaryQueue,
+    TemporaryTopic,
+    Topic,
+)
 from haclient.errors import MessageFormatError
+from haclient.mapping import from_amqp, to_amqp
 from haclient.message import (
     Byte,
     BytesMessage,
@@ -34,8 +42,6 @@ from haclient.message import (
     Short,
     StreamMessage,
     TextMessage,
-    from_amqp,
-    to_amqp,
 )
 
 ACTIVEMQ = DestinationPrefixes(queue="queue://", topic="topic://")
@@ -48,7 +54,7 @@ def wire(amqp: AmqpMessage) -> AmqpMessage:
 
 
 def round_trip(message: Message, **kwargs: Any) -> Message:
-    prefixes = kwargs.pop("prefixes", hm.NO_PREFIXES)
+    prefixes = kwargs.pop("prefixes", NO_PREFIXES)
     return from_amqp(wire(to_amqp(message, destination_prefixes=prefixes)), prefixes=prefixes)
 
 
@@ -141,7 +147,7 @@ def full_headers() -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("prefixes", [hm.NO_PREFIXES, ACTIVEMQ])
+@pytest.mark.parametrize("prefixes", [NO_PREFIXES, ACTIVEMQ])
 def test_M2_every_header_round_trips(prefixes: DestinationPrefixes) -> None:
     message = TextMessage("hello", properties=TYPED, **full_headers())
     back = round_trip(message, prefixes=prefixes)
