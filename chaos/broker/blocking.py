@@ -108,6 +108,10 @@ class BrokerThread:
         """Abrupt stop: sockets reset, in-memory state lost."""
         self.portal.call(self.broker.kill)
 
+    def drop_connections(self) -> int:
+        """Reset every client connection; the broker keeps its state and listening socket."""
+        return self.portal.call(self.broker.drop_connections)
+
     def restart(self, *, graceful: bool = False) -> None:
         """Kill (or stop) and start again on the same port."""
         self.portal.call(lambda: self.broker.restart(graceful=graceful))

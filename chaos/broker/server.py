@@ -430,6 +430,19 @@ class Broker:
         await self._end()
         log.info("broker on port %d killed", self._port)
 
+    async def drop_connections(self) -> int:
+        """Reset every client connection, as a network blip would: nothing is said, and the
+        broker keeps its state and goes on listening. Returns how many were dropped."""
+        streams = list(self._sockets.values())
+        for stream in streams:
+            raw = stream.extra(SocketAttribute.raw_socket)
+            with contextlib.suppress(OSError):
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+        if streams:
+            log.info("broker on port %d dropped %d connections", self._port, len(streams))
+        return len(streams)
+
     async def _end(self) -> None:
         if self._gate is not None:
             self._gate.resume()  # a paused stream must not hold up the end

@@ -20,6 +20,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import anyio
@@ -45,7 +46,7 @@ from haclient.amqp.types import (
     SenderSettleMode,
     Terminus,
 )
-from haclient.destination import Destination
+from haclient.destination import Destination, TemporaryQueue, TemporaryTopic, address_of
 from haclient.errors import ClosedError, HAClientError, IllegalStateError, MessageFormatError
 from haclient.mapping import from_amqp
 from haclient.message import Message
@@ -143,9 +144,13 @@ class MessageConsumer:
         """Nothing to keep: prefetched messages die with the old link (F9)."""
 
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
-        """Attach again with the same link name, source, selector and no-local (S5)."""
-        if not self._closed:
-            await self._attach()
+        """Attach again with the same link name, source, selector and no-local (S5); a
+        temporary destination's source takes the node's new address (F6: restored first)."""
+        if self._closed:
+            return
+        if isinstance(self._destination, TemporaryQueue | TemporaryTopic):
+            self._source = replace(self._source, address=address_of(self._destination))
+        await self._attach()
 
     # Link --------------------------------------------------------------------------------------
 

@@ -1,0 +1,268 @@
+"""Rules F1-F6, F8-F10 and F14: what failover does to each call, through both APIs.
+
+Independent reference brokers (``failoverkit``): the connection starts on the first; ``kill()``
+resets its sockets without a word; the connection walks on to the next. Outcomes are read on
+the brokers' admin API and through fresh connections, never from the client's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from apikit import Api, Signal
+from failoverkit import TIMEOUT, Recorder, brokers, failover_url, port_of
+
+import haclient.aio as aio
+from haclient.destination import Queue, TemporaryQueue, Topic
+from haclient.errors import (
+    AcknowledgeFailedError,
+    BrowserFailoverError,
+    ConnectionFailedError,
+    FailoverTimeoutError,
+    ResourceLockedError,
+)
+from haclient.message import TextMessage
+from haclient.modes import AckMode
+
+pytestmark = pytest.mark.anyio
+
+
+async def _send(url: str, queue: str, *bodies: str) -> None:
+    """Put messages on ``queue`` of one broker, from a connection of its own."""
+    async with await aio.connect(url) as connection:
+        session = await connection.create_session()
+        producer = await session.create_producer(Queue(queue))
+        for body in bodies:
+            await producer.send(TextMessage(body))
+
+
+async def _connect(api: Api, url: str, recorder: Recorder, **options: object) -> object:
+    connection = await api.connect(url, **options)
+    await connection.add_listener(recorder)
+    await connection.start()
+    return connection
+
+
+async def test_F1_a_plain_url_fails_over_to_the_same_broker(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        async with await _connect(api, only.url, recorder) as connection:  # singlebroker
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f1"))
+            assert only.drop_connections() == 1  # a network blip: the broker stays up
+            await producer.send(TextMessage("after"))  # waits for the reconnect, then goes
+            assert [port_of(b) for b in await recorder.wait_for("completed")] == [only.port]
+        assert only.queue_depth("f1") == 1
+
+
+async def test_F1_nofailover_reports_the_loss_at_once(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = f"failover:({only.url})?failover.method=nofailover"
+        async with await _connect(api, url, recorder) as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f1n"))
+            only.drop_connections()  # the broker is still there: nofailover must not use it
+            with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionFailedError):
+                await producer.send(TextMessage("lost"))
+            assert recorder.named("completed") == []
+            assert len(await recorder.wait_for("failed")) == 1
+
+
+async def test_F2_F3_calls_block_while_no_broker_answers_then_go_on(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
+        async with await _connect(api, url, recorder) as connection:
+            session = await connection.create_session(AckMode.AUTO)
+            consumer = await session.create_consumer(Queue("f2"))
+            producer = await session.create_producer(Queue("f2"))
+            only.kill()  # and it stays down for now
+            await recorder.wait_for("started")
+            done = Signal()
+            received: list[object] = []
+
+            async def receive() -> None:
+                received.append(await consumer.receive())  # no timeout: blocks in failover
+                done.set()
+
+            async def send() -> None:
+                await producer.send(TextMessage("sent during the outage"))  # PERSISTENT
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(receive)
+                tg.start_soon(send)
+                message = TextMessage("built offline", properties={"n": 1})  # F2: no network
+                assert message.properties["n"] == 1
+                assert not await done.wait(0.5)  # F2: still blocked, no error
+                only.start()  # F3: the broker is back; the blocked calls go on
+                with anyio.fail_after(TIMEOUT):
+                    await done.wait(TIMEOUT)
+            assert [m.text for m in received] == ["sent during the outage"]  # type: ignore[attr-defined]
+
+
+async def test_F4_exhausted_policy_fails_blocked_and_later_calls(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=3, cyclecount=1)
+        async with await _connect(api, url, recorder) as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f4"))
+            only.kill()
+            with anyio.fail_after(TIMEOUT):
+                with pytest.raises(ConnectionFailedError) as blocked:
+                    await producer.send(TextMessage("never"))
+                assert blocked.value.cause is not None  # the last failure, carried
+                with pytest.raises(ConnectionFailedError):
+                    await connection.create_session()  # a later call: the same verdict
+            assert len(recorder.named("failed")) == 1
+
+
+async def test_F4_failover_timeout_ends_the_call_not_the_failover(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", timeout=300, retries=1000, connectdelay=20)
+        async with await _connect(api, url, recorder) as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f4t"))
+            only.kill()
+            with anyio.fail_after(TIMEOUT), pytest.raises(FailoverTimeoutError):
+                await producer.send(TextMessage("too early"))
+            only.start()  # failover went on in the background and now succeeds
+            with anyio.fail_after(TIMEOUT):
+                await producer.send(TextMessage("in time"))
+        assert only.queue_depth("f4t") == 1
+
+
+async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:
+    with brokers(3) as (first, second, third):
+        recorder = Recorder()
+        async with await _connect(api, failover_url(first, second, third), recorder) as conn:
+            session = await conn.create_session()
+            producer = await session.create_producer(Queue("f5"))
+            for n, victim in enumerate((first, second), start=1):
+                victim.kill()
+                await producer.send(TextMessage(f"after kill {n}"))
+            completed = [port_of(b) for b in await recorder.wait_for("completed", 2)]
+        assert completed == [second.port, third.port]
+        assert (second.queue_depth("f5"), third.queue_depth("f5")) == (1, 1)
+
+
+async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) -> None:
+    with brokers(2) as (first, second):
+        recorder = Recorder()
+        async with await _connect(api, failover_url(first, second), recorder) as connection:
+            session = await connection.create_session(AckMode.AUTO)
+            inbox = await session.create_temporary_queue()
+            assert isinstance(inbox, TemporaryQueue)
+            consumer = await session.create_consumer(inbox)
+            producer = await session.create_producer(inbox)
+            old_address = inbox.address
+            first.kill()
+            await recorder.wait_for("completed")
+            assert any(n.name == inbox.address and n.temporary for n in second.nodes())
+            request = TextMessage("ping")
+            request.reply_to = inbox  # used as reply-to after the failover: the new address
+            await producer.send(request)
+            received = await consumer.receive(TIMEOUT)
+            assert received is not None and received.text == "ping"  # type: ignore[attr-defined]
+            assert isinstance(received.reply_to, TemporaryQueue)
+            assert received.reply_to.address == inbox.address
+            assert inbox.address != old_address  # a new node on the second broker
+
+
+@pytest.mark.parametrize("call", ["acknowledge", "recover"])
+async def test_F8_client_acknowledge_or_recover_after_failover_raises(api: Api, call: str) -> None:
+    with brokers(2) as (first, second):
+        await _send(first.url, "f8", "one", "two")
+        recorder = Recorder()
+        async with await _connect(api, failover_url(first, second), recorder) as connection:
+            session = await connection.create_session(AckMode.CLIENT)
+            consumer = await session.create_consumer(Queue("f8"))
+            message = await consumer.receive(TIMEOUT)
+            assert message is not None
+            first.kill()
+            await recorder.wait_for("completed")
+            with pytest.raises(AcknowledgeFailedError):
+                if call == "acknowledge":
+                    await api.acknowledge(message)
+                else:
+                    await session.recover()
+            await _send(second.url, "f8", "fresh")  # told once; the session goes on
+            fresh = await consumer.receive(TIMEOUT)
+            assert fresh is not None and fresh.text == "fresh"  # type: ignore[attr-defined]
+            await api.acknowledge(fresh)
+        assert second.queue_depth("f8") == 0
+        assert second.unacked_count("f8") == 0
+
+
+async def test_F9_prefetched_messages_of_the_old_broker_are_never_handed_out(api: Api) -> None:
+    with brokers(2) as (first, second):
+        await _send(first.url, "f9", *(f"old {n}" for n in range(5)))
+        await _send(second.url, "f9", "new 0", "new 1")
+        recorder = Recorder()
+        url = failover_url(first, second)
+        async with await _connect(api, url, recorder, prefetch=10) as connection:
+            session = await connection.create_session(AckMode.AUTO)
+            consumer = await session.create_consumer(Queue("f9"))
+            first_message = await consumer.receive(TIMEOUT)
+            assert first_message is not None and first_message.text == "old 0"  # type: ignore[attr-defined]
+            first.kill()  # "old 1" .. "old 4" were prefetched
+            await recorder.wait_for("completed")
+            bodies = []
+            while (message := await consumer.receive(1.0)) is not None:
+                bodies.append(message.text)  # type: ignore[attr-defined]
+        assert bodies == ["new 0", "new 1"]
+
+
+async def test_F10_browser_interrupted_by_failover_raises_not_stops(api: Api) -> None:
+    with brokers(2) as (first, second):
+        await _send(first.url, "f10", *(f"m{n}" for n in range(50)))
+        recorder = Recorder()
+        url = failover_url(first, second)
+        async with await _connect(api, url, recorder, prefetch=5) as connection:
+            session = await connection.create_session()
+            browser = await session.create_browser(Queue("f10"))
+            iterator = browser.__aiter__()
+            seen = await iterator.__anext__()
+            assert seen.text == "m0"
+            first.kill()
+            await recorder.wait_for("completed")
+            with anyio.fail_after(TIMEOUT), pytest.raises(BrowserFailoverError):
+                while True:  # what was prefetched may still come, then the failover shows
+                    await iterator.__anext__()
+
+
+async def test_F14_listeners_hear_started_completed_and_unrestorable_resources(
+    api: Api,
+) -> None:
+    with brokers(2) as (first, second):
+        recorder = Recorder()
+        url = failover_url(first, second)
+        async with await aio.connect(second.url, client_id="f14-app") as rival:
+            # on the second broker another connection with our client id holds "sub"
+            rival_session = await rival.create_session()
+            await rival_session.create_durable_consumer(Topic("f14"), "sub")
+            async with await _connect(api, url, recorder, client_id="f14-app") as connection:
+                session = await connection.create_session()
+                await session.create_durable_consumer(Topic("f14"), "sub")
+                first.kill()
+                started = await recorder.wait_for("started")
+                completed = await recorder.wait_for("completed")
+                not_restored = await recorder.wait_for("not_restored")
+        assert len(started) == 1 and started[0] is not None
+        assert [port_of(b) for b in completed] == [second.port]
+        resource, error = not_restored[0]
+        assert isinstance(error, ResourceLockedError)
+        assert resource.subscription_name == "sub"  # the consumer that could not come back
+
+
+async def test_F14_listeners_hear_that_failover_gave_up(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=2, cyclecount=1)
+        async with await _connect(api, url, recorder) as connection:
+            only.kill()
+            failed = await recorder.wait_for("failed")
+            assert isinstance(failed[0], BaseException)
+            assert await connection.statistics() is not None  # answers, without the network
