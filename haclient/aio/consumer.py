@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from failover.manager import ConnectionState, RestoreOrder
+from failover.manager import RestoreOrder
 from haclient.aio.acks import PendingAck
 from haclient.aio.emulation import (
     client_no_local,
@@ -102,6 +102,7 @@ class MessageConsumer:
         self._listener_idle = anyio.Event()
         self._listener_idle.set()
         self._listener_task_active = False
+        self._gate_waits: set[anyio.CancelScope] = set()  # receives waiting out a failover
         self._prefetch = session._connection._options.prefetch
 
     # Properties --------------------------------------------------------------------------------
@@ -260,13 +261,14 @@ class MessageConsumer:
             remaining = deadline - anyio.current_time()
             if not await connection._wait_started(remaining):
                 return None
-            with anyio.move_on_at(deadline):
-                physical, epoch = await connection._gate()
-            if (
-                anyio.current_time() >= deadline
-                and connection.state is not ConnectionState.CONNECTED
-            ):
-                return None
+            with anyio.move_on_at(deadline) as waiting:
+                self._gate_waits.add(waiting)  # close() cancels it: C2 holds during failover
+                try:
+                    physical, epoch = await connection._gate()
+                finally:
+                    self._gate_waits.discard(waiting)
+            if waiting.cancelled_caught:
+                return None  # the deadline passed, or the consumer closed, during failover
             receiver = self._receiver
             if self._closed or receiver is None:
                 return None
@@ -444,6 +446,7 @@ class MessageConsumer:
             return
         self._closed = True
         self._listener = None
+        self._stop_waiting_for_failover()
         inside = from_listener or _listening.get() is self
         running = self._listener_running
         if not running:
@@ -479,6 +482,10 @@ class MessageConsumer:
         except HAClientError:
             log.debug("confirming the detach of %s failed", self._link_name, exc_info=True)
 
+    def _stop_waiting_for_failover(self) -> None:
+        for waiting in list(self._gate_waits):
+            waiting.cancel()
+
     def _release_link(self) -> None:
         """Give prefetched messages back and detach, unless the session still owes acks."""
         receiver = self._receiver
@@ -501,6 +508,7 @@ class MessageConsumer:
         """The session closed: mark closed and wake waiters (the session ends the link)."""
         self._closed = True
         self._listener = None
+        self._stop_waiting_for_failover()
         current = self._session._connection._current
         if self._receiver is not None and current is not None and current.is_open:
             current.amqp.detach(self._receiver, closed=self._source.durable is Durability.NONE)

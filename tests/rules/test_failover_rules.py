@@ -266,3 +266,29 @@ async def test_F14_listeners_hear_that_failover_gave_up(api: Api) -> None:
             failed = await recorder.wait_for("failed")
             assert isinstance(failed[0], BaseException)
             assert await connection.statistics() is not None  # answers, without the network
+
+
+async def test_F2_closing_a_consumer_releases_a_receive_blocked_by_failover(api: Api) -> None:
+    """C2 holds during failover too: the close needs no network, the receive returns None."""
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
+        async with await _connect(api, url, recorder) as connection:
+            session = await connection.create_session(AckMode.AUTO)
+            consumer = await session.create_consumer(Queue("f2c"))
+            only.kill()
+            await recorder.wait_for("started")
+            results: list[object] = []
+            done = Signal()
+
+            async def receive() -> None:
+                results.append(await consumer.receive())
+                done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(receive)
+                assert not await done.wait(0.3)
+                with anyio.fail_after(TIMEOUT):
+                    await consumer.close()
+                    assert await done.wait(TIMEOUT)
+            assert results == [None]
