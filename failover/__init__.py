@@ -13,3 +13,9 @@ Nothing here knows AMQP; ``haclient.aio`` supplies the connector. The only impor
   (``wait_connected``), epochs, ordered restore of registered resources, listeners (F14) and
   the ``exchange`` list (F12). The only module here that uses anyio (it owns tasks).
 """
+
+# haclient.errors is the one import from haclient. Importing it runs haclient/__init__, which
+# builds the whole API, which imports failover.manager and failover.policy: done here first,
+# so that importing failover.url (or .policy) before haclient does not meet its own half-built
+# module in that cycle.
+import haclient.errors  # noqa: F401

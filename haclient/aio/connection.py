@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -23,8 +23,10 @@ import anyio
 from anyio.abc import TaskStatus
 
 from failover.manager import ConnectionManager, ConnectionState, FailoverListener, RestoreOrder
+from failover.policy import FailoverMethod
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
+from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import PhysicalConnection, open_physical
 from haclient.aio.session import Session
@@ -174,7 +176,25 @@ class Connection:
             self._host.task_group, broker, self._options, self._container_id
         )
         self._current = physical
+        if self._manager.policy.method is FailoverMethod.EXCHANGE:
+            self._learn(broker, advertised_brokers(physical.advertised_brokers))
+            self._host.start_soon(self._follow_membership, physical, broker)
         return physical
+
+    def _learn(self, source: BrokerURL, brokers: Iterable[BrokerURL]) -> None:
+        """Take a broker list a broker gave (F12): the next failover walks it."""
+        brokers = list(brokers)
+        if brokers:
+            self._manager.learn_brokers(brokers, source=source)
+
+    async def _follow_membership(self, physical: PhysicalConnection, broker: BrokerURL) -> None:
+        await follow_membership(
+            physical,
+            self._manager.policy.exchange_address,
+            lambda brokers: self._learn(broker, brokers),
+            link_name=f"{self._container_id}:membership",
+            timeout=self._options.attach_timeout,
+        )
 
     # Plumbing ----------------------------------------------------------------------------------
 
@@ -254,6 +274,12 @@ class Connection:
     def url(self) -> FailoverURL:
         """The parsed URL (passwords masked when printed)."""
         return self._url
+
+    @property
+    def brokers(self) -> tuple[BrokerURL, ...]:
+        """The brokers the next failover walks: the URL's list, or for ``exchange`` the newest
+        list the brokers gave, followed by the URL's (F12)."""
+        return self._manager.brokers
 
     @property
     def broker(self) -> BrokerURL | None:

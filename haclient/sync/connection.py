@@ -88,6 +88,12 @@ class Connection:
         return self._connection.url
 
     @property
+    def brokers(self) -> tuple[BrokerURL, ...]:
+        """The brokers the next failover walks: the URL's list, or for ``exchange`` the newest
+        list the brokers gave, followed by the URL's (F12)."""
+        return self._connection.brokers
+
+    @property
     def broker(self) -> BrokerURL | None:
         """The broker in use, None when not connected."""
         return self._connection.broker
