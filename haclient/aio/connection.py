@@ -177,21 +177,26 @@ class Connection:
         )
         self._current = physical
         if self._manager.policy.method is FailoverMethod.EXCHANGE:
-            self._learn(broker, advertised_brokers(physical.advertised_brokers))
-            self._host.start_soon(self._follow_membership, physical, broker)
+            self._learn(physical, advertised_brokers(physical.advertised_brokers), complete=False)
+            self._host.start_soon(self._follow_membership, physical)
         return physical
 
-    def _learn(self, source: BrokerURL, brokers: Iterable[BrokerURL]) -> None:
-        """Take a broker list a broker gave (F12): the next failover walks it."""
+    def _learn(
+        self, physical: PhysicalConnection, brokers: Iterable[BrokerURL], *, complete: bool
+    ) -> None:
+        """Take a broker list ``physical``'s broker gave (F12): the next failover walks it.
+        An empty list replaces the learned one only when ``complete`` (a membership message
+        saying "no peers"); an Open frame without usable entries leaves it. A connection
+        already replaced teaches nothing."""
         brokers = list(brokers)
-        if brokers:
-            self._manager.learn_brokers(brokers, source=source)
+        if physical is self._current and (brokers or complete):
+            self._manager.learn_brokers(brokers, source=physical.broker)
 
-    async def _follow_membership(self, physical: PhysicalConnection, broker: BrokerURL) -> None:
+    async def _follow_membership(self, physical: PhysicalConnection) -> None:
         await follow_membership(
             physical,
             self._manager.policy.exchange_address,
-            lambda brokers: self._learn(broker, brokers),
+            lambda brokers: self._learn(physical, brokers, complete=True),
             link_name=f"{self._container_id}:membership",
             timeout=self._options.attach_timeout,
         )

@@ -15,7 +15,7 @@ from chaos.broker import BrokerThread
 from haclient.amqp import EngineConfig
 from haclient.amqp.codec import AmqpMessage, encode_message
 from haclient.amqp.connection import open_connection
-from haclient.destination import Queue
+from haclient.destination import Queue, Topic
 from haclient.message import TextMessage
 
 pytestmark = pytest.mark.anyio
@@ -86,3 +86,51 @@ async def test_F12_a_garbage_membership_message_is_ignored(
             session = await connection.create_session()  # still connected and working
             await (await session.create_producer(Queue("f12g"))).send(TextMessage("ok"))
         assert first.queue_depth("f12g") == 1
+
+
+async def test_F12_the_new_broker_is_followed_after_failover(api: Api) -> None:
+    with brokers(3) as (first, second, third):
+        _set_peers(first, second)
+        recorder = Recorder()
+        async with await api.connect(failover_url(first, method="exchange")) as connection:
+            await connection.add_listener(recorder)
+            await _ports_known(connection, second.port, first.port)
+            first.kill()
+            await recorder.wait_for("completed")
+            _set_peers(second, third)  # told by the broker failed over to, on its own topic
+            await _ports_known(connection, third.port, first.port)
+            second.kill()
+            completed = await recorder.wait_for("completed", count=2)
+        assert [port_of(b) for b in completed] == [second.port, third.port]
+
+
+async def test_F12_an_empty_membership_list_leaves_only_the_seeds(api: Api) -> None:
+    with brokers(2) as (first, second):
+        _set_peers(first, second)
+        async with await api.connect(failover_url(first, method="exchange")) as connection:
+            await _ports_known(connection, second.port, first.port)
+            _set_peers(first)  # "no peers" (the newest list) is news too
+            with anyio.fail_after(TIMEOUT):
+                while [b.port for b in connection.brokers] != [first.port]:
+                    await anyio.sleep(0.02)
+
+
+async def test_F12_the_application_may_use_the_membership_topic_itself(api: Api) -> None:
+    with brokers(3) as (first, second, third):
+        _set_peers(first, second)
+        async with await api.connect(failover_url(first, method="exchange")) as connection:
+            await connection.start()
+            session = await connection.create_session()
+            consumer = await session.create_consumer(Topic("amq.failover"))
+            with anyio.fail_after(TIMEOUT):  # the internal subscriber is there as well
+                while first.consumer_count("amq.failover") < 2:
+                    await anyio.sleep(0.02)
+            assert (await connection.statistics()).consumers == 1  # but it is not the app's
+            welcome = await consumer.receive(TIMEOUT)  # the broker greets each new subscriber
+            assert welcome is not None
+            assert welcome.properties["amq.failover"] == second.url
+            _set_peers(first, third)
+            news = await consumer.receive(TIMEOUT)
+            assert news is not None
+            assert news.properties["amq.failover"] == third.url
+            await _ports_known(connection, third.port, first.port)  # and the connection learned
