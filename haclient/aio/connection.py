@@ -222,10 +222,14 @@ class Connection:
         return await self._manager.wait_connected()
 
     def _lost(self, physical: PhysicalConnection, epoch: int, error: BaseException) -> bool:
-        """True if ``error`` came from the loss of ``physical`` (then failover is under way)."""
+        """True if ``error`` came from the loss of ``physical`` (then failover is under way).
+
+        The manager is told why the connection ended, not what the caller made of it: an
+        in-doubt commit's ``TransactionRolledBackError`` is no reason to give failover up.
+        """
         if physical.is_open:
             return False
-        self._manager.report_lost(epoch, error)
+        self._manager.report_lost(epoch, physical.amqp.end_error)  # None: "connection lost"
         return True
 
     async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:

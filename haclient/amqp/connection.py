@@ -174,6 +174,11 @@ class AmqpConnection:
                 self.engine.abort(ErrorCondition("amqp:connection:forced", "close timed out"))
                 self._wake()
 
+    @property
+    def end_error(self) -> HAClientError | None:
+        """The error that ended the connection; None while open or after an orderly close."""
+        return self._end_error
+
     async def wait_closed(self) -> HAClientError | None:
         """Wait for the connection to end; return the error that ended it (None: orderly)."""
         await self._ended.wait()
