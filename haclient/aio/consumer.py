@@ -103,6 +103,7 @@ class MessageConsumer:
         self._listener_idle.set()
         self._listener_task_active = False
         self._gate_waits: set[anyio.CancelScope] = set()  # receives waiting out a failover
+        self._restored_epoch: int | None = None  # the epoch whose connection the link is on
         self._prefetch = session._connection._options.prefetch
 
     # Properties --------------------------------------------------------------------------------
@@ -146,12 +147,22 @@ class MessageConsumer:
 
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
         """Attach again with the same link name, source, selector and no-local (S5); a
-        temporary destination's source takes the node's new address (F6: restored first)."""
-        if self._closed:
+        temporary destination's source takes the node's new address (F6: restored first).
+        Nothing to do when the session already restored this consumer for ``epoch``."""
+        if self._closed or self._restored_epoch == epoch:
             return
         if isinstance(self._destination, TemporaryQueue | TemporaryTopic):
             self._source = replace(self._source, address=address_of(self._destination))
         await self._attach()
+        self._restored_epoch = epoch
+
+    async def _restore_ahead(self, physical: PhysicalConnection, epoch: int) -> None:
+        """``restore``, started by the session alongside its other consumers; a failure is
+        left for this consumer's own restore turn, which tries again and reports it."""
+        try:
+            await self.restore(physical, epoch)
+        except Exception:
+            log.debug("restoring %s alongside its session failed", self._link_name, exc_info=True)
 
     # Link --------------------------------------------------------------------------------------
 
