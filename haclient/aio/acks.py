@@ -20,6 +20,10 @@ Confirmation (A6) is one of two mechanisms, chosen per link from the broker's at
   short-lived sender link is attached on the same session and its answer awaited: a broker
   processes a session's frames in order, so the answer proves the dispositions were processed.
   (A drain would be cheaper, but RabbitMQ 3.10 ends the session on a drain of a classic queue.)
+
+A delivery is settled only on the connection it came from: one from a connection that failover
+replaced raises ``StaleDeliveryError`` (the broker that sent it is gone; the next one delivers
+the message again), never waits for an answer that cannot come.
 """
 
 from __future__ import annotations
@@ -31,9 +35,15 @@ from dataclasses import dataclass
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome, Terminus
+from haclient.errors import ConnectionLostError
 from haclient.modes import AckConfirmation
 
-__all__ = ["Acknowledger", "PendingAck"]
+__all__ = ["Acknowledger", "PendingAck", "StaleDeliveryError"]
+
+
+class StaleDeliveryError(ConnectionLostError):
+    """A delivery to settle came on a connection that is gone (failover replaced it)."""
+
 
 _probe_names = itertools.count(1)
 
@@ -88,9 +98,17 @@ class Acknowledger:
         """Send ``outcome`` for ``acks``; with ``confirm``, return once the broker confirmed.
 
         Raises:
+            StaleDeliveryError: one of ``acks`` came on another (older) connection than
+                ``amqp``; nothing was settled.
             ConnectionLostError (and the like): the connection or the link ended first; the
                 broker will redeliver what it did not confirm.
         """
+        acks = list(acks)
+        if any(ack.raw.delivery.link.session.engine is not amqp.engine for ack in acks):
+            raise StaleDeliveryError(
+                "the message came on a connection that failover replaced: it cannot be "
+                "acknowledged, and the broker will deliver it again"
+            )
         second: list[ReceivedMessage] = []
         probe: str | None = None
         round_trip = False

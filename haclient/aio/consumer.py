@@ -408,6 +408,8 @@ class MessageConsumer:
                     break
                 raw, message, physical, epoch = taken
                 async with self._session._dispatch_lock:
+                    if not physical.is_open:
+                        continue  # failed over while waiting for the session: never handed (F9)
                     try:
                         await self._run_listener(raw, message)
                     except HAClientError as exc:  # the acknowledgement met a lost connection

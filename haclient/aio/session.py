@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from failover.manager import RestoreOrder
-from haclient.aio.acks import Acknowledger, PendingAck
+from haclient.aio.acks import Acknowledger, PendingAck, StaleDeliveryError
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
 from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
@@ -556,7 +556,8 @@ class Session:
         try:
             await self._settle(acks)
         except HAClientError as exc:
-            if not self._connection._lost(physical, epoch, exc):
+            stale = isinstance(exc, StaleDeliveryError)  # delivered before a failover (F8)
+            if not (self._connection._lost(physical, epoch, exc) or stale):
                 raise
             raise AcknowledgeFailedError(
                 "the connection was lost before the broker confirmed the acknowledgement: "

@@ -3,20 +3,30 @@
 Each test gets its own reference brokers (``BrokerThread`` on free loopback ports), kills the one
 in use with ``kill()`` (sockets reset, nothing said) and watches the connection through a
 ``Recorder``, a failover listener that keeps what it was told, thread-safely (the blocking API
-calls listeners on a thread of its own).
+calls listeners on a thread of its own). Where "nothing accepted is lost" matters, ``HaPair``
+runs a shared-store pair instead: the standby takes over the store (and every message in it)
+when the master dies.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
 
 import anyio
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from chaos.broker import BrokerThread
+from chaos.broker import Broker, BrokerThread
+from chaos.net import free_port
+
+T = TypeVar("T")
 
 TIMEOUT = 10.0
 
@@ -28,7 +38,12 @@ def brokers(count: int, **options: Any) -> Iterator[list[BrokerThread]]:
         yield [stack.enter_context(BrokerThread(**options)) for _ in range(count)]
 
 
-def failover_url(*members: BrokerThread, method: str = "roundrobin", **options: Any) -> str:
+class _Member(Protocol):
+    @property
+    def url(self) -> str: ...
+
+
+def failover_url(*members: _Member, method: str = "roundrobin", **options: Any) -> str:
     """``failover:(...)`` over ``members`` with zero connect delay and generous retries,
     plus ``failover.<name>=value`` for each keyword."""
     settings = {"method": method, "connectdelay": 0, "cyclecount": 200, **options}
@@ -74,3 +89,125 @@ class Recorder:
 def port_of(broker: str) -> int:
     """The port in a broker URL as listeners report it (``amqp://127.0.0.1:PORT``)."""
     return int(broker.rsplit(":", 1)[1].split("?")[0].split("/")[0])
+
+
+class HaPair:
+    """A shared-store HA pair of reference brokers, run on an event loop in a thread of its own.
+
+    The first broker serves; the second waits on the store's lock and takes over, with every
+    stored message, when the first dies. ``kill_master()`` kills the serving one hard, waits for
+    the standby to serve and starts the dead one again as the new standby. Everything is
+    stopped on leaving the ``with`` block.
+    """
+
+    def __init__(self, store: Path, poll_interval: float = 0.02) -> None:
+        self.members = [
+            Broker(port=free_port(), store=store, ha_poll_interval=poll_interval) for _ in range(2)
+        ]
+        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
+        self._portal: BlockingPortal | None = None
+        self._tasks: list[Future[Any]] = []
+
+    def __enter__(self) -> HaPair:
+        self._portal_cm = start_blocking_portal()
+        self._portal = self._portal_cm.__enter__()
+        try:
+            first, second = self.members
+            self._tasks.append(self._portal.start_task_soon(self._serve, first))
+            self._until(lambda: first.running)
+            self._tasks.append(self._portal.start_task_soon(self._serve, second))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for task in self._tasks:
+            task.cancel()
+        portal_cm, self._portal_cm, self._portal = self._portal_cm, None, None
+        if portal_cm is not None:
+            portal_cm.__exit__(None, None, None)
+
+    @staticmethod
+    async def _serve(broker: Broker) -> None:
+        async with broker:  # as standby this waits for the store's lock first
+            await anyio.sleep_forever()
+
+    @staticmethod
+    def _until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the HA pair did not reach the expected state")
+            time.sleep(0.005)
+
+    @property
+    def master(self) -> Broker:
+        """The broker serving now."""
+        return next(b for b in self.members if b.running)
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the brokers' loop (their admin API is not thread-safe)."""
+        assert self._portal is not None, "the HA pair is not running"
+        return self._portal.call(fn, *args)
+
+    def queue_depth(self, address: str) -> int:
+        """Messages waiting on ``address`` of the serving broker."""
+        return self.call(lambda: self.master.queue_depth(address))
+
+    def kill_master(self) -> Broker:
+        """Kill the serving broker hard and return the standby, which takes over within about
+        one poll interval. The dead broker comes back as the new standby once it has."""
+        master = self.master
+        standby = next(b for b in self.members if b is not master)
+        self.call(master.kill)
+        assert self._portal is not None
+        self._tasks.append(self._portal.start_task_soon(self._rejoin, master, standby))
+        return standby
+
+    @staticmethod
+    async def _rejoin(old: Broker, standby: Broker) -> None:
+        while not standby.running:  # started before, the old master would take the lock back
+            await anyio.sleep(0.005)
+        await old.start()
+
+
+class Doorman:
+    """A TCP listener that lets every connection in and shuts it at once, noting its own name
+    in a log it shares with other doormen: the order of a failover's connect attempts."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.05)
+        self.port: int = self._socket.getsockname()[1]
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"doorman-{name}", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Doorman:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopping.set()
+        self._thread.join(TIMEOUT)
+        self._socket.close()
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                peer, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            self.log.append(self.name)  # list.append is atomic
+            peer.close()
