@@ -54,6 +54,35 @@ async def test_F7_a_dirty_transaction_rolls_back_at_failover_and_can_be_replayed
         assert await _bodies(second.url, "f7") == ["replayed 1", "replayed 2", "clean commit"]
 
 
+async def _put(url: str, queue: str, body: str) -> None:
+    async with await aio.connect(url) as connection:
+        session = await connection.create_session()
+        await (await session.create_producer(Queue(queue))).send(TextMessage(body))
+
+
+async def test_F7_a_transaction_that_received_rolls_back_at_failover(api: Api) -> None:
+    with brokers(2) as (first, second):
+        for broker in (first, second):
+            await _put(broker.url, "f7r", f"on {broker.port}")
+        recorder = Recorder()
+        async with await api.connect(failover_url(first, second)) as connection:
+            await connection.add_listener(recorder)
+            await connection.start()
+            session = await connection.create_session(AckMode.TRANSACTED)
+            consumer = await session.create_consumer(Queue("f7r"))
+            received = await consumer.receive(5)
+            assert received.text == f"on {first.port}"  # dirty: consumed, not committed
+            first.kill()
+            await recorder.wait_for("completed")
+            with pytest.raises(TransactionRolledBackError) as rolled_back:
+                await session.commit()
+            assert not rolled_back.value.in_doubt
+            replayed = await consumer.receive(5)  # the application receives again
+            assert replayed.text == f"on {second.port}"
+            await session.commit()
+        assert second.queue_depth("f7r") == 0
+
+
 async def test_F7_a_clean_transaction_commits_normally_after_failover(api: Api) -> None:
     with brokers(2) as (first, second):
         recorder = Recorder()
