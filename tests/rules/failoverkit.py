@@ -23,8 +23,11 @@ from typing import Any, Protocol, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+import haclient.aio as aio
 from chaos.broker import Broker, BrokerThread
 from chaos.net import free_port
+from haclient.destination import Queue
+from haclient.message import TextMessage
 
 T = TypeVar("T")
 
@@ -211,3 +214,21 @@ class Doorman:
                 continue
             self.log.append(self.name)  # list.append is atomic
             peer.close()
+
+
+async def send_to(url: str, queue: str, *bodies: str) -> None:
+    """Put text messages on ``queue`` of one broker, from a connection of its own (async core:
+    the setup, not the rule under test)."""
+    async with await aio.connect(url) as connection:
+        session = await connection.create_session()
+        producer = await session.create_producer(Queue(queue))
+        for body in bodies:
+            await producer.send(TextMessage(body))
+
+
+async def connected(api: Any, url: str, recorder: Recorder, **options: Any) -> Any:
+    """A started connection through ``api`` whose failover events go to ``recorder``."""
+    connection = await api.connect(url, **options)
+    await connection.add_listener(recorder)
+    await connection.start()
+    return connection

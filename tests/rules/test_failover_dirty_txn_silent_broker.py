@@ -7,7 +7,7 @@ import time
 
 import pytest
 from apikit import Api
-from failoverkit import Recorder, brokers, failover_url, port_of
+from failoverkit import Recorder, brokers, failover_url, port_of, send_to
 
 import haclient.aio as aio
 from haclient.destination import Queue
@@ -54,16 +54,10 @@ async def test_F7_a_dirty_transaction_rolls_back_at_failover_and_can_be_replayed
         assert await _bodies(second.url, "f7") == ["replayed 1", "replayed 2", "clean commit"]
 
 
-async def _put(url: str, queue: str, body: str) -> None:
-    async with await aio.connect(url) as connection:
-        session = await connection.create_session()
-        await (await session.create_producer(Queue(queue))).send(TextMessage(body))
-
-
 async def test_F7_a_transaction_that_received_rolls_back_at_failover(api: Api) -> None:
     with brokers(2) as (first, second):
         for broker in (first, second):
-            await _put(broker.url, "f7r", f"on {broker.port}")
+            await send_to(broker.url, "f7r", f"on {broker.port}")
         recorder = Recorder()
         async with await api.connect(failover_url(first, second)) as connection:
             await connection.add_listener(recorder)

@@ -15,31 +15,24 @@ from pathlib import Path
 import anyio
 import pytest
 from apikit import Api, Signal, eventually
-from failoverkit import TIMEOUT, Doorman, HaPair, Recorder, brokers, failover_url, port_of
+from failoverkit import (
+    TIMEOUT,
+    Doorman,
+    HaPair,
+    Recorder,
+    brokers,
+    connected,
+    failover_url,
+    port_of,
+    send_to,
+)
 
-import haclient.aio as aio
 from haclient.destination import Queue, TemporaryTopic
 from haclient.errors import AcknowledgeFailedError, ConnectionFailedError
 from haclient.message import Message, TextMessage
 from haclient.modes import AckMode
 
 pytestmark = pytest.mark.anyio
-
-
-async def _send(url: str, queue: str, *bodies: str) -> None:
-    """Put messages on ``queue`` of one broker, from a connection of its own."""
-    async with await aio.connect(url) as connection:
-        session = await connection.create_session()
-        producer = await session.create_producer(Queue(queue))
-        for body in bodies:
-            await producer.send(TextMessage(body))
-
-
-async def _connect(api: Api, url: str, recorder: Recorder, **options: object) -> object:
-    connection = await api.connect(url, **options)
-    await connection.add_listener(recorder)
-    await connection.start()
-    return connection
 
 
 def _text(message: Message | None) -> str | None:
@@ -53,7 +46,7 @@ async def test_F3_calls_blocked_across_a_master_kill_finish_and_nothing_accepted
     with HaPair(tmp_path / "store", poll_interval=0.3) as pair:
         recorder = Recorder()
         url = failover_url(*pair.members, connectdelay=20, cyclecount=1000)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             producer = await session.create_producer(Queue("f3"))
             consumer = await session.create_consumer(Queue("f3"))
@@ -82,9 +75,9 @@ async def test_F8_the_standby_redelivers_what_failover_left_unacknowledged(
     api: Api, tmp_path: Path, call: str
 ) -> None:
     with HaPair(tmp_path / "store") as pair:
-        await _send(pair.master.url, "f8", "one", "two")
+        await send_to(pair.master.url, "f8", "one", "two")
         recorder = Recorder()
-        async with await _connect(api, failover_url(*pair.members), recorder) as connection:
+        async with await connected(api, failover_url(*pair.members), recorder) as connection:
             session = await connection.create_session(AckMode.CLIENT)
             consumer = await session.create_consumer(Queue("f8"))
             first = [await consumer.receive(TIMEOUT) for _ in range(2)]
@@ -112,7 +105,7 @@ async def test_F5_roundrobin_makes_retries_attempts_per_broker_for_cyclecount_pa
     with brokers(1) as (live,), Doorman("a", attempts) as a, Doorman("b", attempts) as b:
         recorder = Recorder()
         url = failover_url(live, a, b, retries=2, cyclecount=2)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             assert attempts == []  # the first connect went to the head of the list
             session = await connection.create_session()
             producer = await session.create_producer(Queue("f5"))
@@ -126,7 +119,7 @@ async def test_F5_roundrobin_makes_retries_attempts_per_broker_for_cyclecount_pa
 async def test_F5_roundrobin_wraps_round_to_the_head_of_the_list(api: Api) -> None:
     with brokers(2) as (first, second):
         recorder = Recorder()
-        async with await _connect(api, failover_url(first, second), recorder) as connection:
+        async with await connected(api, failover_url(first, second), recorder) as connection:
             session = await connection.create_session()
             producer = await session.create_producer(Queue("f5w"))
             first.kill()
@@ -142,7 +135,7 @@ async def test_F5_roundrobin_wraps_round_to_the_head_of_the_list(api: Api) -> No
 async def test_F6_temporary_topic_is_recreated_and_its_object_follows(api: Api) -> None:
     with brokers(2) as (first, second):
         recorder = Recorder()
-        async with await _connect(api, failover_url(first, second), recorder) as connection:
+        async with await connected(api, failover_url(first, second), recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             topic = await session.create_temporary_topic()
             assert isinstance(topic, TemporaryTopic)
@@ -162,7 +155,7 @@ async def test_F6_temporary_topic_is_recreated_and_its_object_follows(api: Api) 
 
 async def test_F9_a_message_listener_never_gets_the_old_brokers_prefetch(api: Api) -> None:
     with brokers(2) as (first, second):
-        await _send(first.url, "f9l", *(f"old {n}" for n in range(5)))
+        await send_to(first.url, "f9l", *(f"old {n}" for n in range(5)))
         recorder = Recorder()
         got: list[str | None] = []
         first_in = Signal()
@@ -178,7 +171,7 @@ async def test_F9_a_message_listener_never_gets_the_old_brokers_prefetch(api: Ap
                 both_new.set()
 
         url = failover_url(first, second)
-        async with await _connect(api, url, recorder, prefetch=10) as connection:
+        async with await connected(api, url, recorder, prefetch=10) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer = await session.create_consumer(Queue("f9l"))
             await consumer.set_message_listener(api.listener(on_message))
@@ -186,7 +179,7 @@ async def test_F9_a_message_listener_never_gets_the_old_brokers_prefetch(api: Ap
             first.kill()
             await recorder.wait_for("completed")
             release.set()
-            await _send(second.url, "f9l", "new 0", "new 1")
+            await send_to(second.url, "f9l", "new 0", "new 1")
             assert await both_new.wait(TIMEOUT)
         assert got == ["old 0", "new 0", "new 1"]
 
@@ -195,8 +188,8 @@ async def test_F9_a_message_waiting_for_a_busy_session_is_dropped_at_failover(ap
     """One listener of the session runs at a time: B's message, taken from the old broker
     while A's listener holds the session, must not reach B after the failover."""
     with brokers(2) as (first, second):
-        await _send(first.url, "f9a", "old a")
-        await _send(first.url, "f9b", "old b")
+        await send_to(first.url, "f9a", "old a")
+        await send_to(first.url, "f9b", "old b")
         recorder = Recorder()
         got_a: list[str | None] = []
         got_b: list[str | None] = []
@@ -214,7 +207,7 @@ async def test_F9_a_message_waiting_for_a_busy_session_is_dropped_at_failover(ap
             if _text(message) == "new b":
                 b_new.set()
 
-        async with await _connect(api, failover_url(first, second), recorder) as connection:
+        async with await connected(api, failover_url(first, second), recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer_a = await session.create_consumer(Queue("f9a"))
             consumer_b = await session.create_consumer(Queue("f9b"))
@@ -225,7 +218,7 @@ async def test_F9_a_message_waiting_for_a_busy_session_is_dropped_at_failover(ap
             first.kill()
             await recorder.wait_for("completed")
             release.set()
-            await _send(second.url, "f9b", "new b")
+            await send_to(second.url, "f9b", "new b")
             assert await b_new.wait(TIMEOUT)
         assert got_a == ["old a"]
         assert got_b == ["new b"]
@@ -237,7 +230,7 @@ async def test_F2_a_receive_with_a_timeout_returns_none_while_no_broker_answers(
     with brokers(1) as (only,):
         recorder = Recorder()
         url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer = await session.create_consumer(Queue("f2t"))
             only.kill()
@@ -246,7 +239,7 @@ async def test_F2_a_receive_with_a_timeout_returns_none_while_no_broker_answers(
                 assert await consumer.receive(0.3) is None  # its deadline, not an error
             assert recorder.named("failed") == []  # failover goes on
             only.start()
-            await _send(only.url, "f2t", "back")
+            await send_to(only.url, "f2t", "back")
             assert _text(await consumer.receive(TIMEOUT)) == "back"
 
 
@@ -254,7 +247,7 @@ async def test_F4_every_blocked_call_raises_when_the_policy_runs_out(api: Api) -
     with brokers(2) as (first, second):
         recorder = Recorder()
         url = failover_url(first, second, retries=2, cyclecount=3, connectdelay=20)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer = await session.create_consumer(Queue("f4b"))
             producer = await session.create_producer(Queue("f4b"))

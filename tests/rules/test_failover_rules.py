@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from apikit import Api, Signal
-from failoverkit import TIMEOUT, Recorder, brokers, failover_url, port_of
+from failoverkit import TIMEOUT, Recorder, brokers, connected, failover_url, port_of, send_to
 
 import haclient.aio as aio
 from haclient.destination import Queue, TemporaryQueue, Topic
@@ -27,26 +27,10 @@ from haclient.modes import AckMode
 pytestmark = pytest.mark.anyio
 
 
-async def _send(url: str, queue: str, *bodies: str) -> None:
-    """Put messages on ``queue`` of one broker, from a connection of its own."""
-    async with await aio.connect(url) as connection:
-        session = await connection.create_session()
-        producer = await session.create_producer(Queue(queue))
-        for body in bodies:
-            await producer.send(TextMessage(body))
-
-
-async def _connect(api: Api, url: str, recorder: Recorder, **options: object) -> object:
-    connection = await api.connect(url, **options)
-    await connection.add_listener(recorder)
-    await connection.start()
-    return connection
-
-
 async def test_F1_a_plain_url_fails_over_to_the_same_broker(api: Api) -> None:
     with brokers(1) as (only,):
         recorder = Recorder()
-        async with await _connect(api, only.url, recorder) as connection:  # singlebroker
+        async with await connected(api, only.url, recorder) as connection:  # singlebroker
             session = await connection.create_session()
             producer = await session.create_producer(Queue("f1"))
             assert only.drop_connections() == 1  # a network blip: the broker stays up
@@ -59,7 +43,7 @@ async def test_F1_nofailover_reports_the_loss_at_once(api: Api) -> None:
     with brokers(1) as (only,):
         recorder = Recorder()
         url = f"failover:({only.url})?failover.method=nofailover"
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session()
             producer = await session.create_producer(Queue("f1n"))
             only.drop_connections()  # the broker is still there: nofailover must not use it
@@ -73,7 +57,7 @@ async def test_F2_F3_calls_block_while_no_broker_answers_then_go_on(api: Api) ->
     with brokers(1) as (only,):
         recorder = Recorder()
         url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer = await session.create_consumer(Queue("f2"))
             producer = await session.create_producer(Queue("f2"))
@@ -105,7 +89,7 @@ async def test_F4_exhausted_policy_fails_blocked_and_later_calls(api: Api) -> No
     with brokers(1) as (only,):
         recorder = Recorder()
         url = failover_url(only, method="singlebroker", retries=3, cyclecount=1)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session()
             producer = await session.create_producer(Queue("f4"))
             only.kill()
@@ -122,7 +106,7 @@ async def test_F4_failover_timeout_ends_the_call_not_the_failover(api: Api) -> N
     with brokers(1) as (only,):
         recorder = Recorder()
         url = failover_url(only, method="singlebroker", timeout=300, retries=1000, connectdelay=20)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session()
             producer = await session.create_producer(Queue("f4t"))
             only.kill()
@@ -137,7 +121,7 @@ async def test_F4_failover_timeout_ends_the_call_not_the_failover(api: Api) -> N
 async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:
     with brokers(3) as (first, second, third):
         recorder = Recorder()
-        async with await _connect(api, failover_url(first, second, third), recorder) as conn:
+        async with await connected(api, failover_url(first, second, third), recorder) as conn:
             session = await conn.create_session()
             producer = await session.create_producer(Queue("f5"))
             for n, victim in enumerate((first, second), start=1):
@@ -151,7 +135,7 @@ async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:
 async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) -> None:
     with brokers(2) as (first, second):
         recorder = Recorder()
-        async with await _connect(api, failover_url(first, second), recorder) as connection:
+        async with await connected(api, failover_url(first, second), recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             inbox = await session.create_temporary_queue()
             assert isinstance(inbox, TemporaryQueue)
@@ -174,9 +158,9 @@ async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) 
 @pytest.mark.parametrize("call", ["acknowledge", "recover"])
 async def test_F8_client_acknowledge_or_recover_after_failover_raises(api: Api, call: str) -> None:
     with brokers(2) as (first, second):
-        await _send(first.url, "f8", "one", "two")
+        await send_to(first.url, "f8", "one", "two")
         recorder = Recorder()
-        async with await _connect(api, failover_url(first, second), recorder) as connection:
+        async with await connected(api, failover_url(first, second), recorder) as connection:
             session = await connection.create_session(AckMode.CLIENT)
             consumer = await session.create_consumer(Queue("f8"))
             message = await consumer.receive(TIMEOUT)
@@ -188,7 +172,7 @@ async def test_F8_client_acknowledge_or_recover_after_failover_raises(api: Api, 
                     await api.acknowledge(message)
                 else:
                     await session.recover()
-            await _send(second.url, "f8", "fresh")  # told once; the session goes on
+            await send_to(second.url, "f8", "fresh")  # told once; the session goes on
             fresh = await consumer.receive(TIMEOUT)
             assert fresh is not None and fresh.text == "fresh"  # type: ignore[attr-defined]
             await api.acknowledge(fresh)
@@ -198,11 +182,11 @@ async def test_F8_client_acknowledge_or_recover_after_failover_raises(api: Api, 
 
 async def test_F9_prefetched_messages_of_the_old_broker_are_never_handed_out(api: Api) -> None:
     with brokers(2) as (first, second):
-        await _send(first.url, "f9", *(f"old {n}" for n in range(5)))
-        await _send(second.url, "f9", "new 0", "new 1")
+        await send_to(first.url, "f9", *(f"old {n}" for n in range(5)))
+        await send_to(second.url, "f9", "new 0", "new 1")
         recorder = Recorder()
         url = failover_url(first, second)
-        async with await _connect(api, url, recorder, prefetch=10) as connection:
+        async with await connected(api, url, recorder, prefetch=10) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer = await session.create_consumer(Queue("f9"))
             first_message = await consumer.receive(TIMEOUT)
@@ -217,10 +201,10 @@ async def test_F9_prefetched_messages_of_the_old_broker_are_never_handed_out(api
 
 async def test_F10_browser_interrupted_by_failover_raises_not_stops(api: Api) -> None:
     with brokers(2) as (first, second):
-        await _send(first.url, "f10", *(f"m{n}" for n in range(50)))
+        await send_to(first.url, "f10", *(f"m{n}" for n in range(50)))
         recorder = Recorder()
         url = failover_url(first, second)
-        async with await _connect(api, url, recorder, prefetch=5) as connection:
+        async with await connected(api, url, recorder, prefetch=5) as connection:
             session = await connection.create_session()
             browser = await session.create_browser(Queue("f10"))
             iterator = browser.__aiter__()
@@ -243,7 +227,7 @@ async def test_F14_listeners_hear_started_completed_and_unrestorable_resources(
             # on the second broker another connection with our client id holds "sub"
             rival_session = await rival.create_session()
             await rival_session.create_durable_consumer(Topic("f14"), "sub")
-            async with await _connect(api, url, recorder, client_id="f14-app") as connection:
+            async with await connected(api, url, recorder, client_id="f14-app") as connection:
                 session = await connection.create_session()
                 await session.create_durable_consumer(Topic("f14"), "sub")
                 first.kill()
@@ -261,7 +245,7 @@ async def test_F14_listeners_hear_that_failover_gave_up(api: Api) -> None:
     with brokers(1) as (only,):
         recorder = Recorder()
         url = failover_url(only, method="singlebroker", retries=2, cyclecount=1)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             only.kill()
             failed = await recorder.wait_for("failed")
             assert isinstance(failed[0], BaseException)
@@ -273,7 +257,7 @@ async def test_F2_closing_a_consumer_releases_a_receive_blocked_by_failover(api:
     with brokers(1) as (only,):
         recorder = Recorder()
         url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await _connect(api, url, recorder) as connection:
+        async with await connected(api, url, recorder) as connection:
             session = await connection.create_session(AckMode.AUTO)
             consumer = await session.create_consumer(Queue("f2c"))
             only.kill()
