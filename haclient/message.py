@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import itertools
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypedDict, Unpack
 
 from haclient.amqp.types import Byte, Char, Float, Int, Short
@@ -233,6 +233,12 @@ class Message:
         self.redelivered: bool = headers.get("redelivered", False)
         self.delivery_count: int = headers.get("delivery_count", 1)
         self._body: Any = None
+        self._acknowledger: Callable[[], Any] | None = None
+
+    def _bind_acknowledger(self, acknowledger: Callable[[], Any]) -> None:
+        """What ``acknowledge()`` calls: set by the consumer that hands the message out (the
+        async layer binds a coroutine function, the blocking facade a blocking one)."""
+        self._acknowledger = acknowledger
 
     @property
     def body(self) -> Any:
@@ -252,7 +258,7 @@ class Message:
             AcknowledgeFailedError: the connection failed over since the message was delivered
                 (F8): the broker will redeliver.
         """
-        acknowledger = self.__dict__.get("_acknowledger")
+        acknowledger = self._acknowledger
         if acknowledger is None:
             raise IllegalStateError("this message was not received from a consumer")
         return acknowledger()

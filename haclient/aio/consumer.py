@@ -368,14 +368,14 @@ class MessageConsumer:
         mode = session.ack_mode
         pending = PendingAck(raw, self._confirmation, self._source.address)
         if mode is AckMode.AUTO:
-            message.__dict__["_acknowledger"] = _nothing_to_do
+            message._bind_acknowledger(_nothing_to_do)
             if self._listener is None:
                 await session._settle([pending])
         elif mode is AckMode.TRANSACTED:
-            message.__dict__["_acknowledger"] = _nothing_to_do
+            message._bind_acknowledger(_nothing_to_do)
             await session._acknowledge_in_transaction(pending)
         elif mode is AckMode.NO_ACK:
-            message.__dict__["_acknowledger"] = _nothing_to_do
+            message._bind_acknowledger(_nothing_to_do)
         else:
             session._track(pending, message)
 

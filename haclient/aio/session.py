@@ -488,11 +488,11 @@ class Session:
             async def acknowledge_one() -> None:
                 await self._acknowledge_individual(raw)
 
-            message.__dict__["_acknowledger"] = acknowledge_one
+            message._bind_acknowledger(acknowledge_one)
         elif self._ack_mode is AckMode.CLIENT:
-            message.__dict__["_acknowledger"] = self.acknowledge
+            message._bind_acknowledger(self.acknowledge)
         else:
-            message.__dict__["_acknowledger"] = _nothing
+            message._bind_acknowledger(_nothing)
             if (
                 len(self._acks.pending) >= self._connection._options.dups_ok_batch
                 or len(self._acks.pending) == 1

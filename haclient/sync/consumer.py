@@ -39,12 +39,12 @@ def _no_op() -> None:
 
 def make_acknowledge_blocking(message: Message, loop: EventLoop, ack_mode: AckMode) -> Message:
     """Replace the async acknowledger the async layer gave ``message`` by a blocking one."""
-    acknowledger = message.__dict__.get("_acknowledger")
+    acknowledger = message._acknowledger
     if acknowledger is not None:
         if ack_mode in (AckMode.CLIENT, AckMode.INDIVIDUAL):
-            message.__dict__["_acknowledger"] = partial_run(loop, acknowledger)
+            message._bind_acknowledger(partial_run(loop, acknowledger))
         else:  # AUTO, DUPS_OK, TRANSACTED, NO_ACK: the async acknowledger does nothing
-            message.__dict__["_acknowledger"] = _no_op
+            message._bind_acknowledger(_no_op)
     return message
 
 
