@@ -297,7 +297,19 @@ class AcknowledgeFailedError(HAClientError):
 
     Raised in CLIENT_ACKNOWLEDGE mode when a failover came between the delivery and the
     acknowledge, and for a broker that lost the delivery's lock.
+
+    Attributes:
+        in_doubt: True when the connection ended with the acknowledgement on its way: the
+            broker may have applied it (then it does not redeliver those messages) or not.
     """
+
+    def __init__(
+        self, message: str = "", *, in_doubt: bool = False, **fields: Unpack[_ConditionFields]
+    ) -> None:
+        self.in_doubt = in_doubt
+        if in_doubt and message and "may have applied" not in message:
+            message = f"{message} (in doubt: the broker may have applied the acknowledgement)"
+        super().__init__(message, **fields)
 
 
 class BrowserFailoverError(HAClientError):

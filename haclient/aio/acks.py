@@ -1,15 +1,17 @@
-"""Acknowledgements and their confirmation by the broker (SEMANTICS A1-A3, A5, A6).
+"""Acknowledgement modes, one strategy each, and their confirmation by the broker (A1-A6, F8).
 
-How this works: a consumer hands every delivered message's AMQP delivery to the session's
-``Acknowledger``, which settles it as the session's mode says:
+How this works: a session has one ``AckStrategy``, chosen by its mode. A consumer calls
+``delivered()`` as it hands a message out (before a listener runs) and ``listener_done()`` after
+the listener; the strategy settles the delivery as its mode says:
 
-- AUTO: ``accept()`` settles the one message and waits for the broker's confirmation before the
-  consumer hands the message out (A1).
-- CLIENT: deliveries pile up in ``pending``; ``accept_pending()`` settles all and waits for the
-  confirmation (A2). INDIVIDUAL settles one.
-- DUPS_OK: ``pending`` is flushed when it reaches ``dups_ok_batch`` or ``dups_ok_interval`` after
-  the first unflushed delivery, by the session's flusher task; nobody waits (A3).
-- NO_ACK: deliveries arrive settled; nothing to do (A5).
+- AUTO (``AutoAck``): settles the one message and waits for the broker's confirmation before
+  the consumer hands the message out, or right after the listener returned (A1).
+- CLIENT (``ClientAck``): deliveries pile up; ``acknowledge()`` settles all and waits for the
+  confirmation (A2). INDIVIDUAL (``IndividualAck``) settles one message.
+- DUPS_OK (``DupsOkAck``): deliveries are flushed by count (``dups_ok_batch``) or after
+  ``dups_ok_interval``, by the session's only background task; nobody waits (A3).
+- TRANSACTED (``TransactedAck``): the acknowledgement joins the transaction (A4).
+- NO_ACK (``NoAck``): deliveries arrive settled; nothing to do (A5).
 
 Confirmation (A6) is one of two mechanisms, chosen per link from the broker's attach answer:
 
@@ -28,22 +30,26 @@ the message again), never waits for an answer that cannot come.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
+
+from haclient.aio.gate import Connected, Gate, StaleDeliveryError
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome, Terminus
-from haclient.errors import ConnectionLostError
-from haclient.modes import AckConfirmation
+from haclient.errors import AcknowledgeFailedError, HAClientError, IllegalStateError
+from haclient.modes import AckConfirmation, AckMode
 
-__all__ = ["Acknowledger", "PendingAck", "StaleDeliveryError"]
+if TYPE_CHECKING:
+    from haclient.aio.transaction import SessionTransaction
+    from haclient.message import Message
 
-
-class StaleDeliveryError(ConnectionLostError):
-    """A delivery to settle came on a connection that is gone (failover replaced it)."""
-
+__all__ = ["AckStrategy", "PendingAck", "ack_strategy", "settle"]
 
 _probe_names = itertools.count(1)
 
@@ -57,75 +63,361 @@ class PendingAck:
     probe_address: str | None
 
 
-class Acknowledger:
-    """Settles deliveries for one session and waits for the broker's confirmation."""
+class AckHost(Protocol):
+    """What an acknowledgement strategy uses of its session."""
 
-    def __init__(self) -> None:
+    gate: Gate
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    async def settle_acks(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
+        """Accept ``acks`` on the current connection (confirmed unless ``confirm`` is False)."""
+
+    async def give_back(self, acks: list[PendingAck]) -> None:
+        """Return ``acks`` for redelivery (and the prefetched messages behind them)."""
+
+    def return_one(self, pending: PendingAck) -> None:
+        """Return one delivery for redelivery, marked delivery-failed."""
+
+    def detach(self, receiver: Receiver, *, closed: bool) -> None:
+        """Detach a consumer's link on the current connection."""
+
+
+async def _nothing() -> None:
+    """The acknowledger of a message whose session acknowledges by itself."""
+
+
+class AckStrategy:
+    """How one session acknowledges; the base is a mode with nothing to acknowledge."""
+
+    mode: AckMode = AckMode.NO_ACK
+    confirms = False
+    """Whether acknowledgements wait for the broker's confirmation (A6)."""
+
+    def __init__(self, host: AckHost) -> None:
+        self._host = host
+
+    async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        """``message`` is being handed out (to ``receive()``, or to a listener about to run)."""
+        message._bind_acknowledger(_nothing)
+
+    async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
+        """The listener returned (or raised, ``failed``) for ``pending``'s message."""
+
+    def owes(self, receiver: Receiver) -> bool:
+        """Whether deliveries of ``receiver`` still wait for an acknowledgement."""
+        return False
+
+    def linger(self, receiver: Receiver, *, closed: bool) -> None:
+        """A closed consumer's link: detach it once its deliveries are acknowledged."""
+        self._host.detach(receiver, closed=closed)
+
+    def connection_lost(self) -> None:
+        """The connection ended: unacknowledged deliveries are gone with it."""
+
+    async def acknowledge(self) -> None:
+        """``Session.acknowledge()``: nothing to do in this mode."""
+
+    async def recover(self) -> None:
+        """``Session.recover()``: give back every delivered, unacknowledged message, and the
+        prefetched ones behind them, so that the broker delivers them again in order."""
+        await self._host.gate.run(self._recover_on)
+
+    async def _recover_on(self, at: Connected) -> None:
+        await self._host.give_back([])
+
+    async def close(self) -> None:
+        """The session closes: settle or give back what is left."""
+
+    async def run(self) -> None:
+        """The mode's background work, for the session's lifetime (DUPS_OK only)."""
+
+    def session_closed(self) -> None:
+        """The session is closed: background work ends."""
+
+
+class AutoAck(AckStrategy):
+    """AUTO_ACKNOWLEDGE: each message confirmed by the broker before it is handed out (A1)."""
+
+    mode = AckMode.AUTO
+    confirms = True
+
+    async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        message._bind_acknowledger(_nothing)
+        if not listener:
+            await self._host.settle_acks([pending])
+
+    async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
+        if failed:
+            self._host.return_one(pending)
+        else:
+            await self._host.settle_acks([pending])
+
+
+class TransactedAck(AckStrategy):
+    """SESSION_TRANSACTED: acknowledgements are part of the transaction (A4)."""
+
+    mode = AckMode.TRANSACTED
+
+    def __init__(self, host: AckHost, transaction: SessionTransaction) -> None:
+        super().__init__(host)
+        self._transaction = transaction
+        self.confirms = transaction.emulated  # an emulated commit confirms each ack
+
+    async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        message._bind_acknowledger(_nothing)
+        await self._transaction.enlist_receipt(pending)
+
+
+class _Tracked(AckStrategy):
+    """Modes that remember deliveries until acknowledged (CLIENT, INDIVIDUAL, DUPS_OK)."""
+
+    def __init__(self, host: AckHost) -> None:
+        super().__init__(host)
         self.pending: list[PendingAck] = []
+        self._lingering: dict[Receiver, bool] = {}  # receiver -> close it (False: detach only)
 
-    def track(self, ack: PendingAck) -> None:
-        """Remember a delivered message until it is acknowledged (CLIENT, DUPS_OK, INDIVIDUAL)."""
-        self.pending.append(ack)
+    async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        self.pending.append(pending)
+        message._bind_acknowledger(self._acknowledger(pending))
+
+    def _acknowledger(self, pending: PendingAck) -> Callable[[], Awaitable[None]]:
+        return _nothing
+
+    async def _recover_on(self, at: Connected) -> None:
+        await self._host.give_back(self.take_pending())
+        self.detach_settled_lingerers()
 
     def take_pending(self) -> list[PendingAck]:
-        """Every tracked delivery, forgotten here (the caller settles or releases them)."""
+        """Every tracked delivery, forgotten here (the caller settles or gives them back)."""
         taken, self.pending = self.pending, []
         return taken
 
-    def take_one(self, raw: ReceivedMessage) -> PendingAck | None:
-        """The tracked entry for ``raw``, forgotten here (INDIVIDUAL)."""
-        for i, ack in enumerate(self.pending):
-            if ack.raw is raw:
-                return self.pending.pop(i)
-        return None
+    def owes(self, receiver: Receiver) -> bool:
+        return any(ack.raw.delivery.link is receiver for ack in self.pending)
 
-    def forget_link(self, receiver: Receiver) -> list[PendingAck]:
-        """Drop (and return) the deliveries of one link (its connection is gone)."""
-        mine = [a for a in self.pending if a.raw.delivery.link is receiver]
-        self.pending = [a for a in self.pending if a.raw.delivery.link is not receiver]
-        return mine
+    def take_one(self, pending: PendingAck) -> bool:
+        """Forget ``pending`` if it is still tracked; False if it is not."""
+        for i, tracked in enumerate(self.pending):
+            if tracked is pending:
+                del self.pending[i]
+                return True
+        return False
 
-    @staticmethod
-    async def settle(
-        amqp: AmqpConnection,
-        session: Session,
-        acks: Iterable[PendingAck],
-        outcome: Outcome = ACCEPTED,
-        *,
-        confirm: bool = True,
-        timeout: float = 30.0,
-    ) -> None:
-        """Send ``outcome`` for ``acks``; with ``confirm``, return once the broker confirmed.
+    def linger(self, receiver: Receiver, *, closed: bool) -> None:
+        if self.owes(receiver):
+            self._lingering[receiver] = closed
+        else:
+            self._host.detach(receiver, closed=closed)
 
-        Raises:
-            StaleDeliveryError: one of ``acks`` came on another (older) connection than
-                ``amqp``; nothing was settled.
-            ConnectionLostError (and the like): the connection or the link ended first; the
-                broker will redeliver what it did not confirm.
-        """
-        acks = list(acks)
-        if any(ack.raw.delivery.link.session.engine is not amqp.engine for ack in acks):
-            raise StaleDeliveryError(
-                "the message came on a connection that failover replaced: it cannot be "
-                "acknowledged, and the broker will deliver it again"
+    def detach_settled_lingerers(self) -> None:
+        for receiver in [r for r in self._lingering if not self.owes(r)]:
+            self._host.detach(receiver, closed=self._lingering.pop(receiver))
+
+    def connection_lost(self) -> None:
+        self.pending.clear()
+        self._lingering.clear()
+
+    async def close(self) -> None:
+        await self._host.give_back(self.take_pending())
+
+
+class ClientAck(_Tracked):
+    """CLIENT_ACKNOWLEDGE: ``acknowledge()`` confirms every message delivered so far (A2, F8)."""
+
+    mode = AckMode.CLIENT
+    confirms = True
+
+    def __init__(self, host: AckHost) -> None:
+        super().__init__(host)
+        # F8: a failover came with deliveries unacknowledged. The next acknowledge() and the
+        # next recover() each raise once; a recover() that raised, or an acknowledge() that
+        # went through, ends it.
+        self._unreported: set[str] = set()
+
+    def _acknowledger(self, pending: PendingAck) -> Callable[[], Awaitable[None]]:
+        return self.acknowledge
+
+    def connection_lost(self) -> None:
+        if self.pending:
+            self._unreported = {"acknowledge", "recover"}
+        super().connection_lost()
+
+    def _check_kept(self, call: str) -> None:
+        """F8: raise if the connection failed over with deliveries unacknowledged and ``call``
+        (acknowledge or recover) has not said so yet."""
+        if call in self._unreported:
+            self._unreported.discard(call)
+            if call == "recover":
+                self._unreported.clear()
+            raise AcknowledgeFailedError(
+                "the connection failed over after messages were delivered and before they were "
+                "acknowledged: the broker will deliver them again"
             )
-        second: list[ReceivedMessage] = []
-        probe: str | None = None
-        round_trip = False
-        for ack in acks:
-            if confirm and ack.confirmation is AckConfirmation.SETTLE_SECOND:
-                amqp.settle(ack.raw, outcome, settle=False)
-                second.append(ack.raw)
-            else:
-                amqp.settle(ack.raw, outcome)
-                if confirm and ack.confirmation is AckConfirmation.ROUND_TRIP:
-                    round_trip = True
-                    probe = probe or ack.probe_address
-        for raw in second:
-            await amqp.wait_settled(raw.delivery)
-            raw.delivery.settle()
-        if round_trip:
-            await round_trip_on(amqp, session, probe, timeout=timeout)
+
+    def _check_session(self) -> None:
+        if self._host.is_closed:
+            raise IllegalStateError(
+                "the session is closed: its messages can no longer be acknowledged"
+            )
+
+    async def acknowledge(self) -> None:
+        self._check_session()
+        await self._confirm(self.take_pending)
+
+    async def _confirm(self, take: Callable[[], list[PendingAck]]) -> None:
+        """Settle what ``take`` gives, confirmed, unless a failover came since the last
+        acknowledge (F8: raise, and take nothing)."""
+
+        async def settle(at: Connected) -> None:
+            self._check_kept("acknowledge")
+            await self._host.settle_acks(take())
+
+        await self._host.gate.run(settle, on_lost=_acknowledge_failed)
+        self._unreported.clear()
+        self.detach_settled_lingerers()
+
+    async def _recover_on(self, at: Connected) -> None:
+        self._check_kept("recover")
+        await super()._recover_on(at)
+
+
+class IndividualAck(ClientAck):
+    """INDIVIDUAL_ACKNOWLEDGE: ``message.acknowledge()`` confirms that message only."""
+
+    mode = AckMode.INDIVIDUAL
+
+    def _acknowledger(self, pending: PendingAck) -> Callable[[], Awaitable[None]]:
+        async def acknowledge_one() -> None:
+            self._check_session()
+            await self._confirm(lambda: [pending] if self.take_one(pending) else [])
+
+        return acknowledge_one
+
+    async def acknowledge(self) -> None:
+        """Session-wide acknowledge does nothing in INDIVIDUAL mode."""
+
+
+class DupsOkAck(_Tracked):
+    """DUPS_OK_ACKNOWLEDGE: batched by count and time, flushed in the background (A3)."""
+
+    mode = AckMode.DUPS_OK
+
+    def __init__(self, host: AckHost, batch: int, interval: float) -> None:
+        super().__init__(host)
+        self._batch = batch
+        self._interval = interval
+        self._flush_due = anyio.Event()
+
+    async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        await super().delivered(pending, message, listener=listener)
+        if len(self.pending) >= self._batch or len(self.pending) == 1:
+            self._flush_due.set()
+
+    async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
+        if failed:
+            self._host.return_one(pending)
+
+    async def run(self) -> None:
+        """Flush pending acknowledgements by count or after the interval, until closed."""
+        while not self._host.is_closed:
+            await self._flush_due.wait()
+            self._flush_due = anyio.Event()
+            if len(self.pending) < self._batch:
+                with anyio.move_on_after(self._interval):
+                    while len(self.pending) < self._batch and not self._host.is_closed:
+                        await self._flush_due.wait()
+                        self._flush_due = anyio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Settle what is pending, unconfirmed; a lost connection makes the broker redeliver."""
+        acks = self.take_pending()
+        if acks:
+            # A lost connection makes the broker redeliver them, which DUPS_OK allows.
+            with contextlib.suppress(HAClientError):
+                await self._host.settle_acks(acks, confirm=False)
+            self.detach_settled_lingerers()
+
+    async def close(self) -> None:
+        await self.flush()
+
+    def session_closed(self) -> None:
+        self._flush_due.set()
+
+
+def ack_strategy(
+    mode: AckMode,
+    host: AckHost,
+    *,
+    transaction: SessionTransaction | None,
+    dups_ok_batch: int,
+    dups_ok_interval: float,
+) -> AckStrategy:
+    """The strategy for ``mode``."""
+    if mode is AckMode.TRANSACTED:
+        assert transaction is not None
+        return TransactedAck(host, transaction)
+    if mode is AckMode.DUPS_OK:
+        return DupsOkAck(host, dups_ok_batch, dups_ok_interval)
+    simple: dict[AckMode, type[AckStrategy]] = {
+        AckMode.AUTO: AutoAck,
+        AckMode.CLIENT: ClientAck,
+        AckMode.INDIVIDUAL: IndividualAck,
+        AckMode.NO_ACK: AckStrategy,
+    }
+    return simple[mode](host)
+
+
+def _acknowledge_failed(exc: HAClientError) -> Any:
+    raise AcknowledgeFailedError(
+        "the connection was lost before the broker confirmed the acknowledgement: it will "
+        "deliver the messages again",
+        in_doubt=not isinstance(exc, StaleDeliveryError),
+    ) from exc
+
+
+async def settle(
+    amqp: AmqpConnection,
+    session: Session,
+    acks: Iterable[PendingAck],
+    outcome: Outcome = ACCEPTED,
+    *,
+    confirm: bool = True,
+    timeout: float = 30.0,
+) -> None:
+    """Send ``outcome`` for ``acks``; with ``confirm``, return once the broker confirmed.
+
+    Raises:
+        StaleDeliveryError: one of ``acks`` came on another (older) connection than ``amqp``;
+            nothing was settled.
+        ConnectionLostError (and the like): the connection or the link ended first; the
+            broker will redeliver what it did not confirm.
+    """
+    acks = list(acks)
+    if any(ack.raw.delivery.link.session.engine is not amqp.engine for ack in acks):
+        raise StaleDeliveryError(
+            "the message came on a connection that failover replaced: it cannot be "
+            "acknowledged, and the broker will deliver it again"
+        )
+    second: list[ReceivedMessage] = []
+    probe: str | None = None
+    round_trip = False
+    for ack in acks:
+        if confirm and ack.confirmation is AckConfirmation.SETTLE_SECOND:
+            amqp.settle(ack.raw, outcome, settle=False)
+            second.append(ack.raw)
+        else:
+            amqp.settle(ack.raw, outcome)
+            if confirm and ack.confirmation is AckConfirmation.ROUND_TRIP:
+                round_trip = True
+                probe = probe or ack.probe_address
+    for raw in second:
+        await amqp.wait_settled(raw.delivery)
+        raw.delivery.settle()
+    if round_trip:
+        await round_trip_on(amqp, session, probe, timeout=timeout)
 
 
 async def round_trip_on(

@@ -21,8 +21,8 @@ from haclient.mapping import from_amqp
 from haclient.message import Message
 
 if TYPE_CHECKING:
+    from haclient.aio.context import SessionContext
     from haclient.aio.physical import PhysicalConnection
-    from haclient.aio.session import Session
 
 __all__ = ["QueueBrowser"]
 
@@ -36,20 +36,20 @@ class QueueBrowser:
 
     def __init__(
         self,
-        session: Session,
+        context: SessionContext,
         queue: Queue | TemporaryQueue,
         source: Terminus,
         *,
         selector: str | None,
         link_name: str,
     ) -> None:
-        self._session = session
+        self._context = context
         self._queue = queue
         self._source = source
         self._selector = selector
         self._link_name = link_name
         self._receiver: Receiver | None = None
-        self._credit = max(1, min(session._connection._options.prefetch, 1000))
+        self._credit = max(1, min(context.options.prefetch, 1000))
         self._closed = False
         self._exhausted = False
         self._interrupted = False
@@ -77,14 +77,14 @@ class QueueBrowser:
         return self._selector
 
     async def _attach(self) -> None:
-        physical, amqp_session = self._session._link_context()
+        physical, amqp_session = self._context.link_context()
         self._receiver = await physical.amqp.open_receiver(
             self._source,
             session=amqp_session,
             name=self._link_name,
             credit=self._credit,
             snd_settle_mode=SenderSettleMode.SETTLED,
-            timeout=self._session._connection._options.attach_timeout,
+            timeout=self._context.options.attach_timeout,
         )
 
     def __aiter__(self) -> QueueBrowser:
@@ -111,7 +111,7 @@ class QueueBrowser:
                 )
             receiver = self._receiver
             assert receiver is not None
-            amqp = self._session._amqp()
+            amqp = self._context.amqp()
             raw = amqp.receive_nowait(receiver)
             if raw is None:
                 try:
@@ -131,7 +131,7 @@ class QueueBrowser:
             try:
                 return from_amqp(
                     decode_message(raw.payload),
-                    prefixes=self._session._physical().prefixes,
+                    prefixes=self._context.physical().prefixes,
                     consumer_destination=self._queue,
                 )
             except MessageFormatError:
@@ -143,9 +143,10 @@ class QueueBrowser:
         if self._closed:
             return
         self._closed = True
-        self._session._forget_browser(self)
-        if self._receiver is not None:
-            self._session._amqp().detach(self._receiver)
+        self._context.forget(self)
+        current = self._context.connection.current
+        if self._receiver is not None and current is not None:
+            current.amqp.detach(self._receiver)
 
     def _session_closed(self) -> None:
         self._closed = True

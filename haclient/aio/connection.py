@@ -12,12 +12,11 @@ blocking facade (``haclient``) gives threads the same calls.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -26,6 +25,8 @@ from failover.manager import ConnectionManager, ConnectionState, FailoverListene
 from failover.policy import FailoverMethod
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
+from haclient.aio.context import ConnectionContext
+from haclient.aio.gate import Connected
 from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import PhysicalConnection, open_physical
@@ -36,13 +37,10 @@ from haclient.amqp.endpoints import Session as AmqpSession
 from haclient.amqp.types import Terminus
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import (
-    ClosedError,
     ConfigurationError,
-    ConnectionFailedError,
     HAClientError,
     InvalidDestinationError,
 )
-from haclient.message import MessageIdGenerator
 from haclient.modes import AckMode
 
 __all__ = [
@@ -54,8 +52,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("haclient.connection")
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,31 +85,6 @@ class ConnectionStatistics:
     messages_acknowledged: int
 
 
-class _StartSwitch:
-    """JMS ``start()``/``stop()``: consumers hand out messages only while started."""
-
-    def __init__(self) -> None:
-        self.started = False
-        self._changed = anyio.Event()
-
-    def set(self, started: bool) -> None:
-        if started != self.started:
-            self.started = started
-            self._changed.set()
-            self._changed = anyio.Event()
-
-    async def wait_started(self, timeout: float) -> bool:
-        """Wait until started; False if ``timeout`` seconds passed first."""
-        if self.started:
-            return True
-        if timeout <= 0:
-            return False
-        with anyio.move_on_after(timeout):
-            while not self.started:
-                await self._changed.wait()
-        return self.started
-
-
 class Connection:
     """A logical connection to a list of brokers (JMS ``Connection``). Open it with ``connect()``.
 
@@ -126,28 +97,35 @@ class Connection:
     def __init__(self, url: FailoverURL, options: ConnectionOptions) -> None:
         self._url = url
         self._options = options
-        self._has_client_id = options.client_id is not None
         self._container_id = options.client_id or generated_client_id()
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
             self._connect, url
         )
-        self._current: PhysicalConnection | None = None
-        self._closed = False
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._stop_manager: anyio.Event | None = None
-        self._switch = _StartSwitch()
         self._sessions: set[Session] = set()
         self._subscription_names = SubscriptionNames()
         self._temporaries = _TemporaryDestinations(self)
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
         unique = uuid.uuid4().hex
-        self._id_base = f"{options.client_id}:{unique}" if options.client_id else unique
-        self._producer_numbers = itertools.count(1)
-        self._sent = 0
-        self._received = 0
-        self._acknowledged = 0
+        self._context = ConnectionContext(
+            options=options,
+            manager=self._manager,
+            container_id=self._container_id,
+            id_base=f"{options.client_id}:{unique}" if options.client_id else unique,
+            start_soon=lambda *args, **kwargs: self._host.start_soon(*args, **kwargs),
+            client_id=options.client_id,
+        )
+
+    @property
+    def _closed(self) -> bool:
+        return self._context.closed
+
+    @property
+    def _current(self) -> PhysicalConnection | None:
+        return self._context.current
 
     async def _open(self) -> None:
         self._host = await TaskHost.open()
@@ -155,7 +133,7 @@ class Connection:
         try:
             await self._host.task_group.start(self._run_manager)
         except BaseException as exc:
-            self._closed = True
+            self._context.closed = True
             await self._host.close()
             inner = _only_exception(exc)
             if inner is exc:
@@ -175,7 +153,7 @@ class Connection:
         physical = await open_physical(
             self._host.task_group, broker, self._options, self._container_id
         )
-        self._current = physical
+        self._context.current = physical
         if self._manager.policy.method is FailoverMethod.EXCHANGE:
             self._learn(physical, advertised_brokers(physical.advertised_brokers), complete=False)
             self._host.start_soon(self._follow_membership, physical)
@@ -201,72 +179,12 @@ class Connection:
             timeout=self._options.attach_timeout,
         )
 
-    # Plumbing ----------------------------------------------------------------------------------
-
     def _physical(self) -> PhysicalConnection:
         """The physical connection in use (during restore: the new one)."""
-        self._check_open()
-        assert self._current is not None
-        return self._current
+        return self._context.physical()
 
     def _check_open(self) -> None:
-        if self._closed or self._manager.state is ConnectionState.CLOSED:
-            raise ClosedError("the connection is closed")
-        if self._manager.state is ConnectionState.FAILED:
-            raise ConnectionFailedError(cause=self._manager.failure)
-
-    async def _gate(self) -> tuple[PhysicalConnection, int]:
-        """Wait until connected (no wait when connected): the connection and its epoch."""
-        if self._closed:
-            raise ClosedError("the connection is closed")
-        return await self._manager.wait_connected()
-
-    def _lost(self, physical: PhysicalConnection, epoch: int, error: BaseException) -> bool:
-        """True if ``error`` came from the loss of ``physical`` (then failover is under way).
-
-        The manager is told why the connection ended, not what the caller made of it: an
-        in-doubt commit's ``TransactionRolledBackError`` is no reason to give failover up.
-        """
-        if physical.is_open:
-            return False
-        self._manager.report_lost(epoch, physical.amqp.end_error)  # None: "connection lost"
-        return True
-
-    async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run ``operation`` when connected; if the connection is lost meanwhile, wait for the
-        failover and run it again (F3)."""
-        while True:
-            physical, epoch = await self._gate()
-            try:
-                return await operation()
-            except HAClientError as exc:
-                if not self._lost(physical, epoch, exc):
-                    raise
-
-    async def _wait_started(self, timeout: float) -> bool:
-        return await self._switch.wait_started(timeout)
-
-    def _count_sent(self) -> None:
-        self._sent += 1
-
-    def _message_ids(self) -> MessageIdGenerator:
-        """Message ids for a new producer: ``ID:<connection>:<producer>:<n>``."""
-        return MessageIdGenerator(f"{self._id_base}:{next(self._producer_numbers)}")
-
-    def _published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
-        """Whether a message with this id was sent by this connection, or with
-        ``by_client_id`` by any connection with this client id (no-local, E2, S2)."""
-        if message_id is None:
-            return False
-        if by_client_id and self._has_client_id:
-            return message_id.startswith(f"ID:{self._options.client_id}:")
-        return message_id.startswith(f"ID:{self._id_base}:")
-
-    def _count_received(self) -> None:
-        self._received += 1
-
-    def _count_acknowledged(self, count: int) -> None:
-        self._acknowledged += count
+        self._context.check_open()
 
     def _forget_session(self, session: Session) -> None:
         self._sessions.discard(session)
@@ -277,7 +195,7 @@ class Connection:
     @property
     def client_id(self) -> str | None:
         """The client id (the AMQP container id), or None when the application set none."""
-        return self._container_id if self._has_client_id else None
+        return self._context.client_id
 
     @property
     def url(self) -> FailoverURL:
@@ -308,7 +226,7 @@ class Connection:
     @property
     def is_started(self) -> bool:
         """True between ``start()`` and ``stop()``."""
-        return self._switch.started
+        return self._context.switch.started
 
     def add_listener(self, listener: FailoverListener) -> None:
         """Be told of failover (F14): any of ``failover_started(cause)``,
@@ -327,13 +245,13 @@ class Connection:
             ClosedError: the connection is closed.
         """
         self._check_open()
-        self._switch.set(True)
+        self._context.switch.set(True)
 
     async def stop(self) -> None:
         """Pause delivery: ``receive()`` waits and listeners are not called until ``start()``.
         Sending is not affected."""
         self._check_open()
-        self._switch.set(False)
+        self._context.switch.set(False)
 
     async def create_session(self, ack_mode: AckMode = AckMode.AUTO) -> Session:
         """A new session with acknowledge mode ``ack_mode`` (AUTO by default).
@@ -353,12 +271,12 @@ class Connection:
                     f"unknown acknowledge mode {ack_mode!r}", option="ack_mode"
                 ) from None
 
-        async def create() -> Session:
+        async def create(at: Connected) -> Session:
             session = Session(self, ack_mode)
-            await session._open()
+            await session._open(at)
             return session
 
-        session = await self._retrying(create)
+        session = await self._context.gate.run(create)
         self._sessions.add(session)
         self._manager.register(session)
         return session
@@ -366,7 +284,9 @@ class Connection:
     async def _create_temporary(
         self, session: Session, *, queue: bool
     ) -> TemporaryQueue | TemporaryTopic:
-        return await self._retrying(lambda: self._temporaries.create(session, queue=queue))
+        return await self._context.gate.run(
+            lambda at: self._temporaries.create(session, queue=queue)
+        )
 
     async def delete_temporary(self, destination: TemporaryQueue | TemporaryTopic) -> None:
         """Delete a temporary destination this connection created (JMS ``delete()``).
@@ -390,9 +310,9 @@ class Connection:
             sessions=len(self._sessions),
             producers=sum(len(s._producers) for s in self._sessions),
             consumers=sum(len(s._consumers) for s in self._sessions),
-            messages_sent=self._sent,
-            messages_received=self._received,
-            messages_acknowledged=self._acknowledged,
+            messages_sent=self._context.counters.sent,
+            messages_received=self._context.counters.received,
+            messages_acknowledged=self._context.counters.acknowledged,
         )
 
     async def close(self) -> None:
@@ -422,10 +342,10 @@ class Connection:
                     await session.close()
                 except Exception:
                     log.debug("closing a session failed", exc_info=True)
-        self._closed = True
+        self._context.closed = True
         for session in list(self._sessions):
             session._connection_closed()
-        self._switch.set(False)
+        self._context.switch.set(False)
         try:
             with anyio.move_on_after(self._options.close_timeout + 1):
                 await self._manager.close()
@@ -478,7 +398,7 @@ class _TemporaryDestinations:
 
     async def create(self, session: Session, *, queue: bool) -> TemporaryQueue | TemporaryTopic:
         physical = self._connection._physical()
-        link = await self._attach(physical, queue, session._link_name("temporary"))
+        link = await self._attach(physical, queue, self._connection._context.link_name("temporary"))
         address = link.remote_target.address
         assert address is not None
         destination: TemporaryQueue | TemporaryTopic = (
@@ -491,7 +411,7 @@ class _TemporaryDestinations:
         entry = self._links.pop(id(destination), None)
         if entry is None:
             raise InvalidDestinationError(f"{destination} was not created by this connection")
-        current = self._connection._current
+        current = self._connection._context.current
         if current is not None and current.is_open:
             current.amqp.detach(entry[1])
 

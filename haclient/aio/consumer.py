@@ -16,6 +16,7 @@ owes an acknowledgement keep the link attached until the session settles them.
 from __future__ import annotations
 
 import contextvars
+import enum
 import inspect
 import logging
 import math
@@ -33,6 +34,7 @@ from haclient.aio.emulation import (
     message_lookup,
     rejects_consume,
 )
+from haclient.aio.gate import Connected
 from haclient.amqp.codec import decode_message
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
@@ -47,14 +49,20 @@ from haclient.amqp.types import (
     Terminus,
 )
 from haclient.destination import Destination, TemporaryQueue, TemporaryTopic, address_of
-from haclient.errors import ClosedError, HAClientError, IllegalStateError, MessageFormatError
+from haclient.errors import (
+    ClosedError,
+    FailoverTimeoutError,
+    HAClientError,
+    IllegalStateError,
+    MessageFormatError,
+)
 from haclient.mapping import from_amqp
 from haclient.message import Message
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:
+    from haclient.aio.context import SessionContext
     from haclient.aio.physical import PhysicalConnection
-    from haclient.aio.session import Session
 
 __all__ = ["MessageConsumer", "MessageListener"]
 
@@ -62,6 +70,16 @@ log = logging.getLogger("haclient.consumer")
 
 MessageListener = Callable[[Message], Awaitable[None] | None]
 """A message listener: a function or a coroutine function taking the message."""
+
+_Taken = tuple[ReceivedMessage, Message, Connected]
+"""A message taken from the link: the delivery, the decoded message, the connection it came on."""
+
+
+class _Skip(enum.Enum):
+    """``_take_on``'s answer when the link gave nothing to hand out but the wait goes on."""
+
+    AGAIN = enum.auto()
+
 
 _listening: contextvars.ContextVar[MessageConsumer | None] = contextvars.ContextVar(
     "haclient_listening", default=None
@@ -76,7 +94,7 @@ class MessageConsumer:
 
     def __init__(
         self,
-        session: Session,
+        context: SessionContext,
         destination: Destination,
         source: Terminus,
         *,
@@ -86,7 +104,7 @@ class MessageConsumer:
         subscription: str | None = None,
         on_close: Callable[[MessageConsumer], None] | None = None,
     ) -> None:
-        self._session = session
+        self._context = context
         self._destination = destination
         self._source = source
         self._link_name = link_name
@@ -102,9 +120,8 @@ class MessageConsumer:
         self._listener_idle = anyio.Event()
         self._listener_idle.set()
         self._listener_task_active = False
-        self._gate_waits: set[anyio.CancelScope] = set()  # receives waiting out a failover
-        self._restored_epoch: int | None = None  # the epoch whose connection the link is on
-        self._prefetch = session._connection._options.prefetch
+        self._waits: set[anyio.CancelScope] = set()  # receives waiting, cancelled by close (C2)
+        self._prefetch = context.options.prefetch
 
     # Properties --------------------------------------------------------------------------------
 
@@ -147,32 +164,21 @@ class MessageConsumer:
 
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
         """Attach again with the same link name, source, selector and no-local (S5); a
-        temporary destination's source takes the node's new address (F6: restored first).
-        Nothing to do when the session already restored this consumer for ``epoch``."""
-        if self._closed or self._restored_epoch == epoch:
+        temporary destination's source takes the node's new address (F6: restored first)."""
+        if self._closed:
             return
         if isinstance(self._destination, TemporaryQueue | TemporaryTopic):
             self._source = replace(self._source, address=address_of(self._destination))
         await self._attach()
-        self._restored_epoch = epoch
-
-    async def _restore_ahead(self, physical: PhysicalConnection, epoch: int) -> None:
-        """``restore``, started by the session alongside its other consumers; a failure is
-        left for this consumer's own restore turn, which tries again and reports it."""
-        try:
-            await self.restore(physical, epoch)
-        except Exception:
-            log.debug("restoring %s alongside its session failed", self._link_name, exc_info=True)
 
     # Link --------------------------------------------------------------------------------------
 
     async def _attach(self) -> None:
         """Attach the link (on the session's current connection) and grant the prefetch."""
-        session = self._session
-        physical, amqp_session = session._link_context()
-        mode = session.ack_mode
-        presettled = mode is AckMode.NO_ACK
-        confirms = session._confirms_acks()
+        context = self._context
+        physical, amqp_session = context.link_context()
+        presettled = context.ack_mode is AckMode.NO_ACK
+        confirms = context.acks.confirms
         want_second = confirms and physical.settle_second is not False
         self._receiver = receiver = await physical.amqp.open_receiver(
             self._source,
@@ -181,7 +187,7 @@ class MessageConsumer:
             credit=self._prefetch,
             snd_settle_mode=SenderSettleMode.SETTLED if presettled else SenderSettleMode.UNSETTLED,
             rcv_settle_mode=ReceiverSettleMode.SECOND if want_second else ReceiverSettleMode.FIRST,
-            timeout=session._connection._options.attach_timeout,
+            timeout=context.options.attach_timeout,
         )
         if want_second:
             granted = receiver.remote_rcv_settle_mode is ReceiverSettleMode.SECOND
@@ -191,14 +197,14 @@ class MessageConsumer:
             )
         elif confirms:
             self._confirmation = AckConfirmation.ROUND_TRIP
-        session._note_confirmation(self._confirmation)
+        context.note_confirmation(self._confirmation)
 
     def _top_up(self) -> None:
         """Keep about ``prefetch`` messages granted (or one for a receive, with prefetch 0)."""
         receiver = self._receiver
         if receiver is None or receiver.is_closed:
             return
-        amqp = self._session._amqp()
+        amqp = self._context.amqp()
         outstanding = receiver.credit + amqp.queued(receiver)
         if self._prefetch == 0:
             if outstanding == 0:
@@ -209,7 +215,7 @@ class MessageConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("the consumer is closed")
-        self._session._check_open()
+        self._context.check_open()
 
     # Receiving ---------------------------------------------------------------------------------
 
@@ -235,18 +241,27 @@ class MessageConsumer:
             taken = await self._take(deadline)
             if taken is None:
                 return None
-            raw, message, physical, epoch = taken
-            try:
-                await self._acknowledge_on_delivery(raw, message)
-            except HAClientError as exc:
-                if not self._session._connection._lost(physical, epoch, exc):
-                    raise
-                # Not confirmed (A1), and from the old broker (F9): not handed out; the next
-                # broker delivers it again. The one window this leaves: a broker that recorded
-                # the acknowledgement and died before its answer left. The soak test has never
-                # hit it with the reference HA pair (the answer goes out in the same step).
-                continue
-            return message
+            if await self._hand_out(taken):
+                return taken[1]
+
+    async def _hand_out(self, taken: _Taken) -> bool:
+        """Acknowledge ``taken`` as the session's mode says before it is handed out; False when
+        the connection it came on was lost first: then it is not handed out (A1, F9) and the
+        next broker delivers it again. (The one window this leaves: a broker that recorded the
+        acknowledgement and died before its answer left.)
+
+        Shielded from cancellation: once a message is taken from the link, a cancelled
+        ``receive()`` must not leave it acknowledged and never returned."""
+        raw, message, at = taken
+        pending = PendingAck(raw, self._confirmation, self._source.address)
+
+        async def acknowledge(at: Connected) -> bool:
+            await self._context.acks.delivered(pending, message, listener=False)
+            return True
+
+        with anyio.CancelScope(shield=True):
+            handed = await self._context.gate.run(acknowledge, on=at, on_lost=_not_handed_out)
+        return handed
 
     async def receive_nowait(self) -> Message | None:
         """A message if one is already here (prefetched), else None at once."""
@@ -264,77 +279,88 @@ class MessageConsumer:
             raise StopAsyncIteration
         return message
 
-    async def _take(
-        self, deadline: float
-    ) -> tuple[ReceivedMessage, Message, PhysicalConnection, int] | None:
+    async def _take(self, deadline: float) -> _Taken | None:
         """The next decodable message from the link, or None (deadline, or closed).
 
         While the connection fails over this waits (F2) and then goes on with the restored
         link; what the old link had prefetched is gone with it (F9).
         """
-        connection = self._session._connection
         while not self._closed:
             remaining = deadline - anyio.current_time()
-            if not await connection._wait_started(remaining):
+            if not await self._context.connection.switch.wait_started(remaining):
                 return None
-            with anyio.move_on_at(deadline) as waiting:
-                self._gate_waits.add(waiting)  # close() cancels it: C2 holds during failover
+            with anyio.CancelScope(deadline=deadline) as waiting:
+                self._waits.add(waiting)  # close() cancels it: C2, also during failover
                 try:
-                    physical, epoch = await connection._gate()
+                    taken = await self._context.gate.run(
+                        lambda at: self._take_on(at, deadline), deadline=deadline
+                    )
+                except FailoverTimeoutError:
+                    if anyio.current_time() < deadline:
+                        raise  # failover.timeout (F4), not this receive's own deadline
+                    return None
                 finally:
-                    self._gate_waits.discard(waiting)
+                    self._waits.discard(waiting)
             if waiting.cancelled_caught:
-                return None  # the deadline passed, or the consumer closed, during failover
-            receiver = self._receiver
-            if self._closed or receiver is None:
-                return None
-            amqp = physical.amqp
-            self._top_up()
-            remaining = deadline - anyio.current_time()
-            try:
-                if remaining <= 0:
-                    raw = amqp.receive_nowait(receiver)
-                else:
-                    raw = await amqp.receive(receiver, None if math.isinf(remaining) else remaining)
-            except HAClientError as exc:
-                if connection._lost(physical, epoch, exc):
-                    continue  # wait for the failover, then receive on the restored link
-                raise
-            if raw is None and receiver is not self._receiver:
-                continue  # restored while we waited on the old link
-            if raw is None or self._closed:
-                if raw is not None:  # arrived as we closed: give it back
-                    amqp.settle(raw, Released())
-                return None
-            if self._prefetch:  # prefetch 0 pulls one per receive: no credit ahead of it
-                self._top_up()
-            try:
-                amqp_message = decode_message(raw.payload)
-                message = from_amqp(
-                    amqp_message,
-                    prefixes=self._session._physical().prefixes,
-                    consumer_destination=self._destination,
-                )
-            except MessageFormatError as exc:
-                log.warning("rejecting an undecodable message on %s: %s", self._destination, exc)
-                amqp.settle(raw, Rejected(ErrorCondition("amqp:decode-error", str(exc))))
-                continue
-            if not self._selected(message, physical):
-                self._discard(amqp, raw)
-                continue
-            connection._count_received()
-            return raw, message, physical, epoch
+                return None  # the deadline passed, or the consumer closed
+            if taken is not _Skip.AGAIN:
+                return taken
         return None
+
+    async def _take_on(self, at: Connected, deadline: float) -> _Taken | _Skip | None:
+        """One message from the link on ``at``: None at the deadline or once closed."""
+        receiver = self._receiver
+        if self._closed or receiver is None:
+            return None
+        amqp = at.amqp
+        self._top_up()
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            raw = amqp.receive_nowait(receiver)
+        else:
+            raw = await amqp.receive(receiver, None if math.isinf(remaining) else remaining)
+        if raw is None and receiver is not self._receiver:
+            return _Skip.AGAIN  # restored while we waited on the old link
+        if raw is None or self._closed:
+            if raw is not None:  # arrived as we closed: give it back
+                amqp.settle(raw, Released())
+            return None
+        if self._prefetch:  # prefetch 0 pulls one per receive: no credit ahead of it
+            self._top_up()
+        message = self._decode(amqp, raw, at.physical)
+        if message is None:
+            return _Skip.AGAIN
+        self._context.connection.counters.received += 1
+        return raw, message, at
+
+    def _decode(
+        self, amqp: AmqpConnection, raw: ReceivedMessage, physical: PhysicalConnection
+    ) -> Message | None:
+        """The message, or None when it was rejected (undecodable) or filtered out (E1, E2)."""
+        try:
+            message = from_amqp(
+                decode_message(raw.payload),
+                prefixes=physical.prefixes,
+                consumer_destination=self._destination,
+            )
+        except MessageFormatError as exc:
+            log.warning("rejecting an undecodable message on %s: %s", self._destination, exc)
+            amqp.settle(raw, Rejected(ErrorCondition("amqp:decode-error", str(exc))))
+            return None
+        if not self._selected(message, physical):
+            self._discard(amqp, raw)
+            return None
+        return message
 
     def _selected(self, message: Message, physical: PhysicalConnection) -> bool:
         """False when a selector or no-local the broker does not apply rejects ``message``
         (E1, E2)."""
-        connection = self._session._connection
-        if client_no_local(self._no_local, physical.product) and connection._published_here(
+        connection = self._context.connection
+        if client_no_local(self._no_local, physical.product) and connection.published_here(
             message.message_id, by_client_id=self._subscription is not None
         ):
             return False
-        selector = client_selector(self._selector, connection._options.selectors, physical.product)
+        selector = client_selector(self._selector, connection.options.selectors, physical.product)
         return selector is None or selector.matches(message_lookup(message))
 
     def _discard(self, amqp: AmqpConnection, raw: ReceivedMessage) -> None:
@@ -350,44 +376,27 @@ class MessageConsumer:
     def selector_emulated(self) -> bool:
         """Whether this client evaluates the consumer's selector itself because the broker
         does not (E1, E5); False without a selector."""
-        current = self._session._connection._current
-        options = self._session._connection._options
+        current = self._context.connection.current
         product = current.product if current is not None else None
-        return client_selector(self._selector, options.selectors, product) is not None
+        return client_selector(self._selector, self._context.options.selectors, product) is not None
 
     @property
     def no_local_emulated(self) -> bool:
         """Whether this client withholds its own messages itself because the broker does not
         (E2, E5); False without ``no_local``."""
-        current = self._session._connection._current
+        current = self._context.connection.current
         return client_no_local(self._no_local, current.product if current is not None else None)
-
-    async def _acknowledge_on_delivery(self, raw: ReceivedMessage, message: Message) -> None:
-        """Do what the session's mode asks as ``message`` is handed out (before a listener)."""
-        session = self._session
-        mode = session.ack_mode
-        pending = PendingAck(raw, self._confirmation, self._source.address)
-        if mode is AckMode.AUTO:
-            message._bind_acknowledger(_nothing_to_do)
-            if self._listener is None:
-                await session._settle([pending])
-        elif mode is AckMode.TRANSACTED:
-            message._bind_acknowledger(_nothing_to_do)
-            await session._acknowledge_in_transaction(pending)
-        elif mode is AckMode.NO_ACK:
-            message._bind_acknowledger(_nothing_to_do)
-        else:
-            session._track(pending, message)
 
     # Listener ----------------------------------------------------------------------------------
 
-    def set_message_listener(self, listener: MessageListener | None) -> None:
+    async def set_message_listener(self, listener: MessageListener | None) -> None:
         """Deliver messages to ``listener`` (a function or coroutine function) from now on.
 
         The listener runs in a task of the connection, one listener of the session at a time,
         once the connection is started. In AUTO mode each message is acknowledged right after
         the listener returns (A1); if it raises, the message is given back for redelivery.
-        ``None`` stops the listener (a message being handled is finished first).
+        ``None`` stops the listener (a message being handled is finished first). During a
+        failover the listener is not called; it goes on with the new broker's deliveries (F9).
 
         Raises:
             ClosedError: the consumer is closed.
@@ -396,9 +405,7 @@ class MessageConsumer:
         self._listener = listener
         if listener is not None and not self._listener_task_active:
             self._listener_task_active = True
-            self._session._connection._host.start_soon(
-                self._listen, name=f"listener {self._link_name}"
-            )
+            self._context.start_soon(self._listen, name=f"listener {self._link_name}")
 
     async def _listen(self) -> None:
         try:
@@ -406,42 +413,42 @@ class MessageConsumer:
                 taken = await self._take(math.inf)
                 if taken is None:
                     break
-                raw, message, physical, epoch = taken
-                async with self._session._dispatch_lock:
-                    if not physical.is_open:
-                        continue  # failed over while waiting for the session: never handed (F9)
-                    try:
-                        await self._run_listener(raw, message)
-                    except HAClientError as exc:  # the acknowledgement met a lost connection
-                        if not self._session._connection._lost(physical, epoch, exc):
-                            raise
+                async with self._context.dispatch_lock:
+                    await self._context.gate.run(
+                        self._listener_runner(taken), on=taken[2], on_lost=_ignored
+                    )
         except Exception:
             log.exception("the listener task of %s failed", self._link_name)
         finally:
             self._listener_task_active = False
 
-    async def _run_listener(self, raw: ReceivedMessage, message: Message) -> None:
+    def _listener_runner(self, taken: _Taken) -> Callable[[Connected], Awaitable[None]]:
+        return lambda at: self._run_listener(taken)
+
+    async def _run_listener(self, taken: _Taken) -> None:
+        raw, message, at = taken
         listener = self._listener
+        if not at.physical.is_open:
+            return  # failed over while waiting for the session: never handed out (F9)
         if listener is None or self._closed:
-            self._session._amqp().settle(raw, Released())
+            at.amqp.settle(raw, Released())
             return
+        acks = self._context.acks
+        pending = PendingAck(raw, self._confirmation, self._source.address)
         self._listener_running = True
         self._listener_idle = anyio.Event()
         token = _listening.set(self)
         try:
-            await self._acknowledge_on_delivery(raw, message)
-            result = listener(message)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("the message listener of %s raised; the message is redelivered", self)
-            if self._session.ack_mode in (AckMode.AUTO, AckMode.DUPS_OK):
-                self._session._amqp().settle(raw, self._session._give_back_outcomes()[0])
-        else:
-            if self._session.ack_mode is AckMode.AUTO:
-                await self._session._settle(
-                    [PendingAck(raw, self._confirmation, self._source.address)]
-                )
+            failed = False
+            try:
+                await acks.delivered(pending, message, listener=True)
+                result = listener(message)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("the message listener of %s raised; the message is redelivered", self)
+                failed = True
+            await acks.listener_done(pending, failed=failed)
         finally:
             _listening.reset(token)
             self._listener_running = False
@@ -464,7 +471,7 @@ class MessageConsumer:
             return
         self._closed = True
         self._listener = None
-        self._stop_waiting_for_failover()
+        self._stop_waiting()
         inside = from_listener or _listening.get() is self
         running = self._listener_running
         if not running:
@@ -474,6 +481,7 @@ class MessageConsumer:
         # needs the link: settled on a detached link, it would never be confirmed)
         if self._on_close is not None:
             self._on_close(self)
+        self._context.forget(self)
         if running and not inside:
             await self._listener_idle.wait()
             await self._write_detach()
@@ -487,38 +495,36 @@ class MessageConsumer:
         ``unsubscribe``): there wait for a round trip too, so the broker has ended the old link
         before the new attach arrives (else it refuses it: "link name already attached").
         """
-        current = self._session._connection._current
+        current = self._context.connection.current
         receiver = self._receiver
         if current is None or not current.is_open or receiver is None:
             return
         try:
             await current.amqp.flush()
             if self._subscription is not None and receiver.is_closed:
-                options = self._session._connection._options
-                probe = await current.amqp.open_session(timeout=options.close_timeout)
+                timeout = self._context.options.close_timeout
+                probe = await current.amqp.open_session(timeout=timeout)
                 current.amqp.end_session(probe)
         except HAClientError:
             log.debug("confirming the detach of %s failed", self._link_name, exc_info=True)
 
-    def _stop_waiting_for_failover(self) -> None:
-        for waiting in list(self._gate_waits):
+    def _stop_waiting(self) -> None:
+        for waiting in list(self._waits):
             waiting.cancel()
 
     def _release_link(self) -> None:
-        """Give prefetched messages back and detach, unless the session still owes acks."""
+        """Give prefetched messages back and detach, once the session owes no acks on it."""
         receiver = self._receiver
-        if receiver is None:
+        current = self._context.connection.current
+        if receiver is None or current is None:
             return
-        amqp = self._session._amqp()
+        amqp = current.amqp
         # A durable subscription's link is only detached (closed=false), as Qpid JMS does: a
         # closed=true detach would end the subscription on brokers that follow the spec.
         closed = self._source.durable is Durability.NONE
         if amqp.is_open and not receiver.is_closed:
             amqp.release_arrivals(receiver)
-            if not self._session._owes_acks(receiver):
-                amqp.detach(receiver, closed=closed)
-            else:
-                self._session._linger(receiver, closed=closed)
+            self._context.acks.linger(receiver, closed=closed)
         else:
             amqp.detach(receiver, closed=closed)
 
@@ -526,8 +532,8 @@ class MessageConsumer:
         """The session closed: mark closed and wake waiters (the session ends the link)."""
         self._closed = True
         self._listener = None
-        self._stop_waiting_for_failover()
-        current = self._session._connection._current
+        self._stop_waiting()
+        current = self._context.connection.current
         if self._receiver is not None and current is not None and current.is_open:
             current.amqp.detach(self._receiver, closed=self._source.durable is Durability.NONE)
 
@@ -536,5 +542,10 @@ class MessageConsumer:
         return f"<MessageConsumer {self._link_name!r} on {self._destination} ({state})>"
 
 
-async def _nothing_to_do() -> None:
-    """The acknowledger of a message whose session acknowledges by itself (AUTO, TRANSACTED)."""
+def _not_handed_out(exc: HAClientError) -> bool:
+    """The connection a message came on was lost before its acknowledgement: drop it (F9)."""
+    return False
+
+
+def _ignored(exc: HAClientError) -> None:
+    """A listener's acknowledgement met a lost connection: the next broker redelivers."""

@@ -20,7 +20,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from haclient.aio.acks import PendingAck
-from haclient.errors import HAClientError, TransactionRolledBackError
+from haclient.aio.transaction import GiveBack, SessionTransaction
+from haclient.amqp.connection import AmqpConnection
+from haclient.amqp.endpoints import Session
+from haclient.errors import ClosedError, HAClientError, TransactionRolledBackError
 
 __all__ = ["BufferedSend", "EmulatedTransaction"]
 
@@ -34,10 +37,16 @@ class BufferedSend:
     completed: Callable[[BaseException | None], None] | None = None
 
 
-class EmulatedTransaction:
+class EmulatedTransaction(SessionTransaction):
     """The open emulated transaction of one session: buffered sends, unacknowledged receipts."""
 
-    def __init__(self) -> None:
+    emulated = True
+
+    def __init__(
+        self, give_back: GiveBack, acknowledge: Callable[[list[PendingAck]], Awaitable[None]]
+    ) -> None:
+        super().__init__(give_back)
+        self._acknowledge = acknowledge
         self.sends: list[BufferedSend] = []
         self.received: list[PendingAck] = []
 
@@ -46,20 +55,32 @@ class EmulatedTransaction:
         """True when anything was sent or received since the last commit or rollback."""
         return bool(self.sends or self.received)
 
+    async def begin(self, amqp: AmqpConnection, session: Session, *, timeout: float) -> None:
+        """Nothing to attach: the client is the coordinator."""
+
+    async def enlist_send(self) -> None:
+        """None: the send is buffered (``buffer``) and made by ``commit()``."""
+        return None
+
     def buffer(self, send: BufferedSend) -> None:
+        """Hold ``send`` until commit."""
         self.sends.append(send)
 
-    def track(self, ack: PendingAck) -> None:
-        self.received.append(ack)
+    async def enlist_receipt(self, pending: PendingAck) -> None:
+        """Remember the message: ``commit()`` acknowledges it."""
+        self.received.append(pending)
 
-    async def commit(self, acknowledge: Callable[[list[PendingAck]], Awaitable[None]]) -> None:
-        """Send every buffered message, then ``acknowledge`` the received ones.
+    def _forget(self, cause: BaseException) -> None:
+        self._rolled_back(cause)  # the broker redelivers what was received
+
+    async def _commit(self) -> None:
+        """Send every buffered message, then acknowledge the received ones.
 
         Raises:
             TransactionRolledBackError: ``in_doubt=True``, the commit failed part way (the
                 message says how far it got).
         """
-        sends, received = self.take()
+        sends, received = self._take()
         done = 0
         try:
             for send in sends:
@@ -67,7 +88,7 @@ class EmulatedTransaction:
                 done += 1
                 if send.completed is not None:
                     send.completed(None)
-            await acknowledge(received)
+            await self._acknowledge(received)
         except HAClientError as exc:
             for send in sends[done:]:
                 if send.completed is not None:
@@ -75,20 +96,28 @@ class EmulatedTransaction:
             raise TransactionRolledBackError(
                 f"the emulated commit failed after {done} of {len(sends)} sends "
                 f"({'before' if done < len(sends) else 'while'} acknowledging {len(received)} "
-                f"received messages): emulated transactions are not atomic ({exc})",
+                f"received messages): emulated transactions are not atomic",
                 in_doubt=True,
             ) from exc
 
-    def take(self) -> tuple[list[BufferedSend], list[PendingAck]]:
+    async def _roll_back(self) -> None:
+        cause = TransactionRolledBackError("the transaction was rolled back")
+        await self._give_back(self._rolled_back(cause))
+
+    async def close(self) -> None:
+        cause = ClosedError("the session closed with its transaction open")
+        await self._give_back(self._rolled_back(cause))
+
+    def _take(self) -> tuple[list[BufferedSend], list[PendingAck]]:
         """Everything the transaction holds, forgotten here."""
         sends, received = self.sends, self.received
         self.sends, self.received = [], []
         return sends, received
 
-    def rolled_back(self, cause: BaseException) -> list[PendingAck]:
+    def _rolled_back(self, cause: BaseException) -> list[PendingAck]:
         """Drop the buffered sends (their callbacks hear ``cause``); return the received
         messages, to be given back."""
-        sends, received = self.take()
+        sends, received = self._take()
         for send in sends:
             if send.completed is not None:
                 send.completed(cause)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from failover.manager import RestoreOrder
-from haclient.aio.emulated_transaction import BufferedSend
+from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
+from haclient.aio.gate import Connected
 from haclient.aio.termini import producer_target
 from haclient.amqp.codec import encode_message
 from haclient.amqp.endpoints import Delivery, Sender
@@ -41,10 +42,11 @@ from haclient.errors import (
 )
 from haclient.mapping import to_amqp
 from haclient.message import DeliveryMode, Message
+from haclient.modes import AckMode
 
 if TYPE_CHECKING:
+    from haclient.aio.context import SessionContext
     from haclient.aio.physical import PhysicalConnection
-    from haclient.aio.session import Session
 
 __all__ = ["CompletionListener", "MessageProducer"]
 
@@ -70,11 +72,11 @@ class MessageProducer:
             because a re-sent message is recognised by its id (F11).
     """
 
-    def __init__(self, session: Session, destination: Destination | None) -> None:
-        self._session = session
+    def __init__(self, context: SessionContext, destination: Destination | None) -> None:
+        self._context = context
         self._destination = destination
         self._closed = False
-        self._ids = session._connection._message_ids()
+        self._ids = context.connection.message_ids()
         self._links: OrderedDict[Destination | None, Sender] = OrderedDict()
         self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
         self._failure: HAClientError | None = None
@@ -98,7 +100,7 @@ class MessageProducer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("the producer is closed")
-        self._session._check_open()
+        self._context.check_open()
 
     # Failover ----------------------------------------------------------------------------------
 
@@ -123,7 +125,7 @@ class MessageProducer:
             await self._link_for(self._destination)
 
     def _relay_offered(self) -> bool:
-        return _ANONYMOUS_RELAY in self._session._physical().offered_capabilities
+        return _ANONYMOUS_RELAY in self._context.physical().offered_capabilities
 
     async def _link_for(self, destination: Destination | None) -> Sender:
         key = destination
@@ -133,11 +135,11 @@ class MessageProducer:
         if link is not None and not link.is_closed:
             self._links.move_to_end(key)
             return link
-        physical, amqp_session = self._session._link_context()
+        physical, amqp_session = self._context.link_context()
         link = await physical.amqp.open_sender(
             producer_target(key, physical.prefixes),
             session=amqp_session,
-            timeout=self._session._connection._options.attach_timeout,
+            timeout=self._context.options.attach_timeout,
         )
         self._links[key] = link
         if len(self._links) > _LINK_CACHE_SIZE:
@@ -219,9 +221,17 @@ class MessageProducer:
         self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        if self._session._buffer_send(BufferedSend(self._committed_send(destination, message))):
+        if self._buffered(BufferedSend(self._committed_send(destination, message))):
             return  # emulated transaction (E3): sent by commit()
         await self._send_until_done(destination, message, wait=None)
+
+    def _buffered(self, send: BufferedSend) -> bool:
+        """Hold ``send`` until commit when transactions are emulated; False otherwise."""
+        transaction = self._context.transaction
+        if not isinstance(transaction, EmulatedTransaction):
+            return False
+        transaction.buffer(send)
+        return True
 
     def _committed_send(
         self, destination: Destination, message: Message
@@ -241,32 +251,34 @@ class MessageProducer:
         *,
         wait: bool | None,
         in_transaction: bool | None = None,
+        sent: tuple[Connected, Delivery] | None = None,
     ) -> None:
-        """Transfer ``message``; wait for the broker's outcome when ``wait`` (None: when it is
-        PERSISTENT). A loss of the connection before that outcome sends it again, same id, on
-        the next connection (F11); in a transaction it does not (F7: the commit will fail)."""
+        """Transfer ``message`` (unless ``sent`` says it already went out on a connection);
+        wait for the broker's outcome when ``wait`` (None: when it is PERSISTENT). A loss of
+        the connection before that outcome sends it again, same id, on the next connection
+        (F11); in a transaction it does not (F7: the commit will fail)."""
         if wait is None:
             wait = message.delivery_mode == DeliveryMode.PERSISTENT
         if in_transaction is None:
-            in_transaction = self._session.transacted
-        connection = self._session._connection
-        while True:
-            physical, epoch = await connection._gate()
-            try:
-                sent = await self._transfer(physical, destination, message, in_transaction)
-                if wait:
-                    outcome = await physical.amqp.wait_settled(sent)
-                    self._unconfirmed.pop(sent, None)
-                    self._check_outcome(outcome, message)
-                elif len(self._unconfirmed) > _MAX_PIPELINED:
-                    await self._confirm_oldest()
-                return
-            except HAClientError as exc:
-                if not connection._lost(physical, epoch, exc):
-                    raise
-                if in_transaction:
-                    return
-                log.info("re-sending %s after the connection was lost", message.message_id)
+            in_transaction = self._context.ack_mode is AckMode.TRANSACTED
+
+        async def attempt(at: Connected) -> None:
+            nonlocal sent
+            if sent is not None and sent[0].epoch == at.epoch:
+                delivery = sent[1]
+            else:
+                if sent is not None:
+                    log.info("re-sending %s after the connection was lost", message.message_id)
+                delivery = await self._transfer(at, destination, message, in_transaction)
+            sent = (at, delivery)
+            if wait:
+                outcome = await at.amqp.wait_settled(delivery)
+                self._unconfirmed.pop(delivery, None)
+                self._check_outcome(outcome, message)
+            elif len(self._unconfirmed) > _MAX_PIPELINED:
+                await self._confirm_oldest()
+
+        await self._context.gate.run(attempt, on_lost=_not_repeated if in_transaction else None)
 
     async def send_async(
         self,
@@ -293,27 +305,23 @@ class MessageProducer:
             self._committed_send(destination, message),
             completed=lambda error: self._complete(on_completion, message, error),
         )
-        if self._session._buffer_send(buffered):
+        if self._buffered(buffered):
             return  # emulated transaction (E3): sent, and completed, by commit()
-        physical, epoch = await self._session._connection._gate()
-        sent = await self._transfer(physical, destination, message, self._session.transacted)
+        in_transaction = self._context.ack_mode is AckMode.TRANSACTED
+        at = await self._context.gate.wait()
+        sent = (at, await self._transfer(at, destination, message, in_transaction))
 
         async def complete() -> None:
             error: BaseException | None = None
             try:
-                try:
-                    outcome = await physical.amqp.wait_settled(sent)
-                    self._unconfirmed.pop(sent, None)
-                    self._check_outcome(outcome, message)
-                except HAClientError as exc:
-                    if not self._session._connection._lost(physical, epoch, exc):
-                        raise
-                    await self._send_until_done(destination, message, wait=True)
+                await self._send_until_done(
+                    destination, message, wait=True, in_transaction=in_transaction, sent=sent
+                )
             except Exception as exc:
                 error = exc
             self._complete(on_completion, message, error)
 
-        self._session._connection._host.start_soon(complete)
+        self._context.start_soon(complete)
 
     @staticmethod
     def _complete(
@@ -325,25 +333,20 @@ class MessageProducer:
             log.exception("a completion listener raised")
 
     async def _transfer(
-        self,
-        physical: PhysicalConnection,
-        destination: Destination,
-        message: Message,
-        in_transaction: bool,
+        self, at: Connected, destination: Destination, message: Message, in_transaction: bool
     ) -> Delivery:
-        """Queue one transfer of ``message`` (already stamped) on ``physical``, in the
+        """Queue one transfer of ``message`` (already stamped) on ``at``'s connection, in the
         session's broker transaction when ``in_transaction``."""
-        payload = encode_message(to_amqp(message, destination_prefixes=physical.prefixes))
+        payload = encode_message(to_amqp(message, destination_prefixes=at.physical.prefixes))
         link = await self._link_for(destination)
-        amqp = physical.amqp
         state: TransactionalState | None = None
-        if in_transaction:
-            state = await self._session._transaction_state()
-        await amqp.wait_for_credit(link)
+        if in_transaction and self._context.transaction is not None:
+            state = await self._context.transaction.enlist_send()
+        await at.amqp.wait_for_credit(link)
         self._check_open()
-        delivery = amqp.send_nowait(link, payload, state=state)
+        delivery = at.amqp.send_nowait(link, payload, state=state)
         self._unconfirmed[delivery] = message
-        self._session._connection._count_sent()
+        self._context.connection.counters.sent += 1
         return delivery
 
     def _check_outcome(self, outcome: Outcome | None, message: Message) -> None:
@@ -365,7 +368,7 @@ class MessageProducer:
     async def _confirm_oldest(self) -> None:
         delivery, message = next(iter(self._unconfirmed.items()))
         try:
-            outcome = await self._session._amqp().wait_settled(delivery)
+            outcome = await self._context.amqp().wait_settled(delivery)
             self._check_outcome(outcome, message)
         except HAClientError as exc:
             self._failure = self._failure or exc
@@ -408,16 +411,17 @@ class MessageProducer:
         """
         if self._closed:
             return
+        current = self._context.connection.current
         try:
-            if self._session._amqp().is_open:
-                with anyio.move_on_after(self._session._connection._options.close_timeout):
+            if current is not None and current.amqp.is_open:
+                with anyio.move_on_after(self._context.options.close_timeout):
                     await self.flush()
         finally:
             self._closed = True
-            self._session._forget_producer(self)
-            amqp = self._session._amqp()
-            for link in self._links.values():
-                amqp.detach(link)
+            self._context.forget(self)
+            if current is not None:
+                for link in self._links.values():
+                    current.amqp.detach(link)
             self._links.clear()
 
     def _session_closed(self) -> None:
@@ -427,3 +431,7 @@ class MessageProducer:
     def __repr__(self) -> str:
         where = self._destination if self._destination is not None else "(anonymous)"
         return f"<MessageProducer to {where} ({'closed' if self._closed else 'open'})>"
+
+
+def _not_repeated(exc: HAClientError) -> None:
+    """A send in a transaction cut off by failover is not sent again: the commit fails (F7)."""

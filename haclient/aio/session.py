@@ -1,25 +1,28 @@
-"""``Session``: a JMS session over one AMQP session, with its acknowledge mode and transaction.
+"""``Session``: a JMS session over one AMQP session: its factories and its lifetime.
 
 How this works: the session makes producers, consumers and browsers as links on its AMQP
-session, and owns what they share: the acknowledgement bookkeeping (``Acknowledger``), the
-transaction (``Transactions``, TRANSACTED only), the DUPS_OK flusher task (the only background
-acknowledger, A3) and the lock that lets one listener run at a time.
+session and gives each its ``SessionContext`` (haclient.aio.context), the narrow surface of
+what they share: the gate, the options, the acknowledgement strategy of the session's mode
+(haclient.aio.acks: one class per mode; DUPS_OK's flusher is the only background acknowledger,
+A3), the transaction of a TRANSACTED session (haclient.aio.transaction: native or emulated,
+which keeps rule F7) and the lock that lets one listener run at a time. The session itself keeps
+the factories, the restore after failover and closing.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from typing import TYPE_CHECKING, Any
-
-import anyio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from failover.manager import RestoreOrder
-from haclient.aio.acks import Acknowledger, PendingAck, StaleDeliveryError
+from haclient.aio.acks import ack_strategy
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
-from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
+from haclient.aio.context import SessionContext
+from haclient.aio.emulated_transaction import EmulatedTransaction
 from haclient.aio.emulation import broker_selector
+from haclient.aio.gate import Connected
 from haclient.aio.producer import MessageProducer
 from haclient.aio.termini import (
     SubscriptionKind,
@@ -27,11 +30,9 @@ from haclient.aio.termini import (
     consumer_source,
     subscription_source,
 )
-from haclient.aio.transaction import Transactions
-from haclient.amqp.connection import AmqpConnection, ReceivedMessage
+from haclient.aio.transaction import NativeTransaction, SessionTransaction
 from haclient.amqp.endpoints import Receiver
-from haclient.amqp.endpoints import Session as AmqpSession
-from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released, Terminus, TransactionalState
+from haclient.amqp.types import Terminus
 from haclient.destination import (
     Destination,
     Queue,
@@ -41,15 +42,11 @@ from haclient.destination import (
     _require_destination,
 )
 from haclient.errors import (
-    AcknowledgeFailedError,
-    ClosedError,
-    HAClientError,
     IllegalStateError,
     InvalidDestinationError,
     ResourceLockedError,
     TransactionRolledBackError,
 )
-from haclient.message import Message
 from haclient.modes import AckConfirmation, AckMode
 from haclient.selector import compile_selector
 
@@ -61,7 +58,7 @@ __all__ = ["Session"]
 
 log = logging.getLogger("haclient.session")
 
-_link_numbers = itertools.count(1)
+T = TypeVar("T")
 
 
 class Session:
@@ -74,97 +71,78 @@ class Session:
     def __init__(self, connection: Connection, ack_mode: AckMode) -> None:
         self._connection = connection
         self._ack_mode = AckMode(ack_mode)
-        self._amqp_session: AmqpSession | None = None
-        self._closed = False
-        self._acks = Acknowledger()
-        self._transactions: Transactions | None = None
-        self._emulated: EmulatedTransaction | None = None  # TRANSACTED with transactions=emulate
         self._consumers: set[MessageConsumer] = set()
         self._producers: set[MessageProducer] = set()
         self._browsers: set[QueueBrowser] = set()
-        self._lingering: dict[Receiver, bool] = {}  # receiver -> close it (False: detach only)
-        self._confirmation: AckConfirmation | None = None
-        self._dispatch_lock = anyio.Lock()
-        self._flush_due = anyio.Event()
-        self._ack_lock = anyio.Lock()
-        self._acks_lost = False  # F8: deliveries were unacknowledged when the connection failed
-        self._transaction_lost = False  # F7: the open transaction died with the connection
+        self._context = context = SessionContext(
+            connection._context,
+            self._ack_mode,
+            forget=self._forget,
+            prefetched=self._prefetching_receivers,
+        )
+        options = context.options
+        if self._ack_mode is AckMode.TRANSACTED:
+            context.transaction = self._new_transaction(options.transactions == "emulate")
+        context.acks = ack_strategy(
+            self._ack_mode,
+            context,
+            transaction=context.transaction,
+            dups_ok_batch=options.dups_ok_batch,
+            dups_ok_interval=options.dups_ok_interval,
+        )
 
-    async def _open(self) -> None:
-        await self._begin(self._connection._physical())
+    def _new_transaction(self, emulate: bool) -> SessionTransaction:
+        context = self._context
+        if not emulate:
+            return NativeTransaction(context.give_back, context.connection.link_name("txn"))
+        log.warning(
+            "session transactions are emulated by the client (transactions=emulate): "
+            "a commit is not atomic"
+        )
+        return EmulatedTransaction(context.give_back, context.settle_acks)
+
+    async def _open(self, at: Connected) -> None:
+        await self._begin(at.physical)
         if self._ack_mode is AckMode.DUPS_OK:
-            self._connection._host.start_soon(self._dups_ok_flusher, name="dups-ok flusher")
+            self._context.start_soon(self._context.acks.run, name="dups-ok flusher")
 
     async def _begin(self, physical: PhysicalConnection) -> None:
-        options = self._connection._options
-        self._amqp_session = await physical.amqp.open_session(timeout=options.attach_timeout)
-        if self._ack_mode is AckMode.TRANSACTED and options.transactions == "emulate":
-            if self._emulated is None:
-                log.warning(
-                    "session transactions are emulated by the client (transactions=emulate): "
-                    "a commit is not atomic"
-                )
-                self._emulated = EmulatedTransaction()
-        elif self._ack_mode is AckMode.TRANSACTED:
-            self._transactions = await Transactions.attach(
-                physical.amqp,
-                self._amqp_session,
-                self._link_name("txn"),
-                timeout=options.attach_timeout,
-            )
+        context = self._context
+        timeout = context.options.attach_timeout
+        context.amqp_session = await physical.amqp.open_session(timeout=timeout)
+        if context.transaction is not None:
+            await context.transaction.begin(physical.amqp, context.amqp_session, timeout=timeout)
 
     # Failover ----------------------------------------------------------------------------------
 
     def connection_lost(self, epoch: int, cause: BaseException) -> None:
         """The connection died: what the session owed the broker is gone with it (F7, F8)."""
-        if self._acks.take_pending() and self._ack_mode in (AckMode.CLIENT, AckMode.INDIVIDUAL):
-            self._acks_lost = True
-        transactions = self._transactions
-        if transactions is not None and (transactions.dirty or transactions.txn_id is not None):
-            self._transaction_lost = True
-        if self._emulated is not None and self._emulated.dirty:
-            self._emulated.rolled_back(cause)  # the broker redelivers what was received
-            self._transaction_lost = True
-        self._lingering.clear()
+        self._context.acks.connection_lost()
+        if self._context.transaction is not None:
+            self._context.transaction.connection_lost(cause)
 
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
-        """Begin the session again on the new connection, then re-attach its consumers side
-        by side: one round trip for all of them rather than one each (restoring 1,000
-        consumers is bound by it). A consumer that fails here is tried again, and reported,
-        in its own restore turn."""
+        """Begin the session again on the new connection (its producers and consumers are
+        restored in their own tiers, after every session)."""
         await self._begin(physical)
-        consumers = [consumer for consumer in self._consumers if not consumer.is_closed]
-        if len(consumers) > 1:
-            async with anyio.create_task_group() as group:
-                for consumer in consumers:
-                    group.start_soon(consumer._restore_ahead, physical, epoch)
 
     def _register(self, resource: Any) -> None:
-        self._connection._manager.register(resource)
+        self._connection._context.manager.register(resource)
 
-    def _unregister(self, resource: Any) -> None:
-        self._connection._manager.unregister(resource)
+    def _forget(self, resource: Any) -> None:
+        self._consumers.discard(resource)
+        self._producers.discard(resource)
+        self._browsers.discard(resource)
 
-    # Plumbing for producers and consumers ------------------------------------------------------
+    def _prefetching_receivers(self) -> list[Receiver]:
+        return [c._receiver for c in self._consumers if c._receiver is not None]
 
-    def _physical(self) -> PhysicalConnection:
-        return self._connection._physical()
-
-    def _amqp(self) -> AmqpConnection:
-        return self._connection._physical().amqp
-
-    def _link_context(self) -> tuple[PhysicalConnection, AmqpSession]:
-        self._check_open()
-        assert self._amqp_session is not None
-        return self._physical(), self._amqp_session
-
-    def _link_name(self, kind: str) -> str:
-        return f"{self._connection._container_id}:{kind}:{next(_link_numbers)}"
+    async def _run(self, operation: Callable[[Connected], Awaitable[T]]) -> T:
+        """Run ``operation`` once connected, again after a failover that cut it off (F3)."""
+        return await self._context.gate.run(operation)
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError("the session is closed")
-        self._connection._check_open()
+        self._context.check_open()
 
     # Properties --------------------------------------------------------------------------------
 
@@ -183,12 +161,8 @@ class Session:
         """True when this TRANSACTED session's transactions are emulated by the client
         (``transactions=emulate``, E3, E5): sends wait in the client until ``commit()``, which
         is then not atomic."""
-        return self._emulated is not None
-
-    def _confirms_acks(self) -> bool:
-        """Whether acknowledgements in this session wait for the broker's confirmation."""
-        confirming = (AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL)
-        return self._ack_mode in confirming or self._emulated is not None
+        transaction = self._context.transaction
+        return transaction is not None and transaction.emulated
 
     @property
     def ack_confirmation(self) -> AckConfirmation:
@@ -198,26 +172,24 @@ class Session:
         broker's answer to the first consumer's attach, and known before it when the broker
         is known to lack mode ``second``); ``NONE`` for DUPS_OK, NO_ACK and TRANSACTED.
         """
-        if not self._confirms_acks():
+        if not self._context.acks.confirms:
             return AckConfirmation.NONE
-        if self._confirmation is not None:
-            return self._confirmation
-        second = self._physical().settle_second
+        if self._context.confirmation is not None:
+            return self._context.confirmation
+        second = self._context.physical().settle_second
         return AckConfirmation.ROUND_TRIP if second is False else AckConfirmation.SETTLE_SECOND
 
     @property
     def is_closed(self) -> bool:
         """True once closed (or the connection closed)."""
-        return self._closed
-
-    def _note_confirmation(self, confirmation: AckConfirmation) -> None:
-        if confirmation is not AckConfirmation.NONE:
-            self._confirmation = confirmation
+        return self._context.closed
 
     # Factories ---------------------------------------------------------------------------------
 
     async def create_producer(self, destination: Destination | None = None) -> MessageProducer:
         """A producer to ``destination``; None makes an anonymous producer (``send(dest, msg)``).
+
+        Waits while the connection fails over (F2).
 
         Raises:
             InvalidDestinationError: the broker refused the destination.
@@ -227,12 +199,12 @@ class Session:
         if destination is not None:
             _require_destination(destination)
 
-        async def create() -> MessageProducer:
-            producer = MessageProducer(self, destination)
+        async def create(at: Connected) -> MessageProducer:
+            producer = MessageProducer(self._context, destination)
             await producer._attach()
             return producer
 
-        producer = await self._connection._retrying(create)
+        producer = await self._run(create)
         self._producers.add(producer)
         self._register(producer)
         return producer
@@ -245,7 +217,7 @@ class Session:
 
     def _broker_selector(self, selector: str | None) -> str | None:
         """The selector for the link's filter: none when the client evaluates it (E1)."""
-        return broker_selector(selector, self._connection._options.selectors)
+        return broker_selector(selector, self._context.options.selectors)
 
     async def _consumer(
         self,
@@ -256,24 +228,23 @@ class Session:
         selector: str | None,
         no_local: bool,
         subscription: str | None = None,
-        on_close: Any = None,
+        on_close: Callable[[MessageConsumer], None] | None = None,
     ) -> MessageConsumer:
-
-        async def create() -> MessageConsumer:
+        async def create(at: Connected) -> MessageConsumer:
             consumer = MessageConsumer(
-                self,
+                self._context,
                 destination,
                 source,
                 link_name=link_name,
                 selector=selector,
                 no_local=no_local,
                 subscription=subscription,
-                on_close=on_close or self._forget_consumer,
+                on_close=on_close,
             )
             await consumer._attach()
             return consumer
 
-        consumer = await self._connection._retrying(create)
+        consumer = await self._run(create)
         self._consumers.add(consumer)
         self._register(consumer)
         return consumer
@@ -283,7 +254,8 @@ class Session:
     ) -> MessageConsumer:
         """A consumer of a queue or topic, with an optional JMS selector.
 
-        ``no_local`` (topics) withholds messages published by this connection.
+        ``no_local`` (topics) withholds messages published by this connection. Waits while
+        the connection fails over (F2).
 
         Raises:
             InvalidSelectorError: the selector is not valid JMS (the column is given).
@@ -292,14 +264,14 @@ class Session:
         self._check_open()
         destination = _require_destination(destination)
         selector = self._check_selector(selector)
-        prefixes = self._physical().prefixes
+        prefixes = self._context.physical().prefixes
         source = consumer_source(
             destination, prefixes, selector=self._broker_selector(selector), no_local=no_local
         )
         return await self._consumer(
             destination,
             source,
-            link_name=self._link_name("consumer"),
+            link_name=self._context.connection.link_name("consumer"),
             selector=selector,
             no_local=no_local,
         )
@@ -335,14 +307,14 @@ class Session:
         self._check_open()
         self._check_topic(topic)
         self._check_name(name)
-        if not self._connection._has_client_id:
+        if self._context.connection.client_id is None:
             raise IllegalStateError(
                 "an unshared durable subscription needs a client id: connect with client_id=..."
             )
         selector = self._check_selector(selector)
         source = subscription_source(
             topic,
-            self._physical().prefixes,
+            self._context.physical().prefixes,
             kind=SubscriptionKind.DURABLE,
             is_global=False,
             selector=self._broker_selector(selector),
@@ -362,16 +334,15 @@ class Session:
         names = self._connection._subscription_names
         source = subscription_source(
             topic,
-            self._physical().prefixes,
+            self._context.physical().prefixes,
             kind=SubscriptionKind.SHARED_DURABLE if durable else SubscriptionKind.SHARED,
-            is_global=not self._connection._has_client_id,
+            is_global=self._context.connection.client_id is None,
             selector=self._broker_selector(selector),
         )
         link_name = names.acquire(name, durable=durable)
 
         def on_close(consumer: MessageConsumer) -> None:
             names.release(link_name, durable=durable)
-            self._forget_consumer(consumer)
 
         try:
             return await self._consumer(
@@ -418,25 +389,23 @@ class Session:
                 f"subscription {name!r} has an active consumer in this session"
             )
 
-        async def unsubscribe() -> None:
-            physical, amqp_session = self._link_context()
+        async def unsubscribe(at: Connected) -> None:
+            physical, amqp_session = self._context.link_context()
             link = await physical.amqp.open_receiver(
                 Terminus.null(),
                 session=amqp_session,
                 name=name,
                 credit=0,
-                timeout=self._connection._options.attach_timeout,
+                timeout=self._context.options.attach_timeout,
             )
             physical.amqp.detach(link)
             # The broker removes the subscription when it handles that close: a round trip
             # makes unsubscribe() return after it did (the close is written before the Begin).
             await physical.amqp.flush()
-            probe = await physical.amqp.open_session(
-                timeout=self._connection._options.attach_timeout
-            )
+            probe = await physical.amqp.open_session(timeout=self._context.options.attach_timeout)
             physical.amqp.end_session(probe)
 
-        await self._connection._retrying(unsubscribe)
+        await self._run(unsubscribe)
 
     async def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
         """A browser over ``queue``: iterate to see its messages without consuming them.
@@ -449,16 +418,20 @@ class Session:
         if not isinstance(queue, Queue | TemporaryQueue):
             raise InvalidDestinationError(f"a browser needs a queue, not {queue!r}")
         selector = self._check_selector(selector)
-        source = browser_source(queue, self._physical().prefixes, selector=selector)
+        source = browser_source(queue, self._context.physical().prefixes, selector=selector)
 
-        async def create() -> QueueBrowser:
+        async def create(at: Connected) -> QueueBrowser:
             browser = QueueBrowser(
-                self, queue, source, selector=selector, link_name=self._link_name("browser")
+                self._context,
+                queue,
+                source,
+                selector=selector,
+                link_name=self._context.connection.link_name("browser"),
             )
             await browser._attach()
             return browser
 
-        browser = await self._connection._retrying(create)
+        browser = await self._run(create)
         self._browsers.add(browser)
         self._register(browser)
         return browser
@@ -479,278 +452,81 @@ class Session:
 
     # Acknowledgements --------------------------------------------------------------------------
 
-    def _track(self, pending: PendingAck, message: Message) -> None:
-        """CLIENT, INDIVIDUAL and DUPS_OK: remember a delivered message until acknowledged."""
-        self._acks.track(pending)
-        if self._ack_mode is AckMode.INDIVIDUAL:
-            raw = pending.raw
-
-            async def acknowledge_one() -> None:
-                await self._acknowledge_individual(raw)
-
-            message._bind_acknowledger(acknowledge_one)
-        elif self._ack_mode is AckMode.CLIENT:
-            message._bind_acknowledger(self.acknowledge)
-        else:
-            message._bind_acknowledger(_nothing)
-            if (
-                len(self._acks.pending) >= self._connection._options.dups_ok_batch
-                or len(self._acks.pending) == 1
-            ):
-                self._flush_due.set()
-
-    def _owes_acks(self, receiver: Receiver) -> bool:
-        return any(a.raw.delivery.link is receiver for a in self._acks.pending)
-
-    def _linger(self, receiver: Receiver, *, closed: bool = True) -> None:
-        """Keep a closed consumer's link until its acks are settled; then detach it."""
-        self._lingering[receiver] = closed
-
-    def _detach_settled_lingerers(self) -> None:
-        for receiver in [r for r in self._lingering if not self._owes_acks(r)]:
-            closed = self._lingering.pop(receiver)
-            self._amqp().detach(receiver, closed=closed)
-
-    async def _settle(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
-        if not acks:
-            return
-        assert self._amqp_session is not None
-        async with self._ack_lock:
-            await Acknowledger.settle(
-                self._amqp(),
-                self._amqp_session,
-                acks,
-                ACCEPTED,
-                confirm=confirm,
-                timeout=self._connection._options.attach_timeout,
-            )
-        self._connection._count_acknowledged(len(acks))
-
     async def acknowledge(self) -> None:
         """CLIENT mode: acknowledge every message delivered so far; return once the broker
         confirmed them (A2). Other modes: nothing to do. ``Message.acknowledge()`` calls this.
 
+        Waits while the connection fails over (F2).
+
         Raises:
             IllegalStateError: the session is closed.
+            AcknowledgeFailedError: a failover came after messages were delivered and before
+                this acknowledge, or cut this one off (F8; ``in_doubt`` when the broker may
+                have applied it); the broker delivers the messages again.
         """
-        if self._closed:
-            raise IllegalStateError(
-                "the session is closed: its messages can no longer be acknowledged"
-            )
-        if self._ack_mode not in (AckMode.CLIENT, AckMode.INDIVIDUAL):
-            return
-        await self._settle_client_acks(self._acks.take_pending())
-
-    def _check_acks_kept(self) -> None:
-        """F8: raise once if the connection failed over with deliveries unacknowledged."""
-        if self._acks_lost:
-            self._acks_lost = False
-            raise AcknowledgeFailedError(
-                "the connection failed over after messages were delivered and before they were "
-                "acknowledged: the broker will deliver them again"
-            )
-
-    async def _settle_client_acks(self, acks: list[PendingAck]) -> None:
-        physical, epoch = await self._connection._gate()
-        self._check_acks_kept()
-        try:
-            await self._settle(acks)
-        except HAClientError as exc:
-            stale = isinstance(exc, StaleDeliveryError)  # delivered before a failover (F8)
-            if not (self._connection._lost(physical, epoch, exc) or stale):
-                raise
-            raise AcknowledgeFailedError(
-                "the connection was lost before the broker confirmed the acknowledgement: "
-                "it will deliver the messages again"
-            ) from exc
-        self._detach_settled_lingerers()
-
-    async def _acknowledge_individual(self, raw: ReceivedMessage) -> None:
-        if self._closed:
-            raise IllegalStateError(
-                "the session is closed: its messages can no longer be acknowledged"
-            )
-        pending = self._acks.take_one(raw)
-        if pending is None:
-            await self._connection._gate()
-            self._check_acks_kept()
-            return
-        await self._settle_client_acks([pending])
-
-    async def _dups_ok_flusher(self) -> None:
-        """DUPS_OK: flush pending acknowledgements by count or after the interval (A3)."""
-        options = self._connection._options
-        while not self._closed:
-            await self._flush_due.wait()
-            self._flush_due = anyio.Event()
-            if len(self._acks.pending) < options.dups_ok_batch:
-                with anyio.move_on_after(options.dups_ok_interval):
-                    while len(self._acks.pending) < options.dups_ok_batch:
-                        await self._flush_due.wait()
-                        self._flush_due = anyio.Event()
-            await self._flush_dups_ok()
-
-    async def _flush_dups_ok(self) -> None:
-        acks = self._acks.take_pending()
-        if acks and self._amqp().is_open:
-            try:
-                await self._settle(acks, confirm=False)
-            except Exception:  # the connection went: the broker redelivers (DUPS_OK allows it)
-                log.debug("DUPS_OK flush failed", exc_info=True)
-            self._detach_settled_lingerers()
+        await self._context.acks.acknowledge()
 
     async def recover(self) -> None:
         """Redeliver every message delivered and not acknowledged (CLIENT, DUPS_OK), from the
-        oldest; they come back marked redelivered.
+        oldest; they come back marked redelivered. Waits while the connection fails over.
 
         Raises:
             IllegalStateError: the session is transacted (use ``rollback``) or closed.
+            AcknowledgeFailedError: CLIENT: a failover came after messages were delivered and
+                before an acknowledge (F8); the broker delivers them again anyway.
         """
         self._check_open()
         if self._ack_mode is AckMode.TRANSACTED:
             raise IllegalStateError(
                 "recover() is not allowed in a transacted session: use rollback()"
             )
-        await self._connection._gate()
-        self._check_acks_kept()
-        await self._give_back(self._acks.take_pending())
-        self._detach_settled_lingerers()
-
-    async def _give_back(self, acks: list[PendingAck]) -> None:
-        """Return delivered messages (marked redelivered), and the prefetched ones behind them,
-        so that the broker hands them out again in order."""
-        amqp = self._amqp()
-        if not amqp.is_open:
-            return
-        failed, untouched = self._give_back_outcomes()
-        for ack in acks:
-            amqp.settle(ack.raw, failed)
-        for consumer in self._consumers:
-            receiver = consumer._receiver
-            if receiver is not None and not receiver.is_closed:
-                for raw in amqp.take_all(receiver):
-                    amqp.settle(raw, untouched)
-        await amqp.flush()
-
-    def _give_back_outcomes(self) -> tuple[Outcome, Outcome]:
-        """The outcomes that return a delivered message (redelivered) and a prefetched one.
-
-        RabbitMQ 3.10 ends the session on a ``modified`` disposition ("Unrecognised state"):
-        there ``released`` is used for both. It leaves the delivery-count alone, so such a
-        message comes back not marked redelivered (JMSRedelivered needs E4's emulation there).
-        """
-        if self._physical().product == "RabbitMQ":
-            return Released(), Released()
-        return Modified(delivery_failed=True), Modified()
+        await self._context.acks.recover()
 
     # Transactions ------------------------------------------------------------------------------
 
-    def _require_transacted(self, what: str) -> None:
+    def _transaction(self, what: str) -> SessionTransaction:
         self._check_open()
-        if self._transactions is None and self._emulated is None:
+        transaction = self._context.transaction
+        if transaction is None:
             raise IllegalStateError(
                 f"{what}() needs a TRANSACTED session, not {self._ack_mode.name}"
             )
-
-    def _broker_transactions(self, what: str) -> Transactions:
-        """The coordinator of a natively TRANSACTED session (the current one after failover)."""
-        self._require_transacted(what)
-        assert self._transactions is not None, "emulated transactions have no coordinator"
-        return self._transactions
-
-    async def _transaction_state(self) -> TransactionalState:
-        transactions = self._broker_transactions("send")
-        return await transactions.state()
-
-    async def _acknowledge_in_transaction(self, pending: PendingAck) -> None:
-        self._require_transacted("receive")
-        if self._emulated is not None:
-            self._emulated.track(pending)  # acknowledged by commit()
-            return
-        state = await self._broker_transactions("receive").state()
-        self._amqp().settle(pending.raw, TransactionalState(state.txn_id, ACCEPTED))
-
-    def _buffer_send(self, send: BufferedSend) -> bool:
-        """Hold a send until commit when transactions are emulated; False otherwise."""
-        if self._emulated is None:
-            return False
-        self._emulated.buffer(send)
-        return True
+        return transaction
 
     async def commit(self) -> None:
         """Commit the sends and acknowledgements of the open transaction (A4).
 
+        Waits while the connection fails over (F2).
+
         Raises:
-            TransactionRolledBackError: the broker rolled it back instead; ``in_doubt=True``
-                when the connection ended with the commit in flight (the broker may have
-                committed).
+            TransactionRolledBackError: the broker rolled it back, or a failover did (F7: replay
+                it); ``in_doubt=True`` when the connection ended with the commit in flight
+                (the broker may have committed).
             IllegalStateError: the session is not transacted, or closed.
         """
-        self._require_transacted("commit")
-        physical, epoch = await self._connection._gate()
-        if self._emulated is not None:
-            self._check_open()
-            await self._commit_emulated(self._emulated)
-            return
-        transactions = self._broker_transactions("commit")  # a new one after failover
-        if self._transaction_lost:
-            self._transaction_lost = False
-            await transactions.discharge(fail=True)  # what was done since the failover too
-            raise TransactionRolledBackError(
-                "the connection failed over during the transaction, which was rolled back: "
-                "replay it"
-            )
-        try:
-            await transactions.discharge(fail=False)
-        except TransactionRolledBackError as exc:
-            if exc.in_doubt:
-                self._connection._lost(physical, epoch, exc)
-            raise
+        self._transaction("commit")
 
-    async def _commit_emulated(self, emulated: EmulatedTransaction) -> None:
-        if self._transaction_lost:
-            self._transaction_lost = False
-            await self._give_back(emulated.rolled_back(TransactionRolledBackError("rolled back")))
-            raise TransactionRolledBackError(
-                "the connection failed over during the (emulated) transaction, which was rolled "
-                "back: replay it"
-            )
-        await emulated.commit(self._settle)
+        async def commit(at: Connected) -> None:
+            await self._transaction("commit").commit()
+
+        await self._context.gate.run(commit, on_lost=_commit_cut_off)
 
     async def rollback(self) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
 
+        Waits while the connection fails over; a connection lost meanwhile rolled it back.
+
         Raises:
             IllegalStateError: the session is not transacted, or closed.
         """
-        self._require_transacted("rollback")
-        physical, epoch = await self._connection._gate()
-        self._require_transacted("rollback")
-        self._transaction_lost = False
-        try:
-            if self._emulated is not None:
-                cause = TransactionRolledBackError("the transaction was rolled back")
-                await self._give_back(self._emulated.rolled_back(cause))
-                return
-            await self._broker_transactions("rollback").discharge(fail=True)
-            await self._give_back([])
-        except HAClientError as exc:  # a lost connection rolled the transaction back anyway
-            if not self._connection._lost(physical, epoch, exc):
-                raise
+        self._transaction("rollback")
+
+        async def rollback(at: Connected) -> None:
+            await self._transaction("rollback").rollback()
+
+        await self._context.gate.run(rollback, on_lost=lambda exc: None)
 
     # Closing -----------------------------------------------------------------------------------
-
-    def _forget_consumer(self, consumer: MessageConsumer) -> None:
-        self._consumers.discard(consumer)
-        self._unregister(consumer)
-
-    def _forget_producer(self, producer: MessageProducer) -> None:
-        self._producers.discard(producer)
-        self._unregister(producer)
-
-    def _forget_browser(self, browser: QueueBrowser) -> None:
-        self._browsers.discard(browser)
-        self._unregister(browser)
 
     async def close(self) -> None:
         """Close the session and everything it made. Idempotent; callable from any task.
@@ -759,7 +535,8 @@ class Session:
         back to the broker for redelivery; DUPS_OK's pending acknowledgements are flushed.
         Running listeners are waited for (unless called from one of them).
         """
-        if self._closed:
+        context = self._context
+        if context.closed:
             return
         for consumer in list(self._consumers):
             await consumer.close()
@@ -770,30 +547,29 @@ class Session:
                 log.debug("closing a producer of a closing session failed", exc_info=True)
         for browser in list(self._browsers):
             await browser.close()
-        amqp = self._amqp()
+        current = context.connection.current
+        is_open = current is not None and current.amqp.is_open
         try:
-            if amqp.is_open:
-                if self._ack_mode is AckMode.DUPS_OK:
-                    await self._flush_dups_ok()
-                elif self._transactions is not None:
-                    await self._transactions.discharge(fail=True)
-                elif self._emulated is not None:
-                    cause = ClosedError("the session closed with its transaction open")
-                    await self._give_back(self._emulated.rolled_back(cause))
-                else:
-                    await self._give_back(self._acks.take_pending())
+            if is_open:
+                await self._settle_for_close()
         except Exception:
             log.debug("settling a closing session's state failed", exc_info=True)
         finally:
-            self._closed = True
-            self._flush_due.set()
+            context.closed = True
+            context.acks.session_closed()
             self._connection._forget_session(self)
-            if self._amqp_session is not None and amqp.is_open:
-                amqp.end_session(self._amqp_session)
+            if current is not None and context.amqp_session is not None and is_open:
+                current.amqp.end_session(context.amqp_session)
+
+    async def _settle_for_close(self) -> None:
+        if self._context.transaction is not None:
+            await self._context.transaction.close()
+        else:
+            await self._context.acks.close()
 
     def _connection_closed(self) -> None:
-        self._closed = True
-        self._flush_due.set()
+        self._context.closed = True
+        self._context.acks.session_closed()
         for consumer in list(self._consumers):
             consumer._session_closed()
         for producer in list(self._producers):
@@ -808,8 +584,14 @@ class Session:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<Session {self._ack_mode.name} ({'closed' if self._closed else 'open'})>"
+        state = "closed" if self._context.closed else "open"
+        return f"<Session {self._ack_mode.name} ({state})>"
 
 
-async def _nothing() -> None:
-    """The acknowledger of a DUPS_OK message: the session flushes by itself."""
+def _commit_cut_off(exc: BaseException) -> None:
+    """A commit met the loss of its connection: in doubt if the discharge was on its way."""
+    if isinstance(exc, TransactionRolledBackError):
+        raise exc
+    raise TransactionRolledBackError(
+        "the connection was lost before the commit was sent: the transaction was rolled back"
+    ) from exc

@@ -1,21 +1,37 @@
-"""A session's local transactions over the broker's coordinator (SEMANTICS A4, F7).
+"""The transaction of a TRANSACTED session, native or emulated, behind one protocol (A4, E3, F7).
 
-How this works: the coordinator link is attached when the transacted session is created. A
-transaction is declared lazily, by the first send or receive that needs its id, so a commit of a
-session that did nothing costs nothing. ``commit()`` discharges it with ``fail=False``;
-``rollback()`` with ``fail=True``. The broker's answer to the discharge is the confirmation of
-every acknowledgement and send in the transaction.
+How this works: a TRANSACTED session owns one ``SessionTransaction``:
 
-If the connection ends while the discharge of a commit is on its way, nobody knows whether the
-broker committed: ``TransactionRolledBackError(in_doubt=True)`` says so (F7).
+- ``NativeTransaction`` uses the broker's coordinator. The coordinator link is attached when
+  the session begins (again after failover). A transaction is declared lazily, by the first send
+  or receive that needs its id, so a commit of a session that did nothing costs nothing; the
+  broker's answer to the discharge confirms every send and acknowledgement in it.
+- ``EmulatedTransaction`` (``jms.transactions=emulate``, for brokers without a coordinator,
+  haclient.aio.emulated_transaction) keeps sends in the client until commit.
+
+Rule F7 is kept here and only here: ``connection_lost`` marks a dirty transaction as rolled back
+by the failover, and the next ``commit()`` rolls back whatever the session did since (on the new
+connection) and raises ``TransactionRolledBackError``. A commit whose discharge was in flight
+when the connection ended raises it with ``in_doubt=True``: the broker may have committed.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+
+from haclient.aio.acks import PendingAck
 from haclient.amqp.codec import encode_declare, encode_discharge
 from haclient.amqp.connection import AmqpConnection
 from haclient.amqp.endpoints import Sender, Session
-from haclient.amqp.types import Accepted, Declared, Rejected, Terminus, TransactionalState
+from haclient.amqp.types import (
+    ACCEPTED,
+    Accepted,
+    Declared,
+    Rejected,
+    Terminus,
+    TransactionalState,
+)
 from haclient.errors import (
     AMQPError,
     ConnectionLostError,
@@ -23,70 +39,171 @@ from haclient.errors import (
     TransactionRolledBackError,
 )
 
-__all__ = ["Transactions"]
+__all__ = ["GiveBack", "NativeTransaction", "SessionTransaction"]
+
+GiveBack = Callable[[list[PendingAck]], Awaitable[None]]
+"""Returns received messages to the broker for redelivery (and the prefetched ones behind)."""
 
 
-class Transactions:
-    """The coordinator link of one session and the transaction currently open on it."""
+class SessionTransaction(ABC):
+    """What a TRANSACTED session does with its transaction, native or emulated."""
 
-    def __init__(self, amqp: AmqpConnection, coordinator: Sender) -> None:
-        self.amqp = amqp
-        self.coordinator = coordinator
-        self.txn_id: bytes | None = None
-        self.dirty = False
+    emulated: bool = False
 
-    @classmethod
-    async def attach(
-        cls, amqp: AmqpConnection, session: Session, name: str, *, timeout: float
-    ) -> Transactions:
+    def __init__(self, give_back: GiveBack) -> None:
+        self._give_back = give_back
+        self._rolled_back_by_failover = False  # F7: the open transaction died with a connection
+
+    @property
+    @abstractmethod
+    def dirty(self) -> bool:
+        """True when anything was sent or received in the open transaction."""
+
+    @abstractmethod
+    async def begin(self, amqp: AmqpConnection, session: Session, *, timeout: float) -> None:
+        """Get ready on a (new) connection's session."""
+
+    @abstractmethod
+    async def enlist_send(self) -> TransactionalState | None:
+        """The state that puts a transfer in the transaction (None: not sent now, emulated)."""
+
+    @abstractmethod
+    async def enlist_receipt(self, pending: PendingAck) -> None:
+        """Make a received message's acknowledgement part of the transaction."""
+
+    def connection_lost(self, cause: BaseException) -> None:
+        """The connection ended: a dirty transaction is gone with it (F7)."""
+        if self.dirty:
+            self._rolled_back_by_failover = True
+        self._forget(cause)
+
+    @abstractmethod
+    def _forget(self, cause: BaseException) -> None:
+        """Drop what the dead connection held of the open transaction."""
+
+    async def commit(self) -> None:
+        """Commit; raise ``TransactionRolledBackError`` if a failover rolled it back (F7).
+
+        Raises:
+            TransactionRolledBackError: rolled back by a failover, or by the broker;
+                ``in_doubt=True`` when the connection ended with the commit in flight.
+        """
+        if self._rolled_back_by_failover:
+            self._rolled_back_by_failover = False
+            await self._roll_back()  # what the session did since the failover goes too
+            raise TransactionRolledBackError(
+                "the connection failed over during the transaction, which was rolled back: "
+                "replay it"
+            )
+        await self._commit()
+
+    async def rollback(self) -> None:
+        """Roll back: sends are dropped, received messages come back (redelivered)."""
+        self._rolled_back_by_failover = False
+        await self._roll_back()
+
+    @abstractmethod
+    async def _commit(self) -> None: ...
+
+    @abstractmethod
+    async def _roll_back(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None:
+        """The session closes: roll the open transaction back."""
+
+
+class NativeTransaction(SessionTransaction):
+    """Transactions over the broker's coordinator link."""
+
+    def __init__(self, give_back: GiveBack, link_name: str) -> None:
+        super().__init__(give_back)
+        self._link_name = link_name
+        self._amqp: AmqpConnection | None = None
+        self._coordinator: Sender | None = None
+        self._txn_id: bytes | None = None
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty or self._txn_id is not None
+
+    async def begin(self, amqp: AmqpConnection, session: Session, *, timeout: float) -> None:
         """Attach the coordinator link.
 
         Raises:
             NotImplementedByBrokerError: the broker has no transaction coordinator.
         """
-        coordinator = await amqp.open_sender(
+        self._coordinator = await amqp.open_sender(
             Terminus.coordinator(),
             session=session,
-            name=name,
+            name=self._link_name,
             source=Terminus(outcomes=("amqp:accepted:list", "amqp:rejected:list")),
             timeout=timeout,
         )
-        return cls(amqp, coordinator)
+        self._amqp = amqp
+        self._txn_id, self._dirty = None, False
 
-    async def state(self) -> TransactionalState:
-        """The delivery state that puts a transfer or an acknowledgement in the transaction."""
-        if self.txn_id is None:
-            outcome = await self.amqp.send(self.coordinator, encode_declare())
+    def _forget(self, cause: BaseException) -> None:
+        self._txn_id, self._dirty = None, False
+
+    async def enlist_send(self) -> TransactionalState:
+        """Declare the transaction if none is open yet."""
+        amqp, coordinator = self._link()
+        if self._txn_id is None:
+            outcome = await amqp.send(coordinator, encode_declare())
             if not isinstance(outcome, Declared):
                 raise AMQPError(f"the broker did not declare a transaction: {outcome!r}")
-            self.txn_id = outcome.txn_id
-        self.dirty = True
-        return TransactionalState(self.txn_id)
+            self._txn_id = outcome.txn_id
+        self._dirty = True
+        return TransactionalState(self._txn_id)
 
-    async def discharge(self, *, fail: bool) -> None:
+    async def enlist_receipt(self, pending: PendingAck) -> None:
+        state = await self.enlist_send()
+        amqp, _ = self._link()
+        amqp.settle(pending.raw, TransactionalState(state.txn_id, ACCEPTED))
+
+    async def _commit(self) -> None:
+        await self._discharge(fail=False)
+
+    async def _roll_back(self) -> None:
+        await self._discharge(fail=True)
+        await self._give_back([])  # the prefetched messages, so they come back in order
+
+    async def close(self) -> None:
+        await self._discharge(fail=True)
+
+    def _link(self) -> tuple[AmqpConnection, Sender]:
+        assert self._amqp is not None and self._coordinator is not None, "begin() first"
+        return self._amqp, self._coordinator
+
+    async def _discharge(self, *, fail: bool) -> None:
         """End the open transaction (commit unless ``fail``); nothing to do if none is open.
 
         Raises:
             TransactionRolledBackError: the broker refused the commit (rolled back), or the
                 connection ended before it answered (``in_doubt=True``).
         """
-        txn_id, self.txn_id, self.dirty = self.txn_id, None, False
+        txn_id, self._txn_id, self._dirty = self._txn_id, None, False
         if txn_id is None:
             return
+        amqp, coordinator = self._link()
         try:
-            outcome = await self.amqp.send(self.coordinator, encode_discharge(txn_id, fail=fail))
+            outcome = await amqp.send(coordinator, encode_discharge(txn_id, fail=fail))
         except (ConnectionLostError, HAClientError) as exc:
             if fail:
                 raise
             raise TransactionRolledBackError(
                 "the connection ended while the commit was in flight: the broker may or may not "
-                f"have committed the transaction ({exc})",
+                "have committed the transaction",
                 in_doubt=True,
             ) from exc
-        if isinstance(outcome, Rejected) and not fail:
+        if fail:
+            return
+        if isinstance(outcome, Rejected):
             reason = outcome.error.description if outcome.error else None
             raise TransactionRolledBackError(
                 f"the broker rolled the transaction back: {reason or 'no reason given'}"
             )
-        if not isinstance(outcome, Accepted) and not fail:
+        if not isinstance(outcome, Accepted):
             raise TransactionRolledBackError(f"the broker answered the commit with {outcome!r}")

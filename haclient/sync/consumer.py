@@ -173,7 +173,7 @@ class MessageConsumer:
             ClosedError: the consumer is closed.
         """
         if listener is None:
-            self._loop.call(self._consumer.set_message_listener, None)
+            self._loop.run(self._consumer.set_message_listener, None)
             self._listener = None
             return
         dispatcher = self._session._dispatcher
@@ -186,7 +186,7 @@ class MessageConsumer:
             await asyncio.wrap_future(run_listener_job(dispatcher, self, listener, message))
 
         self._listener = listener
-        self._loop.call(self._consumer.set_message_listener, relay)
+        self._loop.run(self._consumer.set_message_listener, relay)
 
     # Closing -----------------------------------------------------------------------------------
 

@@ -269,4 +269,5 @@ async def test_F4_every_blocked_call_raises_when_the_policy_runs_out(api: Api) -
                     tg.start_soon(capture, connection.create_session())
             assert len(outcomes) == 3
             assert all(isinstance(e, ConnectionFailedError) and e.cause for e in outcomes)
-            assert len(recorder.named("failed")) == 1
+            # The blocking API tells listeners on a thread of their own: wait for the news.
+            assert len(await recorder.wait_for("failed")) == 1

@@ -1,0 +1,250 @@
+"""What a connection shares with its sessions, and a session with its producers and consumers.
+
+How this works: a ``Connection`` owns one ``ConnectionContext`` and a ``Session`` one
+``SessionContext``; the objects they make are given the context, never their parent, so a
+consumer reaches exactly what it needs (the gate, the options, the session's acknowledgement
+strategy ...) through a short, typed surface instead of its parents' private members.
+
+Thread-safety: none; everything runs on the connection's event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from failover.manager import ConnectionState
+from haclient.aio.acks import AckStrategy, PendingAck, settle
+from haclient.aio.gate import Gate
+from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
+from haclient.errors import ClosedError, ConnectionFailedError
+from haclient.message import MessageIdGenerator
+from haclient.modes import AckConfirmation, AckMode
+
+if TYPE_CHECKING:
+    from failover.manager import ConnectionManager
+    from haclient.aio.options import ConnectionOptions
+    from haclient.aio.physical import PhysicalConnection
+    from haclient.aio.transaction import SessionTransaction
+    from haclient.amqp.connection import AmqpConnection
+    from haclient.amqp.endpoints import Receiver
+    from haclient.amqp.endpoints import Session as AmqpSession
+
+__all__ = ["ConnectionContext", "Counters", "SessionContext"]
+
+_link_numbers = itertools.count(1)
+
+StartSoon = Callable[..., None]
+"""``start_soon(fn, *args, name=None)``: run ``fn`` in the connection's task group."""
+
+
+@dataclass(slots=True)
+class Counters:
+    """Messages counted since the connection was opened (``statistics()``)."""
+
+    sent: int = 0
+    received: int = 0
+    acknowledged: int = 0
+
+
+class StartSwitch:
+    """JMS ``start()``/``stop()``: consumers hand out messages only while started."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self._changed = anyio.Event()
+
+    def set(self, started: bool) -> None:
+        if started != self.started:
+            self.started = started
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_started(self, timeout: float) -> bool:
+        """Wait until started; False if ``timeout`` seconds passed first."""
+        if self.started:
+            return True
+        if timeout <= 0:
+            return False
+        with anyio.move_on_after(timeout):
+            while not self.started:
+                await self._changed.wait()
+        return self.started
+
+
+@dataclass(eq=False)
+class ConnectionContext:
+    """The part of a logical connection that its sessions and their children use."""
+
+    options: ConnectionOptions
+    manager: ConnectionManager[PhysicalConnection]
+    container_id: str
+    id_base: str
+    start_soon: StartSoon
+    client_id: str | None = None
+    closed: bool = False
+    current: PhysicalConnection | None = None
+    counters: Counters = field(default_factory=Counters)
+    switch: StartSwitch = field(default_factory=StartSwitch)
+    gate: Gate = field(init=False)
+    _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.gate = Gate(self.manager, lambda: self.closed)
+
+    def check_open(self) -> None:
+        """Raise if the connection is closed, or failover gave up (F4)."""
+        if self.closed or self.manager.state is ConnectionState.CLOSED:
+            raise ClosedError("the connection is closed")
+        if self.manager.state is ConnectionState.FAILED:
+            raise ConnectionFailedError(cause=self.manager.failure)
+
+    def physical(self) -> PhysicalConnection:
+        """The physical connection in use (during restore: the new one)."""
+        self.check_open()
+        assert self.current is not None
+        return self.current
+
+    def link_name(self, kind: str) -> str:
+        """A link name unique in this process: ``<container id>:<kind>:<n>``."""
+        return f"{self.container_id}:{kind}:{next(_link_numbers)}"
+
+    def message_ids(self) -> MessageIdGenerator:
+        """Message ids for a new producer: ``ID:<connection>:<producer>:<n>``."""
+        return MessageIdGenerator(f"{self.id_base}:{next(self._producer_numbers)}")
+
+    def published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
+        """Whether a message with this id was sent by this connection, or with
+        ``by_client_id`` by any connection with this client id (no-local, E2, S2)."""
+        if message_id is None:
+            return False
+        if by_client_id and self.client_id is not None:
+            return message_id.startswith(f"ID:{self.client_id}:")
+        return message_id.startswith(f"ID:{self.id_base}:")
+
+
+class SessionContext:
+    """The part of a session that its producers, consumers and browsers use; it is also the
+    host of the session's acknowledgement strategy (``haclient.aio.acks.AckHost``)."""
+
+    def __init__(
+        self,
+        connection: ConnectionContext,
+        ack_mode: AckMode,
+        *,
+        forget: Callable[[Any], None],
+        prefetched: Callable[[], list[Receiver]],
+    ) -> None:
+        self.connection = connection
+        self.options = connection.options
+        self.gate = connection.gate
+        self.ack_mode = ack_mode
+        self.amqp_session: AmqpSession | None = None
+        self.acks: AckStrategy = AckStrategy(self)  # replaced by the session for its mode
+        self.transaction: SessionTransaction | None = None
+        self.confirmation: AckConfirmation | None = None
+        self.dispatch_lock = anyio.Lock()  # one listener of the session at a time
+        self.closed = False
+        self._ack_lock = anyio.Lock()
+        self._forget = forget
+        self._prefetched = prefetched
+
+    # What children call ------------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the session (or its connection) closed."""
+        return self.closed
+
+    def check_open(self) -> None:
+        """Raise ``ClosedError`` if the session or its connection is closed."""
+        if self.closed:
+            raise ClosedError("the session is closed")
+        self.connection.check_open()
+
+    def physical(self) -> PhysicalConnection:
+        return self.connection.physical()
+
+    def amqp(self) -> AmqpConnection:
+        return self.connection.physical().amqp
+
+    def link_context(self) -> tuple[PhysicalConnection, AmqpSession]:
+        """The connection and AMQP session to attach a link on."""
+        self.check_open()
+        assert self.amqp_session is not None
+        return self.physical(), self.amqp_session
+
+    def note_confirmation(self, confirmation: AckConfirmation) -> None:
+        """A consumer learnt how the broker confirms acknowledgements (A6)."""
+        if confirmation is not AckConfirmation.NONE:
+            self.confirmation = confirmation
+
+    def start_soon(
+        self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str | None = None
+    ) -> None:
+        self.connection.start_soon(fn, *args, name=name)
+
+    def forget(self, resource: Any) -> None:
+        """``resource`` (a producer, consumer or browser) closed: stop restoring it after
+        failovers and drop it from the session."""
+        self.connection.manager.unregister(resource)
+        self._forget(resource)
+
+    # The acknowledgement strategy's host (AckHost) ---------------------------------------------
+
+    async def settle_acks(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
+        """Accept ``acks`` on the connection in use; with ``confirm``, return once the broker
+        confirmed them (A6). One acknowledgement exchange at a time per session."""
+        if not acks:
+            return
+        assert self.amqp_session is not None
+        async with self._ack_lock:
+            await settle(
+                self.amqp(),
+                self.amqp_session,
+                acks,
+                ACCEPTED,
+                confirm=confirm,
+                timeout=self.options.attach_timeout,
+            )
+        self.connection.counters.acknowledged += len(acks)
+
+    async def give_back(self, acks: list[PendingAck]) -> None:
+        """Return delivered messages (marked redelivered), and the prefetched ones behind them,
+        so that the broker hands them out again in order."""
+        current = self.connection.current
+        if current is None or not current.amqp.is_open:
+            return
+        amqp = current.amqp
+        failed, untouched = self.give_back_outcomes()
+        for ack in acks:
+            amqp.settle(ack.raw, failed)
+        for receiver in self._prefetched():
+            if not receiver.is_closed:
+                for raw in amqp.take_all(receiver):
+                    amqp.settle(raw, untouched)
+        await amqp.flush()
+
+    def return_one(self, pending: PendingAck) -> None:
+        """Return one delivery for redelivery, marked delivery-failed (a listener raised)."""
+        self.amqp().settle(pending.raw, self.give_back_outcomes()[0])
+
+    def give_back_outcomes(self) -> tuple[Outcome, Outcome]:
+        """The outcomes that return a delivered message (redelivered) and a prefetched one.
+
+        RabbitMQ 3.10 ends the session on a ``modified`` disposition ("Unrecognised state"):
+        there ``released`` is used for both. It leaves the delivery-count alone, so such a
+        message comes back not marked redelivered (JMSRedelivered needs E4's emulation there).
+        """
+        if self.physical().product == "RabbitMQ":
+            return Released(), Released()
+        return Modified(delivery_failed=True), Modified()
+
+    def detach(self, receiver: Receiver, *, closed: bool) -> None:
+        current = self.connection.current
+        if current is not None:
+            current.amqp.detach(receiver, closed=closed)

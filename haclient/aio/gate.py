@@ -1,0 +1,127 @@
+"""``Gate``: run a call while connected, and tell a lost connection from any other failure.
+
+How this works: every call that needs the network goes through ``Gate.run``. It waits at the
+failover manager's gate until the logical connection is CONNECTED (F2: while the connection
+fails over the call blocks), then runs the operation on that physical connection. When the
+operation fails, ``run`` asks one question: did it fail *because that connection ended*? If not,
+the error is the caller's (a refused destination, a rejected message). If so, the manager is told
+at once (failover starts without waiting for the socket to report it), and the call goes on as
+its caller chose:
+
+- by default it waits for the failover and runs the operation again on the new connection (F3);
+- with ``on_lost`` it does what that callback says instead: return a value (a send inside a
+  transaction is not repeated, F7; a message whose acknowledgement was cut off is not handed
+  out, F9) or raise (an acknowledgement that cannot be confirmed, F8).
+
+The manager is told why the connection ended (its own end error), never what the caller made of
+it: an in-doubt commit's ``TransactionRolledBackError`` is no reason to give failover up.
+
+A delivery that came on a connection failover replaced cannot be settled on the new one; such a
+settlement raises ``StaleDeliveryError``, which counts as a loss that the manager already knows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
+from haclient.errors import ClosedError, ConnectionLostError, HAClientError
+
+if TYPE_CHECKING:
+    from failover.manager import ConnectionManager
+    from haclient.aio.physical import PhysicalConnection
+    from haclient.amqp.connection import AmqpConnection
+
+__all__ = ["Connected", "Gate", "StaleDeliveryError"]
+
+T = TypeVar("T")
+
+
+class StaleDeliveryError(ConnectionLostError):
+    """A delivery to settle came on a connection that is gone (failover replaced it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """The physical connection a call runs on, and its epoch (0 first, +1 per failover)."""
+
+    physical: PhysicalConnection
+    epoch: int
+
+    @property
+    def amqp(self) -> AmqpConnection:
+        """The AMQP connection of ``physical``."""
+        return self.physical.amqp
+
+
+class Gate:
+    """The stop-the-world gate of one logical connection, as its calls use it (F2, F3)."""
+
+    def __init__(
+        self, manager: ConnectionManager[PhysicalConnection], is_closed: Callable[[], bool]
+    ) -> None:
+        self._manager = manager
+        self._is_closed = is_closed
+
+    async def wait(self, deadline: float = math.inf) -> Connected:
+        """The connection to use: at once when connected, else once failover restored it.
+
+        Args:
+            deadline: ``anyio.current_time()`` after which to stop waiting; the connection's
+                ``failover.timeout`` applies too, whichever ends first.
+
+        Raises:
+            ClosedError: the connection is (or gets) closed.
+            ConnectionFailedError: failover gave up (F4).
+            FailoverTimeoutError: still failing over at the deadline (F4); failover goes on.
+        """
+        if self._is_closed():
+            raise ClosedError("the connection is closed")
+        timeout = None if math.isinf(deadline) else max(deadline - anyio.current_time(), 0.0)
+        physical, epoch = await self._manager.wait_connected(timeout=timeout)
+        return Connected(physical, epoch)
+
+    def lost(self, at: Connected, error: BaseException) -> bool:
+        """True if ``error`` came from the loss of ``at``'s connection (failover then runs)."""
+        if isinstance(error, StaleDeliveryError):
+            return True  # that connection is already replaced
+        if at.physical.is_open:
+            return False
+        self._manager.report_lost(at.epoch, at.amqp.end_error)  # None: "connection lost"
+        return True
+
+    async def run(
+        self,
+        operation: Callable[[Connected], Awaitable[T]],
+        *,
+        on_lost: Callable[[HAClientError], T] | None = None,
+        deadline: float = math.inf,
+        on: Connected | None = None,
+    ) -> T:
+        """Run ``operation`` on the connection in use, waiting out failover (F2).
+
+        Args:
+            operation: The call's network part; it gets the connection to run on.
+            on_lost: What to do when the connection was lost during ``operation``: return its
+                result (or raise). None: wait for the failover and run ``operation`` again (F3).
+            deadline: As for ``wait``; it bounds each wait at the gate, not ``operation``.
+            on: Run the first attempt on this connection, without waiting at the gate (for
+                work that belongs to the connection a message came on).
+
+        Raises:
+            What ``operation`` raised for any reason but the loss of its connection, what
+            ``on_lost`` raised, and what ``wait`` raises.
+        """
+        while True:
+            at, on = on or await self.wait(deadline), None
+            try:
+                return await operation(at)
+            except HAClientError as exc:
+                if not self.lost(at, exc):
+                    raise
+                if on_lost is not None:
+                    return on_lost(exc)
