@@ -1,5 +1,6 @@
 """Rules E1 and E2 (selectors and no-local applied by the client where the broker does not), E3
-(transactions emulated on request) and E5 (which is emulated is visible), through both APIs, on
+(transactions emulated on request), E4 (delivery counts of given-back messages) and E5 (which is
+emulated is visible), through both APIs, on
 the reference broker (which applies selectors and no-local, and ``selectors=client`` makes the
 client evaluate selectors) and on RabbitMQ (which echoes both filters but applies neither, so
 the client always does it there, and has no transactions of its own)."""
@@ -139,3 +140,23 @@ async def test_E5_what_is_emulated_is_visible_and_tells_the_truth(api: Api, bed:
         while (message := await consumer.receive(0.5)) is not None:
             bodies.append(message.body)
     assert sorted(bodies) == (["eu"] if bed.reference else ["eu", "us"])
+
+
+async def test_E4_a_message_given_back_counts_its_deliveries(api: Api, bed: Bed) -> None:
+    queue = Queue(bed.unique("e4"))
+    await send(bed, queue, "again")
+    async with await started(api, bed, prefetch=1) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(queue)
+        seen = []
+        for _ in range(3):
+            message = await consumer.receive(TIMEOUT)
+            assert message is not None and message.body == "again"
+            seen.append((message.delivery_count, message.redelivered))
+            await session.recover()  # given back: `modified`, or `released` on RabbitMQ
+        await consumer.close()
+    if bed.reference:
+        assert seen == [(1, False), (2, True), (3, True)]  # JMSXDeliveryCount = 1 + count
+    else:  # RabbitMQ 3.10 ends the session on `modified`: `released` does not count (E4)
+        assert seen == [(1, False), (1, False), (1, False)]
+    assert await leftovers(bed, queue.name) == ["again"]
