@@ -1,9 +1,9 @@
 """Rules E1 and E2 (selectors and no-local applied by the client where the broker does not), E3
 (transactions emulated on request), E4 (delivery counts of given-back messages) and E5 (which is
-emulated is visible), through both APIs, on
-the reference broker (which applies selectors and no-local, and ``selectors=client`` makes the
-client evaluate selectors) and on RabbitMQ (which echoes both filters but applies neither, so
-the client always does it there, and has no transactions of its own)."""
+emulated is visible), through both APIs, on the reference broker (which applies selectors and
+no-local, and ``selectors=client`` makes the client evaluate selectors) and on RabbitMQ (which
+echoes both filters but applies neither, so the client always does it there, and has no
+transactions of its own)."""
 
 from __future__ import annotations
 
