@@ -1,8 +1,9 @@
 """Rules E1 and E2 (selectors and no-local applied by the client where the broker does not), E3
-(transactions emulated on request) and E5 (which is emulated is visible), through both APIs, on
-the reference broker (which applies selectors and no-local, and ``selectors=client`` makes the
-client evaluate selectors) and on RabbitMQ (which echoes both filters but applies neither, so
-the client always does it there, and has no transactions of its own)."""
+(transactions emulated on request), E4 (delivery counts of given-back messages) and E5 (which is
+emulated is visible), through both APIs, on the reference broker (which applies selectors and
+no-local, and ``selectors=client`` makes the client evaluate selectors) and on RabbitMQ (which
+echoes both filters but applies neither, so the client always does it there, and has no
+transactions of its own)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rulekit import TIMEOUT, leftovers, send, started
 
 from haclient.destination import Queue, Topic
 from haclient.message import TextMessage
-from haclient.modes import AckMode
+from haclient.modes import AckConfirmation, AckMode
 
 pytestmark = pytest.mark.anyio
 
@@ -105,3 +106,57 @@ async def test_E3_emulated_transaction_acknowledges_on_commit_and_gives_back_on_
         await session.commit()  # both acknowledged, confirmed by the broker
         await consumer.close()
     assert await leftovers(bed, queue.name) == []
+
+
+async def test_E5_what_is_emulated_is_visible_and_tells_the_truth(api: Api, bed: Bed) -> None:
+    queue, topic = Queue(bed.unique("e5q")), Topic(bed.unique("e5t"))
+    async with await started(api, bed) as connection:  # selectors=auto, transactions=native
+        session = await connection.create_session(AckMode.AUTO)
+        plain = await session.create_consumer(queue)
+        selecting = await session.create_consumer(queue, selector="region = 'eu'")
+        local = await session.create_consumer(topic, no_local=True)
+        assert not plain.selector_emulated and not plain.no_local_emulated  # nothing to do
+        assert selecting.selector_emulated is (not bed.reference)  # RabbitMQ ignores selectors
+        assert local.no_local_emulated is (not bed.reference)
+        second = AckConfirmation.SETTLE_SECOND if bed.reference else AckConfirmation.ROUND_TRIP
+        assert session.ack_confirmation is second
+        assert not session.transactions_emulated
+    async with await started(api, bed, selectors="client", transactions="emulate") as connection:
+        session = await connection.create_session(AckMode.TRANSACTED)
+        selecting = await session.create_consumer(queue, selector="region = 'eu'")
+        assert selecting.selector_emulated  # on every broker with selectors=client
+        assert session.transactions_emulated
+        # the emulated commit acknowledges with confirmation, as CLIENT does (A6)
+        assert session.ack_confirmation is second
+    # selectors=broker: the flag says the client does not filter, and it does not: where the
+    # broker ignores the selector (RabbitMQ) the consumer gets what the selector would reject.
+    trusted = Queue(bed.unique("e5b"))
+    await send(bed, trusted, *_regional("us", "eu"))
+    async with await started(api, bed, selectors="broker") as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(trusted, selector="region = 'eu'")
+        assert not consumer.selector_emulated
+        bodies = []
+        while (message := await consumer.receive(0.5)) is not None:
+            bodies.append(message.body)
+    assert sorted(bodies) == (["eu"] if bed.reference else ["eu", "us"])
+
+
+async def test_E4_a_message_given_back_counts_its_deliveries(api: Api, bed: Bed) -> None:
+    queue = Queue(bed.unique("e4"))
+    await send(bed, queue, "again")
+    async with await started(api, bed, prefetch=1) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(queue)
+        seen = []
+        for _ in range(3):
+            message = await consumer.receive(TIMEOUT)
+            assert message is not None and message.body == "again"
+            seen.append((message.delivery_count, message.redelivered))
+            await session.recover()  # given back: `modified`, or `released` on RabbitMQ
+        await consumer.close()
+    if bed.reference:
+        assert seen == [(1, False), (2, True), (3, True)]  # JMSXDeliveryCount = 1 + count
+    else:  # RabbitMQ 3.10 ends the session on `modified`: `released` does not count (E4)
+        assert seen == [(1, False), (1, False), (1, False)]
+    assert await leftovers(bed, queue.name) == ["again"]
