@@ -51,6 +51,7 @@ from haclient.amqp.types import (
 from haclient.destination import Destination, TemporaryQueue, TemporaryTopic, address_of
 from haclient.errors import (
     ClosedError,
+    ConnectionLostError,
     FailoverTimeoutError,
     HAClientError,
     IllegalStateError,
@@ -321,6 +322,9 @@ class MessageConsumer:
             raw = await amqp.receive(receiver, None if math.isinf(remaining) else remaining)
         if raw is None and receiver is not self._receiver:
             return _Skip.AGAIN  # restored while we waited on the old link
+        if raw is None and not self._closed and not at.physical.is_open:
+            # The link ended with its connection, before failover restored it: wait for that.
+            raise ConnectionLostError("the connection ended while receiving")
         if raw is None or self._closed:
             if raw is not None:  # arrived as we closed: give it back
                 amqp.settle(raw, Released())

@@ -407,8 +407,13 @@ class AmqpConnection:
 
         With ``settle=False`` (receiver settle mode SECOND), ``wait_settled(message.delivery)``
         waits until the peer settles: its confirmation that the outcome took effect.
+
+        Raises:
+            ClosedError, or the connection's end error: ``settle=False`` on a connection that
+                ended (nobody would ever confirm it; settling outright is harmless there).
         """
         if not settle:
+            self._check_link(message.delivery.link)
             self._outcomes.setdefault(message.delivery, _Slot())
         message.delivery.update(outcome, settle=settle)
         self._wake()

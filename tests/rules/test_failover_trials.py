@@ -64,9 +64,11 @@ async def test_F8_client_acknowledge_never_blocks_across_repeated_kills(
         recorder = Recorder()
         acknowledged: set[str] = set()
         failed = 0
-        async with await connected(api, failover_url(*pair.members), recorder) as connection:
+        url = failover_url(*pair.members)
+        async with await connected(api, url, recorder, prefetch=1) as connection:
             sessions = [await connection.create_session(AckMode.CLIENT) for _ in range(2)]
-            consumers = [await s.create_consumer(Queue("client"), prefetch=1) for s in sessions]
+            consumers = [await s.create_consumer(Queue("client")) for s in sessions]
+            await connection.start()
 
             async def consume(consumer: object) -> None:
                 nonlocal failed
