@@ -36,6 +36,7 @@ __all__ = [
     "half_frame",
     "half_header",
     "silent",
+    "symbolic_descriptors",
 ]
 
 Script = Callable[[SocketStream], Awaitable[None]]
@@ -97,6 +98,24 @@ async def bad_frame_size(stream: SocketStream) -> None:
     smallest legal one (8)."""
     header = await _header(stream)
     await stream.send(header + struct.pack(">IBBH", 4, 2, 0, 0) + b"\x00" * 16)
+    await _hold(stream)
+
+
+def _symbolic(name: bytes, field: bytes) -> bytes:
+    """A performative named by its symbolic descriptor, with one field (a list of one)."""
+    return b"\x00\xa3" + bytes([len(name)]) + name + bytes([0xC0, 1 + len(field), 1]) + field
+
+
+async def symbolic_descriptors(stream: SocketStream) -> None:
+    """Echo the client's protocol header and answer with the first performative named by its
+    symbolic descriptor (``amqp:sasl-mechanisms:list`` or ``amqp:open:list``), then keep silent.
+    Legal AMQP, which proton's engine does not act on."""
+    header = await _header(stream)
+    if header == SASL_HEADER:
+        frame = _frame(_symbolic(b"amqp:sasl-mechanisms:list", b"\xa3\x09ANONYMOUS"), 1)
+    else:
+        frame = _frame(_symbolic(b"amqp:open:list", b"\xa1\x04peer"))
+    await stream.send(header + frame)
     await _hold(stream)
 
 
