@@ -244,10 +244,15 @@ def decode_message(payload: bytes) -> AmqpMessage:
     pm = _scratch_message()
     try:
         pm.decode(_check_sections(payload))
+        # proton decodes a field's text only when it is read: invalid UTF-8 surfaces here.
+        return _from_proton(pm)
     except MessageFormatError:
         raise
     except Exception as exc:
         raise MessageFormatError(f"undecodable AMQP message ({len(payload)} bytes): {exc}") from exc
+
+
+def _from_proton(pm: Any) -> AmqpMessage:
     owned = _convert.owned
     body = owned(pm.body)
     if pm.inferred:
