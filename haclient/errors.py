@@ -46,6 +46,9 @@ Rules this module keeps:
 4. Exceptions of other libraries (proton, anyio, ssl, socket) never cross the public API: they
    are translated where they are caught, ``raise SomeHAClientError(...) from exc``.
 5. Errors pickle with their attributes (PySpark ships them between processes).
+6. A peer's words reach a message only escaped and cut short: a description may quote bytes of
+   a peer that does not speak AMQP (terminal escapes, NULs), which never go into the text as
+   they are (``description`` keeps the original).
 """
 
 from __future__ import annotations
