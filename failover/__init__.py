@@ -14,8 +14,15 @@ Nothing here knows AMQP; ``haclient.aio`` supplies the connector. The only impor
   the ``exchange`` list (F12). The only module here that uses anyio (it owns tasks).
 """
 
+import logging
+
 # haclient.errors is the one import from haclient. Importing it runs haclient/__init__, which
 # builds the whole API, which imports failover.manager and failover.policy: done here first,
 # so that importing failover.url (or .policy) before haclient does not meet its own half-built
 # module in that cycle.
 import haclient.errors  # noqa: F401
+
+# A library does not decide where its log goes (the logging HOWTO): without this, Python's
+# last-resort handler would print our warnings on stderr of applications that set up no logging.
+# Every logger of haclient and failover is under "haclient".
+logging.getLogger("haclient").addHandler(logging.NullHandler())

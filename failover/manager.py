@@ -577,7 +577,8 @@ class ConnectionManager(Generic[P]):
                         pass
                 elif self._state is ConnectionState.CONNECTING:
                     self._transition(ManagerEvent.GAVE_UP)
-                    _log.error("could not connect: %s", self._failure)
+                    # start() raises it to the caller: an ERROR log would tell it twice.
+                    _log.info("could not connect: %s", self._failure)
                 watchers.cancel_scope.cancel()
 
     async def _fail_over(self, watchers: TaskGroup) -> bool:

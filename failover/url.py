@@ -413,8 +413,8 @@ def _split_broker(text: str) -> tuple[BrokerURL, dict[str, str]]:
     userinfo, at, hostport = authority.rpartition("@")
     if at:
         user, colon, secret = userinfo.partition(":")
-        username = unquote(user, errors="strict")
-        password = unquote(secret, errors="strict") if colon else None
+        username = _unquote(user, "username")
+        password = _unquote(secret, "password") if colon else None
     host, port = _split_host_port(hostport)
     broker = BrokerURL(scheme, host, port, username, password)
     return broker, _parse_query(query) if qmark else {}

@@ -24,6 +24,8 @@ The tree (builtin mixins in parentheses)::
         ConnectionLostError                 one physical connection ended; failover handles it
         RedirectError                       the broker sent us elsewhere (``.network_host``)
         LinkDetachedError                   the broker closed one producer or consumer
+        OpenTimeoutError (TimeoutError)     the peer never answered an Open or Begin: a hung
+                                            broker; failover skips it (retriable)
         AttachTimeoutError (TimeoutError)   the broker never answered an attach
 
 Rules this module keeps:
@@ -44,10 +46,14 @@ Rules this module keeps:
 4. Exceptions of other libraries (proton, anyio, ssl, socket) never cross the public API: they
    are translated where they are caught, ``raise SomeHAClientError(...) from exc``.
 5. Errors pickle with their attributes (PySpark ships them between processes).
+6. A peer's words reach a message only escaped and cut short: a description may quote bytes of
+   a peer that does not speak AMQP (terminal escapes, NULs), which never go into the text as
+   they are (``description`` keeps the original).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -74,6 +80,7 @@ __all__ = [
     "LinkDetachedError",
     "MessageFormatError",
     "NotImplementedByBrokerError",
+    "OpenTimeoutError",
     "ProtocolError",
     "RedirectError",
     "ResourceLimitError",
@@ -84,9 +91,30 @@ __all__ = [
 ]
 
 
+# A peer's description goes into exception text: at most this many characters of it, and of
+# any bytes it quotes (proton quotes what it received from a peer that does not speak AMQP).
+_DESCRIPTION_LIMIT: Final = 200
+_QUOTE_LIMIT: Final = 24
+_QUOTED: Final = re.compile(r"\['(.*?)'\]", re.DOTALL)
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def _printable(text: str) -> str:
+    """``text`` as it may appear in an exception message: unprintable characters escaped
+    (``\\x1b``), quoted junk bytes cut to a short excerpt, the whole cut to a few lines."""
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    text = _QUOTED.sub(lambda m: f"['{_cut(m.group(1), _QUOTE_LIMIT)}']", text)
+    return _cut(text, _DESCRIPTION_LIMIT)
+
+
 def _format(condition: str, description: str | None, context: str | None = None) -> str:
     """``"amqp:not-found: no queue 'x' (while attaching receiver to 'x')"``."""
-    text = f"{condition}: {description}" if description else condition
+    text = f"{condition}: {_printable(description)}" if description else condition
     return f"{text} ({context})" if context else text
 
 
@@ -449,6 +477,16 @@ class LinkDetachedError(AMQPError):
     ``amqp:link:stolen`` means another client attached the same link name (e.g. the same durable
     subscription): attaching again would only steal it back.
     """
+
+
+class OpenTimeoutError(AMQPError, TimeoutError):
+    """The peer accepted the TCP connection but never answered the AMQP Open (or a Begin).
+
+    A hung broker, a half-dead process or something that is not an AMQP broker at all: the
+    failover manager skips it and tries the next broker (retriable), as for a refused socket.
+    """
+
+    retriable = True
 
 
 class AttachTimeoutError(AMQPError, TimeoutError):

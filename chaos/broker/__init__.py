@@ -35,6 +35,10 @@ Where it follows the AMQP 1.0 specification rather than one broker:
     - A transactional disposition naming an unknown transaction does not count: the message goes
       back to its queue (released).
     - A message sent to a topic nobody subscribes to is dropped (JMS semantics).
+    - Described types may be named by number or by symbol (``amqp:declare:list``, message
+      sections such as ``amqp:properties:list``): both are read. A broker bug met while handling
+      one connection's frames closes that connection with ``amqp:internal-error`` (logged once);
+      the others are served on.
 
 JMS features (part 2):
     - Subscriptions follow seed 001 row by row (``subscriptions.py``): the link name up to ``|``

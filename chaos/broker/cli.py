@@ -6,7 +6,7 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 
@@ -107,14 +107,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(broker: Broker) -> None:
-    if broker.store_path is not None:
-        print(f"haclient-broker: store {broker.store_path} (a slave waits for it)", flush=True)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with broker:
-            print(f"haclient-broker listening on {broker.url}", flush=True)
+            role = f" (master of store {broker.store_path})" if broker.store_path else ""
+            print(f"haclient-broker listening on {broker.url}{role}", flush=True)
             async for signum in signals:
                 log.info("signal %d: stopping", signum)
                 return
+
+
+def _standby(store: str) -> Callable[[], None]:
+    def announce() -> None:
+        print(
+            f"haclient-broker: store {store} is held by another broker: waiting as its slave",
+            flush=True,
+        )
+
+    return announce
+
+
+def _bind_error(exc: BaseException) -> OSError | None:
+    """The OSError (a busy port, an unknown address) behind a failed start, if that is it."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,8 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         expiry_address=args.expiry_address,
         max_delivery_count=args.max_delivery_count,
         queue_policies=dict(args.queue_policy),
+        on_standby=_standby(args.store) if args.store else None,
     )
-    anyio.run(_run, broker)
+    try:
+        anyio.run(_run, broker)
+    except (OSError, BaseExceptionGroup) as exc:
+        error = _bind_error(exc)
+        if error is None:
+            raise
+        reason = error.strerror or str(error)
+        print(
+            f"haclient-broker: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr
+        )
+        return 2
     return 0
 
 

@@ -102,6 +102,7 @@ class BrokerConnection:
         self.links: dict[Link, LinkHandler] = {}
         self.opened = False
         self._cleaned = False
+        self._failed = False  # an internal error closed it (see handle)
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.id} container={self.container_id!r}>"
@@ -129,13 +130,29 @@ class BrokerConnection:
     # Events ------------------------------------------------------------------------------------
 
     def handle(self, events: list[EngineEvent]) -> None:
-        """The driver's event handler (one batch: one persistence commit)."""
-        with self.router.persistence.batch():
-            self._handle(events)
+        """The driver's event handler (one batch: one persistence commit).
+
+        A broker bug met while handling them closes this connection only, with
+        ``amqp:internal-error`` (logged once); the broker and its other connections serve on.
+        """
+        try:
+            with self.router.persistence.batch():
+                self._handle(events)
+        except Exception as exc:
+            self._fail(exc)
         self.wake()
+
+    def _fail(self, exc: Exception) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        log.error("connection %d: internal error, closing it", self.id, exc_info=exc)
+        self.close(ErrorCondition("amqp:internal-error", f"broker error: {type(exc).__name__}"))
 
     def _handle(self, events: list[EngineEvent]) -> None:
         for event in events:
+            if self._failed and not isinstance(event, TransportClosed):
+                continue  # closing after an internal error: only the end still matters
             if isinstance(event, MessageReceived):
                 handler = self.links.get(event.delivery.link)
                 if isinstance(handler, ProducerLink | CoordinatorLink):

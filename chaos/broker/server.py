@@ -168,6 +168,8 @@ class Broker:
             delivery failed goes to the dead-letter queue instead of back to its queue once its
             delivery-count, after the increment, reaches this (``chaos.broker.schedule``).
         queue_policies: Per-queue redelivery limits, ``{queue name: limit or None}``.
+        on_standby: Called (on the event loop) when ``start()`` finds the store held by another
+            broker and waits as its slave (the command line says so).
     """
 
     def __init__(
@@ -188,6 +190,7 @@ class Broker:
         expiry_address: str | None = None,
         max_delivery_count: int | None = None,
         queue_policies: Mapping[str, int | None] | None = None,
+        on_standby: Callable[[], None] | None = None,
     ) -> None:
         if store is not None and persistence is not None:
             raise ValueError("give either store or persistence, not both")
@@ -195,6 +198,7 @@ class Broker:
         self.store_path = Path(store) if store is not None else None
         self._store_lock = StoreLock(store) if store is not None else None
         self.ha_poll_interval = ha_poll_interval
+        self._on_standby = on_standby
         if store is not None:
             persistence = SqlitePersistence(store)
         self._port = port
@@ -326,6 +330,8 @@ class Broker:
         lock = self._store_lock
         if lock is not None and not lock.held and not lock.try_acquire():
             log.info("store %s is held by another broker: waiting as slave", self.store_path)
+            if self._on_standby is not None:
+                self._on_standby()
             await lock.wait_acquire(self.ha_poll_interval)
             log.info("store %s acquired: taking over as master", self.store_path)
         self._open_persistence()

@@ -37,6 +37,9 @@ from haclient.amqp.endpoints import Session as AmqpSession
 from haclient.amqp.types import Terminus
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import (
+    AuthenticationError,
+    ClientIdInUseError,
+    ConnectionFailedError,
     ConfigurationError,
     HAClientError,
     InvalidDestinationError,
@@ -136,6 +139,9 @@ class Connection:
             self._context.closed = True
             await self._host.close()
             inner = _only_exception(exc)
+            refused = _refusal(inner)
+            if refused is not None:  # a refused login or client id: say so, not "gave up"
+                raise refused from None
             if inner is exc:
                 raise
             raise inner from inner.__cause__  # not anyio's ExceptionGroup: ours, as documented
@@ -488,6 +494,16 @@ class ConnectionFactory:
         connection = Connection(self._url, options)
         await connection._open()
         return connection
+
+
+def _refusal(exc: BaseException) -> HAClientError | None:
+    """The broker's refusal behind a first connect that gave up, when it is one that no retry
+    can fix and ``connect()`` promises by name (a wrong password, a client id in use)."""
+    if isinstance(exc, ConnectionFailedError) and isinstance(
+        exc.cause, AuthenticationError | ClientIdInUseError
+    ):
+        return exc.cause
+    return None
 
 
 def _only_exception(exc: BaseException) -> BaseException:

@@ -134,7 +134,8 @@ async def open_physical(
     Raises:
         ConnectionLostError: the broker cannot be reached, or dropped the connection.
         AuthenticationError: the login was refused.
-        AttachTimeoutError: the broker did not answer the Open in time.
+        OpenTimeoutError: the broker did not answer the Open in time (retriable: failover
+            tries the next broker).
         ClientIdInUseError, ProtocolError ...: the broker refused the connection.
     """
     config = engine_config(broker, options, container_id)

@@ -6,6 +6,8 @@ byte stream. See ``engine.py`` for how it works and the rules it keeps.
 
 from __future__ import annotations
 
+import logging
+
 from haclient.amqp.config import (
     ClientAuth,
     EngineConfig,
@@ -44,6 +46,9 @@ from haclient.amqp.types import (
     TerminusKind,
     TransactionalState,
 )
+
+# The library's log goes nowhere unless the application configures logging (see failover).
+logging.getLogger("haclient").addHandler(logging.NullHandler())
 
 __all__ = [
     "Accepted",

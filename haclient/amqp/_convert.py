@@ -7,7 +7,8 @@ disposition lives here, so that the rest of the package speaks only ``haclient.a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from proton import UNDESCRIBED, Array, Condition, Data, Described, Disposition, symbol, ulong
 from proton import Terminus as PnTerminus
@@ -37,6 +38,44 @@ RELEASED_CODE = 0x26
 MODIFIED_CODE = 0x27
 DECLARED_CODE = 0x33
 TRANSACTIONAL_STATE_CODE = 0x34
+
+# AMQP 1.0 names every described type twice, by a number and by a symbol, and a peer may send
+# either (python-qpid-proton's own Container declares with ``amqp:declare:list``). The symbolic
+# descriptors of the types haclient reads itself, with the numeric code each stands for.
+SYMBOLIC_DESCRIPTORS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "amqp:error:list": 0x1D,
+        "amqp:received:list": RECEIVED_CODE,
+        "amqp:accepted:list": ACCEPTED_CODE,
+        "amqp:rejected:list": REJECTED_CODE,
+        "amqp:released:list": RELEASED_CODE,
+        "amqp:modified:list": MODIFIED_CODE,
+        "amqp:declare:list": 0x31,
+        "amqp:discharge:list": 0x32,
+        "amqp:declared:list": DECLARED_CODE,
+        "amqp:transactional-state:list": TRANSACTIONAL_STATE_CODE,
+        "amqp:header:list": 0x70,
+        "amqp:delivery-annotations:map": 0x71,
+        "amqp:message-annotations:map": 0x72,
+        "amqp:properties:list": 0x73,
+        "amqp:application-properties:map": 0x74,
+        "amqp:data:binary": 0x75,
+        "amqp:amqp-sequence:list": 0x76,
+        "amqp:amqp-value:*": 0x77,
+        "amqp:footer:map": 0x78,
+    }
+)
+
+
+def descriptor_code(descriptor: Any) -> int | None:
+    """The numeric code of a descriptor in either form (None: neither a number nor a known
+    symbol)."""
+    if isinstance(descriptor, int) and not isinstance(descriptor, bool):
+        return int(descriptor)
+    if isinstance(descriptor, str):
+        return SYMBOLIC_DESCRIPTORS.get(descriptor)
+    return None
+
 
 _EXPIRY_TO_PN = {
     ExpiryPolicy.LINK_DETACH: PnTerminus.EXPIRE_WITH_LINK,
@@ -222,7 +261,7 @@ def _outcome_from_value(value: Any) -> Outcome | None:
     if not isinstance(value, Described):
         return None
     fields = list(value.value or [])
-    code = int(value.descriptor)
+    code = descriptor_code(value.descriptor)
     if code == ACCEPTED_CODE:
         return Accepted()
     if code == RELEASED_CODE:

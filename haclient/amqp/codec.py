@@ -169,31 +169,65 @@ def _fill(pm: Any, message: AmqpMessage) -> None:
 
 
 _SECTION_DESCRIPTORS = frozenset(range(0x70, 0x79))  # header ... footer (AMQP 1.0 part 3.2)
+_SMALL_ULONG = 0x53  # the encoding of a numeric descriptor below 256
+_SYM8, _SYM32 = 0xA3, 0xB3  # the encodings of a symbolic one
 
 
-def _check_sections(payload: bytes) -> None:
-    """Raise unless ``payload`` is a sequence of message sections and nothing else.
-
-    proton's ``Message.decode`` accepts garbage and returns an empty message, so the structure
-    is checked here: every value must decode and be a described section.
-    """
+def _split_sections(payload: bytes) -> list[tuple[bytes, Any]]:
+    """Each top-level value of ``payload`` (its bytes) with its descriptor (None: none)."""
     data: Any = Data()
+    chunks = []
     offset = 0
     while offset < len(payload):
         used = data.decode(payload[offset:] if offset else payload)
         if used <= 0:
             raise MessageFormatError(f"undecodable AMQP message at byte {offset}")
+        chunks.append(payload[offset : offset + used])
         offset += used
     data.rewind()
-    while data.next() is not None:
-        if not data.is_described():
-            raise MessageFormatError("undecodable AMQP message: a section is not described")
-        data.enter()
+    sections = []
+    for chunk in chunks:
         data.next()
-        descriptor = data.get_object()
-        data.exit()
-        if not isinstance(descriptor, int) or descriptor not in _SECTION_DESCRIPTORS:
-            raise MessageFormatError(f"undecodable AMQP message: unknown section {descriptor!r}")
+        descriptor = None
+        if data.is_described():
+            data.enter()
+            data.next()
+            descriptor = data.get_object()
+            data.exit()
+        sections.append((chunk, descriptor))
+    return sections
+
+
+def _numeric(section: bytes, code: int) -> bytes:
+    """``section`` (a described value with a symbolic descriptor) with descriptor ``code``."""
+    if section[1] == _SYM8:
+        end = 3 + section[2]
+    elif section[1] == _SYM32:
+        end = 6 + int.from_bytes(section[2:6], "big")
+    else:  # pragma: no cover - a symbol is encoded as sym8 or sym32
+        raise MessageFormatError("undecodable AMQP message: a malformed section descriptor")
+    return bytes((0x00, _SMALL_ULONG, code)) + section[end:]
+
+
+def _check_sections(payload: bytes) -> bytes:
+    """``payload``, checked to be a sequence of message sections and nothing else, with each
+    symbolic section descriptor (``amqp:header:list`` ...) replaced by its numeric code.
+
+    proton's ``Message.decode`` accepts garbage and returns an empty message, and misreads
+    sections named by symbol (both forms are legal AMQP): so the structure is checked here and
+    the symbols are rewritten, byte for byte otherwise.
+    """
+    parts = []
+    for section, descriptor in _split_sections(payload):
+        if descriptor is None:
+            raise MessageFormatError("undecodable AMQP message: a section is not described")
+        code = _convert.descriptor_code(descriptor)
+        if code not in _SECTION_DESCRIPTORS:
+            raise MessageFormatError(
+                f"undecodable AMQP message: unknown section {descriptor!r:.60}"
+            )
+        parts.append(section if isinstance(descriptor, int) else _numeric(section, code))
+    return b"".join(parts)
 
 
 def _symbol_or_none(value: Any) -> str | None:
@@ -209,12 +243,16 @@ def decode_message(payload: bytes) -> AmqpMessage:
     """
     pm = _scratch_message()
     try:
-        _check_sections(payload)
-        pm.decode(payload)
+        pm.decode(_check_sections(payload))
+        # proton decodes a field's text only when it is read: invalid UTF-8 surfaces here.
+        return _from_proton(pm)
     except MessageFormatError:
         raise
     except Exception as exc:
         raise MessageFormatError(f"undecodable AMQP message ({len(payload)} bytes): {exc}") from exc
+
+
+def _from_proton(pm: Any) -> AmqpMessage:
     owned = _convert.owned
     body = owned(pm.body)
     if pm.inferred:
@@ -294,7 +332,7 @@ def decode_coordinator_request(payload: bytes) -> CoordinatorRequest:
     """
     body: Any = decode_message(payload).body
     if isinstance(body, Described):
-        code = int(body.descriptor)
+        code = _convert.descriptor_code(body.descriptor)
         fields = list(body.value or [])
         if code == _DECLARE:
             return Declare()

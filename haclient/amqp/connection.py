@@ -53,6 +53,7 @@ from haclient.errors import (
     ClosedError,
     ConnectionLostError,
     HAClientError,
+    OpenTimeoutError,
     error_from_condition,
 )
 
@@ -190,7 +191,7 @@ class AmqpConnection:
         """Begin a session and wait for the peer's answer.
 
         Raises:
-            AttachTimeoutError: the peer did not answer the Begin within ``timeout``.
+            OpenTimeoutError: the peer did not answer the Begin within ``timeout``.
         """
         self._check_open()
         session = self.engine.open_session()
@@ -200,7 +201,7 @@ class AmqpConnection:
             await slot.wait()
             return session
         self._sessions.pop(session, None)
-        raise AttachTimeoutError(f"the broker did not answer a Begin within {timeout:g} s")
+        raise OpenTimeoutError(f"the broker did not answer a Begin within {timeout:g} s")
 
     def _check_session(self, session: Session) -> None:
         self._check_open()
@@ -615,7 +616,7 @@ async def open_connection(
         ConnectionLostError: the TCP connection could not be made or dropped during the open.
         AuthenticationError: the SASL login was refused.
         ProtocolError: the peer does not speak AMQP 1.0.
-        AttachTimeoutError: the peer did not answer the Open within ``connect_timeout``.
+        OpenTimeoutError: the peer did not answer the Open within ``connect_timeout``.
     """
     try:
         with anyio.fail_after(connect_timeout):
@@ -637,7 +638,7 @@ async def open_connection(
             with anyio.move_on_after(connect_timeout):
                 await connection._opened.wait()
             if not connection._opened.done:
-                raise AttachTimeoutError(
+                raise OpenTimeoutError(
                     f"{host}:{port} did not answer the AMQP Open within {connect_timeout:g} s"
                 )
             yield connection
@@ -646,8 +647,11 @@ async def open_connection(
             # than inside an ExceptionGroup. Cancellation is a BaseException and passes.
             failure = exc
         finally:
+            # A peer that never answered the Open will not answer a Close either: do not
+            # wait for it (failover is waiting to try the next broker).
+            answered = connection._opened.done
             with anyio.CancelScope(shield=True):
-                await connection.close()
+                await connection.close(timeout=5.0 if answered else 0.0)
             tg.cancel_scope.cancel()
     if failure is not None:
         raise failure

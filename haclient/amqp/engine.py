@@ -407,9 +407,7 @@ def _ending_condition(error: ErrorCondition | None, remote_closed: bool) -> Erro
         return ErrorCondition(CONNECTION_LOST, "the peer closed the socket without a Close")
     if error is not None and "idle-timeout expired" in description:
         # proton calls a silent peer a resource limit; for us it is a lost connection.
-        return ErrorCondition(
-            CONNECTION_LOST, f"no frames from the peer within the idle timeout ({description})"
-        )
+        return ErrorCondition(CONNECTION_LOST, "no frames from the peer within the idle timeout")
     if error is not None and description.startswith("SSL Failure"):
         # proton files TLS failures under framing-error; they are about trust, not bytes.
         return ErrorCondition(TLS_FAILED, description)

@@ -35,6 +35,7 @@ from haclient.errors import (
     LinkDetachedError,
     MessageFormatError,
     NotImplementedByBrokerError,
+    OpenTimeoutError,
     ProtocolError,
     RedirectError,
     ResourceLimitError,
@@ -106,6 +107,7 @@ def test_all_is_pinned() -> None:
             "LinkDetachedError",
             "MessageFormatError",
             "NotImplementedByBrokerError",
+            "OpenTimeoutError",
             "ProtocolError",
             "RedirectError",
             "ResourceLimitError",
@@ -178,6 +180,7 @@ def test_no_connection_error_name() -> None:
         (ClientIdInUseError, RuntimeError),
         (FailoverTimeoutError, TimeoutError),
         (AttachTimeoutError, TimeoutError),
+        (OpenTimeoutError, TimeoutError),
     ],
 )
 def test_builtin_mixins(cls: type[HAClientError], builtin: type[Exception]) -> None:
@@ -192,6 +195,8 @@ def test_hierarchy() -> None:
     protocol_layer = (ProtocolError, ConnectionLostError, RedirectError, LinkDetachedError)
     assert all(issubclass(cls, AMQPError) for cls in protocol_layer)
     assert issubclass(AttachTimeoutError, AMQPError)
+    assert issubclass(OpenTimeoutError, AMQPError)
+    assert not issubclass(OpenTimeoutError, AttachTimeoutError)  # a hung broker, not a link
     # JMS-meaning errors are not AMQPError, even when a broker condition caused them.
     jms_meaning = (InvalidDestinationError, TransactionRolledBackError, AuthenticationError)
     assert not any(issubclass(cls, AMQPError) for cls in jms_meaning)
@@ -199,6 +204,13 @@ def test_hierarchy() -> None:
     assert not issubclass(ConnectionFailedError, (OSError, RuntimeError))
     assert not issubclass(NotImplementedByBrokerError, NotImplementedError)
     assert not issubclass(MessageFormatError, (ValueError, TypeError))
+
+
+def test_F4_a_hung_broker_is_skipped_but_an_unanswered_attach_is_not_retried() -> None:
+    # A peer that never answers the Open (or a Begin) is a hung broker: failover moves on.
+    assert OpenTimeoutError("x").retriable
+    # An attach left unanswered is the broker's answer to a feature (RabbitMQ): fall back.
+    assert not AttachTimeoutError("x").retriable
 
 
 def test_browser_failover_is_not_stop_iteration() -> None:

@@ -1,0 +1,85 @@
+"""Hostile peers (issue 12, items 4 and 9): a broker address that answers with silence, garbage,
+half a protocol header, half a frame, a frame whose size lies, or legal AMQP the engine does not
+act on (symbolic descriptors). Through both APIs, every outcome is a haclient error (never a
+proton or anyio exception), with a message fit to print, within a bound (never a hang)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+import haclient
+import haclient.aio as aio
+from chaos.hostile import (
+    HostilePeer,
+    Script,
+    bad_frame_size,
+    garbage,
+    half_frame,
+    half_header,
+    silent,
+    symbolic_descriptors,
+)
+from haclient.errors import HAClientError
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+# Generous: the slowest outcome is one idle timeout or one attach_timeout (2 s each here).
+BOUND = 20.0
+SCRIPTS = [silent, garbage, half_header, half_frame, bad_frame_size, symbolic_descriptors]
+
+
+async def _connect(api: str, url: str) -> None:
+    """Connect through ``api`` and close again (the peers make sure it does not get that far)."""
+    if api == "aio":
+        connection = await aio.connect(url, attach_timeout=2)
+        await connection.close()
+        return
+    connect = functools.partial(haclient.connect, url, attach_timeout=2)
+    connection: Any = await anyio.to_thread.run_sync(connect, abandon_on_cancel=True)
+    await anyio.to_thread.run_sync(connection.close)
+
+
+def _assert_fit_to_print(error: BaseException) -> None:
+    text = str(error)
+    assert text, f"{type(error).__name__} without a message"
+    assert text.isprintable(), f"unprintable characters in {text!r}"
+    assert len(text) < 600, f"a message of {len(text)} characters: {text[:100]!r} ..."
+
+
+@pytest.mark.parametrize("api", ["aio", "blocking"])
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.__name__)
+async def test_F4_a_hostile_peer_gives_a_library_error_in_bounded_time(
+    api: str, script: Script
+) -> None:
+    async with HostilePeer(script) as peer:
+        url = f"{peer.url}?amqp.idleTimeout=2000"
+        started = time.monotonic()
+        with anyio.fail_after(BOUND), pytest.raises(Exception) as raised:
+            await _connect(api, url)
+        elapsed = time.monotonic() - started
+        assert peer.connections >= 1
+    error = raised.value
+    assert isinstance(error, HAClientError), f"{type(error).__module__}.{type(error).__name__}"
+    assert type(error).__module__ == "haclient.errors"
+    _assert_fit_to_print(error)
+    cause = getattr(error, "cause", None)
+    if cause is not None:
+        assert isinstance(cause, HAClientError), repr(cause)
+        _assert_fit_to_print(cause)
+    assert elapsed < BOUND
+
+
+async def test_garbage_is_quoted_as_a_short_escaped_excerpt() -> None:
+    async with HostilePeer(garbage) as peer:
+        with anyio.fail_after(BOUND), pytest.raises(HAClientError) as raised:
+            await aio.connect(peer.url, attach_timeout=2)
+    text = str(raised.value)
+    assert "\x1b" not in text and "\x00" not in text
+    assert "\\x1b" in text  # the junk is shown escaped ...
+    assert "more characters" in text  # ... and cut short

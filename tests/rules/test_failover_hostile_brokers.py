@@ -1,0 +1,93 @@
+"""Brokers that do not fail cleanly, through both APIs: one that accepts TCP and never answers
+the Open (a hung broker, skipped like a dead one: F5) and one that refuses the login (F4: given
+up at once, with ``AuthenticationError``, not retried). Issue 12, items 4 and 8."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+from apikit import Api
+from failoverkit import Recorder, brokers, failover_url, port_of
+
+from chaos.broker import BrokerThread
+from chaos.hostile import HostilePeer, silent
+from haclient.destination import Queue
+from haclient.errors import AuthenticationError, ClientIdInUseError
+from haclient.message import TextMessage
+
+pytestmark = pytest.mark.anyio
+
+# Generous: the silent broker costs one attach_timeout; this only catches a hang.
+BOUND = 20.0
+
+
+async def test_F5_a_silent_broker_first_in_the_list_is_skipped_at_connect(api: Api) -> None:
+    with brokers(1) as (good,):
+        async with HostilePeer(silent) as hung:
+            started = time.monotonic()
+            with anyio.fail_after(BOUND):
+                url = failover_url(hung, good)
+                async with await api.connect(url, attach_timeout=1) as connection:
+                    assert port_of(str(connection.broker)) == good.port
+                    session = await connection.create_session()
+                    producer = await session.create_producer(Queue("hung-first"))
+                    await producer.send(TextMessage("after the hung broker"))
+            assert hung.connections >= 1  # it was tried, and skipped
+            assert time.monotonic() - started < BOUND
+        assert good.queue_depth("hung-first") == 1
+
+
+async def test_F5_a_failover_whose_next_broker_is_silent_moves_on(api: Api) -> None:
+    with brokers(2) as (first, last):
+        async with HostilePeer(silent) as hung:
+            recorder = Recorder()
+            url = failover_url(first, hung, last)
+            async with await api.connect(url, attach_timeout=1) as connection:
+                await connection.add_listener(recorder)
+                assert port_of(str(connection.broker)) == first.port
+                session = await connection.create_session()
+                producer = await session.create_producer(Queue("hung-next"))
+                first.kill()
+                (broker,) = await recorder.wait_for("completed", timeout=BOUND)
+                assert port_of(broker) == last.port
+                with anyio.fail_after(BOUND):
+                    await producer.send(TextMessage("after failover"))
+            assert hung.connections >= 1
+            assert not recorder.named("failed")
+        assert last.queue_depth("hung-next") == 1
+
+
+async def test_F4_a_wrong_password_raises_authentication_error_and_is_not_retried(
+    api: Api,
+) -> None:
+    with BrokerThread(users={"app": "secret"}) as broker:
+        async with HostilePeer(silent) as next_broker:
+            url = failover_url(broker, next_broker)
+            with anyio.fail_after(BOUND), pytest.raises(AuthenticationError) as refused:
+                await api.connect(url, username="app", password="wrong", attach_timeout=1)
+            assert refused.value.condition == "amqp:unauthorized-access"
+            assert not refused.value.retriable
+            assert next_broker.connections == 0  # given up at once: nothing else was tried
+        async with await api.connect(broker.url, username="app", password="secret"):
+            pass  # the right password gets in
+
+
+async def test_F4_credentials_in_the_url_log_in(api: Api) -> None:
+    with BrokerThread(users={"app": "s3cret"}) as broker:
+        url = broker.url.replace("amqp://", "amqp://app:s3cret@")
+        async with await api.connect(url) as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("url-login"))
+            await producer.send(TextMessage("logged in by the URL"))
+        with pytest.raises(AuthenticationError):
+            await api.connect(broker.url.replace("amqp://", "amqp://app:wrong@"))
+        assert broker.queue_depth("url-login") == 1
+
+
+async def test_F4_a_client_id_in_use_raises_client_id_in_use_at_connect(api: Api) -> None:
+    with BrokerThread(refuse_duplicate_container_id=True) as broker:
+        async with await api.connect(broker.url, client_id="only-once"):
+            with pytest.raises(ClientIdInUseError):
+                await api.connect(broker.url, client_id="only-once")
