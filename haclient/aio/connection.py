@@ -39,8 +39,8 @@ from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import (
     AuthenticationError,
     ClientIdInUseError,
-    ConnectionFailedError,
     ConfigurationError,
+    ConnectionFailedError,
     HAClientError,
     InvalidDestinationError,
 )
