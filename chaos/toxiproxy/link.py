@@ -13,6 +13,7 @@ chain closes the whole connection (there is no half-close); so does a write that
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import socket
@@ -100,10 +101,9 @@ class Link:
         """Wake the processor and cut short the wait of any toxic of this link."""
         self._changed.set()
         self._changed = anyio.Event()
-        try:
+        # If the buffer is full, the processor is busy and will look at the chain anyway.
+        with contextlib.suppress(anyio.WouldBlock):
             self._send.send_nowait(_WAKE)
-        except anyio.WouldBlock:  # the processor is busy and will look at the chain anyway
-            pass
 
     async def pause(self, seconds: float) -> bool:
         """Sleep ``seconds``; True if the toxics changed first."""
@@ -181,10 +181,8 @@ class Link:
 def _set_reset(stream: SocketStream) -> None:
     """Make closing ``stream`` send a TCP RST (SO_LINGER on, timeout 0)."""
     raw = stream.extra(SocketAttribute.raw_socket)
-    try:
+    with contextlib.suppress(OSError):  # already closed by the peer
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:  # already closed by the peer
-        pass
 
 
 class Connection:
