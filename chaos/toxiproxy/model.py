@@ -186,7 +186,7 @@ def loopback_address(listen: str) -> tuple[str, int]:
             malformed or not a loopback address: this server never binds anything else.
     """
     host, sep, port_text = listen.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+    if listen and (not sep or not port_text.isdigit() or int(port_text) > 65535):
         raise ApiError(500, f"listen tcp: address {listen}: missing or invalid port")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     host = "127.0.0.1" if host == "localhost" else host
@@ -194,7 +194,7 @@ def loopback_address(listen: str) -> tuple[str, int]:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback:
+    if not loopback:  # an empty listen: the real server binds every interface
         raise ApiError(
             500,
             f"listen tcp {listen}: refused: this Toxiproxy binds loopback addresses only "
