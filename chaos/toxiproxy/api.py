@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +18,8 @@ __all__ = ["VERSION", "Api"]
 
 VERSION = "2.12.0"
 """The Toxiproxy version this server imitates."""
+
+log = logging.getLogger("chaos.toxiproxy")
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -76,6 +79,9 @@ class Api:
                 return await action(request, *(unquote(part) for part in match.groups()))
             except ApiError as exc:
                 return error(exc)
+            except Exception as exc:  # a bug of ours must not take the whole server down
+                log.exception("%s %s failed", request.method, path)
+                return error(ApiError(500, f"internal error: {exc!r}"))
         return Response(404, b"404 page not found\n", TEXT)
 
     async def version(self, request: Request) -> Response:

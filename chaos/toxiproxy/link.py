@@ -8,7 +8,10 @@ is looked up afresh for every item, so toxics added, updated or removed apply to
 connections at once; each (toxic, version) gets a ``LinkStub`` when it first meets this link,
 which rolls the toxicity dice and holds the toxic's state. A change wakes the processor (to
 start a new timeout toxic's clock) and cuts short any toxic's wait. ``CLOSE`` coming out of the
-chain closes the whole connection (there is no half-close); so does a write that fails.
+chain (or a write that fails) closes the link's sink socket entirely: there is no half-close.
+That ends the other link's reader, so the other link drains what its toxics hold and then closes
+the first socket too. Faults (reset_peer, disabling or deleting the proxy, removing a timeout
+toxic) close both sockets at once.
 """
 
 from __future__ import annotations
@@ -101,8 +104,9 @@ class Link:
         """Wake the processor and cut short the wait of any toxic of this link."""
         self._changed.set()
         self._changed = anyio.Event()
-        # If the buffer is full, the processor is busy and will look at the chain anyway.
-        with contextlib.suppress(anyio.WouldBlock):
+        # A full buffer: the processor is busy and will look at the chain anyway; a closed one:
+        # the link is done.
+        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
             self._send.send_nowait(_WAKE)
 
     async def pause(self, seconds: float) -> bool:
@@ -165,17 +169,19 @@ class Link:
     async def _deliver(self, item: Item) -> None:
         if self._done:
             return
-        if item is None:
-            self._done = True
-            self.connection.close()
+        if item is not None and item.data:
+            try:
+                await self._sink.send(item.data)
+                return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass  # the sink is gone: close it as if the source had ended
+        elif item is not None:
             return
-        if not item.data:
-            return
-        try:
-            await self._sink.send(item.data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            self._done = True
-            self.connection.close()
+        # Closing the sink ends the other link's reader, so that link drains what its toxics
+        # hold and then closes our source: no half-close, and no data in flight dropped.
+        self._done = True
+        with anyio.CancelScope(shield=True):
+            await anyio.aclose_forcefully(self._sink)
 
 
 def _set_reset(stream: SocketStream) -> None:

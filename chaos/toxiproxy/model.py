@@ -46,7 +46,11 @@ def _json_kind(value: Any) -> str:
         return "bool"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "null")
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
 
 
 def bad_body(detail: str) -> ApiError:

@@ -8,6 +8,7 @@ are refused.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -18,6 +19,8 @@ from chaos.toxiproxy.model import TOXIC_NOT_FOUND, ApiError, Toxic, loopback_add
 from chaos.toxiproxy.model import update_toxic as apply_update
 
 __all__ = ["Proxy"]
+
+log = logging.getLogger("chaos.toxiproxy")
 
 
 class Proxy:
@@ -89,6 +92,8 @@ class Proxy:
         self._connections.add(connection)
         try:
             await connection.run()
+        except Exception:  # one broken connection must not stop the proxy
+            log.exception("proxy %s: a connection failed", self.name)
         finally:
             self._connections.discard(connection)
 

@@ -5,6 +5,7 @@ thread of its own)."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from types import TracebackType
@@ -18,6 +19,8 @@ from chaos.toxiproxy.http import serve_http
 from chaos.toxiproxy.registry import Registry
 
 __all__ = ["ToxiproxyServer"]
+
+log = logging.getLogger("chaos.toxiproxy")
 
 
 def check_loopback(host: str) -> str:
@@ -94,7 +97,10 @@ class ToxiproxyServer:
     @staticmethod
     async def _serve(listener: anyio.abc.Listener[SocketStream], tg: TaskGroup, api: Api) -> None:
         async def handle(stream: SocketStream) -> None:
-            await serve_http(stream, api.handle)
+            try:
+                await serve_http(stream, api.handle)
+            except Exception:  # one API client's trouble must not stop the server
+                log.exception("API connection failed")
 
         await listener.serve(handle, tg)
 

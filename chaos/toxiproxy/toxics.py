@@ -58,7 +58,11 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
 class Stub(Protocol):
     """What a toxic sees of the link it runs on (one toxic, one connection, one direction)."""
 
-    attributes: dict[str, int]
+    @property
+    def attributes(self) -> dict[str, int]:
+        """The toxic's attributes, live (an update shows at once)."""
+        ...
+
     initial: bool  # the toxic existed when the connection opened
     state: dict[str, Any]  # the toxic's own per-link state
 

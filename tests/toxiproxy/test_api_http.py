@@ -55,7 +55,9 @@ def test_only_the_first_json_value_is_read_and_unknown_keys_are_ignored(api: Htt
 
 def test_a_bind_failure_is_500_and_creates_nothing(api: Http) -> None:
     with TcpServer(lambda sock: None) as taken:
-        response = api.call("POST", "/proxies", {"name": "p", "upstream": UP, "listen": taken.address})
+        response = api.call(
+            "POST", "/proxies", {"name": "p", "upstream": UP, "listen": taken.address}
+        )
         assert response.status == 500
         assert b"address already in use" in response.data  # type: ignore[attr-defined]
     api.error("GET", "/proxies/p", None, 404, "proxy not found")

@@ -49,9 +49,8 @@ def test_the_package_drives_a_proxy_end_to_end(
     assert round_trip(port) >= 0.2
     proxy.destroy_toxic("latency_downstream")
     assert proxy.get_toxic("latency_downstream") is None
-    with proxy.down():
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", port), timeout=5)
+    with proxy.down(), pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
     assert round_trip(port) < 0.2
     proxy.add_toxic(type="noop")
     package.reset()

@@ -202,3 +202,14 @@ def test_deleting_a_proxy_closes_its_connections(client: ToxiproxyClient, port: 
         assert recv_exactly(sock, 1) == b"a"
         client.delete_proxy("p")
         assert recv_until_closed(sock) == b""
+
+
+def test_a_close_lets_data_in_flight_drain_first(client: ToxiproxyClient, port: int) -> None:
+    client.add_toxic("p", "latency", latency=300)
+    with connect(port) as sock:
+        start = time.monotonic()
+        sock.sendall(b"last words")
+        time.sleep(0.1)  # the echo is back in the proxy, held by the latency toxic
+        sock.shutdown(socket.SHUT_WR)  # the proxy closes the server side: no half-close
+        assert recv_until_closed(sock) == b"last words"  # but what it holds still comes
+        assert 0.3 <= time.monotonic() - start < 0.3 + SLACK
