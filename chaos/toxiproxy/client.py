@@ -7,8 +7,8 @@ address), checks each status against the one the API promises, and raises ``Toxi
 subclasses that carry the status and the server's message. Results are the package's ``Proxy``
 and ``Toxic`` objects.
 
-``toxiproxy()`` gives a client for ``$TOXIPROXY_URL`` (a real Toxiproxy, say) when it is set, and
-otherwise starts the embedded server for the ``with`` block.
+``open_toxiproxy()`` gives a client for ``$TOXIPROXY_URL`` (a real Toxiproxy, say) when it is
+set, and otherwise starts the embedded server for the ``with`` block.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ __all__ = [
     "ToxiproxyError",
     "ToxiproxyNotFound",
     "ToxiproxyUnreachable",
-    "toxiproxy",
+    "open_toxiproxy",
 ]
 
 TOXIPROXY_URL = "TOXIPROXY_URL"
@@ -242,7 +242,7 @@ class ToxiproxyClient:
 
 
 @contextmanager
-def toxiproxy(url: str | None = None) -> Iterator[ToxiproxyClient]:
+def open_toxiproxy(url: str | None = None) -> Iterator[ToxiproxyClient]:
     """A client for ``url``, else for ``$TOXIPROXY_URL``, else for an embedded server started
     (on a free loopback port, in a thread) for the ``with`` block and stopped after it."""
     client = ToxiproxyClient(url) if url else ToxiproxyClient.from_env()

@@ -21,8 +21,8 @@ from chaos.toxiproxy.client import (
     ToxiproxyError,
     ToxiproxyNotFound,
     ToxiproxyUnreachable,
+    open_toxiproxy,
 )
-from chaos.toxiproxy.client import toxiproxy as open_toxiproxy
 
 
 @pytest.fixture
