@@ -1,6 +1,6 @@
 """A compact HTTP/1.1 server side for the API: requests in, responses out, on any anyio byte
-stream. Keep-alive (HTTP/1.1 default, HTTP/1.0 on request), bodies by Content-Length or chunked;
-anything malformed is answered 400 and the connection closed."""
+stream. Keep-alive (HTTP/1.1 default, HTTP/1.0 on request), bodies by Content-Length or chunked,
+``Expect: 100-continue``; anything malformed is answered 400 and the connection closed."""
 
 from __future__ import annotations
 
@@ -78,7 +78,11 @@ async def _read_chunked(reader: BufferedByteReceiveStream) -> bytes:
             raise _Malformed("chunk")
 
 
-async def _read_body(reader: BufferedByteReceiveStream, request: Request) -> bytes:
+async def _read_body(
+    reader: BufferedByteReceiveStream, stream: ByteStream, request: Request
+) -> bytes:
+    if request.headers.get("expect", "").lower() == "100-continue":  # curl, for big bodies
+        await stream.send(b"HTTP/1.1 100 Continue\r\n\r\n")
     if request.headers.get("transfer-encoding", "").lower() == "chunked":
         return await _read_chunked(reader)
     length = int(request.headers.get("content-length", "0"))
@@ -117,7 +121,7 @@ async def serve_http(stream: ByteStream, handler: Handler) -> None:
             try:
                 head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD)
                 request = _parse_head(head)
-                request.body = await _read_body(reader, request)
+                request.body = await _read_body(reader, stream, request)
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                 return
             except (_Malformed, ValueError, anyio.DelimiterNotFound):

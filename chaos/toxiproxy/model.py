@@ -15,6 +15,7 @@ __all__ = [
     "ApiError",
     "Toxic",
     "decode_body",
+    "json_kind",
     "loopback_address",
     "new_toxic",
     "proxy_fields",
@@ -41,7 +42,7 @@ INVALID_TYPE = ApiError(400, "invalid toxic type")
 _GO_TYPES = {str: "string", bool: "bool", float: "float32", int: "int64", dict: "struct"}
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int | float):
@@ -81,7 +82,7 @@ def typed(body: Any, struct: str, key: str, kind: type, default: Any) -> Any:
         ApiError: 400 when the value has another JSON type (ints pass for floats, not bools).
     """
     if not isinstance(body, dict):
-        raise bad_body(f"json: cannot unmarshal {_json_kind(body)} into Go value of type {struct}")
+        raise bad_body(f"json: cannot unmarshal {json_kind(body)} into Go value of type {struct}")
     value = body.get(key)
     if value is None:
         return default
@@ -90,7 +91,7 @@ def typed(body: Any, struct: str, key: str, kind: type, default: Any) -> Any:
         fits = isinstance(value, int | float) and not isinstance(value, bool)
     if not fits:
         raise bad_body(
-            f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
+            f"json: cannot unmarshal {json_kind(value)} into Go struct field "
             f"{struct}.{key} of type {_GO_TYPES[kind]}"
         )
     return float(value) if kind is float else value

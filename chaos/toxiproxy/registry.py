@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from anyio.abc import TaskGroup
 
 from chaos.toxiproxy.model import (
@@ -12,6 +13,7 @@ from chaos.toxiproxy.model import (
     PROXY_NOT_FOUND,
     ApiError,
     bad_body,
+    json_kind,
     proxy_fields,
 )
 from chaos.toxiproxy.proxy import Proxy
@@ -28,11 +30,13 @@ def _missing(fields: dict[str, Any], suffix: str = "") -> None:
 
 
 class Registry:
-    """Every proxy by name; proxies run in ``task_group``."""
+    """Every proxy by name; proxies run in ``task_group``. Operations that wait (binding,
+    closing) hold one lock, so that concurrent requests see each other's outcome whole."""
 
     def __init__(self, task_group: TaskGroup) -> None:
         self.proxies: dict[str, Proxy] = {}
         self._task_group = task_group
+        self._lock = anyio.Lock()
 
     def get(self, name: str) -> Proxy:
         """The proxy called ``name``.
@@ -52,6 +56,10 @@ class Registry:
             ApiError: 400 (bad body, missing field), 409 (name taken, checked before binding),
                 500 (cannot listen; the proxy is then not created).
         """
+        async with self._lock:
+            return await self._create(body)
+
+    async def _create(self, body: Any) -> Proxy:
         fields = proxy_fields(body, _NEW)
         _missing(fields)
         if fields["name"] in self.proxies:
@@ -65,7 +73,10 @@ class Registry:
     async def update(self, name: str, body: Any) -> Proxy:
         """Partially update ``listen``, ``upstream`` and ``enabled``; a changed address restarts
         the listener and drops the connections."""
-        proxy = self.get(name)
+        async with self._lock:
+            return await self._update(self.get(name), body)
+
+    async def _update(self, proxy: Proxy, body: Any) -> Proxy:
         fields = proxy_fields(body, proxy.to_json())
         if (fields["listen"], fields["upstream"]) != (proxy.listen, proxy.upstream):
             await proxy.stop()
@@ -78,9 +89,12 @@ class Registry:
 
     async def delete(self, name: str) -> None:
         """Stop and forget a proxy."""
-        proxy = self.get(name)
+        async with self._lock:
+            await self._delete(self.get(name))
+
+    async def _delete(self, proxy: Proxy) -> None:
         await proxy.stop()
-        del self.proxies[name]
+        del self.proxies[proxy.name]
 
     async def populate(self, body: Any) -> tuple[list[Proxy], ApiError | None]:
         """Create or replace the proxies of a list: the ones done, and the error that stopped
@@ -90,8 +104,13 @@ class Registry:
         Raises:
             ApiError: 400 before anything changed, for a bad body or a missing field.
         """
+        async with self._lock:
+            return await self._populate(body)
+
+    async def _populate(self, body: Any) -> tuple[list[Proxy], ApiError | None]:
         if not isinstance(body, list):
-            raise bad_body("json: cannot unmarshal object into Go value of type []proxy.Proxy")
+            kind = json_kind(body)
+            raise bad_body(f"json: cannot unmarshal {kind} into Go value of type []proxy.Proxy")
         entries = [proxy_fields(entry, _NEW) for entry in body]
         for number, fields in enumerate(entries, 1):
             _missing(fields, f" at proxy {number}")
@@ -102,9 +121,9 @@ class Registry:
                 if (existing.listen, existing.upstream) == (fields["listen"], fields["upstream"]):
                     done.append(existing)
                     continue
-                await self.delete(existing.name)
+                await self._delete(existing)
             try:
-                done.append(await self.create(fields))
+                done.append(await self._create(fields))
             except ApiError as exc:
                 return done, exc
         return done, None
@@ -115,6 +134,7 @@ class Registry:
         Raises:
             ApiError: 500 if a proxy cannot listen again.
         """
-        for proxy in list(self.proxies.values()):
-            await proxy.start()
-            proxy.remove_all_toxics()
+        async with self._lock:
+            for proxy in list(self.proxies.values()):
+                await proxy.start()
+                proxy.remove_all_toxics()

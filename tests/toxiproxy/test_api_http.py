@@ -218,3 +218,35 @@ def test_keep_alive_and_connection_close(api: Http) -> None:
         assert api.call("GET", "/version").status == 200
     response = api.call("GET", "/version", headers={"Connection": "close"})
     assert response.status == 200 and response.getheader("Connection") == "close"
+
+
+def test_chunked_bodies_expect_continue_and_malformed_requests(server: object, api: Http) -> None:
+    port: int = server.port  # type: ignore[attr-defined]
+    body = b'{"name": "c", "upstream": "127.0.0.1:9", "listen": "127.0.0.1:0"}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        head = b"POST /proxies HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        sock.sendall(head + b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(chunked)
+        assert sock.recv(1000).startswith(b"HTTP/1.1 201 Created\r\n")
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        assert sock.recv(1000).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert sock.recv(1000) == b""  # and closed
+    assert api.json("GET", "/proxies/c")["name"] == "c"
+
+
+def test_concurrent_creates_of_one_name_make_one_proxy(api: Http, server: object) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def create(_: int) -> int:
+        raw = Http("127.0.0.1", server.port)  # type: ignore[attr-defined]
+        try:
+            body = {"name": "one", "upstream": UP, "listen": "127.0.0.1:0"}
+            return raw.call("POST", "/proxies", body).status
+        finally:
+            raw.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(create, range(8)))
+    assert statuses == [201] + [409] * 7

@@ -169,7 +169,6 @@ def test_disable_closes_connections_and_refuses_new_ones(
     client: ToxiproxyClient, port: int
 ) -> None:
     with connect(port) as sock:
-        assert recv_exactly(sock, 0) == b""
         sock.sendall(b"a")
         assert recv_exactly(sock, 1) == b"a"
         client.disable("p")
@@ -213,3 +212,25 @@ def test_a_close_lets_data_in_flight_drain_first(client: ToxiproxyClient, port: 
         sock.shutdown(socket.SHUT_WR)  # the proxy closes the server side: no half-close
         assert recv_until_closed(sock) == b"last words"  # but what it holds still comes
         assert 0.3 <= time.monotonic() - start < 0.3 + SLACK
+
+
+def test_reset_peer_added_to_an_open_connection_closes_it_normally(
+    client: ToxiproxyClient, port: int
+) -> None:
+    with connect(port) as sock:
+        sock.sendall(b"a")
+        assert recv_exactly(sock, 1) == b"a"  # the connection is open on the proxy's side
+        client.add_toxic("p", "reset_peer", stream="upstream")  # the real server: no RST then
+        sock.sendall(b"doomed")
+        assert recv_until_closed(sock) == b""
+
+
+def test_a_toxicity_update_re_rolls_on_open_connections(client: ToxiproxyClient, port: int) -> None:
+    client.add_toxic("p", "latency", latency=300, toxicity=0.0)
+    with connect(port) as sock:
+        for expected_delay in (False, True):
+            start = time.monotonic()
+            sock.sendall(b"x")
+            assert recv_exactly(sock, 1) == b"x"
+            assert (time.monotonic() - start >= 0.3) is expected_delay
+            client.update_toxic("p", "latency_downstream", toxicity=1.0)
