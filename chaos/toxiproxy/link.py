@@ -94,7 +94,7 @@ class Link:
         self._done = False
 
     async def run(self) -> None:
-        """Carry data until ``CLOSE`` leaves the chain (then the connection is closed)."""
+        """Carry data until ``CLOSE`` leaves the chain; the sink is then closed."""
         async with self._send, self._receive, anyio.create_task_group() as tg:
             tg.start_soon(self._read)
             await self._process()
