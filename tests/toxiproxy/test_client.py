@@ -1,0 +1,148 @@
+"""The server through the toxiproxy-python package as users call it, and through our wrapper,
+which checks the statuses that package does not map and honours ``TOXIPROXY_URL``."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import toxiproxy
+from toxikit import TcpServer, port_of, round_trip
+from toxiproxy.api import APIConsumer
+from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
+
+from chaos.toxiproxy import ToxiproxyServer
+from chaos.toxiproxy.client import (
+    TOXIPROXY_URL,
+    ToxiproxyBadRequest,
+    ToxiproxyClient,
+    ToxiproxyConflict,
+    ToxiproxyError,
+    ToxiproxyNotFound,
+    ToxiproxyUnreachable,
+    open_toxiproxy,
+)
+
+
+@pytest.fixture
+def package(server: ToxiproxyServer, client: ToxiproxyClient) -> Iterator[toxiproxy.Toxiproxy]:
+    """toxiproxy-python's own entry point, pointed at the server (class-level globals)."""
+    saved = APIConsumer.host, APIConsumer.port
+    toxi = toxiproxy.Toxiproxy()
+    toxi.update_api_consumer(server.host, server.port)
+    yield toxi
+    APIConsumer.host, APIConsumer.port = saved
+
+
+def test_the_package_drives_a_proxy_end_to_end(
+    package: toxiproxy.Toxiproxy, echo_server: TcpServer
+) -> None:
+    assert package.running()
+    assert b"2.12.0" in package.version()
+    proxy = package.create(upstream=echo_server.address, name="echo")
+    assert set(package.proxies()) == {"echo"}
+    assert package.get_proxy("echo").upstream == echo_server.address
+    port = port_of(proxy.listen)
+    proxy.add_toxic(type="latency", attributes={"latency": 200})
+    assert [t.name for t in proxy.toxics().values()] == ["latency_downstream"]
+    assert round_trip(port) >= 0.2
+    proxy.destroy_toxic("latency_downstream")
+    assert proxy.get_toxic("latency_downstream") is None
+    with proxy.down(), pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+    assert round_trip(port) < 0.2
+    proxy.add_toxic(type="noop")
+    package.reset()
+    assert proxy.toxics() == {}
+    populated = package.populate(
+        [{"name": "echo", "upstream": echo_server.address, "listen": "127.0.0.1:0"}]
+    )
+    assert [p.name for p in populated] == ["echo"]  # listen differs: replaced
+    package.destroy_all()
+    assert package.proxies() == {}
+
+
+def test_the_package_maps_400_404_409(package: toxiproxy.Toxiproxy) -> None:
+    proxy = package.create(upstream="127.0.0.1:9", name="p")
+    with pytest.raises(ProxyExists):
+        package.create(upstream="127.0.0.1:9", name="p")
+    with pytest.raises(InvalidToxic):
+        proxy.add_toxic(type="poison")
+    proxy.destroy()
+    with pytest.raises(NotFound):
+        proxy.destroy()
+
+
+def test_our_client_raises_on_every_error_status(
+    client: ToxiproxyClient, echo_server: TcpServer
+) -> None:
+    proxy = client.create_proxy("p", echo_server.address)
+    with pytest.raises(ToxiproxyConflict) as conflict:
+        client.create_proxy("p", echo_server.address)
+    assert (conflict.value.status, conflict.value.message) == (409, "proxy already exists")
+    with pytest.raises(ToxiproxyBadRequest, match="invalid toxic type"):
+        client.add_toxic("p", "poison")
+    with pytest.raises(ToxiproxyNotFound, match="toxic not found"):
+        client.remove_toxic("p", "nope")
+    with pytest.raises(ToxiproxyNotFound, match="proxy not found"):
+        client.proxy("nope")
+    # The case toxiproxy-python lets through: a 500 from a bind failure.
+    with pytest.raises(ToxiproxyError) as failed:
+        client.create_proxy("q", echo_server.address, listen=proxy.listen)
+    assert failed.value.status == 500 and "address already in use" in failed.value.message
+    assert set(client.proxies()) == {"p"}
+
+
+def test_our_client_toxics_and_proxies(client: ToxiproxyClient, echo_server: TcpServer) -> None:
+    port = port_of(client.create_proxy("p", echo_server.address).listen)
+    with client.toxic("p", "latency", latency=250, jitter=0) as toxic:
+        assert toxic.name == "latency_downstream" and toxic.attributes["latency"] == 250
+        assert round_trip(port) >= 0.25
+        client.update_toxic("p", toxic.name, latency=0)
+        assert client.toxics("p")[0].attributes == {"latency": 0, "jitter": 0}
+        assert round_trip(port) < 0.25
+    assert client.toxics("p") == []
+    with client.down("p"), pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+    assert client.proxy("p").enabled is True
+    entry = {"name": "r", "upstream": "127.0.0.1:9", "listen": ":0", "enabled": False}
+    populated = client.populate([entry])
+    assert [p.name for p in populated] == ["r"] and populated[0].enabled is False
+    with pytest.raises(ToxiproxyError, match="loopback addresses only") as failed:
+        client.populate([{"name": "s", "upstream": "127.0.0.1:9"}])  # the real one: any interface
+    assert failed.value.status == 500
+    client.delete_proxy("r")  # reset() would try to bind it
+    client.reset()
+    client.delete_proxy("p")
+    assert client.version() == "2.12.0"
+
+
+def test_our_client_reports_an_absent_server() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        client = ToxiproxyClient(f"http://127.0.0.1:{unused.getsockname()[1]}")
+        with pytest.raises(ToxiproxyUnreachable):
+            client.version()
+
+
+def test_TOXIPROXY_URL_selects_an_external_server(
+    server: ToxiproxyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOXIPROXY_URL, server.url)
+    with open_toxiproxy() as client:
+        assert client.url == server.url
+        client.create_proxy("via-env", "127.0.0.1:9")
+        assert "via-env" in ToxiproxyClient(server.url).proxies()
+        client.delete_proxy("via-env")
+
+
+def test_without_TOXIPROXY_URL_an_embedded_server_runs_for_the_block(
+    server: ToxiproxyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TOXIPROXY_URL, raising=False)
+    with open_toxiproxy() as client:
+        assert client.url != server.url
+        assert client.version() == "2.12.0"
+    with pytest.raises(ToxiproxyUnreachable):
+        client.version()

@@ -1,0 +1,139 @@
+"""Helpers of the Toxiproxy tests: tiny TCP servers on 127.0.0.1 to proxy to, raw HTTP calls,
+and timing on the client's side of a proxy."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+TIMEOUT = 10.0
+
+
+class TcpServer:
+    """A threaded TCP server on a free loopback port; ``serve(sock)`` runs per connection on a
+    thread of its own. Stopped (listener and every connection closed) on leaving ``with``."""
+
+    def __init__(self, serve: Callable[[socket.socket], None]) -> None:
+        self._serve = serve
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> TcpServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for sock in list(self._sockets):
+            sock.close()
+        self._thread.join(TIMEOUT)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            self._sockets.append(sock)
+            threading.Thread(target=self._run, args=(sock,), daemon=True).start()
+
+    def _run(self, sock: socket.socket) -> None:
+        try:
+            self._serve(sock)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
+def echo(sock: socket.socket) -> None:
+    """Send back everything received, until the peer closes."""
+    while data := sock.recv(65536):
+        sock.sendall(data)
+
+
+def greet_and_close(sock: socket.socket) -> None:
+    """Say ``hi`` and close at once."""
+    sock.sendall(b"hi")
+
+
+def connect(port: int) -> socket.socket:
+    """A client socket to 127.0.0.1:``port`` with the tests' timeout."""
+    return socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    """``size`` bytes, or fewer if the peer closes first."""
+    data = b""
+    while len(data) < size and (chunk := sock.recv(size - len(data))):
+        data += chunk
+    return data
+
+
+def recv_until_closed(sock: socket.socket) -> bytes:
+    """Everything until the peer closes."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def round_trip(port: int, payload: bytes = b"ping") -> float:
+    """Seconds for ``payload`` to go through a proxy to an echo server and back."""
+    with connect(port) as sock:
+        start = time.monotonic()
+        sock.sendall(payload)
+        assert recv_exactly(sock, len(payload)) == payload
+        return time.monotonic() - start
+
+
+def port_of(listen: str) -> int:
+    """The port of a ``host:port`` listen address."""
+    return int(listen.rsplit(":", 1)[1])
+
+
+class Http:
+    """Raw HTTP calls to an API (one keep-alive connection), for exact statuses and bodies."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.connection = http.client.HTTPConnection(host, port, timeout=TIMEOUT)
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> http.client.HTTPResponse:
+        """Send one request (a non-bytes ``body`` is sent as JSON); the response, body read
+        into ``response.data``."""
+        raw = body if isinstance(body, bytes | str) or body is None else json.dumps(body)
+        self.connection.request(method, path, body=raw, headers=headers or {})
+        response = self.connection.getresponse()
+        response.data = response.read()  # type: ignore[attr-defined]
+        return response
+
+    def json(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
+        """The decoded JSON answer, asserting its status."""
+        response = self.call(method, path, body)
+        assert response.status == expect, (response.status, response.data)  # type: ignore[attr-defined]
+        return json.loads(response.data)  # type: ignore[attr-defined]
+
+    def error(self, method: str, path: str, body: Any, status: int, message: str) -> None:
+        """Assert the exact error answer of the real server."""
+        response = self.call(method, path, body)
+        assert response.status == status
+        assert response.getheader("Content-Type") == "text/plain; charset=utf-8"
+        expected = json.dumps({"error": message, "status": status}, separators=(",", ":"))
+        assert response.data == (expected + "\n").encode()  # type: ignore[attr-defined]
