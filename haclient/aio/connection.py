@@ -539,11 +539,21 @@ class ConnectionFactory:
     """Makes connections to one URL with one set of options (JMS ``ConnectionFactory``).
 
     Raises:
-        ConfigurationError: from the constructor, for an invalid URL or option.
+        ConfigurationError: from the constructor, for an invalid URL or option (a ``url`` that
+            is not a str names the argument).
     """
 
     def __init__(self, url: str, **options: Any) -> None:
-        self._url = parse_url(url) if isinstance(url, str) else url
+        self._url: FailoverURL
+        if isinstance(url, FailoverURL):
+            self._url = url
+        elif isinstance(url, str):
+            self._url = parse_url(url)
+        else:
+            raise ConfigurationError(
+                f"url must be a str such as 'amqp://host:5672', not {type(url).__name__}",
+                option="url",
+            )
         self._options = ConnectionOptions.build(self._url, options)
 
     @property

@@ -56,7 +56,7 @@ class EventLoop:
     def __init__(self) -> None:
         self._cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
-        self._thread_id: int | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopped = False
 
@@ -67,13 +67,13 @@ class EventLoop:
         cm = start_blocking_portal("asyncio", name=f"haclient-loop-{next(_loop_numbers)}")
         loop._portal = cm.__enter__()
         loop._cm = cm
-        loop._thread_id = loop._portal.call(threading.get_ident)
+        loop._thread = loop._portal.call(threading.current_thread)
         return loop
 
     @property
     def thread_id(self) -> int | None:
         """The ident of the loop thread (None once stopped)."""
-        return None if self._stopped else self._thread_id
+        return None if self._stopped or self._thread is None else self._thread.ident
 
     @property
     def stopped(self) -> bool:
@@ -81,10 +81,13 @@ class EventLoop:
         return self._stopped
 
     def in_loop_thread(self) -> bool:
-        """True when called from the loop thread."""
-        return threading.get_ident() == self._thread_id
+        """True when called from the loop thread (compared by thread object: the OS reuses
+        the ident of a thread that ended for a new one)."""
+        return threading.current_thread() is self._thread
 
     def _check_caller(self) -> BlockingPortal:
+        if self._stopped:  # first: a closed connection is closed, whichever thread asks
+            raise ClosedError("the connection is closed")
         if self.in_loop_thread():
             raise IllegalStateError(
                 "a blocking haclient call was made from the connection's own event-loop thread, "

@@ -365,3 +365,37 @@ def test_close_is_idempotent_and_callable_from_many_threads_at_once(
     assert session.is_closed
     conn.close()
     session.close()
+
+
+def test_C1_calls_on_a_closed_connection_from_new_threads_raise_closed(
+    broker: BrokerThread, queue: Queue
+) -> None:
+    """C1: once closed, every call raises ``ClosedError``, from any thread, also from a new
+    thread that the OS gave the ident of the ended loop thread (not ``IllegalStateError``)."""
+    conn = haclient.connect(broker.url)
+    session = conn.create_session()
+    old_ident = loop_thread(conn)
+    conn.close()
+    outcomes: list[tuple[int, BaseException | None]] = []
+
+    def call() -> None:
+        try:
+            conn.create_session()
+        except BaseException as exc:
+            outcomes.append((threading.get_ident(), exc))
+        else:
+            outcomes.append((threading.get_ident(), None))
+        try:
+            session.create_producer(queue)
+        except BaseException as exc:
+            outcomes.append((threading.get_ident(), exc))
+
+    for _ in range(50):  # Linux hands a new thread the ident of one that ended, often at once
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(HANG)
+        if any(ident == old_ident for ident, _ in outcomes):
+            break
+    assert outcomes
+    for _, error in outcomes:
+        assert isinstance(error, haclient.ClosedError), repr(error)
