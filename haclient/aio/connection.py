@@ -449,8 +449,9 @@ class _TemporaryDestinations:
 
     Each is a dynamic node created by a sender link on an internal session; the broker deletes
     it when the link or the connection goes. After failover each is created again and the
-    application's object is pointed at the new address (F6), so producers, consumers and
-    reply-to headers built from it afterwards use the new node.
+    application's object (with every copy of it) follows the new address (F6), so producers,
+    consumers and reply-to headers built from it afterwards use the new node; its equality and
+    hash stay as they were, so the application's dicts and sets keep finding it.
     """
 
     restore_order: int = RestoreOrder.TEMPORARY_DESTINATION
@@ -458,6 +459,8 @@ class _TemporaryDestinations:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._session: AmqpSession | None = None
+        # Keyed by the object: two destinations may be equal (made with the same address) and
+        # still be two nodes, when a broker reuses an address another node had before failover.
         self._links: dict[int, tuple[TemporaryQueue | TemporaryTopic, Link]] = {}
 
     async def _attach(self, physical: PhysicalConnection, queue: bool, name: str) -> Link:
@@ -506,7 +509,7 @@ class _TemporaryDestinations:
             assert address is not None
             if address != destination.address:
                 log.info("temporary destination %s is now %s", destination.address, address)
-                object.__setattr__(destination, "address", address)  # the object follows (F6)
+                destination._follow(address)  # the object and its copies follow (F6)
             self._links[key] = (destination, fresh)
 
 
