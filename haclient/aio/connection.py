@@ -2,7 +2,9 @@
 
 How this works: ``connect()`` parses the URL (``failover.url``), builds the options, and opens a
 physical connection to the first broker that answers, in a task group hosted by a task of its own
-(``TaskHost``), so that the connection can be closed from any task. The connection owns its
+(``TaskHost``), so that the connection can be closed from any task. ``async with connect(...)``
+puts that task in a task group of the caller's (structured); ``await connect(...)`` leaves it
+unowned until ``close()`` (see ``Connecting``). The connection owns its
 sessions, the temporary destinations (dynamic nodes, made on an internal session and kept by the
 link that created them) and the start/stop switch of message delivery.
 
@@ -15,12 +17,12 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from failover.manager import ConnectionManager, ConnectionState, FailoverListener, RestoreOrder
 from failover.policy import FailoverMethod
@@ -46,6 +48,7 @@ from haclient.message import MessageIdGenerator
 from haclient.modes import AckMode
 
 __all__ = [
+    "Connecting",
     "Connection",
     "ConnectionFactory",
     "ConnectionState",
@@ -149,8 +152,8 @@ class Connection:
         self._received = 0
         self._acknowledged = 0
 
-    async def _open(self) -> None:
-        self._host = await TaskHost.open()
+    async def _open(self, owner: TaskGroup | None = None) -> None:
+        self._host = await TaskHost.open(owner)
         self._stop_manager = anyio.Event()
         try:
             await self._host.task_group.start(self._run_manager)
@@ -513,15 +516,64 @@ class _TemporaryDestinations:
             self._links[key] = (destination, fresh)
 
 
-async def connect(
+class Connecting:
+    """A connection being opened: what ``connect()`` and ``create_connection()`` return.
+
+    Two ways to use it:
+
+    * ``async with aio.connect(url) as connection:`` (preferred, structured): the calling
+      task opens a task group in ``__aenter__`` that owns the connection's background tasks,
+      and ``__aexit__`` closes the connection and leaves the group, so no task outlives the
+      block. An exception from the block passes through unchanged.
+    * ``connection = await aio.connect(url)`` (kept for compatibility): the background tasks
+      run in a task nobody owns (an asyncio task or a trio system task) until ``close()``;
+      ``async with await aio.connect(url) as connection:`` closes it at the end of the block.
+
+    Either way ``close()`` may be called from any task of the event loop. Use it once.
+    """
+
+    def __init__(self, open_in: Callable[[TaskGroup | None], Awaitable[Connection]]) -> None:
+        self._open_in = open_in
+        self._task_group: TaskGroup | None = None
+        self._connection: Connection | None = None
+
+    def __await__(self) -> Generator[Any, None, Connection]:
+        return self._open_in(None).__await__()
+
+    async def __aenter__(self) -> Connection:
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        try:
+            connection = await self._open_in(task_group)
+        except BaseException:
+            await task_group.__aexit__(None, None, None)  # empty: a failed open ended its host
+            raise
+        self._task_group, self._connection = task_group, connection
+        return connection
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        task_group, connection = self._task_group, self._connection
+        assert task_group is not None and connection is not None, "not entered"
+        try:
+            with anyio.CancelScope(shield=True):
+                await connection.close()
+        finally:
+            # Told nothing of the block's exception, the group does not wrap it in a group of
+            # its own; it has no task left to cancel (close() ended the host).
+            await task_group.__aexit__(None, None, None)
+
+
+def connect(
     url: str,
     *,
     client_id: str | None = None,
     username: str | None = None,
     password: str | None = None,
     **options: Any,
-) -> Connection:
-    """Open a connection to the brokers of ``url`` (a failover URL or a plain ``amqp://`` URL).
+) -> Connecting:
+    """Open a connection to the brokers of ``url`` (a failover URL or a plain ``amqp://`` URL):
+    ``async with connect(url) as connection:`` or ``connection = await connect(url)`` (see
+    ``Connecting`` for how the two differ).
 
     Keyword options override the URL's (see ``ConnectionOptions``: ``prefetch``,
     ``idle_timeout``, ``attach_timeout`` ...). The connection is not started: call ``start()``
@@ -533,9 +585,12 @@ async def connect(
         AuthenticationError: the broker refused the login.
         ClientIdInUseError: another connection uses ``client_id``.
     """
-    return await ConnectionFactory(url, **options).create_connection(
-        client_id=client_id, username=username, password=password
-    )
+
+    async def open_in(owner: TaskGroup | None) -> Connection:
+        factory = ConnectionFactory(url, **options)
+        return await factory._open(owner, client_id, username, password)
+
+    return Connecting(open_in)
 
 
 class ConnectionFactory:
@@ -564,14 +619,23 @@ class ConnectionFactory:
         """The parsed URL."""
         return self._url
 
-    async def create_connection(
+    def create_connection(
         self,
         *,
         client_id: str | None = None,
         username: str | None = None,
         password: str | None = None,
+    ) -> Connecting:
+        """Open a connection (see ``connect()``): ``async with`` it, or ``await`` it."""
+        return Connecting(lambda owner: self._open(owner, client_id, username, password))
+
+    async def _open(
+        self,
+        owner: TaskGroup | None,
+        client_id: str | None,
+        username: str | None,
+        password: str | None,
     ) -> Connection:
-        """Open a connection (see ``connect()``)."""
         options = replace(
             self._options,
             client_id=client_id or self._options.client_id,
@@ -579,7 +643,7 @@ class ConnectionFactory:
             password=password or self._options.password,
         )
         connection = Connection(self._url, options)
-        await connection._open()
+        await connection._open(owner)
         return connection
 
 

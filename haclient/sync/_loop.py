@@ -24,9 +24,11 @@ import logging
 import queue
 import threading
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, suppress
 from typing import Any, ParamSpec, TypeVar
 
+import anyio
+import anyio.to_thread
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from haclient.errors import ClosedError, IllegalStateError
@@ -59,6 +61,7 @@ class EventLoop:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopped = False
+        self._contexts: list[AbstractContextManager[Any]] = []
 
     @classmethod
     def start(cls) -> EventLoop:
@@ -137,6 +140,26 @@ class EventLoop:
             if not self._stopped:
                 raise
 
+    def enter(self, context: AbstractAsyncContextManager[T]) -> T:
+        """Enter the async context manager ``context`` in a task of the loop that keeps it
+        open until ``stop()`` exits it (``BlockingPortal.wrap_async_context_manager``), so
+        that what it starts (a connection's task group) is owned by that task.
+
+        Raises:
+            As ``run``; a Ctrl-C while entering is raised, and ``stop()`` cancels the entry.
+        """
+        portal = self._check_caller()
+        wrapped = portal.wrap_async_context_manager(context)
+        try:
+            value = wrapped.__enter__()
+        except RuntimeError as exc:
+            if self._stopped:  # the portal stopped meanwhile
+                raise ClosedError("the connection is closed") from exc
+            raise
+        with self._lock:
+            self._contexts.append(wrapped)
+        return value
+
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.
 
@@ -175,7 +198,8 @@ class EventLoop:
             raise ClosedError("the connection was closed while the call was waiting") from None
 
     def stop(self) -> None:
-        """Cancel what still runs on the loop, end the loop and join its thread. Idempotent.
+        """Exit the contexts ``enter`` entered (newest first), cancel what still runs on the
+        loop, end the loop and join its thread. Idempotent.
 
         Raises:
             IllegalStateError: called from the loop thread.
@@ -185,6 +209,13 @@ class EventLoop:
             if self._stopped:
                 return
             self._stopped = True
+        with self._lock:
+            contexts, self._contexts = self._contexts, []
+        for context in reversed(contexts):  # their tasks end before the loop does
+            try:
+                context.__exit__(None, None, None)
+            except Exception:
+                log.debug("leaving a context on the loop failed", exc_info=True)
         cm, portal = self._cm, self._portal
         self._cm = self._portal = None
         if portal is not None:
@@ -303,6 +334,25 @@ def run_listener_job(
 
     dispatcher.submit(job)
     return future
+
+
+async def wait_for_job(
+    future: concurrent.futures.Future[T], limiter: anyio.CapacityLimiter | None = None
+) -> T:
+    """On the loop, wait for ``future`` (completed by another thread, e.g. a dispatcher job)
+    without blocking the loop, on any anyio backend: a worker thread of ``limiter`` waits for
+    it. Cancelling the wait cancels the future, so a job that has not started is skipped.
+
+    Raises:
+        Whatever the job raised.
+    """
+    try:
+        return await anyio.to_thread.run_sync(
+            future.result, abandon_on_cancel=True, limiter=limiter
+        )
+    except anyio.get_cancelled_exc_class():
+        future.cancel()
+        raise
 
 
 def partial_run(loop: EventLoop, fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:

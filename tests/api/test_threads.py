@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 import haclient
@@ -399,3 +400,17 @@ def test_C1_calls_on_a_closed_connection_from_new_threads_raise_closed(
     assert outcomes
     for _, error in outcomes:
         assert isinstance(error, haclient.ClosedError), repr(error)
+
+
+def test_the_blocking_connection_tasks_are_owned_by_its_portal(conn: haclient.Connection) -> None:
+    """No free-standing task: every task on the loop descends from the portal's own, through
+    the portal task that holds the connection open (``wrap_async_context_manager``)."""
+    portal = conn._loop._portal
+    assert portal is not None
+    tasks = portal.call(anyio.get_running_tasks)
+    ids = {task.id for task in tasks}
+    roots = [task for task in tasks if task.parent_id not in ids]
+    assert len(roots) == 1, roots  # the portal's own task
+    host = next(task for task in tasks if task.name == "haclient connection tasks")
+    holder = next(task for task in tasks if task.id == host.parent_id)
+    assert holder.parent_id == roots[0].id
