@@ -144,6 +144,7 @@ class _TemporaryDestination:
     """
 
     __slots__ = ("_key", "_node")
+    __match_args__ = ("address",)
     _what: ClassVar[str] = "temporary destination"
     _scheme: ClassVar[str] = "temp"
 

@@ -40,7 +40,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _trio_on_rabbitmq(item: pytest.Item) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return params.get("api_variant") == ("aio", "trio") and params.get("bed") == "rabbitmq"
+    return params.get("api_variant") == ("aio", "trio") and (
+        item.get_closest_marker("rabbitmq") is not None
+    )
 
 
 @pytest.fixture(params=API_VARIANTS)
