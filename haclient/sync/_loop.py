@@ -42,6 +42,8 @@ T = TypeVar("T")
 
 _POLL = 0.05
 """Seconds the main thread waits at a time, so that Ctrl-C is noticed promptly."""
+_ABANDON_CHECK = 0.5
+"""Seconds between a listener-waiting worker thread's checks that someone still waits."""
 _CANCEL_GRACE = 5.0
 """Seconds a Ctrl-C'd call waits for its cancelled task to end before re-raising."""
 
@@ -341,16 +343,29 @@ async def wait_for_job(
 ) -> T:
     """On the loop, wait for ``future`` (completed by another thread, e.g. a dispatcher job)
     without blocking the loop, on any anyio backend: a worker thread of ``limiter`` waits for
-    it. Cancelling the wait cancels the future, so a job that has not started is skipped.
+    it. Cancelling the wait cancels the future, so a job that has not started is skipped, and
+    lets the worker go within a second even if the job never ends (worker threads are not
+    daemons: one stuck on a hung listener would keep the process from exiting).
 
     Raises:
         Whatever the job raised.
     """
+    abandoned = threading.Event()
+
+    def wait() -> T:
+        while True:
+            try:
+                return future.result(timeout=_ABANDON_CHECK)
+            except TimeoutError:
+                if future.done():
+                    raise  # the job's own TimeoutError
+                if abandoned.is_set():
+                    raise concurrent.futures.CancelledError from None
+
     try:
-        return await anyio.to_thread.run_sync(
-            future.result, abandon_on_cancel=True, limiter=limiter
-        )
+        return await anyio.to_thread.run_sync(wait, abandon_on_cancel=True, limiter=limiter)
     except anyio.get_cancelled_exc_class():
+        abandoned.set()
         future.cancel()
         raise
 

@@ -414,3 +414,26 @@ def test_the_blocking_connection_tasks_are_owned_by_its_portal(conn: haclient.Co
     host = next(task for task in tasks if task.name == "haclient connection tasks")
     holder = next(task for task in tasks if task.id == host.parent_id)
     assert holder.parent_id == roots[0].id
+
+
+def test_a_listener_that_raises_timeout_error_is_redelivered_not_waited_for_forever(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    """The loop waits for a listener through a worker thread that polls its future: the
+    listener's own ``TimeoutError`` is its outcome (AUTO: redelivered), not a poll timeout."""
+    session = conn.create_session(AckMode.AUTO)
+    consumer = session.create_consumer(queue)
+    calls: list[str] = []
+    done = threading.Event()
+
+    def listener(message: Message) -> None:
+        calls.append(message.body)  # type: ignore[attr-defined]
+        if len(calls) == 1:
+            time.sleep(0.7)  # longer than one poll of the waiting worker
+            raise TimeoutError("the listener's own")
+        done.set()
+
+    consumer.set_message_listener(listener)
+    send(conn, queue, "once")
+    assert done.wait(HANG)
+    assert calls == ["once", "once"]
