@@ -54,7 +54,7 @@ async def ask(connection: aio.Connection, service: Queue, questions: list[str]) 
 async def run(url: str) -> int:
     service = Queue("uppercase-service")
     questions = ["hello", "failover", "world"]
-    async with await aio.connect(url) as connection:
+    async with aio.connect(url) as connection:
         await connection.start()
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve, connection, service, len(questions))

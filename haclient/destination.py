@@ -1,6 +1,7 @@
 """Destinations (queues, topics, temporary ones) and how they map onto AMQP addresses.
 
-How this works: a destination is a small frozen value. What the wire needs from it is decided by
+How this works: a queue or topic is a small frozen value; a temporary one has a fixed identity
+and an address that follows its node across failover (F6). What the wire needs from it is decided by
 pure functions here, following Qpid JMS so that a Java application on the same broker agrees:
 
 * a link's terminus gets the destination's *address* (with the broker's prefix, see below) and a
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 from haclient.amqp.types import Byte
 from haclient.errors import ConfigurationError, InvalidDestinationError
@@ -118,53 +119,120 @@ class Topic:
         return f"topic://{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class TemporaryQueue:
+class _Node:
+    """The broker node behind a temporary destination: its current address.
+
+    Shared by a temporary destination and its copies; the connection that made the node moves
+    it when failover creates the node again under another address (F6).
+    """
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+
+class _TemporaryDestination:
+    """What ``TemporaryQueue`` and ``TemporaryTopic`` share: an identity fixed for life, and an
+    address that follows the node.
+
+    Equality and hash come from the class and the address the object was made with (its
+    identity key), so a dict or set keyed by it keeps finding it after a failover moved the
+    node. ``address`` is the node's current address; copies (``copy.copy``, ``copy.deepcopy``)
+    are the object itself, so they follow too. A pickled destination comes back with the
+    address it had when pickled, and with the same identity.
+    """
+
+    __slots__ = ("_key", "_node")
+    __match_args__ = ("address",)
+    _what: ClassVar[str] = "temporary destination"
+    _scheme: ClassVar[str] = "temp"
+
+    def __init__(self, address: str) -> None:
+        _check_name(address, f"{self._what} address")
+        self._key = address
+        self._node = _Node(address)
+
+    @property
+    def address(self) -> str:
+        """The node's current address: the broker's, followed across failover (F6)."""
+        return self._node.address
+
+    @property
+    def name(self) -> str:
+        """The same as ``address`` (JMS calls it the queue or topic name)."""
+        return self._node.address
+
+    def _follow(self, address: str) -> None:
+        """Point this destination (and so every copy) at the node's new address. For the
+        connection that made the node, when failover made it again (F6)."""
+        _check_name(address, f"{self._what} address")
+        self._node.address = address
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _TemporaryDestination)
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._key))
+
+    def __copy__(self) -> _TemporaryDestination:
+        return self  # one node: a copy that did not follow it would name a dead address
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _TemporaryDestination:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_temporary, (type(self), self._key, self._node.address))
+
+    def __str__(self) -> str:
+        return f"{self._scheme}://{self._node.address}"
+
+    def __repr__(self) -> str:
+        if self._key == self._node.address:
+            return f"{type(self).__name__}({self._key!r})"
+        return f"{type(self).__name__}({self._key!r}, now {self._node.address!r})"
+
+
+def _restore_temporary(
+    cls: type[_TemporaryDestination], key: str, address: str
+) -> _TemporaryDestination:
+    """Unpickle a temporary destination: its identity, and the address it had."""
+    destination = cls(key)
+    destination._follow(address)
+    return destination
+
+
+class TemporaryQueue(_TemporaryDestination):
     """A temporary queue: a dynamic node whose address the broker assigned.
 
-    Two instances are equal when their addresses are. Creating and deleting the node is the
-    session's business; this is only its name.
+    Two instances are equal when they were made with the same address; ``address`` follows the
+    node when failover re-creates it under a new one (F6), equality and hash do not change.
+    Creating and deleting the node is the connection's business; this is only its name.
 
     Raises:
         InvalidDestinationError: ``address`` is empty or not a str.
     """
 
-    address: str
-
-    def __post_init__(self) -> None:
-        _check_name(self.address, "temporary queue address")
-
-    @property
-    def name(self) -> str:
-        """The same as ``address`` (JMS calls it the queue name)."""
-        return self.address
-
-    def __str__(self) -> str:
-        return f"temp-queue://{self.address}"
+    __slots__ = ()
+    _what = "temporary queue"
+    _scheme = "temp-queue"
 
 
-@dataclass(frozen=True, slots=True)
-class TemporaryTopic:
+class TemporaryTopic(_TemporaryDestination):
     """A temporary topic: a dynamic node whose address the broker assigned.
 
-    Two instances are equal when their addresses are.
+    Equality, hash and ``address`` behave as ``TemporaryQueue``'s do.
 
     Raises:
         InvalidDestinationError: ``address`` is empty or not a str.
     """
 
-    address: str
-
-    def __post_init__(self) -> None:
-        _check_name(self.address, "temporary topic address")
-
-    @property
-    def name(self) -> str:
-        """The same as ``address`` (JMS calls it the topic name)."""
-        return self.address
-
-    def __str__(self) -> str:
-        return f"temp-topic://{self.address}"
+    __slots__ = ()
+    _what = "temporary topic"
+    _scheme = "temp-topic"
 
 
 Destination: TypeAlias = Queue | Topic | TemporaryQueue | TemporaryTopic

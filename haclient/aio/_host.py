@@ -1,10 +1,18 @@
 """A task group that lives in a task of its own, for objects opened in one task, closed in another.
 
-A ``Connection`` is opened by ``await connect(...)`` and closed later, often from another task
-(the blocking facade runs every call in a fresh portal task). anyio's task groups must be exited
-by the task that entered them, so the connection's background tasks (socket pumps, listener
-dispatchers, the DUPS_OK flusher) run in a task group hosted by a task spawned for the purpose:
-an asyncio task, or a trio system task. ``TaskHost.close()`` cancels it and waits until it ended.
+A ``Connection`` is often closed from another task than the one that opened it (the blocking
+facade runs every call in a fresh portal task). anyio's task groups must be exited by the task
+that entered them, so the connection's background tasks (socket pumps, listener dispatchers, the
+DUPS_OK flusher) run in a task group hosted by a task spawned for the purpose. Who owns that
+task:
+
+* ``TaskHost.open(owner)``: a task group the caller entered (``async with aio.connect(...)``
+  enters one in ``__aenter__`` and exits it in ``__aexit__``): the structured form, whose
+  tasks cannot outlive the caller's ``async with`` block;
+* ``TaskHost.open()``: nobody: an asyncio task, or a trio system task (``await
+  aio.connect(...)``, kept for compatibility); the connection must be closed to end it.
+
+``TaskHost.close()`` cancels the hosted task group and waits until it ended, from any task.
 """
 
 from __future__ import annotations
@@ -32,10 +40,12 @@ class TaskHost:
         self._handle: Any = None  # keeps the asyncio task referenced
 
     @classmethod
-    async def open(cls) -> TaskHost:
-        """Spawn the hosting task and return once its task group is running."""
+    async def open(cls, owner: TaskGroup | None = None) -> TaskHost:
+        """Spawn the hosting task (in ``owner`` if given, else one nobody owns) and return
+        once its task group is running."""
         host = cls()
         started = anyio.Event()
+        cancelled = anyio.get_cancelled_exc_class()
 
         async def run() -> None:
             try:
@@ -44,12 +54,22 @@ class TaskHost:
                     started.set()
                     await host._stop.wait()
                     tg.cancel_scope.cancel()
-            except BaseException:  # a system task must not crash the event loop
+            except cancelled:
+                raise  # the owner's scope was cancelled: let it see its cancellation
+            except BaseException:  # neither the owner nor the loop should crash for it
                 log.exception("background tasks of a connection failed")
             finally:
                 host._done.set()
                 started.set()
 
+        if owner is not None:
+            owner.start_soon(run, name="haclient connection tasks")
+        else:
+            host._spawn_unowned(run)
+        await started.wait()
+        return host
+
+    def _spawn_unowned(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio: anyio's other backend is trio
@@ -57,9 +77,7 @@ class TaskHost:
 
             trio.lowlevel.spawn_system_task(run)
         else:
-            host._handle = loop.create_task(run())
-        await started.wait()
-        return host
+            self._handle = loop.create_task(run())
 
     def start_soon(
         self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str | None = None

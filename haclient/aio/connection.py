@@ -2,7 +2,9 @@
 
 How this works: ``connect()`` parses the URL (``failover.url``), builds the options, and opens a
 physical connection to the first broker that answers, in a task group hosted by a task of its own
-(``TaskHost``), so that the connection can be closed from any task. The connection owns its
+(``TaskHost``), so that the connection can be closed from any task. ``async with connect(...)``
+puts that task in a task group of the caller's (structured); ``await connect(...)`` leaves it
+unowned until ``close()`` (see ``Connecting``). The connection owns its
 sessions, the temporary destinations (dynamic nodes, made on an internal session and kept by the
 link that created them) and the start/stop switch of message delivery.
 
@@ -14,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from failover.manager import ConnectionManager, ConnectionState, FailoverListener, RestoreOrder
 from failover.policy import FailoverMethod
@@ -47,6 +49,7 @@ from haclient.errors import (
 from haclient.modes import AckMode
 
 __all__ = [
+    "Connecting",
     "Connection",
     "ConnectionFactory",
     "ConnectionState",
@@ -130,8 +133,8 @@ class Connection:
     def _current(self) -> PhysicalConnection | None:
         return self._context.current
 
-    async def _open(self) -> None:
-        self._host = await TaskHost.open()
+    async def _open(self, owner: TaskGroup | None = None) -> None:
+        self._host = await TaskHost.open(owner)
         self._stop_manager = anyio.Event()
         try:
             await self._host.task_group.start(self._run_manager)
@@ -375,8 +378,9 @@ class _TemporaryDestinations:
 
     Each is a dynamic node created by a sender link on an internal session; the broker deletes
     it when the link or the connection goes. After failover each is created again and the
-    application's object is pointed at the new address (F6), so producers, consumers and
-    reply-to headers built from it afterwards use the new node.
+    application's object (with every copy of it) follows the new address (F6), so producers,
+    consumers and reply-to headers built from it afterwards use the new node; its equality and
+    hash stay as they were, so the application's dicts and sets keep finding it.
     """
 
     restore_order: int = RestoreOrder.TEMPORARY_DESTINATION
@@ -384,6 +388,8 @@ class _TemporaryDestinations:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._session: AmqpSession | None = None
+        # Keyed by the object: two destinations may be equal (made with the same address) and
+        # still be two nodes, when a broker reuses an address another node had before failover.
         self._links: dict[int, tuple[TemporaryQueue | TemporaryTopic, Link]] = {}
 
     async def _attach(self, physical: PhysicalConnection, queue: bool, name: str) -> Link:
@@ -432,19 +438,68 @@ class _TemporaryDestinations:
             assert address is not None
             if address != destination.address:
                 log.info("temporary destination %s is now %s", destination.address, address)
-                object.__setattr__(destination, "address", address)  # the object follows (F6)
+                destination._follow(address)  # the object and its copies follow (F6)
             self._links[key] = (destination, fresh)
 
 
-async def connect(
+class Connecting:
+    """A connection being opened: what ``connect()`` and ``create_connection()`` return.
+
+    Two ways to use it:
+
+    * ``async with aio.connect(url) as connection:`` (preferred, structured): the calling
+      task opens a task group in ``__aenter__`` that owns the connection's background tasks,
+      and ``__aexit__`` closes the connection and leaves the group, so no task outlives the
+      block. An exception from the block passes through unchanged.
+    * ``connection = await aio.connect(url)`` (kept for compatibility): the background tasks
+      run in a task nobody owns (an asyncio task or a trio system task) until ``close()``;
+      ``async with await aio.connect(url) as connection:`` closes it at the end of the block.
+
+    Either way ``close()`` may be called from any task of the event loop. Use it once.
+    """
+
+    def __init__(self, open_in: Callable[[TaskGroup | None], Awaitable[Connection]]) -> None:
+        self._open_in = open_in
+        self._task_group: TaskGroup | None = None
+        self._connection: Connection | None = None
+
+    def __await__(self) -> Generator[Any, None, Connection]:
+        return self._open_in(None).__await__()
+
+    async def __aenter__(self) -> Connection:
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        try:
+            connection = await self._open_in(task_group)
+        except BaseException:
+            await task_group.__aexit__(None, None, None)  # empty: a failed open ended its host
+            raise
+        self._task_group, self._connection = task_group, connection
+        return connection
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        task_group, connection = self._task_group, self._connection
+        assert task_group is not None and connection is not None, "not entered"
+        try:
+            with anyio.CancelScope(shield=True):
+                await connection.close()
+        finally:
+            # Told nothing of the block's exception, the group does not wrap it in a group of
+            # its own; it has no task left to cancel (close() ended the host).
+            await task_group.__aexit__(None, None, None)
+
+
+def connect(
     url: str,
     *,
     client_id: str | None = None,
     username: str | None = None,
     password: str | None = None,
     **options: Any,
-) -> Connection:
-    """Open a connection to the brokers of ``url`` (a failover URL or a plain ``amqp://`` URL).
+) -> Connecting:
+    """Open a connection to the brokers of ``url`` (a failover URL or a plain ``amqp://`` URL):
+    ``async with connect(url) as connection:`` or ``connection = await connect(url)`` (see
+    ``Connecting`` for how the two differ).
 
     Keyword options override the URL's (see ``ConnectionOptions``: ``prefetch``,
     ``idle_timeout``, ``attach_timeout`` ...). The connection is not started: call ``start()``
@@ -456,20 +511,33 @@ async def connect(
         AuthenticationError: the broker refused the login.
         ClientIdInUseError: another connection uses ``client_id``.
     """
-    return await ConnectionFactory(url, **options).create_connection(
-        client_id=client_id, username=username, password=password
-    )
+
+    async def open_in(owner: TaskGroup | None) -> Connection:
+        factory = ConnectionFactory(url, **options)
+        return await factory._open(owner, client_id, username, password)
+
+    return Connecting(open_in)
 
 
 class ConnectionFactory:
     """Makes connections to one URL with one set of options (JMS ``ConnectionFactory``).
 
     Raises:
-        ConfigurationError: from the constructor, for an invalid URL or option.
+        ConfigurationError: from the constructor, for an invalid URL or option (a ``url`` that
+            is not a str names the argument).
     """
 
     def __init__(self, url: str, **options: Any) -> None:
-        self._url = parse_url(url) if isinstance(url, str) else url
+        self._url: FailoverURL
+        if isinstance(url, FailoverURL):
+            self._url = url
+        elif isinstance(url, str):
+            self._url = parse_url(url)
+        else:
+            raise ConfigurationError(
+                f"url must be a str such as 'amqp://host:5672', not {type(url).__name__}",
+                option="url",
+            )
         self._options = ConnectionOptions.build(self._url, options)
 
     @property
@@ -477,14 +545,23 @@ class ConnectionFactory:
         """The parsed URL."""
         return self._url
 
-    async def create_connection(
+    def create_connection(
         self,
         *,
         client_id: str | None = None,
         username: str | None = None,
         password: str | None = None,
+    ) -> Connecting:
+        """Open a connection (see ``connect()``): ``async with`` it, or ``await`` it."""
+        return Connecting(lambda owner: self._open(owner, client_id, username, password))
+
+    async def _open(
+        self,
+        owner: TaskGroup | None,
+        client_id: str | None,
+        username: str | None,
+        password: str | None,
     ) -> Connection:
-        """Open a connection (see ``connect()``)."""
         options = replace(
             self._options,
             client_id=client_id or self._options.client_id,
@@ -492,7 +569,7 @@ class ConnectionFactory:
             password=password or self._options.password,
         )
         connection = Connection(self._url, options)
-        await connection._open()
+        await connection._open(owner)
         return connection
 
 

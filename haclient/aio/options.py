@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from failover.url import FailoverURL
@@ -121,7 +121,3 @@ class ConnectionOptions:
             if value is not None or name in ("idle_timeout", "max_frame_size"):
                 values[name] = value
         return cls(**values)
-
-    def with_client_id(self, client_id: str | None) -> ConnectionOptions:
-        """A copy with another client id."""
-        return replace(self, client_id=client_id)

@@ -586,6 +586,8 @@ class AmqpConnection:
     def _on_transport_closed(self, error: ErrorCondition | None) -> None:
         if error is not None and self._end_error is None:
             self._end_error = self._error(error, "the connection ended")
+            if self.driver is not None and self.driver.socket_error is not None:
+                self._end_error.__cause__ = self.driver.socket_error  # raise ... from the OSError
         failure: HAClientError = self._end_error or ClosedError("the AMQP connection is closed")
         for slot in [self._opened, *self._sessions.values(), *self._attaches.values()]:
             slot.fail(failure)

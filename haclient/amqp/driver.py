@@ -33,10 +33,14 @@ EventHandler = Callable[[list[EngineEvent]], None]
 _READ_SIZE = 65536
 
 
+def _socket_error(exc: BaseException) -> BaseException:
+    """The error the socket raised, looking through anyio's wrap (``BrokenResourceError``)."""
+    return exc.__cause__ or exc
+
+
 def _describe(exc: BaseException) -> str:
-    """``socket failed: ConnectionResetError: [Errno 104] ...``, looking through anyio's wrap."""
-    cause = exc.__cause__ or exc
-    return f"socket failed: {type(cause).__name__}: {cause}"
+    """``socket failed: ConnectionResetError: [Errno 104] ...``."""
+    return f"socket failed: {type(exc).__name__}: {exc}"
 
 
 class Driver:
@@ -56,6 +60,15 @@ class Driver:
         self._result: ErrorCondition | None = None
         self._ended = anyio.Event()
         self._flush_waiters: list[anyio.Event] = []
+        self.socket_error: BaseException | None = None
+        """The error the socket raised, when that is what ended the connection (the cause to
+        chain to the error the connection reports)."""
+
+    def _abort(self, exc: BaseException) -> None:
+        """The socket failed: remember why, end the engine, report its ending."""
+        self.socket_error = _socket_error(exc)
+        self.engine.abort(ErrorCondition(CONNECTION_LOST, _describe(self.socket_error)))
+        self._dispatch()
 
     def wakeup(self) -> None:
         """Tell the writer that the engine may have bytes to send (call after changing it)."""
@@ -126,8 +139,7 @@ class Driver:
             except anyio.EndOfStream:
                 data = b""
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                engine.abort(ErrorCondition(CONNECTION_LOST, _describe(exc)))
-                self._dispatch()
+                self._abort(exc)
                 self.wakeup()
                 return
             engine.receive_data(data)
@@ -150,8 +162,7 @@ class Driver:
                 try:
                     await stream.send(data)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                    engine.abort(ErrorCondition(CONNECTION_LOST, _describe(exc)))
-                    self._dispatch()
+                    self._abort(exc)
                     self._flush_waiters.extend(flushes)
                     return
                 for waiter in flushes:

@@ -169,12 +169,6 @@ class Engine:
         return self._finished
 
     @property
-    def remote_container_id(self) -> str | None:
-        """The peer's container id (from its Open)."""
-        container = self._connection.remote_container
-        return str(container) if container is not None else None
-
-    @property
     def remote_properties(self) -> dict[str, Any]:
         """The peer's connection properties (from its Open)."""
         return _convert.plain_keys(self._connection.remote_properties)

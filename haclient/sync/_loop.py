@@ -24,9 +24,11 @@ import logging
 import queue
 import threading
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, suppress
 from typing import Any, ParamSpec, TypeVar
 
+import anyio
+import anyio.to_thread
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from haclient.errors import ClosedError, IllegalStateError
@@ -40,6 +42,8 @@ T = TypeVar("T")
 
 _POLL = 0.05
 """Seconds the main thread waits at a time, so that Ctrl-C is noticed promptly."""
+_ABANDON_CHECK = 0.5
+"""Seconds between a listener-waiting worker thread's checks that someone still waits."""
 _CANCEL_GRACE = 5.0
 """Seconds a Ctrl-C'd call waits for its cancelled task to end before re-raising."""
 
@@ -56,9 +60,10 @@ class EventLoop:
     def __init__(self) -> None:
         self._cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
-        self._thread_id: int | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopped = False
+        self._contexts: list[AbstractContextManager[Any]] = []
 
     @classmethod
     def start(cls) -> EventLoop:
@@ -67,13 +72,13 @@ class EventLoop:
         cm = start_blocking_portal("asyncio", name=f"haclient-loop-{next(_loop_numbers)}")
         loop._portal = cm.__enter__()
         loop._cm = cm
-        loop._thread_id = loop._portal.call(threading.get_ident)
+        loop._thread = loop._portal.call(threading.current_thread)
         return loop
 
     @property
     def thread_id(self) -> int | None:
         """The ident of the loop thread (None once stopped)."""
-        return None if self._stopped else self._thread_id
+        return None if self._stopped or self._thread is None else self._thread.ident
 
     @property
     def stopped(self) -> bool:
@@ -81,10 +86,13 @@ class EventLoop:
         return self._stopped
 
     def in_loop_thread(self) -> bool:
-        """True when called from the loop thread."""
-        return threading.get_ident() == self._thread_id
+        """True when called from the loop thread (compared by thread object: the OS reuses
+        the ident of a thread that ended for a new one)."""
+        return threading.current_thread() is self._thread
 
     def _check_caller(self) -> BlockingPortal:
+        if self._stopped:  # first: a closed connection is closed, whichever thread asks
+            raise ClosedError("the connection is closed")
         if self.in_loop_thread():
             raise IllegalStateError(
                 "a blocking haclient call was made from the connection's own event-loop thread, "
@@ -134,6 +142,26 @@ class EventLoop:
             if not self._stopped:
                 raise
 
+    def enter(self, context: AbstractAsyncContextManager[T]) -> T:
+        """Enter the async context manager ``context`` in a task of the loop that keeps it
+        open until ``stop()`` exits it (``BlockingPortal.wrap_async_context_manager``), so
+        that what it starts (a connection's task group) is owned by that task.
+
+        Raises:
+            As ``run``; a Ctrl-C while entering is raised, and ``stop()`` cancels the entry.
+        """
+        portal = self._check_caller()
+        wrapped = portal.wrap_async_context_manager(context)
+        try:
+            value = wrapped.__enter__()
+        except RuntimeError as exc:
+            if self._stopped:  # the portal stopped meanwhile
+                raise ClosedError("the connection is closed") from exc
+            raise
+        with self._lock:
+            self._contexts.append(wrapped)
+        return value
+
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.
 
@@ -172,7 +200,8 @@ class EventLoop:
             raise ClosedError("the connection was closed while the call was waiting") from None
 
     def stop(self) -> None:
-        """Cancel what still runs on the loop, end the loop and join its thread. Idempotent.
+        """Exit the contexts ``enter`` entered (newest first), cancel what still runs on the
+        loop, end the loop and join its thread. Idempotent.
 
         Raises:
             IllegalStateError: called from the loop thread.
@@ -182,6 +211,13 @@ class EventLoop:
             if self._stopped:
                 return
             self._stopped = True
+        with self._lock:
+            contexts, self._contexts = self._contexts, []
+        for context in reversed(contexts):  # their tasks end before the loop does
+            try:
+                context.__exit__(None, None, None)
+            except Exception:
+                log.debug("leaving a context on the loop failed", exc_info=True)
         cm, portal = self._cm, self._portal
         self._cm = self._portal = None
         if portal is not None:
@@ -300,6 +336,38 @@ def run_listener_job(
 
     dispatcher.submit(job)
     return future
+
+
+async def wait_for_job(
+    future: concurrent.futures.Future[T], limiter: anyio.CapacityLimiter | None = None
+) -> T:
+    """On the loop, wait for ``future`` (completed by another thread, e.g. a dispatcher job)
+    without blocking the loop, on any anyio backend: a worker thread of ``limiter`` waits for
+    it. Cancelling the wait cancels the future, so a job that has not started is skipped, and
+    lets the worker go within a second even if the job never ends (worker threads are not
+    daemons: one stuck on a hung listener would keep the process from exiting).
+
+    Raises:
+        Whatever the job raised.
+    """
+    abandoned = threading.Event()
+
+    def wait() -> T:
+        while True:
+            try:
+                return future.result(timeout=_ABANDON_CHECK)
+            except TimeoutError:
+                if future.done():
+                    raise  # the job's own TimeoutError
+                if abandoned.is_set():
+                    raise concurrent.futures.CancelledError from None
+
+    try:
+        return await anyio.to_thread.run_sync(wait, abandon_on_cancel=True, limiter=limiter)
+    except anyio.get_cancelled_exc_class():
+        abandoned.set()
+        future.cancel()
+        raise
 
 
 def partial_run(loop: EventLoop, fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:

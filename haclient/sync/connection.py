@@ -1,9 +1,11 @@
 """The blocking ``Connection``, ``ConnectionFactory`` and ``connect()``.
 
 How this works: each connection owns an event-loop thread (``EventLoop``: an anyio blocking
-portal on asyncio) on which its ``haclient.aio.Connection`` lives; each blocking method is one
-call into that loop. The loop thread is stopped when the connection closes, also when opening it
-failed. Failover listeners are called on a thread of the connection's (never on the loop).
+portal on asyncio) on which its ``haclient.aio.Connection`` lives, opened as ``async with
+aio.connect(...)`` in a portal task that holds it until the loop stops (so the connection's
+background tasks belong to that task); each blocking method is one call into that loop. The
+loop thread is stopped when the connection closes, also when opening it failed. Failover
+listeners are called on a thread of the connection's (never on the loop).
 """
 
 from __future__ import annotations
@@ -252,11 +254,12 @@ class ConnectionFactory:
         """
         loop = EventLoop.start()
         try:
-            connection = loop.run(
-                self._factory.create_connection,
-                client_id=client_id,
-                username=username,
-                password=password,
+            # Entered (and later left, by loop.stop()) in a task of the loop's own: the
+            # connection's background tasks belong to that task, not to a free-standing one.
+            connection = loop.enter(
+                self._factory.create_connection(
+                    client_id=client_id, username=username, password=password
+                )
             )
         except BaseException:
             loop.stop()

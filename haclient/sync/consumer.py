@@ -10,16 +10,17 @@ does not wait for the listener (C4).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
+
+import anyio
 
 from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.destination import Destination
 from haclient.message import Message
 from haclient.modes import AckMode
-from haclient.sync._loop import EventLoop, partial_run, run_listener_job
+from haclient.sync._loop import EventLoop, partial_run, run_listener_job, wait_for_job
 
 if TYPE_CHECKING:
     from haclient.sync.session import Session
@@ -179,11 +180,12 @@ class MessageConsumer:
         dispatcher = self._session._dispatcher
         loop = self._loop
         ack_mode = self._session.ack_mode
+        waiter = anyio.CapacityLimiter(1)  # one worker thread waits for this consumer's jobs
 
         async def relay(message: Message) -> None:
             # On the loop: hand over to the dispatcher thread and wait until the listener ran.
             make_acknowledge_blocking(message, loop, ack_mode)
-            await asyncio.wrap_future(run_listener_job(dispatcher, self, listener, message))
+            await wait_for_job(run_listener_job(dispatcher, self, listener, message), waiter)
 
         self._listener = listener
         self._loop.run(self._consumer.set_message_listener, relay)

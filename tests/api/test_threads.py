@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 import haclient
@@ -365,3 +366,74 @@ def test_close_is_idempotent_and_callable_from_many_threads_at_once(
     assert session.is_closed
     conn.close()
     session.close()
+
+
+def test_C1_calls_on_a_closed_connection_from_new_threads_raise_closed(
+    broker: BrokerThread, queue: Queue
+) -> None:
+    """C1: once closed, every call raises ``ClosedError``, from any thread, also from a new
+    thread that the OS gave the ident of the ended loop thread (not ``IllegalStateError``)."""
+    conn = haclient.connect(broker.url)
+    session = conn.create_session()
+    old_ident = loop_thread(conn)
+    conn.close()
+    outcomes: list[tuple[int, BaseException | None]] = []
+
+    def call() -> None:
+        try:
+            conn.create_session()
+        except BaseException as exc:
+            outcomes.append((threading.get_ident(), exc))
+        else:
+            outcomes.append((threading.get_ident(), None))
+        try:
+            session.create_producer(queue)
+        except BaseException as exc:
+            outcomes.append((threading.get_ident(), exc))
+
+    for _ in range(50):  # Linux hands a new thread the ident of one that ended, often at once
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(HANG)
+        if any(ident == old_ident for ident, _ in outcomes):
+            break
+    assert outcomes
+    for _, error in outcomes:
+        assert isinstance(error, haclient.ClosedError), repr(error)
+
+
+def test_the_blocking_connection_tasks_are_owned_by_its_portal(conn: haclient.Connection) -> None:
+    """No free-standing task: every task on the loop descends from the portal's own, through
+    the portal task that holds the connection open (``wrap_async_context_manager``)."""
+    portal = conn._loop._portal
+    assert portal is not None
+    tasks = portal.call(anyio.get_running_tasks)
+    ids = {task.id for task in tasks}
+    roots = [task for task in tasks if task.parent_id not in ids]
+    assert len(roots) == 1, roots  # the portal's own task
+    host = next(task for task in tasks if task.name == "haclient connection tasks")
+    holder = next(task for task in tasks if task.id == host.parent_id)
+    assert holder.parent_id == roots[0].id
+
+
+def test_a_listener_that_raises_timeout_error_is_redelivered_not_waited_for_forever(
+    conn: haclient.Connection, queue: Queue
+) -> None:
+    """The loop waits for a listener through a worker thread that polls its future: the
+    listener's own ``TimeoutError`` is its outcome (AUTO: redelivered), not a poll timeout."""
+    session = conn.create_session(AckMode.AUTO)
+    consumer = session.create_consumer(queue)
+    calls: list[str] = []
+    done = threading.Event()
+
+    def listener(message: Message) -> None:
+        calls.append(message.body)  # type: ignore[attr-defined]
+        if len(calls) == 1:
+            time.sleep(0.7)  # longer than one poll of the waiting worker
+            raise TimeoutError("the listener's own")
+        done.set()
+
+    consumer.set_message_listener(listener)
+    send(conn, queue, "once")
+    assert done.wait(HANG)
+    assert calls == ["once", "once"]

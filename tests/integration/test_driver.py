@@ -145,3 +145,35 @@ async def test_the_driver_detects_a_silent_peer_through_heartbeats() -> None:
         assert "idle timeout" in str(error)
         assert waited < 3.0  # generous bound: about two idle timeouts (0.6 s) expected
         tg.cancel_scope.cancel()
+
+
+async def test_a_reset_socket_is_the_cause_of_the_lost_connection() -> None:
+    """The socket's own error is chained (``raise ... from``), not only quoted in the text."""
+    import socket
+    import struct
+
+    from haclient.amqp import ConnectionRemoteOpen, Engine, Role
+
+    async def open_then_reset(client: SocketStream) -> None:
+        server = Engine(EngineConfig(container_id="resetting", role=Role.SERVER))
+        while not any(isinstance(e, ConnectionRemoteOpen) for e in server.events()):
+            server.receive_data(await client.receive())
+            await client.send(server.data_to_send())
+        server.open()
+        await client.send(server.data_to_send())
+        await anyio.sleep(0.2)
+        raw = client.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.aclose()  # linger 0: the close sends a RST
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, open_then_reset)
+        async with open_connection("127.0.0.1", port, EngineConfig(container_id="r")) as conn:
+            with anyio.fail_after(10):
+                error = await conn.wait_closed()
+        assert isinstance(error, ConnectionLostError)
+        assert isinstance(error.__cause__, OSError), repr(error.__cause__)
+        assert str(error.__cause__) in str(error)
+        tg.cancel_scope.cancel()

@@ -7,6 +7,8 @@ the brokers' admin API and through fresh connections, never from the client's ow
 
 from __future__ import annotations
 
+import copy
+
 import anyio
 import pytest
 from apikit import Api, Signal
@@ -153,6 +155,31 @@ async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) 
             assert isinstance(received.reply_to, TemporaryQueue)
             assert received.reply_to.address == inbox.address
             assert inbox.address != old_address  # a new node on the second broker
+
+
+async def test_F6_a_temporary_queue_keeps_its_identity_and_its_copies_follow(api: Api) -> None:
+    """F6: the new broker names the node differently; a dict keyed by the temporary queue
+    still finds it, and a copy made before the failover is equal and sends to the new node."""
+    with brokers(2) as (first, second):
+        recorder = Recorder()
+        async with await connected(api, failover_url(first, second), recorder) as connection:
+            session = await connection.create_session(AckMode.AUTO)
+            inbox = await session.create_temporary_queue()
+            earlier = copy.copy(inbox)
+            pending = {inbox: "waiting for a reply"}
+            old_address = inbox.address
+            first.kill()
+            await recorder.wait_for("completed")
+            assert inbox.address != old_address  # the second broker named the node anew
+            assert pending[inbox] == "waiting for a reply"
+            assert earlier == inbox and pending[earlier] == "waiting for a reply"
+            assert earlier.address == inbox.address
+            producer = await session.create_producer(earlier)
+            await producer.send(TextMessage("via the copy"))
+            assert second.queue_depth(inbox.address) == 1  # on the new node
+            consumer = await session.create_consumer(inbox)
+            received = await consumer.receive(TIMEOUT)
+            assert received is not None and received.text == "via the copy"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("call", ["acknowledge", "recover"])

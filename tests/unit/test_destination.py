@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -53,6 +55,51 @@ def test_temporary_destinations_compare_by_address() -> None:
     assert TemporaryQueue("x") != TemporaryQueue("y")
     assert TemporaryQueue("x") != TemporaryTopic("x")
     assert TemporaryQueue("x").name == TemporaryQueue("x").address == "x"
+
+
+@pytest.mark.parametrize("cls", [TemporaryQueue, TemporaryTopic])
+def test_F6_a_temporary_destination_keeps_its_identity_when_its_node_moves(cls: Any) -> None:
+    """F6: failover re-creates the node under a new address; the object follows it, and
+    equality and hash do not change, so dicts and sets keyed by it still find it."""
+    inbox = cls("tmp.old")
+    shallow, deep = copy.copy(inbox), copy.deepcopy(inbox)
+    table = {inbox: "requests"}
+    members = {inbox}
+    before = hash(inbox)
+    inbox._follow("tmp.new")  # what the connection does at failover
+    assert inbox.address == inbox.name == "tmp.new"
+    assert str(inbox).endswith("://tmp.new")
+    assert hash(inbox) == before
+    assert table[inbox] == "requests" and inbox in members
+    for duplicate in (shallow, deep):
+        assert duplicate == inbox and hash(duplicate) == before
+        assert duplicate.address == "tmp.new"  # copies follow the node too
+        assert table[duplicate] == "requests"
+    assert inbox == cls("tmp.old")  # identity: the address it was made with
+    assert inbox != cls("tmp.new")
+    assert "tmp.old" in repr(inbox) and "tmp.new" in repr(inbox)
+
+
+@pytest.mark.parametrize("cls", [TemporaryQueue, TemporaryTopic])
+def test_a_pickled_temporary_destination_keeps_identity_and_address(cls: Any) -> None:
+    inbox = cls("tmp.old")
+    inbox._follow("tmp.new")
+    again = pickle.loads(pickle.dumps(inbox))
+    assert type(again) is cls
+    assert again == inbox and hash(again) == hash(inbox)
+    assert again.address == "tmp.new"
+    fresh = pickle.loads(pickle.dumps(cls("plain")))
+    assert fresh == cls("plain") and fresh.address == "plain" and repr(fresh) == repr(cls("plain"))
+
+
+def test_temporary_destinations_have_no_settable_address() -> None:
+    inbox = TemporaryQueue("x")
+    with pytest.raises(AttributeError):
+        inbox.address = "y"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        inbox.other = 1  # type: ignore[attr-defined]
+    with pytest.raises(InvalidDestinationError):
+        inbox._follow("")
 
 
 def test_address_is_the_name() -> None:
