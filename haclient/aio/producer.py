@@ -70,6 +70,9 @@ class MessageProducer:
         delivery_delay: Default delay in seconds before the broker delivers a message (0).
         disable_message_id / disable_message_timestamp: Hints (JMS); ids are always set,
             because a re-sent message is recognised by its id (F11).
+        preserve_message_id: Keep the id a message already carries instead of assigning one
+            (False, as JMS). For a sender that makes ids deterministic (a replayed Spark task,
+            say) so that consumers can recognise a replay as a duplicate.
     """
 
     def __init__(self, context: SessionContext, destination: Destination | None) -> None:
@@ -86,6 +89,7 @@ class MessageProducer:
         self.delivery_delay = 0.0
         self.disable_message_id = False
         self.disable_message_timestamp = False
+        self.preserve_message_id = False
 
     @property
     def destination(self) -> Destination | None:
@@ -187,7 +191,8 @@ class MessageProducer:
             self.delivery_mode if delivery_mode is None else delivery_mode
         )
         message.priority = self.priority if priority is None else priority
-        message.message_id = self._ids()
+        if not (self.preserve_message_id and message.message_id):
+            message.message_id = self._ids()
         message.timestamp = now
         message.expiration = now + ttl if ttl and ttl > 0 else None
         message.delivery_time = now + delay if delay and delay > 0 else now

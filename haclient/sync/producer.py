@@ -88,6 +88,15 @@ class MessageProducer:
         self._producer.disable_message_id = value
 
     @property
+    def preserve_message_id(self) -> bool:
+        """Keep the id a message already carries (see ``haclient.aio.MessageProducer``)."""
+        return self._producer.preserve_message_id
+
+    @preserve_message_id.setter
+    def preserve_message_id(self, value: bool) -> None:
+        self._producer.preserve_message_id = value
+
+    @property
     def disable_message_timestamp(self) -> bool:
         """A JMS hint; timestamps are always set."""
         return self._producer.disable_message_timestamp

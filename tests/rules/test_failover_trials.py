@@ -125,7 +125,9 @@ async def test_F8_recover_after_a_failed_acknowledge_raises_too_then_works(
         assert pair.queue_depth("again") == 0
 
 
-@pytest.mark.parametrize("api", ["aio"], indirect=True)
+@pytest.mark.parametrize(
+    "api_variant", [("aio", "asyncio"), ("aio", "trio")], ids=["aio", "aio-trio"], indirect=True
+)
 async def test_A1_a_cancelled_receive_never_acknowledges_a_message_it_did_not_return(
     api: Api, tmp_path: Path
 ) -> None:

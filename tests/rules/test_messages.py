@@ -82,6 +82,25 @@ async def test_M1_message_types_and_typed_properties_round_trip(api: Api, bed: B
             same_types(received.properties, PROPERTIES)
 
 
+async def test_M2_a_producer_keeps_a_preset_message_id_only_when_told(api: Api, bed: Bed) -> None:
+    queue = Queue(bed.unique("m2id"))
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        producer = await session.create_producer(queue)
+        assigned = TextMessage("a", message_id="ID:job:1:0:7")
+        await producer.send(assigned)
+        assert assigned.message_id != "ID:job:1:0:7"  # JMS: the provider assigns the id
+        producer.preserve_message_id = True
+        kept = TextMessage("k", message_id="ID:job:1:0:7")
+        await producer.send(kept)
+        fresh = TextMessage("f")
+        await producer.send(fresh)  # no id to keep: one is assigned
+        consumer = await session.create_consumer(queue)
+        ids = [(await consumer.receive(TIMEOUT)).message_id for _ in range(3)]  # type: ignore[union-attr]
+        assert ids == [assigned.message_id, "ID:job:1:0:7", fresh.message_id]
+        assert fresh.message_id is not None and fresh.message_id.startswith("ID:")
+
+
 async def test_M2_headers_round_trip(api: Api, bed: Bed) -> None:
     queue = Queue(bed.unique("m2"))
     async with await started(api, bed) as connection:
