@@ -452,6 +452,8 @@ class MessageConsumer:
             except Exception:
                 log.exception("the message listener of %s raised; the message is redelivered", self)
                 failed = True
+            if self._context.closed:  # the listener closed its session or connection: the
+                return  # acknowledgement cannot go; the broker delivers the message again
             await acks.listener_done(pending, failed=failed)
         finally:
             _listening.reset(token)

@@ -298,25 +298,25 @@ class Session:
         """A consumer on the unshared durable subscription ``name`` of ``topic`` (S1, S2).
 
         The subscription is created if it does not exist, and keeps messages while nobody
-        consumes until ``unsubscribe(name)``. The name is scoped to the client id.
+        consumes until ``unsubscribe(name)``. With a client id the name is scoped to it; without
+        one (JMS 2.0) the name is global, and ``no_local`` has no effect (seed 000: there is no
+        client id whose messages it could withhold). Waits while the connection fails over.
 
         Raises:
-            IllegalStateError: the connection has no client id (JMS needs one here).
             ResourceLockedError: another consumer is active on the subscription.
+            InvalidSelectorError: the selector is not valid JMS.
         """
         self._check_open()
         self._check_topic(topic)
         self._check_name(name)
-        if self._context.connection.client_id is None:
-            raise IllegalStateError(
-                "an unshared durable subscription needs a client id: connect with client_id=..."
-            )
+        is_global = self._context.connection.client_id is None
+        no_local = no_local and not is_global
         selector = self._check_selector(selector)
         source = subscription_source(
             topic,
             self._context.physical().prefixes,
             kind=SubscriptionKind.DURABLE,
-            is_global=False,
+            is_global=is_global,
             selector=self._broker_selector(selector),
             no_local=no_local,
         )

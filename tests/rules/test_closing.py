@@ -184,3 +184,28 @@ async def test_C5_closing_a_consumer_leaves_the_transaction_alone(api: Api, bed:
         if bed.admin is not None:
             assert bed.admin.unacked_count(queue) == 0
     assert await leftovers(bed, queue) == ["two"]
+
+
+@pytest.mark.parametrize("closes", ["session", "connection"])
+async def test_C4_closing_the_session_or_connection_from_an_auto_listener_is_quiet(
+    api: Api, bed: Bed, closes: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = bed.unique("c4q")
+    await send(bed, Queue(queue), "one", "two")
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue(queue))
+        completed = Signal()
+
+        async def closing(message: Message) -> None:
+            await (session if closes == "session" else connection).close()
+            completed.set()
+
+        await consumer.set_message_listener(api.listener(closing))
+        assert await completed.wait(TIMEOUT)
+        await anyio.sleep(0.3)  # the listener's task/thread winds down
+        assert session.is_closed and consumer.is_closed
+    errors = [r for r in caplog.records if r.levelname == "ERROR" and r.name.startswith("haclient")]
+    assert errors == []
+    # closed before its acknowledgement could go: the broker delivers it again, with the rest
+    assert sorted(await leftovers(bed, queue)) == ["one", "two"]

@@ -76,6 +76,27 @@ async def test_S2_no_local_durable_subscription_never_adds_own_messages(api: Api
         await session.unsubscribe(name)
 
 
+async def test_S1_S2_without_a_client_id_the_name_is_global_and_no_local_has_no_effect(
+    api: Api, bed: Bed
+) -> None:
+    topic, name = Topic(bed.unique("s1g")), bed.unique("global")
+    async with await started(api, bed) as first:
+        session = await first.create_session(AckMode.AUTO)
+        consumer = await durable(bed, session, topic, name, no_local=True)
+        assert consumer.no_local is False  # seed 000: no client id, no effect
+        producer = await session.create_producer(topic)
+        await producer.send(TextMessage("own"))
+        assert await drain(consumer) == ["own"]
+        await consumer.close()
+        await send(bed, topic, "kept")
+    async with await started(api, bed) as second:  # another connection, no client id either
+        session = await second.create_session(AckMode.AUTO)
+        consumer = await session.create_durable_consumer(topic, name)
+        assert await drain(consumer) == ["kept"]  # the same, global, subscription
+        await consumer.close()
+        await session.unsubscribe(name)
+
+
 async def test_S3_shared_subscription_is_shared_between_connections(api: Api, bed: Bed) -> None:
     topic, name = Topic(bed.unique("s3")), bed.unique("shared")
     async with await started(api, bed) as one, await started(api, bed) as two:
