@@ -277,7 +277,7 @@ def test_public_names_are_pinned() -> None:
             "FailoverListener",
             "ManagerEvent",
             "ManagerStatistics",
-            "PhysicalConnection",
+            "ManagedConnection",
             "Resource",
             "RestoreOrder",
             "is_retriable_failure",
