@@ -3,8 +3,8 @@ holds calls while the connection is restored, epochs and the tiered restore of r
 
 Nothing here knows AMQP; ``haclient.aio`` supplies the connector. The only import from
 ``haclient`` is ``haclient.errors`` (for the exceptions it raises), which loads nothing but the
-standard library; only ``failover.manager`` imports anyio. ``tests/unit/test_layers.py`` keeps
-both so.
+standard library; only ``failover.manager`` and ``failover.supervisor`` import anyio, and url,
+policy, states and protocols are pure. ``tests/unit/test_layers.py`` keeps all three so.
 
 - ``failover.url``: ``parse_url(text) -> FailoverURL`` (brokers, policy, connection options) and
   back with ``FailoverURL.to_string()``; ``merge_broker_lists`` for the ``exchange`` method.
@@ -14,8 +14,11 @@ both so.
   pure decisions on it: give up or fail over, and the plan of a connect or a failover.
 - ``failover.protocols``: what the manager is given (``ManagedConnection``, ``Connector``,
   ``Resource``, ``FailoverListener``) and ``restore_tiers``, the order resources restore in.
-- ``failover.manager``: ``ConnectionManager``, the logical connection over a connector: the
-  supervisor, the gate (``wait_connected``), epochs, the tiered restore, listeners (F14) and
-  the ``exchange`` list (F12). The only module here that uses anyio (it owns tasks); it
-  re-exports the names of ``failover.states`` and ``failover.protocols`` that callers use.
+- ``failover.manager``: ``ConnectionManager``, the logical connection over a connector, and
+  its public API: the gate (``wait_connected``), epochs, registering resources, listeners
+  (F14) and the ``exchange`` list (F12). It re-exports the names of ``failover.states`` and
+  ``failover.protocols`` that callers use.
+- ``failover.supervisor``: the machinery under the manager (its base class): the state it
+  keeps, the gate's waiting on the injected clock, and the supervisor task that connects,
+  watches, fails over and restores the resources tier by tier.
 """

@@ -8,7 +8,9 @@ for the physical connection to end, and then fails over: it walks the policy's p
 new connection, and opens the gate again. Its state is the table-driven machine of
 ``failover.states``, which also takes every decision on it (give up or fail over, the plan);
 what it is given (connection, connector, resources, listeners) is in ``failover.protocols``.
-This module applies those decisions: it owns the tasks, the gate and the clock.
+This module is the public API; the machinery under it, which applies those decisions (the
+state it keeps, the tasks, the gate's waiting on the clock), is its base class
+``failover.supervisor.Supervisor``.
 
 Rules it keeps:
 
