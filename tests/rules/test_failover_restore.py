@@ -269,4 +269,6 @@ async def test_F4_every_blocked_call_raises_when_the_policy_runs_out(api: Api) -
                     tg.start_soon(capture, connection.create_session())
             assert len(outcomes) == 3
             assert all(isinstance(e, ConnectionFailedError) and e.cause for e in outcomes)
+            # The blocking API tells listeners on a thread of its own: the calls may raise first.
+            await recorder.wait_for("failed")
             assert len(recorder.named("failed")) == 1
