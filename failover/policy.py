@@ -69,7 +69,7 @@ import math
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any, Final, Generic, TypeVar
 
@@ -349,10 +349,6 @@ class FailoverPolicy:
                 continue
             out[_CANONICAL[f.name]] = _format_field(f.name, value)
         return out
-
-    def with_method(self, method: FailoverMethod) -> FailoverPolicy:
-        """A copy with another method."""
-        return replace(self, method=method)
 
 
 # --- Validation helpers ------------------------------------------------------------------------

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import pickle
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import failover
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.url import BrokerURL, FailoverURL, merge_broker_lists, parse_url
 from haclient.errors import ConfigurationError
@@ -393,42 +390,3 @@ def test_F12_merge_refuses_a_downgrade_to_plain_amqp() -> None:
     plain, tls = BrokerURL("amqp", "x"), BrokerURL("amqps", "x")
     assert merge_broker_lists(seed, [plain, tls], secure=True) == (tls, seed[0])
     assert merge_broker_lists(seed, [plain], secure=False) == (plain, seed[0])
-
-
-# --- Layering --------------------------------------------------------------------------------
-
-
-def test_failover_package_knows_nothing_of_amqp() -> None:
-    """``failover`` imports neither proton nor haclient (but for ``haclient.errors``); only
-    the manager, which runs the reconnect loop, may use anyio."""
-    root = Path(failover.__file__).parent
-    for path in root.rglob("*.py"):
-        banned = (
-            ("proton", "_proton") if path.name == "manager.py" else ("proton", "_proton", "anyio")
-        )
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            for name in names:
-                top = name.split(".")[0]
-                assert top not in banned, f"{path}: imports {name}"
-                if top == "haclient":
-                    assert name == "haclient.errors", f"{path}: imports {name}"
-
-
-@pytest.mark.parametrize("module", ["url.py", "policy.py"])
-def test_decisions_do_no_io_and_never_sleep(module: str) -> None:
-    """URL parsing and policies are pure: no clock, no sleeping, no sockets, no threads."""
-    path = Path(failover.__file__).parent / module
-    banned = {"time", "asyncio", "anyio", "trio", "socket", "threading", "tenacity", "logging"}
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            tops = {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            tops = {node.module.split(".")[0]}
-        else:
-            continue
-        assert not tops & banned, f"{module} imports {tops & banned}"

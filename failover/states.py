@@ -1,0 +1,206 @@
+"""The state machine of the logical connection, and every decision the manager takes on it.
+
+Rule 1: everything that decides the state lives here: the transition table, which event a loss
+is (fail over, or give up at once), whether a failure ends the plan, and the plan itself. The
+manager (``failover.manager``) only feeds events in and acts on what comes out; it keeps no
+rule of its own about states.
+
+Rule 2: nothing here does I/O, sleeps, reads a clock or imports anyio: every function is pure
+(a plan draws from the ``random.Random`` it is given), so the table and the decisions are
+tested one pair, one case at a time, without an event loop.
+
+The machine (``TRANSITIONS``)::
+
+    CONNECTING --OPENED--> CONNECTED --LOST--> FAILING_OVER --OPENED--> RESTORING
+                               ^                   ^      |                 |
+                               |                   +------+---LOST----------+
+                               +-------------------------RESTORED-----------+
+    CONNECTING, CONNECTED, FAILING_OVER --GAVE_UP--> FAILED;  any --CLOSE--> CLOSED
+
+Invariants it keeps (a unit test walks every (state, event) pair and random event sequences):
+
+1. A pair missing from the table is a bug of the caller: ``next_state`` raises
+   ``IllegalStateError`` for it rather than guess.
+2. CLOSED is final: only CLOSE leads out of it, back to CLOSED (``close()`` is idempotent).
+   FAILED is final but for CLOSE.
+3. The gate is open exactly in CONNECTED; it is closed (callers wait) in ``IN_TRANSIT``
+   (CONNECTING, FAILING_OVER, RESTORING), and callers raise in FAILED and CLOSED.
+4. Only ``LIVE`` states (CONNECTED, RESTORING) have a physical connection that can be lost.
+5. The first connect has nothing to restore (CONNECTING --OPENED--> CONNECTED); a reconnect
+   always restores (FAILING_OVER --OPENED--> RESTORING), even with no resource registered.
+6. A loss while CONNECTED gives up at once (GAVE_UP, not LOST) when failover is off
+   (``nofailover``) or the cause is one no reconnect can fix (``retriable`` says no); a loss
+   while RESTORING is always LOST. After any failed attempt (or a loss during restore) the
+   walk asks ``retriable`` before the next attempt: False gives up, attempts left or not.
+7. The plan of a failover starts after the lost broker (roundrobin, exchange); the first
+   connect makes at least one attempt on the first broker, even under ``nofailover`` or
+   ``cyclecount=0`` (which make no *re*connect at all).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from failover.policy import Attempt, FailoverMethod, FailoverPolicy
+from failover.url import BrokerURL
+from haclient.errors import HAClientError, IllegalStateError
+
+__all__ = [
+    "IN_TRANSIT",
+    "LIVE",
+    "TRANSITIONS",
+    "ConnectionState",
+    "ManagerEvent",
+    "ManagerStatistics",
+    "is_retriable_failure",
+    "loss_event",
+    "next_state",
+    "plan",
+]
+
+
+class ConnectionState(enum.Enum):
+    """The state of the logical connection."""
+
+    CONNECTING = "connecting"  # before and during the first connect
+    CONNECTED = "connected"  # the gate is open
+    FAILING_OVER = "failing_over"  # the connection was lost; walking the plan
+    RESTORING = "restoring"  # a new physical connection is open; resources are restored
+    FAILED = "failed"  # failover gave up (F4); final but for CLOSE
+    CLOSED = "closed"  # the application closed it; final
+
+
+class ManagerEvent(enum.Enum):
+    """What can happen to the logical connection."""
+
+    OPENED = "opened"  # the connector opened a physical connection
+    RESTORED = "restored"  # every registered resource had its turn to restore
+    LOST = "lost"  # the physical connection ended, and failover may help
+    GAVE_UP = "gave_up"  # the plan ran out, or the failure is one no reconnect can fix
+    CLOSE = "close"  # the application closed the connection
+
+
+_S, _E = ConnectionState, ManagerEvent
+
+TRANSITIONS: Final[Mapping[tuple[ConnectionState, ManagerEvent], ConnectionState]] = (
+    MappingProxyType(
+        {
+            (_S.CONNECTING, _E.OPENED): _S.CONNECTED,  # nothing to restore on the first connect
+            (_S.CONNECTING, _E.GAVE_UP): _S.FAILED,
+            (_S.CONNECTING, _E.CLOSE): _S.CLOSED,
+            (_S.CONNECTED, _E.LOST): _S.FAILING_OVER,
+            (_S.CONNECTED, _E.GAVE_UP): _S.FAILED,  # nofailover, or a loss nothing can fix
+            (_S.CONNECTED, _E.CLOSE): _S.CLOSED,
+            (_S.FAILING_OVER, _E.OPENED): _S.RESTORING,
+            (_S.FAILING_OVER, _E.GAVE_UP): _S.FAILED,
+            (_S.FAILING_OVER, _E.CLOSE): _S.CLOSED,
+            (_S.RESTORING, _E.RESTORED): _S.CONNECTED,
+            (_S.RESTORING, _E.LOST): _S.FAILING_OVER,  # the next attempt of the same plan
+            (_S.RESTORING, _E.CLOSE): _S.CLOSED,
+            (_S.FAILED, _E.CLOSE): _S.CLOSED,
+            (_S.CLOSED, _E.CLOSE): _S.CLOSED,  # close() is idempotent
+        }
+    )
+)
+
+#: States in which the gate is closed: a waiter waits for one of the others (invariant 3).
+IN_TRANSIT: Final = frozenset({_S.CONNECTING, _S.FAILING_OVER, _S.RESTORING})
+
+#: States in which there is a physical connection that can be lost (invariant 4).
+LIVE: Final = frozenset({_S.CONNECTED, _S.RESTORING})
+
+
+def next_state(state: ConnectionState, event: ManagerEvent) -> ConnectionState:
+    """The state ``event`` leads to from ``state``, per ``TRANSITIONS``.
+
+    Raises:
+        IllegalStateError: The pair is not in the table.
+    """
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalStateError(f"{event.name} is not allowed in state {state.name}") from None
+
+
+# --- Giving up ---------------------------------------------------------------------------------
+
+
+def is_retriable_failure(error: BaseException) -> bool:
+    """The default ``retriable``: whether another connection attempt may succeed after
+    ``error``. An ``HAClientError`` says so itself (``retriable``, from the condition table);
+    anything else (a refused socket, a timeout) is worth another try."""
+    return error.retriable if isinstance(error, HAClientError) else True
+
+
+def loss_event(state: ConnectionState, method: FailoverMethod, retriable: bool) -> ManagerEvent:
+    """The event a loss of the physical connection is in ``state`` (one of ``LIVE``): GAVE_UP
+    when it was CONNECTED and failover is off, or the cause is one no reconnect can fix
+    (``retriable`` False); LOST otherwise (invariant 6)."""
+    connected = state is ConnectionState.CONNECTED
+    if connected and (method is FailoverMethod.NOFAILOVER or not retriable):
+        return ManagerEvent.GAVE_UP
+    return ManagerEvent.LOST
+
+
+def plan(
+    policy: FailoverPolicy,
+    brokers: Sequence[BrokerURL],
+    lost: BrokerURL | None,
+    *,
+    startup: bool,
+    rng: random.Random,
+) -> Iterator[Attempt[BrokerURL]]:
+    """The attempts of the first connect (``startup``) or of the failover after losing
+    ``lost``: the policy's plan (``FailoverPolicy.attempts``), starting after ``lost`` when it is
+    still in ``brokers``. When it runs out, failover gives up (F4).
+
+    The first connect makes at least one attempt, on the first broker, at once (invariant 7).
+    """
+    start = None if lost is None else _index_of(brokers, lost)
+    attempts = policy.attempts(brokers, start_index=start, startup=startup, rng=rng)
+    first = next(attempts, None)
+    if first is None:
+        # nofailover, or cyclecount=0: no *re*connect, but the first connect is one try.
+        return iter([Attempt(0, brokers[0], 0.0, 1)] if startup else [])
+    return itertools.chain([first], attempts)
+
+
+def _index_of(brokers: Sequence[BrokerURL], broker: BrokerURL) -> int | None:
+    """Where ``broker`` is in ``brokers`` (same scheme, host and port), if it is."""
+    key = (broker.scheme, broker.host.lower(), broker.port)
+    for i, other in enumerate(brokers):
+        if (other.scheme, other.host.lower(), other.port) == key:
+            return i
+    return None
+
+
+# --- The snapshot ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerStatistics:
+    """A snapshot of the manager.
+
+    Attributes:
+        state: The state when the snapshot was taken.
+        broker: The broker of the current physical connection; None when there is none.
+        epoch: The current epoch (the number of losses so far).
+        failovers: Failovers completed (resources restored, gate open again).
+        last_downtime: Seconds from loss to reconnection of the last completed failover.
+        attempts: Connection attempts made in all (the first connect's included).
+        brokers: The list the next failover walks (learned for ``exchange``).
+    """
+
+    state: ConnectionState
+    broker: BrokerURL | None
+    epoch: int
+    failovers: int
+    last_downtime: float | None
+    attempts: int
+    brokers: tuple[BrokerURL, ...]

@@ -1,0 +1,202 @@
+"""The state machine of the logical connection and the pure decisions on it (failover.states),
+and the restore tiers (failover.protocols): no event loop, no manager, one case at a time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from failover.policy import FailoverMethod, FailoverPolicy
+from failover.protocols import RestoreOrder, restore_tiers
+from failover.states import (
+    IN_TRANSIT,
+    LIVE,
+    TRANSITIONS,
+    ConnectionState,
+    ManagerEvent,
+    is_retriable_failure,
+    loss_event,
+    next_state,
+    plan,
+)
+from failover.url import BrokerURL
+from haclient.errors import (
+    AuthenticationError,
+    ConnectionLostError,
+    IllegalStateError,
+    ResourceLockedError,
+)
+
+S, E = ConnectionState, ManagerEvent
+A, B, C = BrokerURL("amqp", "a"), BrokerURL("amqp", "b"), BrokerURL("amqp", "c")
+
+
+# --- The state machine -------------------------------------------------------------------------
+
+EXPECTED = {
+    (S.CONNECTING, E.OPENED): S.CONNECTED,
+    (S.CONNECTING, E.GAVE_UP): S.FAILED,
+    (S.CONNECTING, E.CLOSE): S.CLOSED,
+    (S.CONNECTED, E.LOST): S.FAILING_OVER,
+    (S.CONNECTED, E.GAVE_UP): S.FAILED,
+    (S.CONNECTED, E.CLOSE): S.CLOSED,
+    (S.FAILING_OVER, E.OPENED): S.RESTORING,
+    (S.FAILING_OVER, E.GAVE_UP): S.FAILED,
+    (S.FAILING_OVER, E.CLOSE): S.CLOSED,
+    (S.RESTORING, E.RESTORED): S.CONNECTED,
+    (S.RESTORING, E.LOST): S.FAILING_OVER,
+    (S.RESTORING, E.CLOSE): S.CLOSED,
+    (S.FAILED, E.CLOSE): S.CLOSED,
+    (S.CLOSED, E.CLOSE): S.CLOSED,
+}
+
+
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(S, E)))
+def test_every_state_event_pair(state: ConnectionState, event: ManagerEvent) -> None:
+    if (state, event) in EXPECTED:
+        assert next_state(state, event) is EXPECTED[(state, event)]
+    else:
+        with pytest.raises(IllegalStateError, match=f"{event.name} is not allowed in state"):
+            next_state(state, event)
+
+
+def test_the_table_is_exactly_the_expected_one() -> None:
+    assert dict(TRANSITIONS) == EXPECTED
+    with pytest.raises(TypeError):
+        TRANSITIONS[(S.CLOSED, E.OPENED)] = S.CONNECTED  # type: ignore[index]
+
+
+@given(st.lists(st.sampled_from(list(E)), max_size=30))
+def test_walks_never_leave_closed_and_leave_failed_only_to_closed(
+    events: list[ManagerEvent],
+) -> None:
+    state = S.CONNECTING
+    for event in events:
+        before = state
+        if (state, event) not in TRANSITIONS:
+            with pytest.raises(IllegalStateError):
+                next_state(state, event)
+            continue
+        state = next_state(state, event)
+        if before is S.CLOSED:
+            assert state is S.CLOSED
+        if before is S.FAILED:
+            assert state is S.CLOSED
+        if event is E.LOST:  # only a live connection can be lost
+            assert before in LIVE
+        if event is E.OPENED:  # a connection opens only where none is live
+            assert before not in LIVE
+        if event is E.RESTORED:  # the gate opens after a restore, and only then
+            assert (before, state) == (S.RESTORING, S.CONNECTED)
+
+
+def test_retriable_failures() -> None:
+    assert is_retriable_failure(OSError("refused"))
+    assert is_retriable_failure(ConnectionLostError())
+    assert not is_retriable_failure(AuthenticationError("no"))
+    assert not is_retriable_failure(ResourceLockedError("taken"))
+
+
+def test_the_gate_and_live_sets() -> None:
+    assert frozenset({S.CONNECTING, S.FAILING_OVER, S.RESTORING}) == IN_TRANSIT
+    assert frozenset({S.CONNECTED, S.RESTORING}) == LIVE
+
+
+# --- Giving up -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", list(FailoverMethod))
+@pytest.mark.parametrize("retriable", [True, False])
+def test_a_loss_while_restoring_is_always_lost(method: FailoverMethod, retriable: bool) -> None:
+    assert loss_event(S.RESTORING, method, retriable) is E.LOST
+
+
+@pytest.mark.parametrize("method", list(FailoverMethod))
+@pytest.mark.parametrize("retriable", [True, False])
+def test_a_loss_while_connected_gives_up_without_failover_or_hope(
+    method: FailoverMethod, retriable: bool
+) -> None:
+    gives_up = method is FailoverMethod.NOFAILOVER or not retriable
+    assert loss_event(S.CONNECTED, method, retriable) is (E.GAVE_UP if gives_up else E.LOST)
+
+
+# --- The plan ------------------------------------------------------------------------------------
+
+
+def _hosts(policy: FailoverPolicy, lost: BrokerURL | None, *, startup: bool) -> list[str]:
+    attempts = plan(policy, [A, B, C], lost, startup=startup, rng=random.Random(1))
+    return [attempt.broker.host for attempt in attempts]
+
+
+def test_the_plan_of_a_failover_starts_after_the_lost_broker() -> None:
+    policy = FailoverPolicy(cyclecount=1)
+    assert _hosts(policy, B, startup=False) == ["c", "a", "b"]
+    assert _hosts(policy, BrokerURL("amqp", "B"), startup=False) == ["c", "a", "b"]  # host case
+    assert _hosts(policy, BrokerURL("amqp", "x"), startup=False) == ["a", "b", "c"]  # not listed
+    assert _hosts(policy, BrokerURL("amqps", "b"), startup=False) == ["a", "b", "c"]  # scheme
+
+
+def test_the_plan_follows_the_policy_delays() -> None:
+    policy = FailoverPolicy(cyclecount=1, initial_delay=0.5, connect_delay=2.0)
+    attempts = plan(policy, [A, B, C], A, startup=False, rng=random.Random(1))
+    assert [a.delay for a in attempts] == [0.5, 2.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [FailoverPolicy(method=FailoverMethod.NOFAILOVER), FailoverPolicy(cyclecount=0)],
+    ids=["nofailover", "cyclecount=0"],
+)
+def test_no_reconnect_but_the_first_connect_is_one_try_at_once(policy: FailoverPolicy) -> None:
+    assert _hosts(policy, A, startup=False) == []
+    first = list(plan(policy, [A, B, C], None, startup=True, rng=random.Random(1)))
+    assert [(a.broker, a.delay, a.number) for a in first] == [(A, 0.0, 1)]
+
+
+def test_the_first_connect_has_its_own_budget() -> None:
+    policy = FailoverPolicy(cyclecount=3, startup_cyclecount=1)
+    assert _hosts(policy, None, startup=True) == ["a", "b", "c"]
+    assert len(_hosts(policy, A, startup=False)) == 9
+
+
+# --- Restore tiers -------------------------------------------------------------------------------
+
+
+class Res:
+    def __init__(self, name: str, order: int) -> None:
+        self.name = name
+        self.restore_order = order
+
+    async def restore(self, connection: object, epoch: int) -> None:
+        return None
+
+    def connection_lost(self, epoch: int, cause: BaseException) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def test_one_tier_per_restore_order_lowest_first_ties_in_registration_order() -> None:
+    consumer, session1 = Res("consumer", RestoreOrder.CONSUMER), Res("s1", RestoreOrder.SESSION)
+    temp, producer = Res("temp", RestoreOrder.TEMPORARY_DESTINATION), Res("p", 2)
+    session2, custom = Res("s2", RestoreOrder.SESSION), Res("custom", 7)
+    tiers = restore_tiers([consumer, session1, custom, temp, producer, session2])
+    assert tiers == ((temp,), (session1, session2), (producer,), (consumer,), (custom,))
+    assert restore_tiers([]) == ()
+
+
+@given(st.lists(st.integers(min_value=-3, max_value=5), max_size=20))
+def test_tiers_are_a_stable_sort_cut_at_each_new_order(orders: list[int]) -> None:
+    resources = [Res(str(i), order) for i, order in enumerate(orders)]
+    tiers = restore_tiers(resources)
+    flat = [r for tier in tiers for r in tier]
+    assert flat == sorted(resources, key=lambda r: r.restore_order)  # sorted() is stable
+    assert all(tier and len({r.restore_order for r in tier}) == 1 for tier in tiers)
+    firsts = [tier[0].restore_order for tier in tiers]
+    assert firsts == sorted(set(orders))
