@@ -97,8 +97,11 @@ class TaskHost:
         """True once ``close()`` was called or the host ended."""
         return self._stop.is_set() or self._done.is_set()
 
-    async def close(self) -> None:
-        """Cancel every background task and wait until they have all ended. Idempotent."""
+    async def close(self, *, wait: bool = True) -> None:
+        """Cancel every background task and (with ``wait``) wait until they have all ended.
+        Idempotent. A task of this host closing it passes ``wait=False``: it cannot wait for
+        its own end (it is cancelled at its next checkpoint)."""
         self._stop.set()
-        with anyio.CancelScope(shield=True):
-            await self._done.wait()
+        if wait:
+            with anyio.CancelScope(shield=True):
+                await self._done.wait()

@@ -14,6 +14,7 @@ blocking facade (``haclient``) gives threads the same calls.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable
@@ -58,6 +59,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("haclient.connection")
+
+_running_in: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
+    "haclient_running_in", default=None
+)
+"""The connection whose background task (a listener, say) the current task is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +127,7 @@ class Connection:
             manager=self._manager,
             container_id=self._container_id,
             id_base=f"{options.client_id}:{unique}" if options.client_id else unique,
-            start_soon=lambda *args, **kwargs: self._host.start_soon(*args, **kwargs),
+            start_soon=self._start_owned,
             client_id=options.client_id,
         )
 
@@ -361,7 +367,19 @@ class Connection:
         finally:
             if self._stop_manager is not None:
                 self._stop_manager.set()
-            await self._host.close()
+            # Closed from one of its own tasks (a listener): that task cannot wait for itself.
+            await self._host.close(wait=_running_in.get() is not self)
+
+    def _start_owned(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
+    ) -> None:
+        """Run ``fn(*args)`` in the connection's task group, knowing whose task it is."""
+
+        async def owned() -> None:
+            _running_in.set(self)
+            await fn(*args)
+
+        self._host.start_soon(owned, name=name)
 
     async def __aenter__(self) -> Connection:
         return self
