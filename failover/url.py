@@ -108,6 +108,8 @@ CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
         "jms.prefetch": _int_at_least(0),
         "jms.transactions": _one_of("native", "emulate"),
         "jms.selectors": _one_of("auto", "broker", "client"),
+        "jms.dedupWindow": _int_at_least(0),
+        "jms.dedupAge": _int_at_least(1),  # ms
     }
 )
 

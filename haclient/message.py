@@ -211,6 +211,9 @@ class Message:
         timestamp: ``JMSTimestamp``: when the message was handed to send (epoch seconds).
         redelivered: ``JMSRedelivered``.
         delivery_count: ``JMSXDeliveryCount``: 1 on first delivery.
+        ack_in_doubt: True on a message received in AUTO mode whose acknowledgement a failover
+            cut off in flight: the broker may not have applied it, so the message may come
+            again (then suppressed by the session's duplicate window, or flagged redelivered).
 
     Raises:
         MessageFormatError: a property name or value is not allowed.
@@ -234,6 +237,7 @@ class Message:
         self.delivery_count: int = headers.get("delivery_count", 1)
         self._body: Any = None
         self._acknowledger: Callable[[], Any] | None = None
+        self.ack_in_doubt = False
 
     def _bind_acknowledger(self, acknowledger: Callable[[], Any]) -> None:
         """What ``acknowledge()`` calls: set by the consumer that hands the message out (the

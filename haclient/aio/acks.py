@@ -42,7 +42,12 @@ from haclient.aio.gate import Connected, Gate, StaleDeliveryError
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome, Terminus
-from haclient.errors import AcknowledgeFailedError, HAClientError, IllegalStateError
+from haclient.errors import (
+    AcknowledgeFailedError,
+    ConnectionLostError,
+    HAClientError,
+    IllegalStateError,
+)
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:
@@ -61,6 +66,10 @@ class PendingAck:
     raw: ReceivedMessage
     confirmation: AckConfirmation
     probe_address: str | None
+    window_key: str | None = None
+    """The message's key in the session's duplicate window (None: no id, never suppressed)."""
+    sent: bool = False
+    """True once the acknowledgement went to the connection (the broker may have applied it)."""
 
 
 class AckHost(Protocol):
@@ -83,6 +92,9 @@ class AckHost(Protocol):
     def detach(self, receiver: Receiver, *, closed: bool) -> None:
         """Detach a consumer's link on the current connection."""
 
+    def consumed(self, acks: Iterable[PendingAck]) -> None:
+        """These messages count as consumed (their duplicates are suppressed from now on)."""
+
 
 async def _nothing() -> None:
     """The acknowledger of a message whose session acknowledges by itself."""
@@ -101,6 +113,7 @@ class AckStrategy:
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         """``message`` is being handed out (to ``receive()``, or to a listener about to run)."""
         message._bind_acknowledger(_nothing)
+        self._host.consumed([pending])
 
     async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
         """The listener returned (or raised, ``failed``) for ``pending``'s message."""
@@ -146,12 +159,17 @@ class AutoAck(AckStrategy):
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         message._bind_acknowledger(_nothing)
         if not listener:
-            await self._host.settle_acks([pending])
+            try:
+                await self._host.settle_acks([pending])
+            finally:
+                if pending.sent:  # confirmed, or in doubt: either way it is handed out
+                    self._host.consumed([pending])
 
     async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
         if failed:
             self._host.return_one(pending)
         else:
+            self._host.consumed([pending])  # the listener had it, whatever the ack meets
             await self._host.settle_acks([pending])
 
 
@@ -272,7 +290,11 @@ class ClientAck(_Tracked):
 
         async def settle(at: Connected) -> None:
             self._check_kept("acknowledge")
-            await self._host.settle_acks(take())
+            acks = take()
+            try:
+                await self._host.settle_acks(acks)
+            finally:  # confirmed, or in doubt: their duplicates are suppressed
+                self._host.consumed(ack for ack in acks if ack.sent)
 
         await self._host.gate.run(settle, on_lost=_acknowledge_failed)
         self._unreported.clear()
@@ -312,6 +334,7 @@ class DupsOkAck(_Tracked):
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         await super().delivered(pending, message, listener=listener)
+        self._host.consumed([pending])  # DUPS_OK allows duplicates; this keeps them rare
         if len(self.pending) >= self._batch or len(self.pending) == 1:
             self._flush_due.set()
 
@@ -396,6 +419,8 @@ async def settle(
             broker will redeliver what it did not confirm.
     """
     acks = list(acks)
+    if not amqp.is_open:
+        raise ConnectionLostError("the connection ended before the acknowledgement went out")
     if any(ack.raw.delivery.link.session.engine is not amqp.engine for ack in acks):
         raise StaleDeliveryError(
             "the message came on a connection that failover replaced: it cannot be "
@@ -413,6 +438,7 @@ async def settle(
             if confirm and ack.confirmation is AckConfirmation.ROUND_TRIP:
                 round_trip = True
                 probe = probe or ack.probe_address
+        ack.sent = True
     for raw in second:
         await amqp.wait_settled(raw.delivery)
         raw.delivery.settle()

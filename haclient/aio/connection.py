@@ -80,6 +80,9 @@ class ConnectionStatistics:
         last_downtime: Seconds the last failover took (loss to restored), None before one.
         sessions / producers / consumers: How many are open.
         messages_sent / messages_received / messages_acknowledged: Counters since connect.
+        duplicates_suppressed: Messages not handed out because their session had consumed
+            a message with the same id within its duplicate window (a redelivery or an F11
+            re-send after a failover).
     """
 
     state: ConnectionState
@@ -95,6 +98,7 @@ class ConnectionStatistics:
     messages_sent: int
     messages_received: int
     messages_acknowledged: int
+    duplicates_suppressed: int
 
 
 class Connection:
@@ -328,6 +332,7 @@ class Connection:
             messages_sent=self._context.counters.sent,
             messages_received=self._context.counters.received,
             messages_acknowledged=self._context.counters.acknowledged,
+            duplicates_suppressed=self._context.counters.duplicates_suppressed,
         )
 
     async def close(self) -> None:

@@ -48,7 +48,7 @@ from haclient.amqp.types import (
     SenderSettleMode,
     Terminus,
 )
-from haclient.destination import Destination, TemporaryQueue, TemporaryTopic, address_of
+from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, address_of
 from haclient.errors import (
     ClosedError,
     ConnectionLostError,
@@ -246,23 +246,47 @@ class MessageConsumer:
                 return taken[1]
 
     async def _hand_out(self, taken: _Taken) -> bool:
-        """Acknowledge ``taken`` as the session's mode says before it is handed out; False when
-        the connection it came on was lost first: then it is not handed out (A1, F9) and the
-        next broker delivers it again. (The one window this leaves: a broker that recorded the
-        acknowledgement and died before its answer left.)
+        """Acknowledge ``taken`` as the session's mode says before it is handed out (A1).
+
+        False when the connection it came on was lost before the acknowledgement went out:
+        then it is not handed out (F9) and the next broker delivers it again. When the
+        acknowledgement went out and the connection was lost before the broker confirmed it,
+        nobody knows whether the broker applied it: the message is handed out, flagged
+        (``redelivered`` and ``ack_in_doubt``), and counted as consumed, so that the next
+        broker's copy is suppressed by the session's duplicate window. Nothing is lost either
+        way.
 
         Shielded from cancellation: once a message is taken from the link, a cancelled
         ``receive()`` must not leave it acknowledged and never returned."""
         raw, message, at = taken
-        pending = PendingAck(raw, self._confirmation, self._source.address)
+        pending = self._pending(raw, message)
 
         async def acknowledge(at: Connected) -> bool:
             await self._context.acks.delivered(pending, message, listener=False)
             return True
 
+        def in_doubt(exc: HAClientError) -> bool:
+            if pending.sent:
+                message.redelivered = message.ack_in_doubt = True
+            return pending.sent
+
         with anyio.CancelScope(shield=True):
-            handed = await self._context.gate.run(acknowledge, on=at, on_lost=_not_handed_out)
+            handed = await self._context.gate.run(acknowledge, on=at, on_lost=in_doubt)
         return handed
+
+    def _pending(self, raw: ReceivedMessage, message: Message) -> PendingAck:
+        return PendingAck(
+            raw, self._confirmation, self._source.address, self._window_key(message.message_id)
+        )
+
+    def _window_key(self, message_id: str | None) -> str | None:
+        """The message's key in the session's duplicate window: its id, scoped to the queue
+        (a redelivery may come to another consumer of it) or to this consumer's link (each
+        subscription of a topic gets its own copy of a message, with the same id)."""
+        if message_id is None:
+            return None
+        scope = self._source.address if isinstance(self._destination, Queue) else self._link_name
+        return f"{scope}|{message_id}"
 
     async def receive_nowait(self) -> Message | None:
         """A message if one is already here (prefetched), else None at once."""
@@ -354,6 +378,12 @@ class MessageConsumer:
         if not self._selected(message, physical):
             self._discard(amqp, raw)
             return None
+        if self._context.is_duplicate(self._window_key(message.message_id)):
+            # consumed before in this session (a redelivery or an F11 re-send): not again
+            if not raw.delivery.remote_settled:
+                amqp.settle(raw, Accepted())
+            self._context.connection.counters.duplicates_suppressed += 1
+            return None
         return message
 
     def _selected(self, message: Message, physical: PhysicalConnection) -> bool:
@@ -438,7 +468,7 @@ class MessageConsumer:
             at.amqp.settle(raw, Released())
             return
         acks = self._context.acks
-        pending = PendingAck(raw, self._confirmation, self._source.address)
+        pending = self._pending(raw, message)
         self._listener_running = True
         self._listener_idle = anyio.Event()
         token = _listening.set(self)
@@ -546,11 +576,6 @@ class MessageConsumer:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<MessageConsumer {self._link_name!r} on {self._destination} ({state})>"
-
-
-def _not_handed_out(exc: HAClientError) -> bool:
-    """The connection a message came on was lost before its acknowledgement: drop it (F9)."""
-    return False
 
 
 def _ignored(exc: HAClientError) -> None:

@@ -11,7 +11,7 @@ Thread-safety: none; everything runs on the connection's event loop.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ import anyio
 
 from failover.manager import ConnectionState
 from haclient.aio.acks import AckStrategy, PendingAck, settle
+from haclient.aio.dedup import DuplicateWindow
 from haclient.aio.gate import Gate
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
 from haclient.errors import ClosedError, ConnectionFailedError
@@ -49,6 +50,7 @@ class Counters:
     sent: int = 0
     received: int = 0
     acknowledged: int = 0
+    duplicates_suppressed: int = 0
 
 
 class StartSwitch:
@@ -149,6 +151,12 @@ class SessionContext:
         self.confirmation: AckConfirmation | None = None
         self.dispatch_lock = anyio.Lock()  # one listener of the session at a time
         self.closed = False
+        options = connection.options
+        self.window: DuplicateWindow | None = (
+            DuplicateWindow(options.dedup_window, options.dedup_age)
+            if options.dedup_window > 0
+            else None
+        )
         self._ack_lock = anyio.Lock()
         self._forget = forget
         self._prefetched = prefetched
@@ -243,6 +251,15 @@ class SessionContext:
         if self.physical().product == "RabbitMQ":
             return Released(), Released()
         return Modified(delivery_failed=True), Modified()
+
+    def consumed(self, acks: Iterable[PendingAck]) -> None:
+        """These messages count as consumed: the duplicate window suppresses their copies."""
+        if self.window is not None:
+            self.window.add(ack.window_key for ack in acks)
+
+    def is_duplicate(self, window_key: str | None) -> bool:
+        """Whether a message with this key was consumed in this session within the window."""
+        return self.window is not None and window_key in self.window
 
     def detach(self, receiver: Receiver, *, closed: bool) -> None:
         current = self.connection.current

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from haclient.aio.acks import PendingAck
-from haclient.aio.transaction import GiveBack, SessionTransaction
+from haclient.aio.transaction import Consumed, GiveBack, SessionTransaction
 from haclient.amqp.connection import AmqpConnection
 from haclient.amqp.endpoints import Session
 from haclient.errors import ClosedError, HAClientError, TransactionRolledBackError
@@ -43,9 +43,12 @@ class EmulatedTransaction(SessionTransaction):
     emulated = True
 
     def __init__(
-        self, give_back: GiveBack, acknowledge: Callable[[list[PendingAck]], Awaitable[None]]
+        self,
+        give_back: GiveBack,
+        consumed: Consumed,
+        acknowledge: Callable[[list[PendingAck]], Awaitable[None]],
     ) -> None:
-        super().__init__(give_back)
+        super().__init__(give_back, consumed)
         self._acknowledge = acknowledge
         self.sends: list[BufferedSend] = []
         self.received: list[PendingAck] = []
@@ -66,7 +69,7 @@ class EmulatedTransaction(SessionTransaction):
         """Hold ``send`` until commit."""
         self.sends.append(send)
 
-    async def enlist_receipt(self, pending: PendingAck) -> None:
+    async def _enlist_receipt(self, pending: PendingAck) -> None:
         """Remember the message: ``commit()`` acknowledges it."""
         self.received.append(pending)
 

@@ -24,6 +24,8 @@ _URL_OPTIONS: Final[dict[str, tuple[str, Callable[[str], Any]]]] = {
     "jms.prefetch": ("prefetch", int),
     "jms.transactions": ("transactions", str),
     "jms.selectors": ("selectors", str),
+    "jms.dedupWindow": ("dedup_window", int),
+    "jms.dedupAge": ("dedup_age", lambda ms: int(ms) / 1000),
     "amqp.idleTimeout": ("idle_timeout", lambda ms: int(ms) / 1000 or None),
     "amqp.maxFrameSize": ("max_frame_size", int),
 }
@@ -52,6 +54,10 @@ class ConnectionOptions:
         dups_ok_batch: DUPS_OK flushes acknowledgements after this many messages ...
         dups_ok_interval: ... or this many seconds after the oldest unflushed one (A3).
         close_timeout: Seconds ``close()`` waits for the broker's answer before dropping the socket.
+        dedup_window: How many consumed message ids each session remembers to suppress their
+            duplicates (a redelivery or an F11 re-send of a message already handed out); 0
+            turns suppression off (``haclient.aio.dedup``).
+        dedup_age: ... and for how many seconds at most.
     """
 
     client_id: str | None = None
@@ -66,6 +72,8 @@ class ConnectionOptions:
     dups_ok_batch: int = 100
     dups_ok_interval: float = 0.1
     close_timeout: float = 5.0
+    dedup_window: int = 10_000
+    dedup_age: float = 600.0
 
     def __post_init__(self) -> None:
         if self.client_id is not None and (
@@ -90,7 +98,9 @@ class ConnectionOptions:
                 f"selectors must be 'auto', 'broker' or 'client', not {self.selectors!r}",
                 option="selectors",
             )
-        for name in ("attach_timeout", "dups_ok_interval", "close_timeout"):
+        if not isinstance(self.dedup_window, int) or self.dedup_window < 0:
+            raise ConfigurationError("dedup_window must be an int >= 0", option="dedup_window")
+        for name in ("attach_timeout", "dups_ok_interval", "close_timeout", "dedup_age"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number", option=name)

@@ -94,12 +94,14 @@ class Session:
     def _new_transaction(self, emulate: bool) -> SessionTransaction:
         context = self._context
         if not emulate:
-            return NativeTransaction(context.give_back, context.connection.link_name("txn"))
+            return NativeTransaction(
+                context.give_back, context.consumed, context.connection.link_name("txn")
+            )
         log.warning(
             "session transactions are emulated by the client (transactions=emulate): "
             "a commit is not atomic"
         )
-        return EmulatedTransaction(context.give_back, context.settle_acks)
+        return EmulatedTransaction(context.give_back, context.consumed, context.settle_acks)
 
     async def _open(self, at: Connected) -> None:
         await self._begin(at.physical)

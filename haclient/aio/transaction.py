@@ -44,14 +44,19 @@ __all__ = ["GiveBack", "NativeTransaction", "SessionTransaction"]
 GiveBack = Callable[[list[PendingAck]], Awaitable[None]]
 """Returns received messages to the broker for redelivery (and the prefetched ones behind)."""
 
+Consumed = Callable[[list[PendingAck]], None]
+"""Counts received messages as consumed (their duplicates are suppressed from then on)."""
+
 
 class SessionTransaction(ABC):
     """What a TRANSACTED session does with its transaction, native or emulated."""
 
     emulated: bool = False
 
-    def __init__(self, give_back: GiveBack) -> None:
+    def __init__(self, give_back: GiveBack, consumed: Consumed) -> None:
         self._give_back = give_back
+        self._consumed = consumed
+        self._receipts: list[PendingAck] = []  # received in the open transaction
         self._rolled_back_by_failover = False  # F7: the open transaction died with a connection
 
     @property
@@ -67,14 +72,19 @@ class SessionTransaction(ABC):
     async def enlist_send(self) -> TransactionalState | None:
         """The state that puts a transfer in the transaction (None: not sent now, emulated)."""
 
-    @abstractmethod
     async def enlist_receipt(self, pending: PendingAck) -> None:
         """Make a received message's acknowledgement part of the transaction."""
+        await self._enlist_receipt(pending)
+        self._receipts.append(pending)
+
+    @abstractmethod
+    async def _enlist_receipt(self, pending: PendingAck) -> None: ...
 
     def connection_lost(self, cause: BaseException) -> None:
         """The connection ended: a dirty transaction is gone with it (F7)."""
         if self.dirty:
             self._rolled_back_by_failover = True
+        self._receipts.clear()
         self._forget(cause)
 
     @abstractmethod
@@ -90,16 +100,24 @@ class SessionTransaction(ABC):
         """
         if self._rolled_back_by_failover:
             self._rolled_back_by_failover = False
-            await self._roll_back()  # what the session did since the failover goes too
+            await self.rollback()  # what the session did since the failover goes too
             raise TransactionRolledBackError(
                 "the connection failed over during the transaction, which was rolled back: "
                 "replay it"
             )
-        await self._commit()
+        receipts, self._receipts = self._receipts, []
+        try:
+            await self._commit()
+        except TransactionRolledBackError as exc:
+            if exc.in_doubt:  # it may have committed: its messages count as consumed
+                self._consumed(receipts)
+            raise
+        self._consumed(receipts)
 
     async def rollback(self) -> None:
         """Roll back: sends are dropped, received messages come back (redelivered)."""
         self._rolled_back_by_failover = False
+        self._receipts.clear()
         await self._roll_back()
 
     @abstractmethod
@@ -116,8 +134,8 @@ class SessionTransaction(ABC):
 class NativeTransaction(SessionTransaction):
     """Transactions over the broker's coordinator link."""
 
-    def __init__(self, give_back: GiveBack, link_name: str) -> None:
-        super().__init__(give_back)
+    def __init__(self, give_back: GiveBack, consumed: Consumed, link_name: str) -> None:
+        super().__init__(give_back, consumed)
         self._link_name = link_name
         self._amqp: AmqpConnection | None = None
         self._coordinator: Sender | None = None
@@ -158,7 +176,7 @@ class NativeTransaction(SessionTransaction):
         self._dirty = True
         return TransactionalState(self._txn_id)
 
-    async def enlist_receipt(self, pending: PendingAck) -> None:
+    async def _enlist_receipt(self, pending: PendingAck) -> None:
         state = await self.enlist_send()
         amqp, _ = self._link()
         amqp.settle(pending.raw, TransactionalState(state.txn_id, ACCEPTED))
