@@ -236,10 +236,10 @@ class Message:
         self.redelivered: bool = headers.get("redelivered", False)
         self.delivery_count: int = headers.get("delivery_count", 1)
         self._body: Any = None
-        self._acknowledger: Callable[[], Any] | None = None
+        self._acknowledger: Callable[..., Any] | None = None
         self.ack_in_doubt = False
 
-    def _bind_acknowledger(self, acknowledger: Callable[[], Any]) -> None:
+    def _bind_acknowledger(self, acknowledger: Callable[..., Any]) -> None:
         """What ``acknowledge()`` calls: set by the consumer that hands the message out (the
         async layer binds a coroutine function, the blocking facade a blocking one)."""
         self._acknowledger = acknowledger
@@ -249,11 +249,12 @@ class Message:
         """The body: None here; str, bytes, dict or list in the subclasses."""
         return self._body
 
-    def acknowledge(self) -> Any:
+    def acknowledge(self, *, timeout: float | None = None) -> Any:
         """Acknowledge messages received in a CLIENT (or INDIVIDUAL) session (A2).
 
         CLIENT acknowledges every message the session delivered so far, INDIVIDUAL this one;
-        in the other modes it does nothing. It returns once the broker confirmed. In the async
+        in the other modes it does nothing. It returns once the broker confirmed; ``timeout``
+        bounds the wait while the connection fails over. In the async
         API it returns an awaitable (``await message.acknowledge()``).
 
         Raises:
@@ -261,11 +262,12 @@ class Message:
                 is closed.
             AcknowledgeFailedError: the connection failed over since the message was delivered
                 (F8): the broker will redeliver.
+            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
         """
         acknowledger = self._acknowledger
         if acknowledger is None:
             raise IllegalStateError("this message was not received from a consumer")
-        return acknowledger()
+        return acknowledger(timeout=timeout)
 
     def _state(self) -> dict[str, Any]:
         state = dict(vars(self))

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from haclient.aio.gate import Connected, Gate, StaleDeliveryError
+from haclient.aio.gate import Connected, Gate, StaleDeliveryError, deadline_after
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome, Terminus
@@ -96,7 +97,11 @@ class AckHost(Protocol):
         """These messages count as consumed (their duplicates are suppressed from now on)."""
 
 
-async def _nothing() -> None:
+Acknowledger = Callable[..., Awaitable[None]]
+"""What ``Message.acknowledge(timeout=...)`` calls in the async API."""
+
+
+async def _nothing(*, timeout: float | None = None) -> None:
     """The acknowledger of a message whose session acknowledges by itself."""
 
 
@@ -129,13 +134,14 @@ class AckStrategy:
     def connection_lost(self) -> None:
         """The connection ended: unacknowledged deliveries are gone with it."""
 
-    async def acknowledge(self) -> None:
+    async def acknowledge(self, deadline: float = math.inf) -> None:
         """``Session.acknowledge()``: nothing to do in this mode."""
 
-    async def recover(self) -> None:
+    async def recover(self, deadline: float = math.inf) -> None:
         """``Session.recover()``: give back every delivered, unacknowledged message, and the
-        prefetched ones behind them, so that the broker delivers them again in order."""
-        await self._host.gate.run(self._recover_on)
+        prefetched ones behind them, so that the broker delivers them again in order; waits at
+        the gate until ``deadline`` at most."""
+        await self._host.gate.run(self._recover_on, deadline=deadline)
 
     async def _recover_on(self, at: Connected) -> None:
         await self._host.give_back([])
@@ -200,7 +206,7 @@ class _Tracked(AckStrategy):
         self.pending.append(pending)
         message._bind_acknowledger(self._acknowledger(pending))
 
-    def _acknowledger(self, pending: PendingAck) -> Callable[[], Awaitable[None]]:
+    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
         return _nothing
 
     async def _recover_on(self, at: Connected) -> None:
@@ -254,8 +260,11 @@ class ClientAck(_Tracked):
         # went through, ends it.
         self._unreported: set[str] = set()
 
-    def _acknowledger(self, pending: PendingAck) -> Callable[[], Awaitable[None]]:
-        return self.acknowledge
+    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
+        async def acknowledge(*, timeout: float | None = None) -> None:
+            await self.acknowledge(deadline_after(timeout))
+
+        return acknowledge
 
     def connection_lost(self) -> None:
         if self.pending:
@@ -280,11 +289,13 @@ class ClientAck(_Tracked):
                 "the session is closed: its messages can no longer be acknowledged"
             )
 
-    async def acknowledge(self) -> None:
+    async def acknowledge(self, deadline: float = math.inf) -> None:
         self._check_session()
-        await self._confirm(self.take_pending)
+        await self._confirm(self.take_pending, deadline)
 
-    async def _confirm(self, take: Callable[[], list[PendingAck]]) -> None:
+    async def _confirm(
+        self, take: Callable[[], list[PendingAck]], deadline: float = math.inf
+    ) -> None:
         """Settle what ``take`` gives, confirmed, unless a failover came since the last
         acknowledge (F8: raise, and take nothing)."""
 
@@ -296,7 +307,7 @@ class ClientAck(_Tracked):
             finally:  # confirmed, or in doubt: their duplicates are suppressed
                 self._host.consumed(ack for ack in acks if ack.sent)
 
-        await self._host.gate.run(settle, on_lost=_acknowledge_failed)
+        await self._host.gate.run(settle, on_lost=_acknowledge_failed, deadline=deadline)
         self._unreported.clear()
         self.detach_settled_lingerers()
 
@@ -310,14 +321,15 @@ class IndividualAck(ClientAck):
 
     mode = AckMode.INDIVIDUAL
 
-    def _acknowledger(self, pending: PendingAck) -> Callable[[], Awaitable[None]]:
-        async def acknowledge_one() -> None:
+    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
+        async def acknowledge_one(*, timeout: float | None = None) -> None:
             self._check_session()
-            await self._confirm(lambda: [pending] if self.take_one(pending) else [])
+            take = lambda: [pending] if self.take_one(pending) else []  # noqa: E731
+            await self._confirm(take, deadline_after(timeout))
 
         return acknowledge_one
 
-    async def acknowledge(self) -> None:
+    async def acknowledge(self, deadline: float = math.inf) -> None:
         """Session-wide acknowledge does nothing in INDIVIDUAL mode."""
 
 

@@ -29,7 +29,7 @@ from failover.policy import FailoverMethod
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
 from haclient.aio.context import ConnectionContext
-from haclient.aio.gate import Connected
+from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import PhysicalConnection, open_physical
@@ -272,7 +272,9 @@ class Connection:
         self._check_open()
         self._context.switch.set(False)
 
-    async def create_session(self, ack_mode: AckMode = AckMode.AUTO) -> Session:
+    async def create_session(
+        self, ack_mode: AckMode = AckMode.AUTO, *, timeout: float | None = None
+    ) -> Session:
         """A new session with acknowledge mode ``ack_mode`` (AUTO by default).
 
         Waits while the connection fails over.
@@ -295,16 +297,16 @@ class Connection:
             await session._open(at)
             return session
 
-        session = await self._context.gate.run(create)
+        session = await self._context.gate.run(create, deadline=deadline_after(timeout))
         self._sessions.add(session)
         self._manager.register(session)
         return session
 
     async def _create_temporary(
-        self, session: Session, *, queue: bool
+        self, *, queue: bool, timeout: float | None
     ) -> TemporaryQueue | TemporaryTopic:
         return await self._context.gate.run(
-            lambda at: self._temporaries.create(session, queue=queue)
+            lambda at: self._temporaries.create(queue=queue), deadline=deadline_after(timeout)
         )
 
     async def delete_temporary(self, destination: TemporaryQueue | TemporaryTopic) -> None:
@@ -431,7 +433,7 @@ class _TemporaryDestinations:
             raise HAClientError("the broker created a temporary destination without an address")
         return link
 
-    async def create(self, session: Session, *, queue: bool) -> TemporaryQueue | TemporaryTopic:
+    async def create(self, *, queue: bool) -> TemporaryQueue | TemporaryTopic:
         physical = self._connection._physical()
         link = await self._attach(physical, queue, self._connection._context.link_name("temporary"))
         address = link.remote_target.address

@@ -29,16 +29,32 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from haclient.errors import ClosedError, ConnectionLostError, HAClientError
+from haclient.errors import ClosedError, ConfigurationError, ConnectionLostError, HAClientError
 
 if TYPE_CHECKING:
     from failover.manager import ConnectionManager
     from haclient.aio.physical import PhysicalConnection
     from haclient.amqp.connection import AmqpConnection
 
-__all__ = ["Connected", "Gate", "StaleDeliveryError"]
+__all__ = ["Connected", "Gate", "StaleDeliveryError", "deadline_after"]
 
 T = TypeVar("T")
+
+
+def deadline_after(timeout: float | None) -> float:
+    """The ``anyio.current_time()`` at which a call given ``timeout`` seconds stops waiting at
+    the gate (``math.inf`` for None).
+
+    Raises:
+        ConfigurationError: ``timeout`` is not a number >= 0 (or None).
+    """
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigurationError(
+            f"timeout must be a number of seconds >= 0 or None, not {timeout!r}", option="timeout"
+        )
+    return anyio.current_time() + timeout
 
 
 class StaleDeliveryError(ConnectionLostError):

@@ -16,6 +16,7 @@ every transfer carries the transaction's id and is confirmed by the commit.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ import anyio
 
 from failover.manager import RestoreOrder
 from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
-from haclient.aio.gate import Connected
+from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.termini import producer_target
 from haclient.amqp.codec import encode_message
 from haclient.amqp.endpoints import Delivery, Sender
@@ -208,27 +209,32 @@ class MessageProducer:
         priority: int | None = None,
         time_to_live: float | None = None,
         delivery_delay: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Send ``message`` (``send(message)``, or ``send(destination, message)`` when anonymous).
 
         The message's headers are set as JMS says (id, timestamp, destination ...). A
         PERSISTENT message returns once the broker accepted it; NON_PERSISTENT once it is
         queued for the socket (pipelined). In a transacted session the message is part of the
-        transaction and becomes visible on commit.
+        transaction and becomes visible on commit. While the connection fails over the send
+        waits (F2), at most ``timeout`` seconds (None: ``failover.timeout``, else until failover
+        ends), and a PERSISTENT send cut off is sent again with the same id (F11).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
             InvalidDestinationError: no destination, or the broker refused it.
             ResourceLimitError, AMQPError ...: the broker rejected the message.
             ClosedError: the producer, session or connection is closed.
+            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
         """
         self._check_open()
         self._raise_pipelined_failure()
+        deadline = deadline_after(timeout)
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
         if self._buffered(BufferedSend(self._committed_send(destination, message))):
             return  # emulated transaction (E3): sent by commit()
-        await self._send_until_done(destination, message, wait=None)
+        await self._send_until_done(destination, message, wait=None, deadline=deadline)
 
     def _buffered(self, send: BufferedSend) -> bool:
         """Hold ``send`` until commit when transactions are emulated; False otherwise."""
@@ -257,6 +263,7 @@ class MessageProducer:
         wait: bool | None,
         in_transaction: bool | None = None,
         sent: tuple[Connected, Delivery] | None = None,
+        deadline: float = math.inf,
     ) -> None:
         """Transfer ``message`` (unless ``sent`` says it already went out on a connection);
         wait for the broker's outcome when ``wait`` (None: when it is PERSISTENT). A loss of
@@ -283,7 +290,8 @@ class MessageProducer:
             elif len(self._unconfirmed) > _MAX_PIPELINED:
                 await self._confirm_oldest()
 
-        await self._context.gate.run(attempt, on_lost=_not_repeated if in_transaction else None)
+        on_lost = _not_repeated if in_transaction else None
+        await self._context.gate.run(attempt, on_lost=on_lost, deadline=deadline)
 
     async def send_async(
         self,
@@ -295,6 +303,7 @@ class MessageProducer:
         priority: int | None = None,
         time_to_live: float | None = None,
         delivery_delay: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Send without waiting for the broker; ``on_completion(message, error)`` says how it went.
 
@@ -313,7 +322,7 @@ class MessageProducer:
         if self._buffered(buffered):
             return  # emulated transaction (E3): sent, and completed, by commit()
         in_transaction = self._context.ack_mode is AckMode.TRANSACTED
-        at = await self._context.gate.wait()
+        at = await self._context.gate.wait(deadline_after(timeout))
         sent = (at, await self._transfer(at, destination, message, in_transaction))
 
         async def complete() -> None:

@@ -22,7 +22,7 @@ from haclient.aio.consumer import MessageConsumer
 from haclient.aio.context import SessionContext
 from haclient.aio.emulated_transaction import EmulatedTransaction
 from haclient.aio.emulation import broker_selector
-from haclient.aio.gate import Connected
+from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.producer import MessageProducer
 from haclient.aio.termini import (
     SubscriptionKind,
@@ -139,9 +139,12 @@ class Session:
     def _prefetching_receivers(self) -> list[Receiver]:
         return [c._receiver for c in self._consumers if c._receiver is not None]
 
-    async def _run(self, operation: Callable[[Connected], Awaitable[T]]) -> T:
-        """Run ``operation`` once connected, again after a failover that cut it off (F3)."""
-        return await self._context.gate.run(operation)
+    async def _run(
+        self, operation: Callable[[Connected], Awaitable[T]], timeout: float | None
+    ) -> T:
+        """Run ``operation`` once connected, again after a failover that cut it off (F3);
+        ``timeout`` bounds the waits at the gate (F4)."""
+        return await self._context.gate.run(operation, deadline=deadline_after(timeout))
 
     def _check_open(self) -> None:
         self._context.check_open()
@@ -188,7 +191,9 @@ class Session:
 
     # Factories ---------------------------------------------------------------------------------
 
-    async def create_producer(self, destination: Destination | None = None) -> MessageProducer:
+    async def create_producer(
+        self, destination: Destination | None = None, *, timeout: float | None = None
+    ) -> MessageProducer:
         """A producer to ``destination``; None makes an anonymous producer (``send(dest, msg)``).
 
         Waits while the connection fails over (F2).
@@ -206,7 +211,7 @@ class Session:
             await producer._attach()
             return producer
 
-        producer = await self._run(create)
+        producer = await self._run(create, timeout)
         self._producers.add(producer)
         self._register(producer)
         return producer
@@ -231,6 +236,7 @@ class Session:
         no_local: bool,
         subscription: str | None = None,
         on_close: Callable[[MessageConsumer], None] | None = None,
+        timeout: float | None = None,
     ) -> MessageConsumer:
         async def create(at: Connected) -> MessageConsumer:
             consumer = MessageConsumer(
@@ -246,13 +252,18 @@ class Session:
             await consumer._attach()
             return consumer
 
-        consumer = await self._run(create)
+        consumer = await self._run(create, timeout)
         self._consumers.add(consumer)
         self._register(consumer)
         return consumer
 
     async def create_consumer(
-        self, destination: Destination, selector: str | None = None, no_local: bool = False
+        self,
+        destination: Destination,
+        selector: str | None = None,
+        no_local: bool = False,
+        *,
+        timeout: float | None = None,
     ) -> MessageConsumer:
         """A consumer of a queue or topic, with an optional JMS selector.
 
@@ -276,6 +287,7 @@ class Session:
             link_name=self._context.connection.link_name("consumer"),
             selector=selector,
             no_local=no_local,
+            timeout=timeout,
         )
 
     def _check_topic(self, topic: Destination) -> Destination:
@@ -296,6 +308,8 @@ class Session:
         name: str,
         selector: str | None = None,
         no_local: bool = False,
+        *,
+        timeout: float | None = None,
     ) -> MessageConsumer:
         """A consumer on the unshared durable subscription ``name`` of ``topic`` (S1, S2).
 
@@ -323,11 +337,17 @@ class Session:
             no_local=no_local,
         )
         return await self._consumer(
-            topic, source, link_name=name, selector=selector, no_local=no_local, subscription=name
+            topic,
+            source,
+            link_name=name,
+            selector=selector,
+            no_local=no_local,
+            subscription=name,
+            timeout=timeout,
         )
 
     async def _shared(
-        self, topic: Topic, name: str, selector: str | None, *, durable: bool
+        self, topic: Topic, name: str, selector: str | None, *, durable: bool, timeout: float | None
     ) -> MessageConsumer:
         self._check_open()
         self._check_topic(topic)
@@ -355,29 +375,30 @@ class Session:
                 no_local=False,
                 subscription=name,
                 on_close=on_close,
+                timeout=timeout,
             )
         except BaseException:
             names.release(link_name, durable=durable)
             raise
 
     async def create_shared_consumer(
-        self, topic: Topic, name: str, selector: str | None = None
+        self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
     ) -> MessageConsumer:
         """A consumer on the shared non-durable subscription ``name`` (S3).
 
         Consumers with the same name (and client id, or none: global) share its messages; the
         subscription ends with its last consumer.
         """
-        return await self._shared(topic, name, selector, durable=False)
+        return await self._shared(topic, name, selector, durable=False, timeout=timeout)
 
     async def create_shared_durable_consumer(
-        self, topic: Topic, name: str, selector: str | None = None
+        self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
     ) -> MessageConsumer:
         """A consumer on the shared durable subscription ``name`` (S1, S3): it outlives its
         consumers until ``unsubscribe(name)``; without a client id its name is global."""
-        return await self._shared(topic, name, selector, durable=True)
+        return await self._shared(topic, name, selector, durable=True, timeout=timeout)
 
-    async def unsubscribe(self, name: str) -> None:
+    async def unsubscribe(self, name: str, *, timeout: float | None = None) -> None:
         """Remove the durable subscription ``name`` (S4).
 
         Raises:
@@ -407,9 +428,11 @@ class Session:
             probe = await physical.amqp.open_session(timeout=self._context.options.attach_timeout)
             physical.amqp.end_session(probe)
 
-        await self._run(unsubscribe)
+        await self._run(unsubscribe, timeout)
 
-    async def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
+    async def create_browser(
+        self, queue: Queue, selector: str | None = None, *, timeout: float | None = None
+    ) -> QueueBrowser:
         """A browser over ``queue``: iterate to see its messages without consuming them.
 
         Raises:
@@ -433,28 +456,28 @@ class Session:
             await browser._attach()
             return browser
 
-        browser = await self._run(create)
+        browser = await self._run(create, timeout)
         self._browsers.add(browser)
         self._register(browser)
         return browser
 
-    async def create_temporary_queue(self) -> TemporaryQueue:
+    async def create_temporary_queue(self, *, timeout: float | None = None) -> TemporaryQueue:
         """A temporary queue, deleted when the connection closes."""
         self._check_open()
-        created = await self._connection._create_temporary(self, queue=True)
+        created = await self._connection._create_temporary(queue=True, timeout=timeout)
         assert isinstance(created, TemporaryQueue)
         return created
 
-    async def create_temporary_topic(self) -> TemporaryTopic:
+    async def create_temporary_topic(self, *, timeout: float | None = None) -> TemporaryTopic:
         """A temporary topic, deleted when the connection closes."""
         self._check_open()
-        created = await self._connection._create_temporary(self, queue=False)
+        created = await self._connection._create_temporary(queue=False, timeout=timeout)
         assert isinstance(created, TemporaryTopic)
         return created
 
     # Acknowledgements --------------------------------------------------------------------------
 
-    async def acknowledge(self) -> None:
+    async def acknowledge(self, *, timeout: float | None = None) -> None:
         """CLIENT mode: acknowledge every message delivered so far; return once the broker
         confirmed them (A2). Other modes: nothing to do. ``Message.acknowledge()`` calls this.
 
@@ -466,9 +489,9 @@ class Session:
                 this acknowledge, or cut this one off (F8; ``in_doubt`` when the broker may
                 have applied it); the broker delivers the messages again.
         """
-        await self._context.acks.acknowledge()
+        await self._context.acks.acknowledge(deadline_after(timeout))
 
-    async def recover(self) -> None:
+    async def recover(self, *, timeout: float | None = None) -> None:
         """Redeliver every message delivered and not acknowledged (CLIENT, DUPS_OK), from the
         oldest; they come back marked redelivered. Waits while the connection fails over.
 
@@ -482,7 +505,7 @@ class Session:
             raise IllegalStateError(
                 "recover() is not allowed in a transacted session: use rollback()"
             )
-        await self._context.acks.recover()
+        await self._context.acks.recover(deadline_after(timeout))
 
     # Transactions ------------------------------------------------------------------------------
 
@@ -495,7 +518,7 @@ class Session:
             )
         return transaction
 
-    async def commit(self) -> None:
+    async def commit(self, *, timeout: float | None = None) -> None:
         """Commit the sends and acknowledgements of the open transaction (A4).
 
         Waits while the connection fails over (F2).
@@ -511,9 +534,10 @@ class Session:
         async def commit(at: Connected) -> None:
             await self._transaction("commit").commit()
 
-        await self._context.gate.run(commit, on_lost=_commit_cut_off)
+        deadline = deadline_after(timeout)
+        await self._context.gate.run(commit, on_lost=_commit_cut_off, deadline=deadline)
 
-    async def rollback(self) -> None:
+    async def rollback(self, *, timeout: float | None = None) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
 
         Waits while the connection fails over; a connection lost meanwhile rolled it back.
@@ -526,7 +550,8 @@ class Session:
         async def rollback(at: Connected) -> None:
             await self._transaction("rollback").rollback()
 
-        await self._context.gate.run(rollback, on_lost=lambda exc: None)
+        deadline = deadline_after(timeout)
+        await self._context.gate.run(rollback, on_lost=lambda exc: None, deadline=deadline)
 
     # Closing -----------------------------------------------------------------------------------
 

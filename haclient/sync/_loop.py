@@ -370,6 +370,7 @@ async def wait_for_job(
         raise
 
 
-def partial_run(loop: EventLoop, fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """A blocking callable that runs the coroutine function ``fn`` through ``loop``."""
+def partial_run(loop: EventLoop, fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """A blocking callable that runs the coroutine function ``fn`` through ``loop`` (keyword
+    arguments, such as ``timeout``, are passed on)."""
     return functools.partial(loop.run, fn)

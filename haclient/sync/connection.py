@@ -151,7 +151,9 @@ class Connection:
         """
         self._loop.run(self._connection.stop)
 
-    def create_session(self, ack_mode: AckMode = AckMode.AUTO) -> Session:
+    def create_session(
+        self, ack_mode: AckMode = AckMode.AUTO, *, timeout: float | None = None
+    ) -> Session:
         """A new session with acknowledge mode ``ack_mode`` (AUTO by default); waits while the
         connection fails over.
 
@@ -160,7 +162,9 @@ class Connection:
             ConfigurationError: ``ack_mode`` is not an acknowledge mode.
             NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
         """
-        session = Session(self._loop.run(self._connection.create_session, ack_mode), self)
+        session = Session(
+            self._loop.run(self._connection.create_session, ack_mode, timeout=timeout), self
+        )
         with self._lock:
             self._sessions.add(session)
         return session

@@ -34,7 +34,7 @@ _CLOSE_WAIT = 30.0
 """Seconds ``close()`` waits for blocked ``receive()`` calls to return (they return at once)."""
 
 
-def _no_op() -> None:
+def _no_op(*, timeout: float | None = None) -> None:
     """The blocking acknowledger of a message whose session acknowledges by itself."""
 
 

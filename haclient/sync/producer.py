@@ -116,19 +116,22 @@ class MessageProducer:
         priority: int | None = None,
         time_to_live: float | None = None,
         delivery_delay: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Send ``message`` (``send(message)``, or ``send(destination, message)`` when anonymous).
 
         The message's headers are set as JMS says (id, timestamp, destination ...). A
         PERSISTENT message returns once the broker accepted it (F11: re-sent after a failover,
         same id); NON_PERSISTENT once queued for the socket. In a transacted session the
-        message becomes visible on commit.
+        message becomes visible on commit. ``timeout`` bounds the wait while the connection
+        fails over (None: ``failover.timeout``, else until failover ends).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
             InvalidDestinationError: no destination, or the broker refused it.
             ResourceLimitError, AMQPError ...: the broker rejected the message.
             ClosedError: the producer, session or connection is closed.
+            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
             KeyboardInterrupt: Ctrl-C while waiting (the send is cancelled; it may have
                 reached the broker).
         """
@@ -140,6 +143,7 @@ class MessageProducer:
             priority=priority,
             time_to_live=time_to_live,
             delivery_delay=delivery_delay,
+            timeout=timeout,
         )
 
     def send_async(
@@ -152,6 +156,7 @@ class MessageProducer:
         priority: int | None = None,
         time_to_live: float | None = None,
         delivery_delay: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Send without waiting for the broker; ``on_completion(message, error)`` says how it went.
 
@@ -176,6 +181,7 @@ class MessageProducer:
             priority=priority,
             time_to_live=time_to_live,
             delivery_delay=delivery_delay,
+            timeout=timeout,
         )
 
     def flush(self) -> None:

@@ -75,18 +75,30 @@ class Session:
         return self._session.is_closed
 
     # Factories ---------------------------------------------------------------------------------
+    # Every call that needs the network takes ``timeout``: seconds to wait at most while the
+    # connection fails over (None: ``failover.timeout``, else until failover ends); then it
+    # raises ``FailoverTimeoutError`` and failover goes on (F4).
 
-    def create_producer(self, destination: Destination | None = None) -> MessageProducer:
+    def create_producer(
+        self, destination: Destination | None = None, *, timeout: float | None = None
+    ) -> MessageProducer:
         """A producer to ``destination``; None makes an anonymous producer (``send(dest, msg)``).
 
         Raises:
             InvalidDestinationError: the broker refused the destination.
             ClosedError: the session is closed.
         """
-        return MessageProducer(self._loop.run(self._session.create_producer, destination), self)
+        return MessageProducer(
+            self._loop.run(self._session.create_producer, destination, timeout=timeout), self
+        )
 
     def create_consumer(
-        self, destination: Destination, selector: str | None = None, no_local: bool = False
+        self,
+        destination: Destination,
+        selector: str | None = None,
+        no_local: bool = False,
+        *,
+        timeout: float | None = None,
     ) -> MessageConsumer:
         """A consumer of a queue or topic, with an optional JMS selector; ``no_local`` (topics)
         withholds messages published by this connection.
@@ -95,11 +107,19 @@ class Session:
             InvalidSelectorError: the selector is not valid JMS (the column is given).
             InvalidDestinationError: the destination does not exist or was refused.
         """
-        consumer = self._loop.run(self._session.create_consumer, destination, selector, no_local)
+        consumer = self._loop.run(
+            self._session.create_consumer, destination, selector, no_local, timeout=timeout
+        )
         return MessageConsumer(consumer, self)
 
     def create_durable_consumer(
-        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+        self,
+        topic: Topic,
+        name: str,
+        selector: str | None = None,
+        no_local: bool = False,
+        *,
+        timeout: float | None = None,
     ) -> MessageConsumer:
         """A consumer on the unshared durable subscription ``name`` of ``topic`` (S1, S2),
         created if it does not exist; it keeps messages until ``unsubscribe(name)``.
@@ -109,38 +129,42 @@ class Session:
             ResourceLockedError: another consumer is active on the subscription.
         """
         consumer = self._loop.run(
-            self._session.create_durable_consumer, topic, name, selector, no_local
+            self._session.create_durable_consumer, topic, name, selector, no_local, timeout=timeout
         )
         return MessageConsumer(consumer, self)
 
     def create_shared_consumer(
-        self, topic: Topic, name: str, selector: str | None = None
+        self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
     ) -> MessageConsumer:
         """A consumer on the shared non-durable subscription ``name`` (S3); consumers with the
         same name share its messages, and it ends with its last consumer."""
-        consumer = self._loop.run(self._session.create_shared_consumer, topic, name, selector)
+        consumer = self._loop.run(
+            self._session.create_shared_consumer, topic, name, selector, timeout=timeout
+        )
         return MessageConsumer(consumer, self)
 
     def create_shared_durable_consumer(
-        self, topic: Topic, name: str, selector: str | None = None
+        self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
     ) -> MessageConsumer:
         """A consumer on the shared durable subscription ``name`` (S1, S3): it outlives its
         consumers until ``unsubscribe(name)``; without a client id its name is global."""
         consumer = self._loop.run(
-            self._session.create_shared_durable_consumer, topic, name, selector
+            self._session.create_shared_durable_consumer, topic, name, selector, timeout=timeout
         )
         return MessageConsumer(consumer, self)
 
-    def unsubscribe(self, name: str) -> None:
+    def unsubscribe(self, name: str, *, timeout: float | None = None) -> None:
         """Remove the durable subscription ``name`` (S4).
 
         Raises:
             ResourceLockedError: a consumer is active on it (this connection's or another's).
             InvalidDestinationError: there is no such subscription.
         """
-        self._loop.run(self._session.unsubscribe, name)
+        self._loop.run(self._session.unsubscribe, name, timeout=timeout)
 
-    def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
+    def create_browser(
+        self, queue: Queue, selector: str | None = None, *, timeout: float | None = None
+    ) -> QueueBrowser:
         """A browser over ``queue``: iterate it to see its messages without consuming them.
 
         Raises:
@@ -148,20 +172,21 @@ class Session:
             InvalidSelectorError: the selector is not valid JMS.
         """
         return QueueBrowser(
-            self._loop.run(self._session.create_browser, queue, selector), self._loop
+            self._loop.run(self._session.create_browser, queue, selector, timeout=timeout),
+            self._loop,
         )
 
-    def create_temporary_queue(self) -> TemporaryQueue:
+    def create_temporary_queue(self, *, timeout: float | None = None) -> TemporaryQueue:
         """A temporary queue, deleted when the connection closes; it survives failover (F6)."""
-        return self._loop.run(self._session.create_temporary_queue)
+        return self._loop.run(self._session.create_temporary_queue, timeout=timeout)
 
-    def create_temporary_topic(self) -> TemporaryTopic:
+    def create_temporary_topic(self, *, timeout: float | None = None) -> TemporaryTopic:
         """A temporary topic, deleted when the connection closes; it survives failover (F6)."""
-        return self._loop.run(self._session.create_temporary_topic)
+        return self._loop.run(self._session.create_temporary_topic, timeout=timeout)
 
     # Acknowledgements and transactions ---------------------------------------------------------
 
-    def acknowledge(self) -> None:
+    def acknowledge(self, *, timeout: float | None = None) -> None:
         """CLIENT mode: acknowledge every message delivered so far; return once the broker
         confirmed them (A2). Other modes: nothing to do.
 
@@ -169,18 +194,18 @@ class Session:
             IllegalStateError: the session is closed.
             AcknowledgeFailedError: the connection failed over since the delivery (F8).
         """
-        self._loop.run(self._session.acknowledge)
+        self._loop.run(self._session.acknowledge, timeout=timeout)
 
-    def recover(self) -> None:
+    def recover(self, *, timeout: float | None = None) -> None:
         """Redeliver every message delivered and not acknowledged, from the oldest.
 
         Raises:
             IllegalStateError: the session is transacted (use ``rollback``) or closed.
             AcknowledgeFailedError: the connection failed over since the delivery (F8).
         """
-        self._loop.run(self._session.recover)
+        self._loop.run(self._session.recover, timeout=timeout)
 
-    def commit(self) -> None:
+    def commit(self, *, timeout: float | None = None) -> None:
         """Commit the sends and acknowledgements of the open transaction (A4).
 
         Raises:
@@ -188,15 +213,15 @@ class Session:
                 when the connection ended with the commit in flight, F7).
             IllegalStateError: the session is not transacted, or closed.
         """
-        self._loop.run(self._session.commit)
+        self._loop.run(self._session.commit, timeout=timeout)
 
-    def rollback(self) -> None:
+    def rollback(self, *, timeout: float | None = None) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
 
         Raises:
             IllegalStateError: the session is not transacted, or closed.
         """
-        self._loop.run(self._session.rollback)
+        self._loop.run(self._session.rollback, timeout=timeout)
 
     # Closing -----------------------------------------------------------------------------------
 

@@ -120,6 +120,43 @@ async def test_F4_failover_timeout_ends_the_call_not_the_failover(api: Api) -> N
         assert only.queue_depth("f4t") == 1
 
 
+async def test_F4_a_per_call_timeout_ends_each_kind_of_call_not_the_failover(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
+        async with await connected(api, url, recorder) as connection:
+            session = await connection.create_session(AckMode.CLIENT)
+            producer = await session.create_producer(Queue("f4c"))
+            await producer.send(TextMessage("one"))
+            consumer = await session.create_consumer(Queue("f4c"))
+            await connection.start()
+            message = await consumer.receive(TIMEOUT)
+            assert message is not None
+            transacted = await connection.create_session(AckMode.TRANSACTED)
+            only.kill()
+            await recorder.wait_for("started")
+            calls = {
+                "send": lambda: producer.send(TextMessage("late"), timeout=0.2),
+                "acknowledge": lambda: session.acknowledge(timeout=0.2),
+                "message.acknowledge": lambda: api.call(message.acknowledge, timeout=0.2),
+                "recover": lambda: session.recover(timeout=0.2),
+                "commit": lambda: transacted.commit(timeout=0.2),
+                "rollback": lambda: transacted.rollback(timeout=0.2),
+                "create_session": lambda: connection.create_session(timeout=0.2),
+                "create_producer": lambda: session.create_producer(Queue("x"), timeout=0.2),
+                "create_consumer": lambda: session.create_consumer(Queue("x"), timeout=0.2),
+                "create_temporary_queue": lambda: session.create_temporary_queue(timeout=0.2),
+            }
+            for name, call in calls.items():
+                with anyio.fail_after(TIMEOUT), pytest.raises(FailoverTimeoutError) as late:
+                    await call()
+                assert str(only.port) in str(late.value), name  # names the broker tried
+            assert recorder.named("failed") == []  # failover goes on
+            only.start()
+            with anyio.fail_after(TIMEOUT):
+                await producer.send(TextMessage("in time"), timeout=TIMEOUT)
+
+
 async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:
     with brokers(3) as (first, second, third):
         recorder = Recorder()
