@@ -290,8 +290,14 @@ class MessageProducer:
             elif len(self._unconfirmed) > _MAX_PIPELINED:
                 await self._confirm_oldest()
 
-        on_lost = _not_repeated if in_transaction else None
+        on_lost = self._not_repeated if in_transaction else None
         await self._context.gate.run(attempt, on_lost=on_lost, deadline=deadline)
+
+    def _not_repeated(self, exc: HAClientError) -> None:
+        """A send in a transaction cut off by failover is not sent again: the transaction is
+        lost, and the next commit raises ``TransactionRolledBackError`` (F7)."""
+        if self._context.transaction is not None:
+            self._context.transaction.cut_off()
 
     async def send_async(
         self,
@@ -445,7 +451,3 @@ class MessageProducer:
     def __repr__(self) -> str:
         where = self._destination if self._destination is not None else "(anonymous)"
         return f"<MessageProducer to {where} ({'closed' if self._closed else 'open'})>"
-
-
-def _not_repeated(exc: HAClientError) -> None:
-    """A send in a transaction cut off by failover is not sent again: the commit fails (F7)."""

@@ -80,6 +80,12 @@ class SessionTransaction(ABC):
     @abstractmethod
     async def _enlist_receipt(self, pending: PendingAck) -> None: ...
 
+    def cut_off(self) -> None:
+        """Something the session did in the open transaction was cut off by the loss of its
+        connection (and is not done again): the next ``commit()`` must roll back (F7), however
+        the loss and the restore were ordered against this call."""
+        self._rolled_back_by_failover = True
+
     def connection_lost(self, cause: BaseException) -> None:
         """The connection ended: a dirty transaction is gone with it (F7)."""
         if self.dirty:
@@ -168,12 +174,12 @@ class NativeTransaction(SessionTransaction):
     async def enlist_send(self) -> TransactionalState:
         """Declare the transaction if none is open yet."""
         amqp, coordinator = self._link()
+        self._dirty = True  # before the declare: a loss during it must still fail the commit
         if self._txn_id is None:
             outcome = await amqp.send(coordinator, encode_declare())
             if not isinstance(outcome, Declared):
                 raise AMQPError(f"the broker did not declare a transaction: {outcome!r}")
             self._txn_id = outcome.txn_id
-        self._dirty = True
         return TransactionalState(self._txn_id)
 
     async def _enlist_receipt(self, pending: PendingAck) -> None:
