@@ -249,6 +249,19 @@ class Message:
         """The body: None here; str, bytes, dict or list in the subclasses."""
         return self._body
 
+    @property
+    def text(self) -> str | None:
+        """The text of a ``TextMessage``. Defined here so that the ``Message`` that
+        ``receive()`` returns reads as text without a cast.
+
+        Raises:
+            MessageFormatError: the message is not a ``TextMessage`` (the error names its type).
+        """
+        raise MessageFormatError(
+            f"a {type(self).__name__} has no text (its body is {type(self._body).__name__}); "
+            "only a TextMessage has"
+        )
+
     def acknowledge(self, *, timeout: float | None = None) -> Any:
         """Acknowledge messages received in a CLIENT (or INDIVIDUAL) session (A2).
 

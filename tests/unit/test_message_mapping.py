@@ -550,3 +550,13 @@ def test_all_names_exist() -> None:
 
     for module in (hm, hd):
         assert all(hasattr(module, name) for name in module.__all__), module.__name__
+
+
+def test_M1_text_reads_on_any_received_message_and_names_the_type_where_there_is_none() -> None:
+    from haclient.errors import MessageFormatError
+    from haclient.message import BytesMessage, Message, TextMessage
+
+    received: Message = TextMessage("hi")  # what receive() is typed to return
+    assert received.text == "hi"
+    with pytest.raises(MessageFormatError, match="BytesMessage has no text"):
+        _ = BytesMessage(b"x").text
