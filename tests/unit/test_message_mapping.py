@@ -557,6 +557,6 @@ def test_M1_text_reads_on_any_received_message_and_names_the_type_where_there_is
     from haclient.message import BytesMessage, Message, TextMessage
 
     received: Message = TextMessage("hi")  # what receive() is typed to return
-    assert received.text == "hi"
+    assert isinstance(received, Message) and received.text == "hi"
     with pytest.raises(MessageFormatError, match="BytesMessage has no text"):
         _ = BytesMessage(b"x").text
