@@ -25,19 +25,25 @@ The plan (F5), for a list of ``n`` brokers:
 - The first connect (``startup``) makes ``startup_cyclecount`` passes: one by default, so a
   dead URL fails fast; ``None`` means "as many as ``cyclecount``" (Qpid JMS's ``-1``).
 
-Delays, for the ``k``-th attempt of a plan (``k = 0, 1, ...``), with ``F`` fast attempts
-(``F = floor(fast_period / fast_delay)``, 0 when ``fast_period`` is 0)::
+Delays. The ``k``-th attempt of a plan (``k = 0, 1, ...``) is in pass ``p = k // P``, at
+position ``i = k % P``, where a pass makes ``P = len(pass) * retries`` attempts. With ``F``
+fast passes (``F = floor(fast_period / fast_delay)``, 0 when ``fast_period`` is 0)::
 
-    k == 0:      initial_delay                                  (+ jitter if initial_delay > 0)
-    1 <= k <= F: fast_delay                                     (+ jitter)
-    k > F:       min(connect_delay * backoff ** (k - 1 - F), max_delay)   (+ jitter)
+    k == 0:                 initial_delay               (+ jitter if initial_delay > 0)
+    p <= F, a new broker:   0, at once                  (i > 0 and i % retries == 0)
+    p <= F, otherwise:      fast_delay                  (+ jitter)
+    p > F:                  min(connect_delay * backoff ** (k - (F + 1) * P), max_delay)
+                                                        (+ jitter)
 
-where jitter is drawn uniformly from ``[0, jitter]``. The defaults are made for HA pairs: the
-first attempt goes to the next broker at once (a live peer takes over immediately), then one
-every 25-50 ms for the first 3 s of planned time (a standby typically takes over meanwhile;
-the jitter keeps many clients from hitting a new master in lockstep), then back-off from
-100 ms, doubling, to 5 s; failover gives up 2 minutes after the loss. A plain ``amqp://`` URL
-(``singlebroker``) follows the same schedule, so it rides out a broker restart.
+where jitter is drawn uniformly from ``[0, jitter]``. So the *fast phase* (passes 0 to ``F``)
+tries the whole list, one broker after another, then waits ``fast_delay`` (a retry of the same
+broker waits too), for ``fast_period`` of planned waiting; after it each attempt waits, backing
+off. The defaults are made for HA pairs: the first attempt goes to the next broker at once (a
+live peer takes over immediately), then the list is tried every 25-50 ms for 3 s (a standby
+typically takes over meanwhile; the jitter keeps many clients from hitting a new master in
+lockstep), then one attempt after 100 ms, 200 ms, ... doubling to 5 s; failover gives up 2
+minutes after the loss. A plain ``amqp://`` URL (``singlebroker``) follows the same schedule,
+so it rides out a broker restart.
 
 A URL that sets its own delays gets exactly that schedule: when any of ``initialdelay``,
 ``connectdelay``, ``backoff``, ``maxdelay`` or ``useReconnectBackOff`` (or their Qpid JMS
@@ -151,7 +157,7 @@ class FailoverPolicy:
         initial_delay: Seconds before the first attempt of a plan (>= 0).
         fast_delay: Seconds between attempts of the fast phase (> 0).
         fast_period: Planned seconds of the fast phase (>= 0; 0: none); it makes
-            ``floor(fast_period / fast_delay)`` attempts after the first.
+            ``floor(fast_period / fast_delay)`` passes after the first.
         connect_delay: Seconds before the first attempt after the fast phase; the base of the
             back-off (>= 0).
         backoff: Multiplier applied per consecutive failure (>= 1; 1 = constant delay).
@@ -260,8 +266,9 @@ class FailoverPolicy:
         while cycles is None or done_cycles < cycles:
             for index in order:
                 for _ in range(self.retries or 1):
-                    delay = self.base_delay(number)
-                    if self.jitter and (number > 0 or delay > 0):
+                    delay = self.base_delay(number, brokers=len(order))
+                    at_once = number == 0 or self._at_once(number, len(order))
+                    if self.jitter and (delay > 0 or not at_once):
                         delay += self.jitter * rng.random()
                     number += 1
                     yield Attempt(index, brokers[index], delay, number)
@@ -287,29 +294,46 @@ class FailoverPolicy:
         return tuple(indices)
 
     @property
-    def fast_attempts(self) -> int:
-        """How many attempts after the first the fast phase makes (``fast_period`` worth of
-        ``fast_delay``; the small tolerance keeps ``3 / 0.025`` at 120)."""
+    def fast_passes(self) -> int:
+        """How many passes after the first the fast phase makes: ``fast_period`` worth of
+        ``fast_delay`` (the small tolerance keeps ``3 / 0.025`` at 120)."""
         if self.fast_period == 0.0:
             return 0
         return math.floor(self.fast_period / self.fast_delay + 1e-9)
 
-    def base_delay(self, attempt: int) -> float:
-        """The delay before the ``attempt``-th attempt (0-based) of a plan, without jitter."""
+    def base_delay(self, attempt: int, *, brokers: int = 1) -> float:
+        """The delay before the ``attempt``-th attempt (0-based) of a plan whose passes visit
+        ``brokers`` brokers, without jitter (see the module docstring)."""
         if attempt < 0:
             raise ConfigurationError(f"attempt must be >= 0, not {attempt}", option="attempt")
+        if brokers < 1:
+            raise ConfigurationError(f"brokers must be >= 1, not {brokers}", option="brokers")
         if attempt == 0:
             return self.initial_delay
-        fast = self.fast_attempts
-        if attempt <= fast:
-            return self.fast_delay
+        per_pass = brokers * (self.retries or 1)
+        fast = self.fast_passes
+        if self._fast(attempt, per_pass):
+            return 0.0 if self._at_once(attempt, brokers) else self.fast_delay
         if self.backoff == 1.0 or self.connect_delay == 0.0:
             return min(self.connect_delay, self.max_delay)
+        after = attempt - (fast + 1) * per_pass if self.fast_period > 0.0 else attempt - 1
         try:
-            grown = self.connect_delay * self.backoff ** (attempt - 1 - fast)
+            grown = self.connect_delay * self.backoff**after
         except OverflowError:  # far past the cap
             return self.max_delay
         return min(grown, self.max_delay)
+
+    def _at_once(self, attempt: int, brokers: int) -> bool:
+        """Whether ``attempt`` (>= 1) moves on to the next broker of a pass of the fast phase,
+        which it does at once: a fast pass tries the whole list, one broker after another."""
+        retries = self.retries or 1
+        per_pass = brokers * retries
+        within = attempt % per_pass
+        return self._fast(attempt, per_pass) and within > 0 and within % retries == 0
+
+    def _fast(self, attempt: int, per_pass: int) -> bool:
+        """Whether ``attempt`` belongs to the fast phase (passes 0 to ``fast_passes``)."""
+        return self.fast_period > 0.0 and attempt // per_pass <= self.fast_passes
 
     def _passes(self, startup: bool) -> int | None:
         """Passes over the list: one for singlebroker with ``retries`` (F5: ``retries``

@@ -323,9 +323,9 @@ def test_options_round_trip(p: FailoverPolicy) -> None:
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False).filter(lambda v: v > 0))
 def test_odd_durations_print_without_exponent(seconds: float) -> None:
-    text = FailoverPolicy(jitter=seconds).to_options()["failover.jitter"]
+    text = FailoverPolicy(initial_delay=seconds).to_options()["failover.initialdelay"]
     assert "e" not in text.lower()
-    again = FailoverPolicy.from_options({"failover.jitter": text}).jitter
+    again = FailoverPolicy.from_options({"failover.initialdelay": text}).initial_delay
     assert again == pytest.approx(seconds, rel=1e-12)
 
 
@@ -335,25 +335,37 @@ def test_odd_durations_print_without_exponent(seconds: float) -> None:
 def test_F5_the_default_schedule_from_a_seeded_policy() -> None:
     attempts = list(
         itertools.islice(
-            FailoverPolicy().attempts([A, B], start_index=0, rng=random.Random(7)), 130
+            FailoverPolicy().attempts([A, B], start_index=0, rng=random.Random(7)), 250
         )
     )
     draws = random.Random(7)  # the same jitter draws, in order
-    fast = [0.025 + 0.025 * draws.random() for _ in range(120)]
-    backoff = [
-        base + 0.025 * draws.random() for base in (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0)
-    ]
-    assert [a.delay for a in attempts] == [0.0, *fast, *backoff]  # at once, 3 s fast, back-off
+    # The fast phase: a pass over the list (B, then A at once), then every 25 ms + jitter
+    # another, 120 of them (3 s of waiting) ...
+    fast = [0.0, 0.0]
+    for _ in range(120):
+        fast += [0.025 + 0.025 * draws.random(), 0.0]
+    # ... then each attempt waits, backing off from 100 ms to the 5 s cap.
+    bases = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0)
+    backoff = [base + 0.025 * draws.random() for base in bases]
+    assert [a.delay for a in attempts] == [*fast, *backoff]
     assert [a.broker for a in attempts[:4]] == [B, A, B, A]
-    assert all(0.025 <= d <= 0.05 for d in fast)
+    assert all(0.025 <= d <= 0.05 for d in fast[2::2])
     assert sum(FailoverPolicy().base_delay(k) for k in range(121)) == pytest.approx(3.0)
 
 
 def test_F5_the_fast_phase_is_fast_period_worth_of_fast_delay() -> None:
     p = FailoverPolicy(fast_delay=0.03, fast_period=0.1, connect_delay=0.2, jitter=0.0)
-    assert p.fast_attempts == 3
+    assert p.fast_passes == 3
     assert [p.base_delay(k) for k in range(7)] == [0.0, 0.03, 0.03, 0.03, 0.2, 0.4, 0.8]
-    assert FailoverPolicy(fast_period=0.0).fast_attempts == 0
+    # Two brokers: the second of each fast pass goes at once; back-off is per attempt.
+    two = [p.base_delay(k, brokers=2) for k in range(10)]
+    assert two == [0.0, 0.0, 0.03, 0.0, 0.03, 0.0, 0.03, 0.0, 0.2, 0.4]
+    # A retry of the same broker waits; the next broker goes at once.
+    retried = dataclasses.replace(p, retries=2)
+    assert [retried.base_delay(k, brokers=2) for k in range(5)] == [0.0, 0.03, 0.0, 0.03, 0.03]
+    assert FailoverPolicy(fast_period=0.0).fast_passes == 0
+    with pytest.raises(ConfigurationError):
+        p.base_delay(1, brokers=0)
 
 
 def test_F5_jitter_never_delays_an_immediate_first_attempt() -> None:
@@ -368,7 +380,7 @@ def test_F5_a_plain_url_follows_the_default_schedule_until_the_budget() -> None:
     p = FailoverPolicy(method=FailoverMethod.SINGLEBROKER)
     assert p.total_attempts(1) is None  # only the time budget ends it
     got = list(itertools.islice(p.attempts([A], start_index=0, rng=random.Random(7)), 130))
-    default = FailoverPolicy().attempts([A, B], start_index=0, rng=random.Random(7))
+    default = FailoverPolicy().attempts([A], start_index=0, rng=random.Random(7))
     assert [a.delay for a in got] == [a.delay for a in itertools.islice(default, 130)]
     assert p.total_attempts(1, startup=True) == 1  # a dead URL fails fast at connect
     # Qpid JMS's pass count counts attempts here, one broker per pass.
@@ -565,7 +577,8 @@ def test_every_delay_is_base_plus_bounded_jitter(
     for k, attempt in enumerate(attempts):
         assert attempt.number == k + 1
         assert attempt.broker == brokers[attempt.broker_index]
-        extra = attempt.delay - policy.base_delay(k)
+        visited = len(policy.broker_order(count))
+        extra = attempt.delay - policy.base_delay(k, brokers=visited)
         assert -1e-9 <= extra <= policy.jitter + 1e-9
 
 

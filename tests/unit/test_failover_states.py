@@ -191,9 +191,11 @@ def test_F5_the_default_plan_ends_at_the_budget() -> None:
             break
         elapsed += delay
         times.append(elapsed)
-    assert len(times) == 150
-    assert times[:3] == [0.0, 0.025, 0.05]
-    assert times[120:128] == pytest.approx([3.0, 3.1, 3.3, 3.7, 4.5, 6.1, 9.3, 14.3])
+    # 121 passes of two attempts (3 s), back-off to 9.3 s (6), 5 s each (22: up to 119.3 s),
+    # then the next one, due at 124.3 s, at the end of the budget instead.
+    assert len(times) == 242 + 6 + 22 + 1
+    assert times[:5] == [0.0, 0.0, 0.025, 0.025, 0.05]
+    assert times[240:249] == pytest.approx([3.0, 3.0, 3.1, 3.3, 3.7, 4.5, 6.1, 9.3, 14.3])
     assert times[-1] == pytest.approx(120.0)
 
 
