@@ -206,7 +206,7 @@ class Supervisor(Generic[P]):
         for attempt in attempts:
             delay = budget_delay(self._policy, attempt.delay, self._clock() - began)
             if delay is None:
-                _log.info("gave up: %g s spent", self._policy.give_up_after)
+                _log.info("the time budget of %g s is spent", self._policy.give_up_after)
                 return False
             self._trying = attempt
             if delay > 0:
