@@ -34,7 +34,14 @@ downtime, and in the wait before the next kill for the others).
    the client's view: the failover listener's ``failover_started`` time (detection) and the
    downtime it reports in ``failover_completed``, and ``statistics().last_downtime``.
 
-2. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
+2. What users get on a real HA pair (``bench.failover_ha``, ``--no-ha`` skips it): a
+   shared-store pair of ``haclient-broker --store`` processes, the **default** URL
+   ``failover:(A,B)`` (no ``failover.*`` option), ``--kills`` SIGKILLs of the master; takeover
+   (kill -> the standby's port accepts), downtime (kill -> first PERSISTENT send completed on
+   the standby) and overhead = downtime - takeover, median and max. Goal (issue 13): overhead
+   median <= 50 ms, max <= 100 ms.
+
+3. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
    ``--consumers`` consumers over ``--sessions`` AUTO sessions, ``--temp-queues`` of them on
    temporary queues (one consumer each) and the rest on named queues. The broker in use is
    killed; the restore time is ``failover_started`` to ``failover_completed`` (listener). After
@@ -948,6 +955,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-downtime", action="store_true", help="skip the downtime part")
     parser.add_argument("--no-restore", action="store_true", help="skip the restore part")
+    parser.add_argument("--no-ha", action="store_true", help="skip the HA pair part")
     parser.add_argument(
         "--kill",
         choices=(KILL_BROKER, KILL_PROCESS),
@@ -971,12 +979,17 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
     log = sys.stderr
     methods: list[MethodResult] = []
     restore: RestoreResult | None = None
+    ha: Any = None
     if not args.no_downtime:
         for method in args.method or METHODS:
             with ExitStack() as hosts_stack:
                 hosts = Hosts(hosts_stack, work_dir, args.kill)
                 top = args.profile_top if args.profile else None
                 methods.append(await measure_method(method, hosts, args.kills, run_id, log, top))
+    if not args.no_ha:
+        from bench.failover_ha import measure_ha  # it builds on this module's Sender
+
+        ha = await measure_ha(args.kills, work_dir, run_id, log)
     if not args.no_restore:
         with ExitStack() as hosts_stack:
             hosts = Hosts(hosts_stack, work_dir, args.kill)
@@ -990,7 +1003,7 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
                 log,
                 args.profile_top if args.profile else None,
             )
-    return methods, restore
+    return methods, restore, ha
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1016,8 +1029,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     with ExitStack() as stack:
         work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-failover-")))
-        methods, restore = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
+        methods, restore, ha = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
     text, summary = report(methods, restore, args.kill)
+    if ha is not None:
+        from bench.failover_ha import ha_report
+
+        ha_lines, summary["ha"] = ha_report(ha)
+        text = "\n".join([*ha_lines, "", text])
     print(
         f"\n{machine['date_utc']}, {machine['cpus']} CPUs ({machine['cpu_model']}), "
         f"Python {machine['python']}, haclient {machine['git']}; brokers in their own "
@@ -1032,6 +1050,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "summary": summary,
             "methods": [asdict(m) for m in methods],
             "restore": asdict(restore) if restore is not None else None,
+            "ha": asdict(ha) if ha is not None else None,
         }
         with open(args.json, "w") as f:
             json.dump(document, f, indent=2)

@@ -62,7 +62,8 @@ async def run(store: Path) -> bool:
     brokers = [Broker(port=port, store=store, ha_poll_interval=0.05) for port in ports]
     url = (
         f"failover:(amqp://127.0.0.1:{ports[0]},amqp://127.0.0.1:{ports[1]})"
-        "?failover.method=roundrobin&failover.connectdelay=50&failover.cyclecount=100"
+        "?failover.method=roundrobin&failover.connectdelay=50&failover.backoff=1"
+        "&failover.cyclecount=100"
     )
     accepted: list[str] = []
     received: list[str] = []

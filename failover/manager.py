@@ -35,8 +35,10 @@ Rules it keeps:
    that raises is logged and changes nothing else. ``restore`` must use the connection it is
    given, never ``wait_connected()`` (the gate is closed while it runs: it would wait forever).
 6. Time is the injected ``clock`` and ``sleep`` (anyio's by default): the plan's delays are
-   slept with ``sleep``, and downtime and the gate's timeouts are measured on ``clock``, so a
-   test drives them with a virtual clock. (Only the grace given to closing a dead connection
+   slept with ``sleep``, and downtime, the gate's timeouts and the time budget
+   (``policy.give_up_after``, from the loss or from the start of the first connect; see
+   ``failover.states.budget_delay``) are measured on ``clock``, so a test drives them with a
+   virtual clock. (Only the grace given to closing a dead connection
    is anyio's own, a bound against a hung ``close``.)
 
 Every method must be called on the event loop that entered the manager (it is not thread-safe;

@@ -10,24 +10,47 @@ and ``randomize`` draw from an injected ``random.Random``, so a seeded one makes
 The plan (F5), for a list of ``n`` brokers:
 
 - A *pass* visits every broker of the list once, in order, making ``retries`` consecutive
-  attempts on each. ``cyclecount`` passes are made (``None``: passes never run out).
+  attempts on each (``None``: one). ``cyclecount`` passes are made (``None``, the default:
+  passes never run out; the time budget ``give_up_after`` ends the plan, which the manager
+  measures on its clock: ``failover.states.budget_delay``).
 - ``roundrobin``: the first pass starts at the broker after ``start_index`` (the broker that
   failed) and wraps round, so the failed broker comes last; without ``start_index`` (the first
   connect) it starts at broker 0.
-- ``singlebroker``: broker 0 alone, ``retries`` attempts in all (F5); ``cyclecount`` does not
-  apply. (Qpid JMS's ``maxReconnectAttempts`` maps to ``cyclecount``, so on a single-broker URL
-  give ``failover.retries`` instead.)
+- ``singlebroker``: broker 0 alone. With ``retries`` given, ``retries`` attempts in all (F5;
+  ``cyclecount`` does not apply); without it, one attempt per pass, so ``cyclecount`` (or
+  Qpid JMS's ``maxReconnectAttempts``) counts attempts and the time budget ends the plan.
 - ``exchange``: roundrobin over whatever list the caller passes; the caller passes the newest
   list the brokers advertised (F12) on each failover, so the list is replaced between failovers.
 - ``nofailover``: no attempt at all; the loss is reported at once.
+- The first connect (``startup``) makes ``startup_cyclecount`` passes: one by default, so a
+  dead URL fails fast; ``None`` means "as many as ``cyclecount``" (Qpid JMS's ``-1``).
 
-Delays, for the ``k``-th attempt of a plan (``k = 0, 1, ...``)::
+Delays. The ``k``-th attempt of a plan (``k = 0, 1, ...``) is in pass ``p = k // P``, at
+position ``i = k % P``, where a pass makes ``P = len(pass) * retries`` attempts. With ``F``
+fast passes (``F = floor(fast_period / fast_delay)``, 0 when ``fast_period`` is 0)::
 
-    k == 0: initial_delay                                          (+ jitter)
-    k >= 1: min(connect_delay * backoff ** (k - 1), max_delay)     (+ jitter)
+    k == 0:                 initial_delay               (+ jitter if initial_delay > 0)
+    p <= F, a new broker:   0, at once                  (i > 0 and i % retries == 0)
+    p <= F, otherwise:      fast_delay                  (+ jitter)
+    p > F:                  min(connect_delay * backoff ** (k - (F + 1) * P), max_delay)
+                                                        (+ jitter)
 
-where jitter is drawn uniformly from ``[0, jitter]``. So the first attempt after a loss goes out
-at once by default (a live peer takes over immediately), and consecutive failures back off.
+where jitter is drawn uniformly from ``[0, jitter]``. So the *fast phase* (passes 0 to ``F``)
+tries the whole list, one broker after another, then waits ``fast_delay`` (a retry of the same
+broker waits too), for ``fast_period`` of planned waiting; after it each attempt waits, backing
+off. The defaults are made for HA pairs: the first attempt goes to the next broker at once (a
+live peer takes over immediately), then the list is tried every 25-50 ms for 3 s (a standby
+typically takes over meanwhile; the jitter keeps many clients from hitting a new master in
+lockstep), then one attempt after 100 ms, 200 ms, ... doubling to 5 s; failover gives up 2
+minutes after the loss. A plain ``amqp://`` URL (``singlebroker``) follows the same schedule,
+so it rides out a broker restart.
+
+A URL that sets its own delays gets exactly that schedule: when any of ``initialdelay``,
+``connectdelay``, ``backoff``, ``maxdelay`` or ``useReconnectBackOff`` (or their Qpid JMS
+names) is given, the fast phase and the jitter are off unless the URL sets
+``failover.fastperiod`` or ``failover.jitter`` too. An explicit pass count of ``-1``
+(``cyclecount`` or Qpid JMS's ``maxReconnectAttempts``) retries forever, as in Qpid JMS, unless
+``failover.giveupafter`` is given too.
 
 Option names. haclient's own names (API.md) and Qpid JMS's names are both accepted and map onto
 the same fields; the same field given twice with different values raises ``ConfigurationError``.
@@ -36,12 +59,16 @@ Durations in options are milliseconds; fields are seconds.
 - ``failover.method``: ``method``.
 - ``failover.retries``: ``retries``.
 - ``failover.cyclecount`` or Qpid JMS's ``failover.maxReconnectAttempts``: ``cyclecount``;
-  ``-1`` is unlimited (``None``; Qpid JMS's default), ``0`` no reconnect at all. Since Qpid JMS
-  0.27 (QPIDJMS-336) one "reconnect attempt" is one pass over the whole list, so the two names
-  mean the same thing.
+  ``-1`` is unlimited (``None``; the default, and Qpid JMS's), ``0`` no reconnect at all. Since
+  Qpid JMS 0.27 (QPIDJMS-336) one "reconnect attempt" is one pass over the whole list, so the
+  two names mean the same thing.
 - ``failover.startup.cyclecount`` or ``failover.startupMaxReconnectAttempts``:
   ``startup_cyclecount``; ``-1`` means "the same as ``cyclecount``", as in Qpid JMS.
+- ``failover.giveupafter`` (ms): ``give_up_after``, the time budget of one failover (from the
+  loss) and of the first connect (from its start); ``-1``: none.
 - ``failover.initialdelay`` or ``failover.initialReconnectDelay`` (ms): ``initial_delay``.
+- ``failover.fastdelay`` (ms): ``fast_delay``; ``failover.fastperiod`` (ms): ``fast_period``
+  (``0``: no fast phase).
 - ``failover.connectdelay`` or ``failover.reconnectDelay`` (ms): ``connect_delay``.
 - ``failover.maxdelay`` or ``failover.maxReconnectDelay`` (ms): ``max_delay``.
 - ``failover.backoff`` or ``failover.reconnectBackOffMultiplier``: ``backoff``.
@@ -54,11 +81,10 @@ Durations in options are milliseconds; fields are seconds.
 - ``failover.warnAfterReconnectAttempts``: ``warn_after_attempts`` (the manager logs a warning
   every N failed attempts; ``<= 0``: never).
 
-Defaults differ from Qpid JMS's on purpose where the semantics ask for it: back-off is off
-(``backoff=1``, F5 calls it optional) and the policy gives up after 10 passes (Qpid JMS retries
-forever), because F4 promises that blocked calls eventually raise ``ConnectionFailedError``.
-``connect_delay`` is 1 s (the old Qpid client's advice for HA pairs was over 1 s); the first
-attempt goes out at once, so a live peer takes over without waiting.
+Defaults differ from Qpid JMS's where the semantics ask for it: Qpid JMS retries forever, but F4
+promises that blocked calls eventually raise ``ConnectionFailedError``, hence the time budget
+(a pass count is the wrong unit: with a fast retry it runs out in milliseconds); and Qpid JMS
+retries forever at startup too, where a dead URL should fail fast.
 """
 
 from __future__ import annotations
@@ -122,11 +148,18 @@ class FailoverPolicy:
 
     Attributes:
         method: How the list is walked.
-        retries: Consecutive attempts on each broker in a pass (>= 1).
+        retries: Consecutive attempts on each broker in a pass (>= 1); None: one
+            (``singlebroker``: given, the attempts in all).
         cyclecount: Passes over the list (>= 0); None: unlimited.
         startup_cyclecount: Passes for the first connect; None: the same as ``cyclecount``.
+        give_up_after: Seconds after which a failover (from the loss) or the first connect
+            (from its start) gives up (> 0); None: never on time. The manager measures it.
         initial_delay: Seconds before the first attempt of a plan (>= 0).
-        connect_delay: Seconds before the second attempt; the base of the back-off (>= 0).
+        fast_delay: Seconds between attempts of the fast phase (> 0).
+        fast_period: Planned seconds of the fast phase (>= 0; 0: none); it makes
+            ``floor(fast_period / fast_delay)`` passes after the first.
+        connect_delay: Seconds before the first attempt after the fast phase; the base of the
+            back-off (>= 0).
         backoff: Multiplier applied per consecutive failure (>= 1; 1 = constant delay).
         max_delay: Cap on the back-off delay, in seconds (>= 0), before jitter.
         jitter: Up to this many seconds, drawn uniformly, added to every delay (>= 0).
@@ -141,14 +174,17 @@ class FailoverPolicy:
     """
 
     method: FailoverMethod = FailoverMethod.ROUNDROBIN
-    retries: int = 1
-    cyclecount: int | None = 10
-    startup_cyclecount: int | None = None
+    retries: int | None = None
+    cyclecount: int | None = None
+    startup_cyclecount: int | None = 1
+    give_up_after: float | None = 120.0
     initial_delay: float = 0.0
-    connect_delay: float = 1.0
-    backoff: float = 1.0
-    max_delay: float = 30.0
-    jitter: float = 0.0
+    fast_delay: float = 0.025
+    fast_period: float = 3.0
+    connect_delay: float = 0.1
+    backoff: float = 2.0
+    max_delay: float = 5.0
+    jitter: float = 0.025
     timeout: float | None = None
     exchange_address: str = DEFAULT_EXCHANGE_ADDRESS
     randomize: bool = False
@@ -159,12 +195,16 @@ class FailoverPolicy:
             raise ConfigurationError(
                 f"method must be a FailoverMethod, not {self.method!r}", option="method"
             )
-        _check_int("retries", self.retries, minimum=1)
+        _check_int("retries", self.retries, minimum=1, optional=True)
         _check_int("cyclecount", self.cyclecount, minimum=0, optional=True)
         _check_int("startup_cyclecount", self.startup_cyclecount, minimum=0, optional=True)
         _check_int("warn_after_attempts", self.warn_after_attempts, minimum=None)
-        for name in ("initial_delay", "connect_delay", "max_delay", "jitter"):
+        for name in ("initial_delay", "fast_period", "connect_delay", "max_delay", "jitter"):
             _check_float(name, getattr(self, name), minimum=0.0)
+        _check_float("fast_delay", self.fast_delay, minimum=0.0, exclusive=True)
+        _check_float(
+            "give_up_after", self.give_up_after, minimum=0.0, optional=True, exclusive=True
+        )
         _check_float("backoff", self.backoff, minimum=1.0)
         _check_float("timeout", self.timeout, minimum=0.0, optional=True, exclusive=True)
         if not isinstance(self.exchange_address, str) or not self.exchange_address:
@@ -225,9 +265,10 @@ class FailoverPolicy:
         done_cycles = 0
         while cycles is None or done_cycles < cycles:
             for index in order:
-                for _ in range(self.retries):
-                    delay = self.base_delay(number)
-                    if self.jitter:
+                for _ in range(self.retries or 1):
+                    delay = self.base_delay(number, brokers=len(order))
+                    at_once = number == 0 or self._at_once(number, len(order))
+                    if self.jitter and (delay > 0 or not at_once):
                         delay += self.jitter * rng.random()
                     number += 1
                     yield Attempt(index, brokers[index], delay, number)
@@ -252,23 +293,52 @@ class FailoverPolicy:
             indices = indices[at:] + indices[:at]
         return tuple(indices)
 
-    def base_delay(self, attempt: int) -> float:
-        """The delay before the ``attempt``-th attempt (0-based) of a plan, without jitter."""
+    @property
+    def fast_passes(self) -> int:
+        """How many passes after the first the fast phase makes: ``fast_period`` worth of
+        ``fast_delay`` (the small tolerance keeps ``3 / 0.025`` at 120)."""
+        if self.fast_period == 0.0:
+            return 0
+        return math.floor(self.fast_period / self.fast_delay + 1e-9)
+
+    def base_delay(self, attempt: int, *, brokers: int = 1) -> float:
+        """The delay before the ``attempt``-th attempt (0-based) of a plan whose passes visit
+        ``brokers`` brokers, without jitter (see the module docstring)."""
         if attempt < 0:
             raise ConfigurationError(f"attempt must be >= 0, not {attempt}", option="attempt")
+        if brokers < 1:
+            raise ConfigurationError(f"brokers must be >= 1, not {brokers}", option="brokers")
         if attempt == 0:
             return self.initial_delay
+        per_pass = brokers * (self.retries or 1)
+        fast = self.fast_passes
+        if self._fast(attempt, per_pass):
+            return 0.0 if self._at_once(attempt, brokers) else self.fast_delay
         if self.backoff == 1.0 or self.connect_delay == 0.0:
             return min(self.connect_delay, self.max_delay)
+        after = attempt - (fast + 1) * per_pass if self.fast_period > 0.0 else attempt - 1
         try:
-            grown = self.connect_delay * self.backoff ** (attempt - 1)
+            grown = self.connect_delay * self.backoff**after
         except OverflowError:  # far past the cap
             return self.max_delay
         return min(grown, self.max_delay)
 
+    def _at_once(self, attempt: int, brokers: int) -> bool:
+        """Whether ``attempt`` (>= 1) moves on to the next broker of a pass of the fast phase,
+        which it does at once: a fast pass tries the whole list, one broker after another."""
+        retries = self.retries or 1
+        per_pass = brokers * retries
+        within = attempt % per_pass
+        return self._fast(attempt, per_pass) and within > 0 and within % retries == 0
+
+    def _fast(self, attempt: int, per_pass: int) -> bool:
+        """Whether ``attempt`` belongs to the fast phase (passes 0 to ``fast_passes``)."""
+        return self.fast_period > 0.0 and attempt // per_pass <= self.fast_passes
+
     def _passes(self, startup: bool) -> int | None:
-        """Passes over the list: one for singlebroker (F5: ``retries`` attempts in all)."""
-        if self.method is FailoverMethod.SINGLEBROKER:
+        """Passes over the list: one for singlebroker with ``retries`` (F5: ``retries``
+        attempts in all)."""
+        if self.method is FailoverMethod.SINGLEBROKER and self.retries is not None:
             return 1
         if startup and self.startup_cyclecount is not None:
             return self.startup_cyclecount
@@ -277,7 +347,7 @@ class FailoverPolicy:
     def total_attempts(self, broker_count: int, *, startup: bool = False) -> int | None:
         """How many attempts a plan over ``broker_count`` brokers makes (None: unlimited)."""
         passes = self._passes(startup)
-        per_pass = len(self.broker_order(broker_count)) * self.retries
+        per_pass = len(self.broker_order(broker_count)) * (self.retries or 1)
         if per_pass == 0 or passes == 0:
             return 0
         return None if passes is None else per_pass * passes
@@ -329,6 +399,7 @@ class FailoverPolicy:
             values["backoff"] = 1.0
         elif use_backoff is True and "backoff" not in values:
             values["backoff"] = _QPID_DEFAULT_MULTIPLIER
+        _own_schedule(values, use_backoff is not None)
         try:
             return cls(**values)
         except ConfigurationError as exc:  # name the option, not the field
@@ -348,7 +419,28 @@ class FailoverPolicy:
             if value == getattr(default, f.name):
                 continue
             out[_CANONICAL[f.name]] = _format_field(f.name, value)
+        # What from_options would otherwise switch off, printed so that it reads back equal.
+        if any(_CANONICAL[name] in out for name in _OWN_DELAYS):
+            for name in _OWN_DELAYS_OFF:
+                out.setdefault(_CANONICAL[name], _format_field(name, getattr(self, name)))
         return out
+
+
+# Fields whose option marks a URL that sets its own delays (Qpid JMS style), and the fields of
+# haclient's default schedule that such a URL does not get unless it asks for them.
+_OWN_DELAYS: Final = ("initial_delay", "connect_delay", "backoff", "max_delay")
+_OWN_DELAYS_OFF: Final = ("fast_period", "jitter")
+
+
+def _own_schedule(values: dict[str, Any], use_backoff_given: bool) -> None:
+    """Apply the rules of a URL that sets its own schedule (see the module docstring): its
+    delays alone, without the fast phase and the jitter; an explicit ``-1`` pass count
+    retries forever, as in Qpid JMS."""
+    if use_backoff_given or any(name in values for name in _OWN_DELAYS):
+        for name in _OWN_DELAYS_OFF:
+            values.setdefault(name, 0.0)
+    if "cyclecount" in values and values["cyclecount"] is None:
+        values.setdefault("give_up_after", None)
 
 
 # --- Validation helpers ------------------------------------------------------------------------
@@ -439,6 +531,15 @@ def _parse_timeout(option: str, raw: str) -> float | None:
     return value
 
 
+def _parse_budget(option: str, raw: str) -> float | None:
+    if raw == "-1":
+        return None
+    value = _parse_ms(option, raw)
+    if value == 0.0:
+        raise ConfigurationError(f"{option} must be > 0, or -1 for none", option=option)
+    return value
+
+
 def _parse_address(option: str, raw: str) -> str:
     if not raw:
         raise ConfigurationError(f"{option} must not be empty", option=option)
@@ -455,8 +556,11 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "failover.maxReconnectAttempts": ("cyclecount", _parse_passes),
     "failover.startup.cyclecount": ("startup_cyclecount", _parse_passes),
     "failover.startupMaxReconnectAttempts": ("startup_cyclecount", _parse_passes),
+    "failover.giveupafter": ("give_up_after", _parse_budget),
     "failover.initialdelay": ("initial_delay", _parse_ms),
     "failover.initialReconnectDelay": ("initial_delay", _parse_ms),
+    "failover.fastdelay": ("fast_delay", _parse_ms),
+    "failover.fastperiod": ("fast_period", _parse_ms),
     "failover.connectdelay": ("connect_delay", _parse_ms),
     "failover.reconnectDelay": ("connect_delay", _parse_ms),
     "failover.backoff": ("backoff", _parse_number),
@@ -475,7 +579,18 @@ for _name, (_field, _) in _OPTIONS.items():
     _CANONICAL.setdefault(_field, _name)
 del _name, _field
 
-_MS_FIELDS: Final = frozenset({"initial_delay", "connect_delay", "max_delay", "jitter", "timeout"})
+_MS_FIELDS: Final = frozenset(
+    {
+        "initial_delay",
+        "fast_delay",
+        "fast_period",
+        "connect_delay",
+        "max_delay",
+        "jitter",
+        "timeout",
+        "give_up_after",
+    }
+)
 
 _DEFAULT: Final = FailoverPolicy()
 
@@ -490,14 +605,14 @@ def plain_number(value: float) -> str:
 
 
 def _format_field(name: str, value: Any) -> str:
+    if value is None:  # cyclecount, startup_cyclecount, give_up_after: -1 is "none"
+        return "-1"
     if name in _MS_FIELDS:
         ms = value * 1000.0
         # Whole milliseconds print as such when they read back exactly (0.007 s * 1000 is
         # 7.000000000000001, but 7 / 1000 is 0.007 again); anything else as a decimal.
         whole = round(ms)
         return str(whole) if whole / 1000.0 == value else plain_number(ms)
-    if name in ("cyclecount", "startup_cyclecount"):
-        return "-1" if value is None else str(value)
     if name == "randomize":
         return "true" if value else "false"
     if name == "backoff":

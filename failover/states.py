@@ -35,6 +35,9 @@ Invariants it keeps (a unit test walks every (state, event) pair and random even
 7. The plan of a failover starts after the lost broker (roundrobin, exchange); the first
    connect makes at least one attempt on the first broker, even under ``nofailover`` or
    ``cyclecount=0`` (which make no *re*connect at all).
+8. The time budget (``policy.give_up_after``) ends a plan: no attempt starts later than the
+   budget after the plan began (the loss, or the start of the first connect). An attempt due
+   later is made at the end of the budget instead, and is the last one (``budget_delay``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ __all__ = [
     "ConnectionState",
     "ManagerEvent",
     "ManagerStatistics",
+    "budget_delay",
     "is_retriable_failure",
     "loss_event",
     "next_state",
@@ -169,6 +173,23 @@ def plan(
         # nofailover, or cyclecount=0: no *re*connect, but the first connect is one try.
         return iter([Attempt(0, brokers[0], 0.0, 1)] if startup else [])
     return itertools.chain([first], attempts)
+
+
+def budget_delay(policy: FailoverPolicy, delay: float, elapsed: float) -> float | None:
+    """How long to sleep before an attempt the plan puts ``delay`` seconds from now,
+    ``elapsed`` seconds after the plan began: ``delay``, cut to what is left of
+    ``policy.give_up_after``; None when the budget is spent (give up, invariant 8).
+
+    Once an attempt has been cut to the end of the budget, the next call sees nothing left,
+    so the plan ends even when attempts take no time at all (a virtual clock).
+    """
+    budget = policy.give_up_after
+    if budget is None:
+        return delay
+    left = budget - elapsed
+    if left <= 0.0:
+        return None
+    return min(delay, left)
 
 
 def _index_of(brokers: Sequence[BrokerURL], broker: BrokerURL) -> int | None:

@@ -35,6 +35,7 @@ from failover.states import (
     LIVE,
     ConnectionState,
     ManagerEvent,
+    budget_delay,
     is_retriable_failure,
     loss_event,
     next_state,
@@ -104,6 +105,7 @@ class Supervisor(Generic[P]):
         self._failovers = 0
         self._last_downtime: float | None = None
         self._attempts = 0
+        self._trying: Attempt[BrokerURL] | None = None  # the attempt under way or next
         self._started = False
         # Made in __aenter__: anyio objects need the running event loop.
         self._stack: AsyncExitStack | None = None
@@ -128,7 +130,12 @@ class Supervisor(Generic[P]):
             if settled is None:
                 raise IllegalStateError("use the manager inside `async with` first")
             if not await self._settles(settled, deadline):
-                raise FailoverTimeoutError(timeout=limit)
+                trying = self._trying
+                raise FailoverTimeoutError(
+                    timeout=limit,
+                    broker=None if trying is None else str(trying.broker),
+                    attempts=None if trying is None else trying.number,
+                )
 
     async def _settles(self, settled: anyio.Event, deadline: float) -> bool:
         """Wait for ``settled`` until ``deadline`` (of ``clock``); whether it was set."""
@@ -151,7 +158,8 @@ class Supervisor(Generic[P]):
         assert self._run_scope is not None
         with self._run_scope:
             async with anyio.create_task_group() as watchers:
-                if await self._walk(self._plan(None, startup=True), watchers):
+                began = self._clock()
+                if await self._walk(self._plan(None, startup=True), watchers, began):
                     while await self._fail_over(watchers):
                         pass
                 elif self._state is ConnectionState.CONNECTING:
@@ -168,7 +176,7 @@ class Supervisor(Generic[P]):
         await close_quietly(link.connection)
         if self._state is not ConnectionState.FAILING_OVER:  # gave up at once (rule 4)
             return False
-        if await self._walk(self._plan(link.broker, startup=False), watchers):
+        if await self._walk(self._plan(link.broker, startup=False), watchers, self._lost_at):
             self._completed()
             return True
         self._transition(ManagerEvent.GAVE_UP)
@@ -179,13 +187,30 @@ class Supervisor(Generic[P]):
     def _plan(self, lost: BrokerURL | None, *, startup: bool) -> Iterator[Attempt[BrokerURL]]:
         return plan(self._policy, self._brokers, lost, startup=startup, rng=self._rng)
 
-    async def _walk(self, attempts: Iterator[Attempt[BrokerURL]], watchers: TaskGroup) -> bool:
-        """Connect (and, on failover, restore) following the plan ``attempts``. False when it
-        ran out or a failure no reconnect can fix came up; ``self._failure`` says which."""
+    async def _walk(
+        self, attempts: Iterator[Attempt[BrokerURL]], watchers: TaskGroup, began: float
+    ) -> bool:
+        """Connect (and, on failover, restore) following the plan ``attempts``, within the
+        time budget counted from ``began`` (of ``clock``). False when the plan ran out, the
+        budget was spent, or a failure no reconnect can fix came up; ``self._failure`` says
+        what failed last."""
+        try:
+            return await self._walk_plan(attempts, watchers, began)
+        finally:
+            self._trying = None
+
+    async def _walk_plan(
+        self, attempts: Iterator[Attempt[BrokerURL]], watchers: TaskGroup, began: float
+    ) -> bool:
         failures = 0
         for attempt in attempts:
-            if attempt.delay > 0:
-                await self._sleep(attempt.delay)
+            delay = budget_delay(self._policy, attempt.delay, self._clock() - began)
+            if delay is None:
+                _log.info("the time budget of %g s is spent", self._policy.give_up_after)
+                return False
+            self._trying = attempt
+            if delay > 0:
+                await self._sleep(delay)
             connection = await self._try(attempt)
             if connection is None:
                 failures += 1

@@ -261,12 +261,17 @@ class ConnectionFailedError(HAClientError):
 
 
 class FailoverTimeoutError(HAClientError, TimeoutError):
-    """A call blocked by failover for longer than ``failover.timeout`` (F4).
+    """A call blocked by failover for longer than its limit (``failover.timeout``, or the
+    call's own ``timeout``) (F4).
 
     Failover goes on in the background; the call may be tried again.
 
     Attributes:
         timeout: The limit that was exceeded, in seconds, if known.
+        broker: The broker failover was trying (or about to try) then, as text with the
+            password masked, if known.
+        attempts: The number of that attempt in the failover under way (1 for the first), if
+            known.
     """
 
     def __init__(
@@ -274,15 +279,25 @@ class FailoverTimeoutError(HAClientError, TimeoutError):
         message: str = "",
         *,
         timeout: float | None = None,
+        broker: str | None = None,
+        attempts: int | None = None,
         **fields: Unpack[_ConditionFields],
     ) -> None:
         self.timeout = timeout
+        self.broker = broker
+        self.attempts = attempts
         super().__init__(message, **fields)
 
     def _default_message(self) -> str:
+        text = "still failing over"
         if self.timeout is not None:
-            return f"still failing over after {self.timeout:g} s (failover.timeout)"
-        return "still failing over (failover.timeout)"
+            text += f" after {self.timeout:g} s"
+        where = []
+        if self.attempts is not None:
+            where.append(f"attempt {self.attempts}")
+        if self.broker is not None:
+            where.append(f"trying {self.broker}")
+        return f"{text} ({', '.join(where)})" if where else text
 
 
 _IN_DOUBT = "the broker may have committed the transaction"

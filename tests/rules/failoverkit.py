@@ -47,9 +47,10 @@ class _Member(Protocol):
 
 
 def failover_url(*members: _Member, method: str = "roundrobin", **options: Any) -> str:
-    """``failover:(...)`` over ``members`` with zero connect delay and generous retries,
-    plus ``failover.<name>=value`` for each keyword."""
-    settings = {"method": method, "connectdelay": 0, "cyclecount": 200, **options}
+    """``failover:(...)`` over ``members`` with a constant connect delay (zero unless given,
+    no back-off: a URL with its own delays gets no fast phase and no jitter either) and
+    generous retries, plus ``failover.<name>=value`` for each keyword."""
+    settings = {"method": method, "connectdelay": 0, "backoff": 1, "cyclecount": 200, **options}
     query = "&".join(f"failover.{name}={value}" for name, value in settings.items())
     return f"failover:({','.join(b.url for b in members)})?{query}"
 

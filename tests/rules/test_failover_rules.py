@@ -8,11 +8,21 @@ the brokers' admin API and through fresh connections, never from the client's ow
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import anyio
 import pytest
 from apikit import Api, Signal
-from failoverkit import TIMEOUT, Recorder, brokers, connected, failover_url, port_of, send_to
+from failoverkit import (
+    TIMEOUT,
+    HaPair,
+    Recorder,
+    brokers,
+    connected,
+    failover_url,
+    port_of,
+    send_to,
+)
 
 import haclient.aio as aio
 from haclient.destination import Queue, TemporaryQueue, Topic
@@ -39,6 +49,23 @@ async def test_F1_a_plain_url_fails_over_to_the_same_broker(api: Api) -> None:
             await producer.send(TextMessage("after"))  # waits for the reconnect, then goes
             assert [port_of(b) for b in await recorder.wait_for("completed")] == [only.port]
         assert only.queue_depth("f1") == 1
+
+
+async def test_F1_a_plain_url_rides_out_a_broker_restart(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        async with await connected(api, only.url, recorder) as connection:  # the defaults
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f1r"))
+            only.kill()
+            await recorder.wait_for("started")
+            await anyio.sleep(1.0)  # the broker restarts: the default schedule keeps trying
+            assert recorder.named("failed") == []
+            only.start()  # on the same port
+            with anyio.fail_after(TIMEOUT):
+                await producer.send(TextMessage("after the restart"))
+            assert [port_of(b) for b in await recorder.wait_for("completed")] == [only.port]
+        assert only.queue_depth("f1r") == 1
 
 
 async def test_F1_nofailover_reports_the_loss_at_once(api: Api) -> None:
@@ -155,6 +182,24 @@ async def test_F4_a_per_call_timeout_ends_each_kind_of_call_not_the_failover(api
             only.start()
             with anyio.fail_after(TIMEOUT):
                 await producer.send(TextMessage("in time"), timeout=TIMEOUT)
+
+
+async def test_F5_the_default_url_fails_over_on_a_shared_store_ha_pair(
+    api: Api, tmp_path: Path
+) -> None:
+    with HaPair(tmp_path / "store") as pair:
+        recorder = Recorder()
+        url = f"failover:({','.join(m.url for m in pair.members)})"  # no failover.* option
+        async with await connected(api, url, recorder) as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f5ha"))
+            await producer.send(TextMessage("before"))
+            standby = pair.kill_master()
+            with anyio.fail_after(TIMEOUT):  # generous: it catches a hang (timing is bench's)
+                await producer.send(TextMessage("after"))
+            completed = await recorder.wait_for("completed")
+            assert [port_of(b) for b in completed] == [standby.port]
+        assert pair.queue_depth("f5ha") == 2
 
 
 async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:

@@ -81,7 +81,8 @@ async def test_twenty_kills_lose_nothing_and_block_no_longer_than_failover(
     brokers = [Broker(port=port, store=store, ha_poll_interval=0.02) for port in ports]
     url = (
         f"failover:(amqp://127.0.0.1:{ports[0]},amqp://127.0.0.1:{ports[1]})"
-        "?failover.method=roundrobin&failover.connectdelay=10&failover.cyclecount=1000"
+        "?failover.method=roundrobin&failover.connectdelay=10&failover.backoff=1"
+        "&failover.cyclecount=1000"
     )
     accepted: list[str] = []
     received: list[str] = []

@@ -432,6 +432,9 @@ def test_failover_timeout() -> None:
     exc = FailoverTimeoutError(timeout=2.5)
     assert exc.timeout == 2.5
     assert "2.5" in str(exc)
+    assert (exc.broker, exc.attempts) == (None, None)
+    named = FailoverTimeoutError(timeout=2.0, broker="amqp://b:5672", attempts=14)
+    assert str(named) == "still failing over after 2 s (attempt 14, trying amqp://b:5672)"
     with pytest.raises(TimeoutError):
         raise exc
 
@@ -473,6 +476,7 @@ EXAMPLES: list[HAClientError] = [
     TransactionRolledBackError(in_doubt=True),
     ConnectionFailedError(cause=ValueError("boom")),
     FailoverTimeoutError(timeout=1.0),
+    FailoverTimeoutError(timeout=2.0, broker="amqp://b:5672", attempts=14),
     ConfigurationError("bad", option="failover.retries"),
     NotImplementedByBrokerError(feature="transactions"),
     error_from_condition("amqp:connection:forced"),
@@ -486,6 +490,7 @@ def test_errors_pickle_with_their_attributes(exc: HAClientError) -> None:
     assert type(copy) is type(exc)
     assert str(copy) == str(exc)
     attrs = ("condition", "description", "info", "retriable", "in_doubt", "option", "timeout")
+    attrs += ("broker", "attempts")
     for attr in (*attrs, "feature"):
         assert getattr(copy, attr, None) == getattr(exc, attr, None)
     assert str(getattr(copy, "cause", None)) == str(getattr(exc, "cause", None))

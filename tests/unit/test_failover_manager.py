@@ -694,6 +694,82 @@ async def test_F4_a_per_call_timeout_without_a_policy_timeout() -> None:
         network.hold.set()
 
 
+@pytest.mark.anyio
+async def test_F4_the_timeout_names_the_broker_being_tried_and_the_attempt() -> None:
+    network = Network()
+    held, release = anyio.Event(), anyio.Event()
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        if len(network.calls) >= 4:  # the first connect, then failover attempts 1-3 refused
+            held.set()
+            await release.wait()
+        return await network.connect(broker)
+
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B, C], FAST, connect=connect) as manager:
+            await manager.start()
+            network.down = {"a", "b", "c"}
+            manager.report_lost(0, ConnectionLostError("dropped"))
+            await held.wait()
+            with pytest.raises(FailoverTimeoutError) as info:
+                await manager.wait_connected(timeout=2.0)
+            assert (info.value.broker, info.value.attempts) == ("amqp://b:5672", 4)
+            assert str(info.value) == (
+                "still failing over after 2 s (attempt 4, trying amqp://b:5672)"
+            )
+            network.down = set()
+            release.set()
+            connection, epoch = await manager.wait_connected()
+            assert (connection.broker, epoch) == (B, 1)
+
+
+@pytest.mark.anyio
+async def test_F4_failover_gives_up_exactly_when_the_time_budget_is_spent() -> None:
+    network = Network()
+    recorder = Recorder()
+    policy = FailoverPolicy(jitter=0.0)  # the default schedule, without jitter
+    async with running(network, [A, B], policy) as manager:
+        manager.add_listener(recorder)
+        network.down = {"a", "b"}
+        network.clock.now = 1000.0
+        network.times.clear()
+        manager.report_lost(0, ConnectionLostError("dropped"))
+        await until(lambda: manager.state is S.FAILED)
+    # 121 passes over the list (b, then a at once) every 25 ms for 3 s, back-off 100 ms..3.2 s
+    # (6), 5 s (22: up to 119.3 s), then the next one, due at 124.3 s, at the end of the
+    # budget instead.
+    assert len(network.times) == 242 + 6 + 22 + 1
+    assert network.times[:3] == [1000.0, 1000.0, 1000.025]
+    assert network.times[241] == pytest.approx(1003.0)
+    assert network.times[-2] == pytest.approx(1119.3)
+    assert network.times[-1] == pytest.approx(1120.0)
+    assert network.clock.now == pytest.approx(1120.0)
+    assert [e[0] for e in recorder.events] == ["started", "failed"]
+
+
+@pytest.mark.anyio
+async def test_F4_the_first_connect_has_the_time_budget_too() -> None:
+    network = Network(down={"a"})
+    policy = FailoverPolicy(startup_cyclecount=None, give_up_after=10.0, jitter=0.0)
+    with anyio.fail_after(HANG):
+        async with make(network, [A], policy) as manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert network.times[-1] == pytest.approx(10.0)
+    assert len(network.times) == 1 + 120 + 6 + 1  # the last one at 10 s, not at 14.3 s
+
+
+@pytest.mark.anyio
+async def test_F1_a_dead_url_fails_fast_at_the_first_connect() -> None:
+    network = Network(down={"a", "b"})
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B], FailoverPolicy()) as manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert network.calls == ["a", "b"]  # one pass over the list, at once
+    assert network.clock.now == 0.0
+
+
 # --- Epochs and report_lost --------------------------------------------------------------------
 
 
@@ -1014,7 +1090,9 @@ async def test_F14_downtime_is_the_clock_time_from_the_loss_to_the_restored_conn
     async def take_a_second(connection: FakeConnection, epoch: int) -> None:
         await network.clock.sleep(1.0)
 
-    policy = FailoverPolicy(initial_delay=0.25, connect_delay=0.5)
+    policy = FailoverPolicy(
+        initial_delay=0.25, connect_delay=0.5, fast_period=0.0, backoff=1.0, jitter=0.0
+    )
     async with running(network, [A, B, C], policy) as manager:  # the first connect waits too
         manager.add_listener(recorder)
         manager.register(Res("slow", RestoreOrder.SESSION, [], take_a_second))
@@ -1270,6 +1348,7 @@ async def test_F5_the_plan_delays_are_slept() -> None:
         backoff=2.0,
         jitter=0.005,
         startup_cyclecount=2,
+        fast_period=0.0,  # every attempt waits: no broker goes at once
     )
     expected = [a.delay for a in policy.attempts([A, B], startup=True, rng=random.Random(7))]
     network = Network(down={"a", "b"})

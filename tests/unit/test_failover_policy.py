@@ -15,6 +15,10 @@ from haclient.errors import ConfigurationError
 
 A, B, C = "a", "b", "c"
 
+# The schedule of the plan tests below that are not about the default one: constant delays, no
+# fast phase, no jitter (what a URL that sets its own delays gets).
+PLAIN = {"fast_period": 0.0, "jitter": 0.0, "backoff": 1.0}
+
 
 def plan(policy: FailoverPolicy, brokers: list[str], **kwargs: object) -> list[tuple[str, float]]:
     """The plan as (broker, delay) pairs, with a fixed seed."""
@@ -28,14 +32,10 @@ def plan(policy: FailoverPolicy, brokers: list[str], **kwargs: object) -> list[t
 def test_defaults() -> None:
     p = FailoverPolicy()
     assert p.method is FailoverMethod.ROUNDROBIN
-    assert (p.retries, p.cyclecount, p.startup_cyclecount) == (1, 10, None)
-    assert (p.initial_delay, p.connect_delay, p.backoff, p.max_delay, p.jitter) == (
-        0.0,
-        1.0,
-        1.0,
-        30.0,
-        0.0,
-    )
+    assert (p.retries, p.cyclecount, p.startup_cyclecount) == (None, None, 1)
+    assert p.give_up_after == 120.0
+    assert (p.initial_delay, p.fast_delay, p.fast_period) == (0.0, 0.025, 3.0)
+    assert (p.connect_delay, p.backoff, p.max_delay, p.jitter) == (0.1, 2.0, 5.0, 0.025)
     assert p.timeout is None
     assert p.exchange_address == "amq.failover"
     assert p.randomize is False
@@ -56,6 +56,10 @@ def test_policy_is_frozen_and_hashable() -> None:
         ("retries", 0),
         ("retries", 1.5),
         ("retries", True),
+        ("give_up_after", 0),
+        ("give_up_after", -1.0),
+        ("fast_delay", 0.0),
+        ("fast_period", -0.1),
         ("cyclecount", -1),
         ("startup_cyclecount", -2),
         ("initial_delay", -0.1),
@@ -96,6 +100,9 @@ def test_haclient_option_names() -> None:
             "failover.exchange.address": "membership",
             "failover.initialdelay": "20",
             "failover.startup.cyclecount": "1",
+            "failover.giveupafter": "30000",
+            "failover.fastdelay": "10",
+            "failover.fastperiod": "500",
         }
     )
     assert p == FailoverPolicy(
@@ -110,6 +117,9 @@ def test_haclient_option_names() -> None:
         exchange_address="membership",
         initial_delay=0.02,
         startup_cyclecount=1,
+        give_up_after=30.0,
+        fast_delay=0.01,
+        fast_period=0.5,
     )
 
 
@@ -158,6 +168,39 @@ def test_minus_one_means_unlimited_or_same() -> None:
     )
     assert p.cyclecount is None
     assert p.startup_cyclecount is None
+    assert p.give_up_after is None  # an explicit -1 retries forever, as in Qpid JMS ...
+    budget = {"failover.cyclecount": "-1", "failover.giveupafter": "60000"}
+    assert FailoverPolicy.from_options(budget).give_up_after == 60.0  # ... unless told
+    assert FailoverPolicy.from_options({"failover.giveupafter": "-1"}).give_up_after is None
+    assert FailoverPolicy.from_options({"failover.cyclecount": "5"}).give_up_after == 120.0
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "failover.initialdelay",
+        "failover.initialReconnectDelay",
+        "failover.connectdelay",
+        "failover.reconnectDelay",
+        "failover.maxdelay",
+        "failover.maxReconnectDelay",
+        "failover.backoff",
+        "failover.reconnectBackOffMultiplier",
+        "failover.useReconnectBackOff",
+    ],
+)
+def test_F5_a_url_with_its_own_delays_gets_exactly_them(option: str) -> None:
+    raw = "true" if option == "failover.useReconnectBackOff" else "3"
+    p = FailoverPolicy.from_options({option: raw})
+    assert (p.fast_period, p.jitter) == (0.0, 0.0)  # no fast phase, no jitter
+    asked = FailoverPolicy.from_options(
+        {option: raw, "failover.fastperiod": "1000", "failover.jitter": "5"}
+    )
+    assert (asked.fast_period, asked.jitter) == (1.0, 0.005)
+    # The other options keep haclient's schedule.
+    for other in ("failover.fastdelay", "failover.giveupafter", "failover.cyclecount"):
+        kept = FailoverPolicy.from_options({other: "7"})
+        assert (kept.fast_period, kept.jitter) == (3.0, 0.025)
 
 
 def test_use_reconnect_backoff() -> None:
@@ -190,6 +233,10 @@ def test_randomize_and_warn_after() -> None:
         ("failover.method", "failover_exchange"),
         ("failover.method", ""),
         ("failover.retries", "0"),
+        ("failover.giveupafter", "0"),
+        ("failover.giveupafter", "-2"),
+        ("failover.fastdelay", "0"),
+        ("failover.fastperiod", "-1"),
         ("failover.retries", "two"),
         ("failover.retries", "1_0"),
         ("failover.retries", " 3"),
@@ -228,13 +275,20 @@ def test_unknown_option_suggests_the_nearest_name() -> None:
 
 def test_to_options_prints_only_what_differs() -> None:
     assert FailoverPolicy().to_options() == {"failover.method": "roundrobin"}
-    p = FailoverPolicy(cyclecount=None, connect_delay=0.25, backoff=2.0, timeout=1.5)
+    p = FailoverPolicy(cyclecount=5, give_up_after=None, fast_delay=0.01, timeout=1.5)
     assert p.to_options() == {
         "failover.method": "roundrobin",
-        "failover.cyclecount": "-1",
-        "failover.connectdelay": "250",
-        "failover.backoff": "2",
+        "failover.cyclecount": "5",
+        "failover.giveupafter": "-1",
+        "failover.fastdelay": "10",
         "failover.timeout": "1500",
+    }
+    # Own delays: the fast phase and the jitter print too, or they would read back as off.
+    assert FailoverPolicy(connect_delay=0.25).to_options() == {
+        "failover.method": "roundrobin",
+        "failover.fastperiod": "3000",
+        "failover.connectdelay": "250",
+        "failover.jitter": "25",
     }
 
 
@@ -242,10 +296,13 @@ ms = st.integers(min_value=0, max_value=10**7)
 policies = st.builds(
     FailoverPolicy,
     method=st.sampled_from(FailoverMethod),
-    retries=st.integers(1, 100),
+    retries=st.none() | st.integers(1, 100),
     cyclecount=st.none() | st.integers(0, 1000),
     startup_cyclecount=st.none() | st.integers(0, 1000),
+    give_up_after=st.none() | st.integers(1, 10**7).map(lambda v: v / 1000),
     initial_delay=ms.map(lambda v: v / 1000),
+    fast_delay=st.integers(1, 10**5).map(lambda v: v / 1000),
+    fast_period=ms.map(lambda v: v / 1000),
     connect_delay=ms.map(lambda v: v / 1000),
     backoff=st.integers(10, 100).map(lambda v: v / 10),
     max_delay=ms.map(lambda v: v / 1000),
@@ -266,17 +323,91 @@ def test_options_round_trip(p: FailoverPolicy) -> None:
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False).filter(lambda v: v > 0))
 def test_odd_durations_print_without_exponent(seconds: float) -> None:
-    text = FailoverPolicy(jitter=seconds).to_options()["failover.jitter"]
+    text = FailoverPolicy(initial_delay=seconds).to_options()["failover.initialdelay"]
     assert "e" not in text.lower()
-    again = FailoverPolicy.from_options({"failover.jitter": text}).jitter
+    again = FailoverPolicy.from_options({"failover.initialdelay": text}).initial_delay
     assert again == pytest.approx(seconds, rel=1e-12)
 
 
 # --- Plans (F5) ----------------------------------------------------------------------------------
 
 
+def test_F5_the_default_schedule_from_a_seeded_policy() -> None:
+    attempts = list(
+        itertools.islice(
+            FailoverPolicy().attempts([A, B], start_index=0, rng=random.Random(7)), 250
+        )
+    )
+    draws = random.Random(7)  # the same jitter draws, in order
+    # The fast phase: a pass over the list (B, then A at once), then every 25 ms + jitter
+    # another, 120 of them (3 s of waiting) ...
+    fast = [0.0, 0.0]
+    for _ in range(120):
+        fast += [0.025 + 0.025 * draws.random(), 0.0]
+    # ... then each attempt waits, backing off from 100 ms to the 5 s cap.
+    bases = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0)
+    backoff = [base + 0.025 * draws.random() for base in bases]
+    assert [a.delay for a in attempts] == [*fast, *backoff]
+    assert [a.broker for a in attempts[:4]] == [B, A, B, A]
+    assert all(0.025 <= d <= 0.05 for d in fast[2::2])
+    assert sum(FailoverPolicy().base_delay(k) for k in range(121)) == pytest.approx(3.0)
+
+
+def test_F5_the_fast_phase_is_fast_period_worth_of_fast_delay() -> None:
+    p = FailoverPolicy(fast_delay=0.03, fast_period=0.1, connect_delay=0.2, jitter=0.0)
+    assert p.fast_passes == 3
+    assert [p.base_delay(k) for k in range(7)] == [0.0, 0.03, 0.03, 0.03, 0.2, 0.4, 0.8]
+    # Two brokers: the second of each fast pass goes at once; back-off is per attempt.
+    two = [p.base_delay(k, brokers=2) for k in range(10)]
+    assert two == [0.0, 0.0, 0.03, 0.0, 0.03, 0.0, 0.03, 0.0, 0.2, 0.4]
+    # A retry of the same broker waits; the next broker goes at once.
+    retried = dataclasses.replace(p, retries=2)
+    assert [retried.base_delay(k, brokers=2) for k in range(5)] == [0.0, 0.03, 0.0, 0.03, 0.03]
+    assert FailoverPolicy(fast_period=0.0).fast_passes == 0
+    with pytest.raises(ConfigurationError):
+        p.base_delay(1, brokers=0)
+
+
+def test_F5_jitter_never_delays_an_immediate_first_attempt() -> None:
+    for seed in range(20):
+        first = next(FailoverPolicy(jitter=1.0).attempts([A], rng=random.Random(seed)))
+        assert first.delay == 0.0
+    later = next(FailoverPolicy(jitter=1.0, initial_delay=0.5).attempts([A], rng=random.Random(0)))
+    assert 0.5 < later.delay <= 1.5
+
+
+def test_F5_a_plain_url_follows_the_default_schedule_until_the_budget() -> None:
+    p = FailoverPolicy(method=FailoverMethod.SINGLEBROKER)
+    assert p.total_attempts(1) is None  # only the time budget ends it
+    got = list(itertools.islice(p.attempts([A], start_index=0, rng=random.Random(7)), 130))
+    default = FailoverPolicy().attempts([A], start_index=0, rng=random.Random(7))
+    assert [a.delay for a in got] == [a.delay for a in itertools.islice(default, 130)]
+    assert p.total_attempts(1, startup=True) == 1  # a dead URL fails fast at connect
+    # Qpid JMS's pass count counts attempts here, one broker per pass.
+    assert (
+        FailoverPolicy.from_options(
+            {"failover.maxReconnectAttempts": "5"}, default_method=FailoverMethod.SINGLEBROKER
+        ).total_attempts(1)
+        == 5
+    )
+
+
+def test_F5_qpid_jms_delays_are_exactly_what_the_url_says() -> None:
+    p = FailoverPolicy.from_options(
+        {
+            "failover.initialReconnectDelay": "5",
+            "failover.reconnectDelay": "10",
+            "failover.maxReconnectDelay": "100",
+            "failover.useReconnectBackOff": "true",
+            "failover.maxReconnectAttempts": "2",
+        }
+    )
+    assert [d for _, d in plan(p, [A, B, C], start_index=0)] == [0.005, 0.01, 0.02, 0.04, 0.08, 0.1]
+    assert [b for b, _ in plan(p, [A, B, C], start_index=0)] == [B, C, A] * 2
+
+
 def test_singlebroker_retries_one_broker() -> None:
-    p = FailoverPolicy(method=FailoverMethod.SINGLEBROKER, retries=3, cyclecount=1)
+    p = FailoverPolicy(method=FailoverMethod.SINGLEBROKER, retries=3, connect_delay=1.0, **PLAIN)
     assert plan(p, [A]) == [(A, 0.0), (A, 1.0), (A, 1.0)]
     assert plan(p, [A], start_index=0) == [(A, 0.0), (A, 1.0), (A, 1.0)]
 
@@ -288,7 +419,7 @@ def test_F5_singlebroker_retries_one_broker_retries_times() -> None:
 
 
 def test_roundrobin_starts_after_the_lost_broker() -> None:
-    p = FailoverPolicy(retries=2, cyclecount=2, connect_delay=0.5)
+    p = FailoverPolicy(retries=2, cyclecount=2, connect_delay=0.5, **PLAIN)
     got = plan(p, [A, B, C], start_index=0)
     assert [b for b, _ in got] == [B, B, C, C, A, A] * 2
     assert [d for _, d in got] == [0.0] + [0.5] * 11
@@ -301,7 +432,7 @@ def test_roundrobin_first_connect_starts_at_the_first_broker() -> None:
 
 
 def test_attempt_values() -> None:
-    p = FailoverPolicy(cyclecount=1, connect_delay=0.1)
+    p = FailoverPolicy(cyclecount=1, connect_delay=0.1, **PLAIN)
     got = list(p.attempts([A, B], start_index=1, rng=random.Random(1)))
     assert got == [Attempt(0, A, 0.0, 1), Attempt(1, B, 0.1, 2)]
 
@@ -311,7 +442,8 @@ def test_startup_cyclecount_applies_to_the_first_connect_only() -> None:
     assert len(plan(p, [A, B], startup=True)) == 2
     assert len(plan(p, [A, B])) == 6
     assert p.total_attempts(2, startup=True) == 2
-    same = FailoverPolicy(cyclecount=3)
+    assert FailoverPolicy().total_attempts(2, startup=True) == 2  # one pass by default
+    same = FailoverPolicy(cyclecount=3, startup_cyclecount=None)
     assert len(plan(same, [A, B], startup=True)) == 6
 
 
@@ -358,7 +490,14 @@ def test_start_index_out_of_range() -> None:
 
 def test_exponential_backoff_with_cap() -> None:
     p = FailoverPolicy(
-        cyclecount=1, retries=7, initial_delay=0.05, connect_delay=0.1, backoff=2.0, max_delay=1.0
+        cyclecount=1,
+        retries=7,
+        initial_delay=0.05,
+        connect_delay=0.1,
+        backoff=2.0,
+        max_delay=1.0,
+        fast_period=0.0,
+        jitter=0.0,
     )
     assert [d for _, d in plan(p, [A], start_index=0)] == [
         0.05,
@@ -403,7 +542,7 @@ def test_planning_does_not_touch_the_global_random() -> None:
     random.seed(7)
     expected = random.random()
     random.seed(7)
-    p = FailoverPolicy(jitter=1.0, randomize=True)
+    p = FailoverPolicy(jitter=1.0, randomize=True, cyclecount=3)
     list(p.attempts([A, B, C], rng=random.Random(1)))
     assert random.random() == expected
 
@@ -417,7 +556,7 @@ def test_planning_does_not_touch_the_global_random() -> None:
 def test_backoff_is_capped_and_never_shrinks(
     connect: float, backoff: float, cap: float, k: int
 ) -> None:
-    p = FailoverPolicy(connect_delay=connect, backoff=backoff, max_delay=cap)
+    p = FailoverPolicy(connect_delay=connect, backoff=backoff, max_delay=cap, fast_period=0.0)
     assert 0.0 <= p.base_delay(k) <= cap
     assert p.base_delay(k) <= p.base_delay(k + 1) + 1e-12
     assert p.base_delay(1) == min(connect, cap)
@@ -438,7 +577,8 @@ def test_every_delay_is_base_plus_bounded_jitter(
     for k, attempt in enumerate(attempts):
         assert attempt.number == k + 1
         assert attempt.broker == brokers[attempt.broker_index]
-        extra = attempt.delay - policy.base_delay(k)
+        visited = len(policy.broker_order(count))
+        extra = attempt.delay - policy.base_delay(k, brokers=visited)
         assert -1e-9 <= extra <= policy.jitter + 1e-9
 
 

@@ -19,6 +19,7 @@ from failover.states import (
     TRANSITIONS,
     ConnectionState,
     ManagerEvent,
+    budget_delay,
     is_retriable_failure,
     loss_event,
     next_state,
@@ -142,14 +143,19 @@ def test_the_plan_of_a_failover_starts_after_the_lost_broker() -> None:
 
 
 def test_the_plan_follows_the_policy_delays() -> None:
-    policy = FailoverPolicy(cyclecount=1, initial_delay=0.5, connect_delay=2.0)
+    policy = FailoverPolicy(
+        cyclecount=1, initial_delay=0.5, connect_delay=2.0, backoff=1.0, fast_period=0.0, jitter=0.0
+    )
     attempts = plan(policy, [A, B, C], A, startup=False, rng=random.Random(1))
     assert [a.delay for a in attempts] == [0.5, 2.0, 2.0]
 
 
 @pytest.mark.parametrize(
     "policy",
-    [FailoverPolicy(method=FailoverMethod.NOFAILOVER), FailoverPolicy(cyclecount=0)],
+    [
+        FailoverPolicy(method=FailoverMethod.NOFAILOVER),
+        FailoverPolicy(cyclecount=0, startup_cyclecount=None),
+    ],
     ids=["nofailover", "cyclecount=0"],
 )
 def test_no_reconnect_but_the_first_connect_is_one_try_at_once(policy: FailoverPolicy) -> None:
@@ -162,6 +168,35 @@ def test_the_first_connect_has_its_own_budget() -> None:
     policy = FailoverPolicy(cyclecount=3, startup_cyclecount=1)
     assert _hosts(policy, None, startup=True) == ["a", "b", "c"]
     assert len(_hosts(policy, A, startup=False)) == 9
+
+
+def test_budget_delay_cuts_the_last_delay_to_the_end_of_the_budget() -> None:
+    policy = FailoverPolicy(give_up_after=10.0)
+    assert budget_delay(policy, 0.0, 0.0) == 0.0
+    assert budget_delay(policy, 5.0, 4.0) == 5.0
+    assert budget_delay(policy, 5.0, 8.0) == 2.0  # due at 13 s: made at 10 s, the last one
+    assert budget_delay(policy, 0.0, 10.0) is None
+    assert budget_delay(policy, 5.0, 12.5) is None
+    forever = FailoverPolicy(give_up_after=None)
+    assert budget_delay(forever, 5.0, 10**9) == 5.0
+
+
+def test_F5_the_default_plan_ends_at_the_budget() -> None:
+    # Attempts that take no time: the plan's start times, as the manager walks it.
+    policy = FailoverPolicy(jitter=0.0)
+    times, elapsed = [], 0.0
+    for attempt in plan(policy, [A, B], A, startup=False, rng=random.Random(1)):
+        delay = budget_delay(policy, attempt.delay, elapsed)
+        if delay is None:
+            break
+        elapsed += delay
+        times.append(elapsed)
+    # 121 passes of two attempts (3 s), back-off to 9.3 s (6), 5 s each (22: up to 119.3 s),
+    # then the next one, due at 124.3 s, at the end of the budget instead.
+    assert len(times) == 242 + 6 + 22 + 1
+    assert times[:5] == [0.0, 0.0, 0.025, 0.025, 0.05]
+    assert times[240:249] == pytest.approx([3.0, 3.0, 3.1, 3.3, 3.7, 4.5, 6.1, 9.3, 14.3])
+    assert times[-1] == pytest.approx(120.0)
 
 
 # --- Restore tiers -------------------------------------------------------------------------------

@@ -41,7 +41,9 @@ def test_failover_url_with_everything() -> None:
         BrokerURL("amqp", "a", 5672),
         BrokerURL("amqps", "b", 5671, options={"amqp.idleTimeout": "1000"}),
     )
-    assert url.policy == FailoverPolicy(retries=2, cyclecount=3, connect_delay=0.5)
+    # A URL with its own delays gets exactly them: no fast phase, no jitter.
+    own = {"fast_period": 0.0, "jitter": 0.0}
+    assert url.policy == FailoverPolicy(retries=2, cyclecount=3, connect_delay=0.5, **own)
     assert url.connection_options == {"jms.clientID": "app-1", "amqp.maxFrameSize": "65536"}
     assert url.broker_options(1) == {
         "jms.clientID": "app-1",
@@ -62,7 +64,9 @@ def test_qpid_jms_url_works_unchanged() -> None:
         "&failover.maxReconnectAttempts=20&failover.reconnectDelay=10"
         "&failover.useReconnectBackOff=true&failover.nested.amqp.idleTimeout=30000"
     )
-    assert url.policy == FailoverPolicy(cyclecount=20, connect_delay=0.01, backoff=2.0)
+    assert url.policy == FailoverPolicy(
+        cyclecount=20, connect_delay=0.01, backoff=2.0, fast_period=0.0, jitter=0.0
+    )
     assert url.connection_options == {"jms.clientID": "foo", "amqp.idleTimeout": "30000"}
     again = parse_url(str(url))
     assert again == url
@@ -320,10 +324,13 @@ ms = st.integers(0, 10**6).map(lambda v: v / 1000)
 policies = st.builds(
     FailoverPolicy,
     method=st.sampled_from(FailoverMethod),
-    retries=st.integers(1, 50),
+    retries=st.none() | st.integers(1, 50),
     cyclecount=st.none() | st.integers(0, 50),
     startup_cyclecount=st.none() | st.integers(0, 50),
+    give_up_after=st.none() | st.integers(1, 10**6).map(lambda v: v / 1000),
     initial_delay=ms,
+    fast_delay=st.integers(1, 10**5).map(lambda v: v / 1000),
+    fast_period=ms,
     connect_delay=ms,
     backoff=st.integers(10, 40).map(lambda v: v / 10),
     max_delay=ms,

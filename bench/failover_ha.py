@@ -1,0 +1,268 @@
+"""What users get on a real HA pair: the default URL over a shared-store pair of reference brokers.
+
+Part of ``python -m bench.failover`` (``--no-ha`` skips it, ``--ha-kills`` sets the kills).
+Two ``haclient-broker --store F`` processes share one SQLite store: the master serves, the
+standby waits on the store's lock (polling it every 0.5 s, the broker's default) and takes over,
+with every stored message, when the master dies. The client connects with the **default** URL,
+``failover:(A,B)`` without a single ``failover.*`` option, and one AUTO session's producer sends
+PERSISTENT messages in a loop (each ``send`` returns once the broker accepted it).
+
+Each kill is a SIGKILL of the master's process. Measured, from just before the kill:
+
+- takeover: until the standby's port accepts a TCP connection (a probe connects every
+  millisecond from a thread): what the brokers need, which no client can beat;
+- downtime: until the first send completes on the new connection (a higher epoch): the sender's
+  gap;
+- overhead: downtime - takeover, what the client adds (noticing the loss, its reconnect
+  schedule, the new connection, restoring the session and producer, the first send).
+
+The killed broker is then started again, as the new standby, before the next kill. Goal
+(issue 13): overhead median <= 50 ms, max <= 100 ms.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+import haclient.aio as aio
+from bench.failover import FAILOVER_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, Recorder, Sender
+from bench.throughput import HOST, BenchError
+from chaos.net import free_port
+from haclient.destination import Queue
+from haclient.message import DeliveryMode
+from haclient.modes import AckMode
+
+OVERHEAD_MEDIAN_GOAL = 0.050
+OVERHEAD_MAX_GOAL = 0.100
+PROBE_EVERY = 0.001
+
+
+class HaMember:
+    """One ``haclient-broker --store`` process on a fixed port; stopped by its pid."""
+
+    def __init__(self, name: str, store: Path, work_dir: Path) -> None:
+        self.name = name
+        self.port = free_port(HOST)
+        self.store = store
+        self.log_path = work_dir / f"ha-{name}-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://{HOST}:{self.port}"
+
+    def spawn(self, role: str) -> None:
+        """Start the process and wait until it says it serves (``master``) or waits on the
+        store's lock (``standby``)."""
+        argv = [sys.executable, "-m", "chaos.broker.cli", "--host", HOST, "--port"]
+        argv += [str(self.port), "--store", str(self.store), "--log-level", "WARNING"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+        assert self.proc.stdout is not None
+        expected = "listening on" if role == "master" else "waiting as its slave"
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise BenchError(f"HA broker {self.name} exited: see {self.log_path}")
+            if expected in line:
+                return
+        raise BenchError(f"HA broker {self.name} did not become {role} in {START_TIMEOUT:g} s")
+
+    def kill(self) -> float:
+        """SIGKILL; returns ``time.monotonic()`` just before it."""
+        proc, self.proc = self.proc, None
+        assert proc is not None
+        t = time.monotonic()
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        return t
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def wait_accepting(port: int, timeout: float) -> float | None:
+    """``time.monotonic()`` when ``port`` first accepted a connection (None: not in time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                return time.monotonic()
+        except OSError:
+            time.sleep(PROBE_EVERY)
+    return None
+
+
+@dataclass
+class HaKill:
+    number: int
+    takeover: float | None = None
+    downtime: float | None = None
+    error: str | None = None
+
+    @property
+    def overhead(self) -> float | None:
+        if self.takeover is None or self.downtime is None:
+            return None
+        return self.downtime - self.takeover
+
+
+@dataclass
+class HaResult:
+    url: str
+    kills: list[HaKill] = field(default_factory=list)
+    note: str | None = None
+
+
+async def measure_ha(kills: int, work_dir: Path, run_id: str, log: Any) -> HaResult:
+    """``kills`` SIGKILLs of the master of a shared-store pair, under the default URL."""
+    with ExitStack() as stack:
+        store = work_dir / f"ha-{run_id}.sqlite"
+        members = [HaMember(name, store, work_dir) for name in ("A", "B")]
+        for member in members:
+            stack.callback(member.stop)
+        await anyio.to_thread.run_sync(members[0].spawn, "master")
+        await anyio.to_thread.run_sync(members[1].spawn, "standby")
+        result = HaResult(f"failover:({members[0].url},{members[1].url})")
+        print(f"ha pair: {result.url} (the default URL: no failover.* option)", file=log)
+        conn = await aio.connect(result.url, client_id=f"bench-failover-{run_id}-ha")
+        try:
+            await _kills(conn, members, kills, result, run_id, log)
+        finally:
+            with anyio.move_on_after(10, shield=True):
+                await conn.close()
+        return result
+
+
+async def _kills(
+    conn: aio.Connection,
+    members: list[HaMember],
+    kills: int,
+    result: HaResult,
+    run_id: str,
+    log: Any,
+) -> None:
+    recorder = Recorder()
+    conn.add_listener(recorder)
+    session = await conn.create_session(AckMode.AUTO)
+    producer = await session.create_producer(Queue(f"failover-{run_id}-ha"))
+    producer.delivery_mode = DeliveryMode.PERSISTENT
+    sender = Sender(conn, producer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sender.run)
+        for number in range(1, kills + 1):
+            await sender.settle()
+            if sender.error is not None:
+                result.note = f"stopped: the sender failed: {sender.error!r}"
+                break
+            kill = await _one_kill(number, conn, members, sender, recorder)
+            result.kills.append(kill)
+            print(
+                f"ha kill {number}/{kills}: takeover {_ms(kill.takeover)} ms, downtime "
+                f"{_ms(kill.downtime)} ms, overhead {_ms(kill.overhead)} ms"
+                + (f" ERROR {kill.error}" if kill.error else ""),
+                file=log,
+            )
+            if kill.error is not None:
+                result.note = f"stopped at kill {number}: {kill.error}"
+                break
+        tg.cancel_scope.cancel()
+
+
+async def _one_kill(
+    number: int, conn: aio.Connection, members: list[HaMember], sender: Sender, recorder: Recorder
+) -> HaKill:
+    kill = HaKill(number)
+    broker = conn.broker
+    master = next(m for m in members if broker is not None and m.port == broker.port)
+    standby = next(m for m in members if m is not master)
+    epoch = conn.statistics().epoch
+    t_kill = await anyio.to_thread.run_sync(master.kill)
+    opened = await anyio.to_thread.run_sync(wait_accepting, standby.port, FAILOVER_TIMEOUT)
+    with anyio.move_on_after(FAILOVER_TIMEOUT):
+        while sender.first_after(epoch) is None and not sender.error and not recorder.failed:
+            await anyio.sleep(0.005)  # the figures are timestamps: polling adds nothing to them
+    first = sender.first_after(epoch)
+    kill.takeover = None if opened is None else opened - t_kill
+    kill.downtime = None if first is None else first - t_kill
+    if opened is None:
+        kill.error = f"the standby did not take over within {FAILOVER_TIMEOUT:g} s"
+    elif first is None:
+        cause = recorder.failed[-1] if recorder.failed else repr(sender.error)
+        kill.error = f"no send completed on the standby: {cause}"
+    await anyio.to_thread.run_sync(master.spawn, "standby")
+    return kill
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _median_max(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return median, ordered[-1]
+
+
+def ha_report(result: HaResult) -> tuple[list[str], dict[str, Any]]:
+    """The table lines and the JSON summary of the HA pair part."""
+    ok = [k for k in result.kills if k.overhead is not None]
+    rows = {
+        "takeover": _median_max([k.takeover for k in ok if k.takeover is not None]),
+        "downtime": _median_max([k.downtime for k in ok if k.downtime is not None]),
+        "overhead": _median_max([k.overhead for k in ok if k.overhead is not None]),
+    }
+    median, worst = rows["overhead"]
+    if any(k.error for k in result.kills) or median is None or worst is None:
+        verdict = "FAILED" if result.kills else "NOT MEASURED"
+    else:
+        met = median <= OVERHEAD_MEDIAN_GOAL and worst <= OVERHEAD_MAX_GOAL
+        verdict = "PASS" if met else "MISSED"
+    lines = [
+        f"HA pair, the default URL {result.url}: SIGKILL of the master; takeover = kill -> "
+        "the standby's port accepts; downtime = kill -> first PERSISTENT send completed on it; "
+        "overhead = downtime - takeover",
+        f"{'':<10}{'kills':>6}{'median':>9}{'max':>9}",
+    ]
+    for name, (med, top) in rows.items():
+        lines.append(f"{name:<10}{len(ok):>6}{_ms(med):>9}{_ms(top):>9}")
+    lines.append(
+        f"goal overhead: median <= {OVERHEAD_MEDIAN_GOAL * 1000:.0f} ms, max <= "
+        f"{OVERHEAD_MAX_GOAL * 1000:.0f} ms: {_ms(median)} / {_ms(worst)} ms -> {verdict}"
+    )
+    if result.note:
+        lines.append(f"  {result.note}")
+    summary: dict[str, Any] = {
+        f"{name}_{stat}_s": value
+        for name, pair in rows.items()
+        for stat, value in zip(("median", "max"), pair, strict=True)
+    }
+    summary.update({"kills": len(ok), "url": result.url, "verdict": verdict, "note": result.note})
+    return lines, summary
