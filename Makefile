@@ -2,7 +2,7 @@
 #
 # `make test` and `make demo` do all the set-up on a fresh Debian machine (as root): the
 # virtualenv in .venv, `pip install -e '.[dev]'` (again only when pyproject.toml changes) and
-# Debian's rabbitmq-server when it is missing.
+# Debian's rabbitmq-server and prometheus when they are missing.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # Non-root users on Debian have no /usr/sbin on PATH, where rabbitmq-server lives.
 export PATH := $(PATH):/usr/sbin
 
-.PHONY: test demo bench lint setup rabbitmq clean distclean
+.PHONY: test demo bench lint setup rabbitmq prometheus clean distclean
 
 test: setup
 	$(BIN)/ruff check .
@@ -27,13 +27,14 @@ bench: setup
 	$(BIN)/python -m bench.broker --messages 20000 --repeat 5 --json bench/broker-results.json
 	$(BIN)/python -m bench.jms --count 5000 --pipelined-count 20000 --rounds 3
 	$(BIN)/python -m bench.failover
+	$(BIN)/python -m bench.metrics
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-setup: $(STAMP) rabbitmq
+setup: $(STAMP) rabbitmq prometheus
 
 $(BIN)/python:
 	@if ! $(PYTHON) -c 'import ensurepip' 2>/dev/null && [ "$$(id -u)" = 0 ]; then \
@@ -56,6 +57,18 @@ rabbitmq:
 		echo "== installing rabbitmq-server (Debian)"; \
 		apt-get update && DEBIAN_FRONTEND=noninteractive \
 			apt-get install -y --no-install-recommends rabbitmq-server; \
+	fi
+
+# The metrics test scrapes haclient with a real Prometheus server (no service is started).
+prometheus:
+	@if command -v prometheus >/dev/null; then \
+		: already installed; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "== prometheus is missing and installing it needs root: its test will skip"; \
+	else \
+		echo "== installing prometheus (Debian)"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends prometheus; \
 	fi
 
 clean:

@@ -7,6 +7,7 @@ Tests that need a broker which is not installed skip on a developer's machine; C
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -44,3 +45,16 @@ def rabbitmq(rabbitmq_installed: None) -> Iterator[RabbitMQNode]:
     """A private RabbitMQ node with the AMQP 1.0 plugin, shared by the whole session."""
     with RabbitMQNode() as node:
         yield node
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    """Debian's ``prometheus`` server; skip (or fail, see above) when it is not installed."""
+    found = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin:/usr/sbin")
+    if found is None:
+        skip_or_fail(
+            "Prometheus is not installed: no prometheus on PATH "
+            "(`make test` installs Debian's prometheus when run as root)"
+        )
+    assert found is not None
+    return found

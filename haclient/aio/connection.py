@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextvars
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -34,6 +35,7 @@ from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import PhysicalConnection, open_physical
 from haclient.aio.session import Session
+from haclient.aio.stats import HistogramSnapshot, broker_address
 from haclient.aio.termini import SubscriptionNames
 from haclient.amqp.endpoints import Link
 from haclient.amqp.endpoints import Session as AmqpSession
@@ -80,9 +82,23 @@ class ConnectionStatistics:
         last_downtime: Seconds the last failover took (loss to restored), None before one.
         sessions / producers / consumers: How many are open.
         messages_sent / messages_received / messages_acknowledged: Counters since connect.
-        duplicates_suppressed: Messages not handed out because their session had consumed
-            a message with the same id within its duplicate window (a redelivery or an F11
-            re-send after a failover).
+        method: The failover method (``roundrobin`` ...).
+        broker_address: ``host:port`` of the broker in use (no credentials), None when none.
+        connection_attempts: Connection attempts by broker ``host:port`` (first connect too).
+        failovers_failed: Failovers that gave up (F4).
+        failover_durations: Downtime of each completed failover (loss to restored).
+        calls_blocked: Calls waiting at the gate now, for failover to end (F2).
+        blocked_durations: How long each call that found the gate closed waited there.
+        acknowledgements: Acknowledgements settled with the broker, by mode (``auto`` ...).
+        ack_latency: How long the broker took to confirm them (A6), by mode.
+        transactions: Transactions by outcome: committed, rolled_back,
+            rolled_back_by_failover (F7), in_doubt (a commit cut off in flight).
+        messages_resent: Sends repeated on a new connection after a loss (F11).
+        messages_redelivered: Messages received marked redelivered.
+        temporaries_restored: Temporary destinations made again after failovers (F6).
+        resources_not_restored: Resources failover could not restore (F14).
+        duplicates_suppressed: Messages the sessions' duplicate windows kept from the
+            application.
     """
 
     state: ConnectionState
@@ -98,6 +114,20 @@ class ConnectionStatistics:
     messages_sent: int
     messages_received: int
     messages_acknowledged: int
+    method: str
+    broker_address: str | None
+    connection_attempts: Mapping[str, int]
+    failovers_failed: int
+    failover_durations: HistogramSnapshot
+    calls_blocked: int
+    blocked_durations: HistogramSnapshot
+    acknowledgements: Mapping[str, int]
+    ack_latency: Mapping[str, HistogramSnapshot]
+    transactions: Mapping[str, int]
+    messages_resent: int
+    messages_redelivered: int
+    temporaries_restored: int
+    resources_not_restored: int
     duplicates_suppressed: int
 
 
@@ -134,6 +164,7 @@ class Connection:
             start_soon=self._start_owned,
             client_id=options.client_id,
         )
+        self._manager.add_listener(self._context.counters.failover)  # metrics first
 
     @property
     def _closed(self) -> bool:
@@ -169,6 +200,7 @@ class Connection:
 
     async def _connect(self, broker: BrokerURL) -> PhysicalConnection:
         """The connector the failover manager calls: one physical connection to ``broker``."""
+        self._context.counters.attempt(broker)
         physical = await open_physical(
             self._host.task_group, broker, self._options, self._container_id
         )
@@ -320,6 +352,7 @@ class Connection:
     def statistics(self) -> ConnectionStatistics:
         """A snapshot of the connection's state and counters (touches no network)."""
         manager = self._manager.statistics()
+        counters, blocked = self._context.counters, self._context.gate.blocked
         return ConnectionStatistics(
             state=self.state,
             broker=str(self.broker) if self.broker is not None else None,
@@ -334,7 +367,21 @@ class Connection:
             messages_sent=self._context.counters.sent,
             messages_received=self._context.counters.received,
             messages_acknowledged=self._context.counters.acknowledged,
-            duplicates_suppressed=self._context.counters.duplicates_suppressed,
+            method=self._manager.policy.method.value,
+            broker_address=broker_address(self.broker),
+            connection_attempts=MappingProxyType(dict(counters.attempts)),
+            failovers_failed=counters.failover.failed,
+            failover_durations=counters.failover.durations.snapshot(),
+            calls_blocked=blocked.now,
+            blocked_durations=blocked.durations.snapshot(),
+            acknowledgements=counters.acknowledgements(),
+            ack_latency=counters.ack_latency(),
+            transactions=counters.transactions(),
+            messages_resent=counters.resent,
+            messages_redelivered=counters.redelivered,
+            temporaries_restored=counters.temporaries_restored,
+            resources_not_restored=counters.failover.resources_not_restored,
+            duplicates_suppressed=counters.duplicates_suppressed,
         )
 
     async def close(self) -> None:
@@ -465,6 +512,7 @@ class _TemporaryDestinations:
                 log.info("temporary destination %s is now %s", destination.address, address)
                 destination._follow(address)  # the object and its copies follow (F6)
             self._links[key] = (destination, fresh)
+            self._connection._context.counters.temporaries_restored += 1
 
 
 class Connecting:

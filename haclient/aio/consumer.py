@@ -359,6 +359,7 @@ class MessageConsumer:
         if message is None:
             return _Skip.AGAIN
         self._context.connection.counters.received += 1
+        self._context.connection.counters.redelivered += message.redelivered
         return raw, message, at
 
     def _decode(

@@ -11,6 +11,7 @@ Thread-safety: none; everything runs on the connection's event loop.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from failover.manager import ConnectionState
 from haclient.aio.acks import AckStrategy, PendingAck, settle
 from haclient.aio.dedup import DuplicateWindow
 from haclient.aio.gate import Gate
+from haclient.aio.stats import Counters
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
 from haclient.errors import ClosedError, ConnectionFailedError
 from haclient.message import MessageIdGenerator
@@ -41,16 +43,6 @@ _link_numbers = itertools.count(1)
 
 StartSoon = Callable[..., None]
 """``start_soon(fn, *args, name=None)``: run ``fn`` in the connection's task group."""
-
-
-@dataclass(slots=True)
-class Counters:
-    """Messages counted since the connection was opened (``statistics()``)."""
-
-    sent: int = 0
-    received: int = 0
-    acknowledged: int = 0
-    duplicates_suppressed: int = 0
 
 
 class StartSwitch:
@@ -150,6 +142,7 @@ class SessionContext:
         self.transaction: SessionTransaction | None = None
         self.confirmation: AckConfirmation | None = None
         self.dispatch_lock = anyio.Lock()  # one listener of the session at a time
+        self.ack_stats = connection.counters.acks[ack_mode]
         self.closed = False
         options = connection.options
         self.window: DuplicateWindow | None = (
@@ -211,6 +204,7 @@ class SessionContext:
             return
         assert self.amqp_session is not None
         async with self._ack_lock:
+            started = time.perf_counter()
             await settle(
                 self.amqp(),
                 self.amqp_session,
@@ -219,7 +213,10 @@ class SessionContext:
                 confirm=confirm,
                 timeout=self.options.attach_timeout,
             )
+            if confirm:
+                self.ack_stats.latency.observe(time.perf_counter() - started)
         self.connection.counters.acknowledged += len(acks)
+        self.ack_stats.count += len(acks)
 
     async def give_back(self, acks: list[PendingAck]) -> None:
         """Return delivered messages (marked redelivered), and the prefetched ones behind them,

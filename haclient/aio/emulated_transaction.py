@@ -96,6 +96,7 @@ class EmulatedTransaction(SessionTransaction):
             for send in sends[done:]:
                 if send.completed is not None:
                     send.completed(exc)
+            self.counters.in_doubt += 1
             raise TransactionRolledBackError(
                 f"the emulated commit failed after {done} of {len(sends)} sends "
                 f"({'before' if done < len(sends) else 'while'} acknowledging {len(received)} "

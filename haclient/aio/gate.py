@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from haclient.aio.stats import BlockedCalls
 from haclient.errors import ClosedError, ConfigurationError, ConnectionLostError, HAClientError
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class Gate:
     ) -> None:
         self._manager = manager
         self._is_closed = is_closed
+        self.blocked = BlockedCalls()
 
     async def wait(self, deadline: float = math.inf) -> Connected:
         """The connection to use: at once when connected, else once failover restored it.
@@ -98,7 +100,8 @@ class Gate:
         if self._is_closed():
             raise ClosedError("the connection is closed")
         timeout = None if math.isinf(deadline) else max(deadline - anyio.current_time(), 0.0)
-        physical, epoch = await self._manager.wait_connected(timeout=timeout)
+        with self.blocked.measure(self._manager.state):
+            physical, epoch = await self._manager.wait_connected(timeout=timeout)
         return Connected(physical, epoch)
 
     def lost(self, at: Connected, error: BaseException) -> bool:

@@ -281,6 +281,7 @@ class MessageProducer:
             else:
                 if sent is not None:
                     log.info("re-sending %s after the connection was lost", message.message_id)
+                    self._context.connection.counters.resent += 1
                 delivery = await self._transfer(at, destination, message, in_transaction)
             sent = (at, delivery)
             if wait:

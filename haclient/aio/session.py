@@ -83,6 +83,7 @@ class Session:
         options = context.options
         if self._ack_mode is AckMode.TRANSACTED:
             context.transaction = self._new_transaction(options.transactions == "emulate")
+            context.transaction.counters = context.connection.counters
         context.acks = ack_strategy(
             self._ack_mode,
             context,

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 from haclient.aio.acks import PendingAck
+from haclient.aio.stats import Counters
 from haclient.amqp.codec import encode_declare, encode_discharge
 from haclient.amqp.connection import AmqpConnection
 from haclient.amqp.endpoints import Sender, Session
@@ -58,6 +59,7 @@ class SessionTransaction(ABC):
         self._consumed = consumed
         self._receipts: list[PendingAck] = []  # received in the open transaction
         self._rolled_back_by_failover = False  # F7: the open transaction died with a connection
+        self.counters = Counters()  # the session gives it its connection's
 
     @property
     @abstractmethod
@@ -106,7 +108,9 @@ class SessionTransaction(ABC):
         """
         if self._rolled_back_by_failover:
             self._rolled_back_by_failover = False
-            await self.rollback()  # what the session did since the failover goes too
+            self._receipts.clear()
+            await self._roll_back()  # what the session did since the failover goes too
+            self.counters.rolled_back_by_failover += 1
             raise TransactionRolledBackError(
                 "the connection failed over during the transaction, which was rolled back: "
                 "replay it"
@@ -119,12 +123,14 @@ class SessionTransaction(ABC):
                 self._consumed(receipts)
             raise
         self._consumed(receipts)
+        self.counters.committed += 1
 
     async def rollback(self) -> None:
         """Roll back: sends are dropped, received messages come back (redelivered)."""
         self._rolled_back_by_failover = False
         self._receipts.clear()
         await self._roll_back()
+        self.counters.rolled_back += 1
 
     @abstractmethod
     async def _commit(self) -> None: ...
@@ -217,6 +223,7 @@ class NativeTransaction(SessionTransaction):
         except (ConnectionLostError, HAClientError) as exc:
             if fail:
                 raise
+            self.counters.in_doubt += 1
             raise TransactionRolledBackError(
                 "the connection ended while the commit was in flight: the broker may or may not "
                 "have committed the transaction",
@@ -226,8 +233,10 @@ class NativeTransaction(SessionTransaction):
             return
         if isinstance(outcome, Rejected):
             reason = outcome.error.description if outcome.error else None
+            self.counters.rolled_back += 1
             raise TransactionRolledBackError(
                 f"the broker rolled the transaction back: {reason or 'no reason given'}"
             )
         if not isinstance(outcome, Accepted):
+            self.counters.rolled_back += 1
             raise TransactionRolledBackError(f"the broker answered the commit with {outcome!r}")

@@ -73,6 +73,7 @@ async def test_F7_a_commit_cut_off_in_flight_is_in_doubt(api: Api) -> None:
             with pytest.raises(TransactionRolledBackError) as in_flight:
                 await session.commit()
             await recorder.wait_for("completed")  # reconnected and restored before closing
+            assert (await connection.statistics()).transactions["in_doubt"] == 1  # metrics
             await connection.close()
             await peer.wait_script_done()
     assert in_flight.value.in_doubt
@@ -102,6 +103,7 @@ async def test_F11_a_send_cut_off_before_its_outcome_is_sent_again_with_its_id(
             message = TextMessage("exactly this one")
             await producer.send(message)  # PERSISTENT: returns once the second one is accepted
             assert len(transfers) == 2  # it did not return after the first
+            assert (await connection.statistics()).messages_resent == 1  # metrics
             await connection.close()
             await peer.wait_script_done()
     first, second = transfers
