@@ -31,6 +31,8 @@ EventHandler = Callable[[list[EngineEvent]], None]
 """Called on the loop with each batch of engine events; must not block."""
 
 _READ_SIZE = 65536
+_LINGER = 0.5
+"""Seconds an orderly end waits for the peer to close its side before the socket is closed."""
 
 
 def _socket_error(exc: BaseException) -> BaseException:
@@ -114,12 +116,32 @@ class Driver:
                 tg.start_soon(self._read_loop)
                 await self._write_loop()
                 tg.cancel_scope.cancel()
+            if self.socket_error is None:
+                await self._linger()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
             self._ended.set()
             self._release_flushes()
         return self._result
+
+    async def _linger(self) -> None:
+        """End our side first and read until the peer closes its own (or ``_LINGER`` passes).
+
+        Closing a socket that still holds unread bytes makes the kernel send a reset, and a
+        reset makes the peer's kernel drop what it had not read yet: a refused login's SASL
+        outcome, sent just before, would be lost, and the peer would see the connection reset
+        instead of the reason. Skipped when the socket failed, and cancelled with ``run()``.
+        """
+        with anyio.move_on_after(_LINGER):
+            try:
+                await self._stream.send_eof()
+                while await self._stream.receive(_READ_SIZE):
+                    pass
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            except (OSError, NotImplementedError):
+                pass
 
     def _dispatch(self) -> None:
         events = self.engine.events()

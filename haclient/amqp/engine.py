@@ -24,7 +24,7 @@ from typing import Any
 
 import cproton
 import proton
-from proton import Collector, Connection, Event, SSLDomain, Transport
+from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
 
 from haclient.amqp import _convert
 from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
@@ -85,6 +85,7 @@ class Engine:
         self._collector = Collector()
         self._connection.collect(self._collector)
         self._sasl_layer: SaslServerLayer | None = None
+        self._sasl: SASL | None = None  # the client role's SASL, when it logs in
         self._tls_layer: TlsServerLayer | None = None
         if config.role is Role.SERVER:
             self._transport = Transport(Transport.SERVER)
@@ -110,7 +111,7 @@ class Engine:
                 self._connection.user = auth.username
                 if auth.password is not None:
                     self._connection.password = auth.password
-            sasl = self._transport.sasl()
+            sasl = self._sasl = self._transport.sasl()
             mechanisms = auth.mechanisms or (("PLAIN",) if auth.username else ("ANONYMOUS",))
             sasl.allowed_mechs(" ".join(mechanisms))
             sasl.allow_insecure_mechs = auth.allow_insecure or config.tls is not None
@@ -388,7 +389,16 @@ class Engine:
         self._finished = True
         error = _convert.condition_from_pn(self._transport.condition)
         remote_closed = bool(self._connection.state & proton.Endpoint.REMOTE_CLOSED)
+        if self._sasl_refused():
+            # proton names a refused login or an EOF after it, depending on which it read
+            # first in one batch of bytes: the refusal is the reason either way.
+            error = ErrorCondition("amqp:unauthorized-access", "the SASL login was refused")
         self._events.append(TransportClosed(_ending_condition(error, remote_closed)))
+
+    def _sasl_refused(self) -> bool:
+        """Whether the peer answered our SASL login with a failure outcome."""
+        sasl = self._sasl
+        return sasl is not None and sasl.outcome is not None and sasl.outcome != SASL.OK
 
 
 def _ending_condition(error: ErrorCondition | None, remote_closed: bool) -> ErrorCondition | None:
