@@ -309,10 +309,11 @@ class _Stream:
 
     def _resent(self, message_id: str) -> bool:
         """True when the send of ``message_id`` spanned a loss of the producer's connection."""
-        starts = [e.t for e in self._of("failover_started") if e.actor == "producer"]
         for event in self._of("accepted"):
-            if message_id in event.ids and any(event.start <= s <= event.t for s in starts):
-                return True
+            if message_id in event.ids:
+                starts = [e.t for e in self._of("failover_started", event.actor)]
+                if any(event.start <= s <= event.t for s in starts):
+                    return True
         return False
 
     def _check_duplicates(self, consumptions: dict[str, list[Event]]) -> None:

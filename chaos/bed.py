@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -89,6 +89,10 @@ class Bed:
         broker_urls: External brokers (``amqp://host:port``): nothing embedded is started.
         toxiproxy_url: An external Toxiproxy; default ``$TOXIPROXY_URL`` or the embedded one.
         poll_interval: How often a standby tries the store's lock (seconds).
+        broker_idle_timeout: The embedded brokers' idle timeout (seconds): a broker drops a
+            connection silent for twice this, as real brokers do with heartbeats. Without it, a
+            connection whose client left while a proxy held its data (a blackhole, a silent
+            broker) would keep its unacknowledged deliveries from redelivery for good.
     """
 
     def __init__(
@@ -99,10 +103,12 @@ class Bed:
         broker_urls: list[str] | None = None,
         toxiproxy_url: str | None = None,
         poll_interval: float = 0.02,
+        broker_idle_timeout: float | None = 1.0,
     ) -> None:
         self.ha = ha and not broker_urls
         self.external = bool(broker_urls)
         self.poll_interval = poll_interval
+        self.broker_idle_timeout = broker_idle_timeout
         self._count = 2 if self.ha else (len(broker_urls) if broker_urls else brokers)
         self._broker_urls = broker_urls or []
         self._toxiproxy_url = toxiproxy_url
@@ -147,7 +153,12 @@ class Bed:
     def _start_brokers(self, tmp: Path) -> None:
         for i in range(self._count):
             store = tmp / ("ha.db" if self.ha else f"broker-{i}.db")
-            broker = Broker(port=free_port(), store=store, ha_poll_interval=self.poll_interval)
+            broker = Broker(
+                port=free_port(),
+                store=store,
+                ha_poll_interval=self.poll_interval,
+                idle_timeout=self.broker_idle_timeout,
+            )
             member = Member(f"broker-{i}", f"127.0.0.1:{broker.port}", f"{self._prefix}-{i}")
             member.broker = broker
             self.members.append(member)
@@ -164,10 +175,8 @@ class Bed:
     def _delete_proxies(self) -> None:
         assert self.client is not None
         for member in self.members:
-            try:
+            with suppress(ToxiproxyNotFound):
                 self.client.delete_proxy(member.proxy)
-            except ToxiproxyNotFound:
-                pass
 
     @property
     def portal(self) -> BlockingPortal:
@@ -281,7 +290,9 @@ class Bed:
 
     # --- network faults -----------------------------------------------------------------------
 
-    def _toxic_for(self, seconds: float, type: str, stream: str = "downstream", **attrs: int) -> None:
+    def _toxic_for(
+        self, seconds: float, type: str, stream: str = "downstream", **attrs: int
+    ) -> None:
         names = []
         for member in self.members:
             toxic = self.proxies.add_toxic(member.proxy, type, stream=stream, **attrs)
@@ -290,10 +301,8 @@ class Bed:
             time.sleep(seconds)
         finally:
             for proxy, name in names:
-                try:
+                with suppress(ToxiproxyNotFound):
                     self.proxies.remove_toxic(proxy, name)
-                except ToxiproxyNotFound:
-                    pass
 
     def _network(self, name: str, detail: str, seconds: float, type: str, **kw: Any) -> FaultRecord:
         with self._record(name, detail) as record:
@@ -312,9 +321,7 @@ class Bed:
     def latency(self, seconds: float, ms: int, jitter: int = 0) -> FaultRecord:
         """Every byte from the brokers waits ``ms`` (+- ``jitter``) for ``seconds``."""
         detail = f"{ms} ms +- {jitter} for {seconds:.2f} s"
-        return self._network(
-            "latency", detail, seconds, "latency", latency=ms, jitter=jitter
-        )
+        return self._network("latency", detail, seconds, "latency", latency=ms, jitter=jitter)
 
     def bandwidth(self, seconds: float, rate_kb: int) -> FaultRecord:
         """The brokers' output squeezed to ``rate_kb`` KB/s for ``seconds``."""
@@ -329,8 +336,12 @@ class Bed:
                 for member in self.members:
                     stack.enter_context(
                         self.proxies.toxic(
-                            member.proxy, "slicer", stream=stream,
-                            average_size=size, size_variation=size // 2, delay=100,
+                            member.proxy,
+                            "slicer",
+                            stream=stream,
+                            average_size=size,
+                            size_variation=size // 2,
+                            delay=100,
                         )
                     )
             time.sleep(seconds)

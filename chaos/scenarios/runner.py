@@ -43,15 +43,21 @@ class MatrixRun:
 
 
 def plan(
-    faults: Sequence[str], rng: random.Random, *, count: int | None, per_round: int
+    faults: Sequence[str],
+    rng: random.Random,
+    *,
+    count: int | None,
+    per_round: int,
+    shuffle: bool = True,
 ) -> list[list[str]]:
-    """The faults of each round: every fault once per pass, in a shuffled order, until
-    ``count`` faults (default: one pass)."""
+    """The faults of each round: every fault once per pass, in a shuffled order (unless
+    ``shuffle`` is False), until ``count`` faults (default: one pass)."""
     total = count if count is not None else len(faults)
     order: list[str] = []
     while len(order) < total:
         shuffled = list(faults)
-        rng.shuffle(shuffled)
+        if shuffle:
+            rng.shuffle(shuffled)
         order.extend(shuffled)
     order = order[:total]
     return [order[i : i + per_round] for i in range(0, len(order), per_round)]
@@ -68,18 +74,21 @@ def run_matrix(
     per_round: int = 10,
     on_fault: Callable[[FaultRecord], None] | None = None,
     drain: float = 8.0,
+    gap: float = GAP,
+    shuffle: bool = True,
 ) -> MatrixRun:
     """Inject ``count`` faults (or as many as fit in ``duration`` seconds; default one of
-    each) while ``workloads`` run; returns the run with its ledger."""
+    each), ``gap`` seconds apart, while ``workloads`` run; returns the run with its ledger."""
     rng = random.Random(seed)
     run = MatrixRun(workloads=list(workloads), seed=seed, started=time.time())
-    rounds = plan(faults, rng, count=count if duration is None else 10**6, per_round=per_round)
+    total = count if duration is None else 10**6
+    rounds = plan(faults, rng, count=total, per_round=per_round, shuffle=shuffle)
     deadline = None if duration is None else time.monotonic() + duration
     url = bed.url()
     for number, round_faults in enumerate(rounds):
         if deadline is not None and time.monotonic() > deadline:
             break
-        _round(bed, run, url, number, round_faults, rng, on_fault, deadline, drain)
+        _round(bed, run, url, number, round_faults, rng, on_fault, deadline, drain, gap)
     run.ended = time.time()
     return run
 
@@ -94,6 +103,7 @@ def _round(
     on_fault: Callable[[FaultRecord], None] | None,
     deadline: float | None,
     drain: float,
+    gap: float,
 ) -> None:
     stop = threading.Event()
     contexts = [
@@ -114,12 +124,15 @@ def _round(
             record = FAULTS[name](bed, rng)
             run.faults.append(record)
             run.ledger.add(
-                "fault", call=record.name, message=record.detail, t=record.end,
+                "fault",
+                call=record.name,
+                message=record.detail,
+                t=record.end,
                 duration=record.end - record.start,
             )
             if on_fault is not None:
                 on_fault(record)
-            time.sleep(GAP)
+            time.sleep(gap)
     finally:
         stop.set()
         worker.join()
@@ -149,6 +162,12 @@ async def _guarded(context: WorkloadContext, stop: threading.Event) -> None:
             try:
                 await workload(context)
             except Exception as exc:  # a workload that died is a promise the audit judges
-                context.record("error", "workload", "", call="run", error=type(exc).__name__,
-                               message=str(exc)[:200])
+                context.record(
+                    "error",
+                    "workload",
+                    "",
+                    call="run",
+                    error=type(exc).__name__,
+                    message=str(exc)[:200],
+                )
             tg.cancel_scope.cancel()

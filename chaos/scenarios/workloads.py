@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -75,18 +76,25 @@ class WorkloadContext:
         actor: str,
         mode: str,
         call: str,
-        fn: Callable[[], Awaitable[T]],
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
         deadline: float = CALL_DEADLINE,
     ) -> T:
-        """Run one call; a slow one is written as a ``call`` event, a failed one as ``error``
-        (then re-raised)."""
+        """Run ``fn(*args)``; a slow call is written as a ``call`` event, a failed one as
+        ``error`` (then re-raised)."""
         start = time.time()
         try:
-            result = await fn()
+            result = await fn(*args)
         except Exception as exc:
             self.record(
-                "error", actor, mode, call=call, duration=time.time() - start,
-                deadline=deadline, error=type(exc).__name__, message=str(exc)[:200],
+                "error",
+                actor,
+                mode,
+                call=call,
+                duration=time.time() - start,
+                deadline=deadline,
+                error=type(exc).__name__,
+                message=str(exc)[:200],
             )
             raise
         duration = time.time() - start
@@ -131,9 +139,11 @@ async def produce(context: WorkloadContext) -> None:
             message = TextMessage("payload")
             start = time.time()
             try:
-                await context.timed("producer", "AUTO", "send", lambda: producer.send(message))
+                await context.timed("producer", "AUTO", "send", producer.send, message)
                 ids = [str(message.message_id)]
-                context.record("accepted", "producer", "AUTO", ids=ids, duration=time.time() - start)
+                context.record(
+                    "accepted", "producer", "AUTO", ids=ids, duration=time.time() - start
+                )
                 context.expected.update(ids)
             except Exception:  # written as an error by timed(); the audit judges it
                 pass
@@ -151,7 +161,7 @@ async def produce_transacted(context: WorkloadContext) -> None:
             try:
                 for _ in range(BATCH):
                     message = TextMessage("payload")
-                    await context.timed("producer", "TRANSACTED", "send", lambda: producer.send(message))
+                    await context.timed("producer", "TRANSACTED", "send", producer.send, message)
                     ids.append(str(message.message_id))
                     context.record("sent", "producer", "TRANSACTED", ids=ids[-1:])
                     await anyio.sleep(context.pace)
@@ -160,13 +170,19 @@ async def produce_transacted(context: WorkloadContext) -> None:
             await _commit(context, session, "producer", ids)
 
 
-async def _commit(context: WorkloadContext, session: aio.Session, actor: str, ids: list[str]) -> bool:
+async def _commit(
+    context: WorkloadContext, session: aio.Session, actor: str, ids: list[str]
+) -> bool:
     start = time.time()
     try:
         await context.timed(actor, "TRANSACTED", "commit", session.commit)
     except TransactionRolledBackError as exc:
         context.record(
-            "rolled_back", actor, "TRANSACTED", ids=ids, in_doubt=exc.in_doubt,
+            "rolled_back",
+            actor,
+            "TRANSACTED",
+            ids=ids,
+            in_doubt=exc.in_doubt,
             duration=time.time() - start,
         )
         if exc.in_doubt:
@@ -185,6 +201,8 @@ async def _commit(context: WorkloadContext, session: aio.Session, actor: str, id
 async def consume(context: WorkloadContext, mode: AckMode) -> None:
     """Receive until drained; acknowledge as ``mode`` wants."""
     name = mode.name
+    if mode is AckMode.NO_ACK:  # what it lost never comes (A5): no long wait for it
+        context.drain = min(context.drain, 1.5)
     async with await context.connect("consumer") as connection:
         session = await connection.create_session(mode)
         consumer = await session.create_consumer(Queue(context.stream))
@@ -200,19 +218,27 @@ async def consume(context: WorkloadContext, mode: AckMode) -> None:
                 if mode in (AckMode.AUTO, AckMode.DUPS_OK, AckMode.NO_ACK):
                     context.consumed.add(message_id)
                     pending.clear()
-            if mode is AckMode.INDIVIDUAL and pending:
+            if (mode is AckMode.INDIVIDUAL and pending) or (
+                mode is AckMode.CLIENT and (len(pending) >= BATCH or (message is None and pending))
+            ):
                 await _acknowledge(context, session, name, pending, pending[-1])
-            elif mode is AckMode.CLIENT and (len(pending) >= BATCH or (message is None and pending)):
-                await _acknowledge(context, session, name, pending, pending[-1])
-            elif mode is AckMode.TRANSACTED and (len(pending) >= BATCH or (message is None and pending)):
+            elif mode is AckMode.TRANSACTED and (
+                len(pending) >= BATCH or (message is None and pending)
+            ):
                 await _commit(context, session, "consumer", [str(m.message_id) for m in pending])
                 pending.clear()
 
 
-async def _receive(context: WorkloadContext, consumer: aio.MessageConsumer, actor: str, mode: str) -> Message | None:
+async def _receive(
+    context: WorkloadContext, consumer: aio.MessageConsumer, actor: str, mode: str
+) -> Message | None:
     try:
         return await context.timed(
-            actor, mode, "receive", lambda: consumer.receive(timeout=RECEIVE_TIMEOUT),
+            actor,
+            mode,
+            "receive",
+            consumer.receive,
+            RECEIVE_TIMEOUT,
             deadline=RECEIVE_TIMEOUT + RECEIVE_SLACK,
         )
     except Exception:
@@ -230,7 +256,14 @@ async def _acknowledge(
     try:
         await context.timed("consumer", mode, "acknowledge", last.acknowledge)
     except AcknowledgeFailedError as exc:
-        context.record("ack_failed", "consumer", mode, ids=ids, in_doubt=exc.in_doubt, duration=time.time() - start)
+        context.record(
+            "ack_failed",
+            "consumer",
+            mode,
+            ids=ids,
+            in_doubt=exc.in_doubt,
+            duration=time.time() - start,
+        )
         if exc.in_doubt:
             context.consumed.update(ids)
         # acknowledge() and recover() each raise once after a failover (F8); the recover that
@@ -279,7 +312,7 @@ async def serve(context: WorkloadContext) -> None:
             reply.correlation_id = request.message_id
             reply_to = request.reply_to
             try:  # a reply-to from before a failover may be gone (F6)
-                await context.timed("server", "AUTO", "reply", lambda: replies.send(reply_to, reply))
+                await context.timed("server", "AUTO", "reply", replies.send, reply_to, reply)
             except Exception:
                 pass
 
@@ -299,8 +332,11 @@ async def ask(context: WorkloadContext) -> None:
 
 
 async def _ask_one(
-    context: WorkloadContext, producer: aio.MessageProducer, answers: aio.MessageConsumer,
-    inbox: Any, question: int,
+    context: WorkloadContext,
+    producer: aio.MessageProducer,
+    answers: aio.MessageConsumer,
+    inbox: Any,
+    question: int,
 ) -> None:
     asked: list[str] = []
     for _ in range(REQUEST_RETRIES):
@@ -308,13 +344,15 @@ async def _ask_one(
         request.reply_to = inbox
         start = time.time()
         try:
-            await context.timed("requester", "AUTO", "send", lambda: producer.send(request))
+            await context.timed("requester", "AUTO", "send", producer.send, request)
         except Exception:
             continue
         finally:
             context.record("sent", "requester", "AUTO", ids=[str(request.message_id)], t=start)
         asked.append(str(request.message_id))
-        context.record("accepted", "requester", "AUTO", ids=asked[-1:], duration=time.time() - start)
+        context.record(
+            "accepted", "requester", "AUTO", ids=asked[-1:], duration=time.time() - start
+        )
         context.expected.add(asked[-1])
         deadline = time.time() + REPLY_TIMEOUT
         while time.time() < deadline:
@@ -356,6 +394,7 @@ WORKLOADS: dict[str, Workload] = {
     "no_ack": _pair(produce, _consumer(AckMode.NO_ACK)),
     "individual": _pair(produce, _consumer(AckMode.INDIVIDUAL)),
     "transacted": _pair(produce_transacted, _consumer(AckMode.TRANSACTED)),
+    "tx_to_client": _pair(produce_transacted, _consumer(AckMode.CLIENT)),
     "request_reply": _pair(ask, serve),
 }
 """Every workload by the name the matrix and the report use."""
