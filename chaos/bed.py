@@ -164,7 +164,7 @@ class Bed:
             self.members.append(member)
             member.tasks.append(self.portal.start_task_soon(_serve, broker))
             if i == 0 or not self.ha:
-                self._until(lambda b=broker: b.running, "a broker did not start")
+                self._until(_running(broker), "a broker did not start")
 
     def _stop_brokers(self) -> None:
         for member in self.members:
@@ -254,16 +254,16 @@ class Bed:
         broker = member.broker
         assert broker is not None
         with self._record(name, f"{member.name} for {down:.2f} s") as record:
-            self.call(broker.stop if graceful else broker.kill)
+            self.portal.call(broker.stop if graceful else broker.kill)
             if self.ha:
-                standby = next(m for m in self.members if m is not member)
-                assert standby.broker is not None
-                self._until(lambda: standby.broker.running, "the standby did not take over")
-                time.sleep(down)
+                standby = next(m.broker for m in self.members if m is not member)
+                assert standby is not None
+                self._until(_running(standby), "the standby did not take over")
+                time.sleep(down)  # then back as the new standby, waiting on the store's lock
                 member.tasks.append(self.portal.start_task_soon(broker.start))
             else:
                 time.sleep(down)
-                self.call(broker.start)
+                self.portal.call(broker.start)
         return record
 
     def _all_down(self, seconds: float) -> None:
@@ -295,7 +295,7 @@ class Bed:
     ) -> None:
         names = []
         for member in self.members:
-            toxic = self.proxies.add_toxic(member.proxy, type, stream=stream, **attrs)
+            toxic = self.proxies.add_toxic(member.proxy, type, stream=stream, **attrs)  # type: ignore[arg-type]
             names.append((member.proxy, toxic.name))
         try:
             time.sleep(seconds)
@@ -361,6 +361,10 @@ class Bed:
                 self._all_down(period_ms / 1000)
                 time.sleep(period_ms / 1000)
         return record
+
+
+def _running(broker: Broker) -> Callable[[], bool]:
+    return lambda: broker.running
 
 
 async def _serve(broker: Broker) -> None:

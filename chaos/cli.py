@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -28,7 +29,7 @@ from chaos.scenarios.workloads import WORKLOADS
 __all__ = ["main"]
 
 
-def _names(text: str, known: dict[str, object], what: str) -> list[str]:
+def _names(text: str, known: Mapping[str, object], what: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:

@@ -25,6 +25,7 @@ import argparse
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from chaos.audit import AuditResult, Event, audit
@@ -45,7 +46,7 @@ def _say(step: str, detail: str = "") -> None:
     print(f"  {step:<28} {detail}", flush=True)
 
 
-def _on_fault(started: float) -> object:
+def _on_fault(started: float) -> Callable[[FaultRecord], None]:
     def report(record: FaultRecord) -> None:
         _say(
             f"{record.start - started:5.1f} s  {record.name}",
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             per_round=count,
             gap=gap,
             shuffle=False,
-            on_fault=_on_fault(started),  # type: ignore[arg-type]
+            on_fault=_on_fault(started),
         )
     result = audit(run.ledger.snapshot())
     _tell(run, result)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -123,8 +123,29 @@ class _Listener:
             "failover_completed", self._actor, "", duration=downtime, message=str(broker)
         )
 
+    def failover_failed(self, cause: BaseException) -> None:
+        """Failover gave up: an error no rule allows here (the plan is unlimited)."""
+        self._context.record(
+            "error",
+            self._actor,
+            "",
+            call="failover",
+            error=type(cause).__name__,
+            message=str(cause)[:200],
+        )
 
-Workload = Callable[[WorkloadContext], Awaitable[None]]
+    def resource_not_restored(self, resource: object, error: BaseException) -> None:
+        self._context.record(
+            "error",
+            self._actor,
+            "",
+            call="restore",
+            error=type(error).__name__,
+            message=f"{resource!r}: {error}"[:200],
+        )
+
+
+Workload = Callable[[WorkloadContext], Coroutine[Any, Any, None]]
 
 
 # --- producers ----------------------------------------------------------------------------------
