@@ -51,3 +51,37 @@ async def test_F7_a_send_cut_off_by_a_kill_right_after_a_commit_is_not_silently_
             while (message := await consumer.receive(timeout=2)) is not None:
                 received.append(message.text)
     assert sorted(received) == sorted(["before", *committed])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="docs/semantics.md F9 'Not yet': an AUTO acknowledgement the broker applied but "
+    "whose answer the loss cut off makes the message reach the application neither before "
+    "nor after the failover",
+)
+async def test_A1_F9_an_auto_message_whose_ack_answer_is_blackholed_is_not_lost() -> None:
+    with Bed(ha=True) as bed:
+        async with await aio.connect(bed.url()) as producer_connection:
+            session = await producer_connection.create_session()
+            await (await session.create_producer(Queue("a1-cut"))).send(TextMessage("m"))
+        async with await aio.connect(bed.url(), idle_timeout=0.5) as connection:
+            await connection.start()
+            session = await connection.create_session(AckMode.AUTO)
+            consumer = await session.create_consumer(Queue("a1-cut"))
+            await anyio.sleep(0.5)  # the message is prefetched
+            proxy = bed.master().proxy
+            # The broker still hears the acknowledgement; its answer is held.
+            await anyio.to_thread.run_sync(
+                lambda: bed.proxies.add_toxic(proxy, "timeout", timeout=0)
+            )
+            received = []
+            async with anyio.create_task_group() as tg:
+
+                async def heal() -> None:
+                    await anyio.sleep(2.0)  # the client's idle timeout found the silence
+                    await anyio.to_thread.run_sync(bed.proxies.reset)
+
+                tg.start_soon(heal)
+                while (message := await consumer.receive(timeout=6)) is not None:
+                    received.append(message.text)
+    assert received == ["m"]
