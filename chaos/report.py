@@ -115,6 +115,7 @@ def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> 
     data = {k: [1000 * v for v in vs] for k, vs in values.items() if vs}
     if data:
         ax.hist(list(data.values()), bins=30, label=list(data), stacked=True)
+        ax.set_yscale("log")  # the long tail is what matters
         ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "none", ha="center", va="center")
