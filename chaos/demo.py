@@ -1,153 +1,152 @@
-"""The demo behind ``make demo``: a producer and a consumer survive broker kills, with an audit.
+"""The demo behind ``make demo``: applications keep their promises through a kill, a blackhole
+and a latency spike, and an audit proves it.
 
-It starts a shared-store HA pair of reference brokers (``chaos.broker``: one serves, the other
-waits on the store's lock and takes over when the first dies) on free loopback ports, connects
-one haclient connection with ``failover.method=roundrobin`` over both, and runs a PERSISTENT
-producer and an AUTO_ACKNOWLEDGE consumer side by side while the serving broker is killed
-(hard, no goodbye) a few times; each killed broker comes back as the new standby. Then it prints
-the audit: every message the broker accepted was received, duplicates (allowed by AUTO only
-across a failover) carry a repeated message id, and what each failover cost.
+On the chaos bed (``chaos.bed``): a shared-store HA pair of reference brokers (one serves, the
+other waits on the store's lock and takes over, with every stored message, when the first dies),
+each behind a proxy of the embedded Toxiproxy. Three applications connect with a ``failover:``
+URL over both proxies:
 
-Run: ``python -m chaos.demo`` (``make demo`` does the set-up first). Exit status 0 when the
-audit holds.
+- a transacted producer (batches of 5 sends, then ``commit()``) feeding a CLIENT_ACKNOWLEDGE
+  consumer (``acknowledge()`` every 5 messages);
+- a requester asking questions over a temporary queue and a service answering them.
+
+While they run, the bed kills the serving broker (hard), blackholes the network (the proxies
+hold every byte the broker sends; the clients notice by their idle timeout) and adds a latency
+spike, twice each. Then it prints what happened in plain words, the audit (``chaos.audit``:
+nothing committed lost, no duplicate the rules forbid, every rolled-back transaction and failed
+acknowledge reported), and writes the report (HTML with plots, Markdown, the ledger).
+
+Run: ``python -m chaos.demo [--out DIR] [--quick]``. Exit status 0 only when the audit holds.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
-import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
-import anyio
-from anyio.abc import TaskGroup
+from chaos.audit import AuditResult, Event, audit
+from chaos.bed import Bed, FaultRecord
+from chaos.report import write_report
+from chaos.scenarios.runner import MatrixRun, run_matrix
 
-import haclient.aio as aio
-from chaos.broker import Broker
-from chaos.net import free_port
-from haclient import Queue, TextMessage
-
-MESSAGES = 3000
-KILLS = 3
+FAULTS = ["kill", "blackhole", "latency"]
+WORKLOADS = ["tx_to_client", "request_reply"]
+SAYINGS = {
+    "kill": "killed the serving broker (no goodbye); the standby took over the shared store",
+    "blackhole": "blackholed the network: the proxies held every byte from the broker",
+    "latency": "slowed the network down: every byte from the broker waited",
+}
 
 
 def _say(step: str, detail: str = "") -> None:
-    print(f"  {step:<26} {detail}", flush=True)
+    print(f"  {step:<28} {detail}", flush=True)
 
 
-class _Downtimes:
-    """A failover listener that records what each failover cost (F14)."""
+def _on_fault(started: float) -> Callable[[FaultRecord], None]:
+    def report(record: FaultRecord) -> None:
+        _say(
+            f"{record.start - started:5.1f} s  {record.name}",
+            f"{SAYINGS[record.name]} ({record.detail})",
+        )
 
-    def __init__(self) -> None:
-        self.completed: list[tuple[str, float]] = []
-
-    def failover_started(self, cause: BaseException) -> None:
-        _say("failover started", str(cause).split(" (")[0])
-
-    def failover_completed(self, broker: object, downtime: float) -> None:
-        self.completed.append((str(broker), downtime))
-        _say("failover completed", f"now on {broker}, {1000 * downtime:.1f} ms")
+    return report
 
 
-async def _serve(broker: Broker, task_status: anyio.abc.TaskStatus[None]) -> None:
-    """Run ``broker`` until cancelled (as standby it waits for the store's lock first)."""
-    task_status.started()
-    async with broker:
-        await anyio.sleep_forever()
-
-
-async def run(store: Path) -> bool:
-    ports = (free_port(), free_port())
-    brokers = [Broker(port=port, store=store, ha_poll_interval=0.05) for port in ports]
-    url = (
-        f"failover:(amqp://127.0.0.1:{ports[0]},amqp://127.0.0.1:{ports[1]})"
-        "?failover.method=roundrobin&failover.connectdelay=50&failover.backoff=1"
-        "&failover.cyclecount=100"
-    )
-    accepted: list[str] = []
-    received: list[str] = []
-    async with anyio.create_task_group() as brokers_tg:
-        await brokers_tg.start(_serve, brokers[0])
-        while not brokers[0].running:
-            await anyio.sleep(0.01)
-        await brokers_tg.start(_serve, brokers[1])
-        _say("HA pair started", f"master :{ports[0]}, standby :{ports[1]}, shared store")
-        downtimes = _Downtimes()
-        started = time.perf_counter()
-        async with await aio.connect(url, client_id="demo") as conn:
-            conn.add_listener(downtimes)
-            await conn.start()
-            session = await conn.create_session()
-            producer = await session.create_producer(Queue("orders"))
-            consumer = await session.create_consumer(Queue("orders"))
-
-            async def consume() -> None:
-                while len(set(received)) < MESSAGES:
-                    message = await consumer.receive(timeout=30)
-                    if message is None:
-                        return
-                    received.append(str(message.message_id))
-
-            async with anyio.create_task_group() as work:
-                work.start_soon(consume)
-                for n in range(MESSAGES):
-                    if n and n % (MESSAGES // (KILLS + 1)) == 0:
-                        await _kill_master(brokers, brokers_tg)
-                    message = TextMessage(f"order {n}")
-                    await producer.send(message)  # PERSISTENT: returns once accepted (F11)
-                    accepted.append(str(message.message_id))
-            stats = conn.statistics()
-        brokers_tg.cancel_scope.cancel()
-    elapsed = time.perf_counter() - started
-    return _audit(accepted, received, downtimes, stats.failovers, elapsed)
-
-
-async def _kill_master(brokers: list[Broker], brokers_tg: TaskGroup) -> None:
-    master = next(b for b in brokers if b.running)
-    _say("killing the master", f":{master.port} (hard kill)")
-    await master.kill()
-    standby = next(b for b in brokers if b is not master)
-    with anyio.fail_after(10):
-        while not standby.running:
-            await anyio.sleep(0.01)
-    brokers_tg.start_soon(master.start)  # back as the new standby (waits for the lock)
-
-
-def _audit(
-    accepted: list[str],
-    received: list[str],
-    downtimes: _Downtimes,
-    failovers: int,
-    elapsed: float,
-) -> bool:
-    counts = Counter(received)
-    lost = [m for m in accepted if m not in counts]
-    duplicates = {m: c for m, c in counts.items() if c > 1}
-    print("\naudit")
-    _say("messages accepted", str(len(accepted)))
-    _say("messages received", f"{len(received)} ({len(counts)} distinct)")
-    _say("accepted but lost", str(len(lost)))
-    _say("duplicates", f"{len(duplicates)} (same message id, redelivered across a failover)")
-    _say("failovers", str(failovers))
-    if downtimes.completed:
-        times = sorted(d for _, d in downtimes.completed)
+def _tell(run: MatrixRun, result: AuditResult) -> None:
+    events = run.ledger.snapshot()
+    kinds = Counter((e.kind, e.actor) for e in events)
+    downtimes = sorted(e.duration for e in events if e.kind == "failover_completed")
+    print("\nwhat the applications saw")
+    _say("failovers", f"{len(downtimes)} (each connection on its own)")
+    if downtimes:
         _say(
             "downtime",
-            f"median {1000 * times[len(times) // 2]:.1f} ms, max {1000 * times[-1]:.1f} ms",
+            f"median {1000 * downtimes[len(downtimes) // 2]:.0f} ms, "
+            f"max {1000 * downtimes[-1]:.0f} ms",
         )
-    _say("elapsed", f"{elapsed:.1f} s")
-    ok = not lost and failovers == KILLS
-    print("\nverdict:", "every accepted message was received" if ok else "AUDIT FAILED")
-    return ok
+    _say("transactions committed", str(kinds["committed", "producer"]))
+    _say(
+        "transactions rolled back",
+        f"{kinds['rolled_back', 'producer']} (F7: commit() said so; "
+        "the producer went on with the next)",
+    )
+    _say(
+        "acknowledges refused",
+        f"{kinds['ack_failed', 'consumer']} (F8: recover() and the broker redelivered)",
+    )
+    _say(
+        "questions answered",
+        f"{kinds['reply', 'requester']}, "
+        f"{kinds['sent', 'requester'] - kinds['reply', 'requester']} asked again (F6)",
+    )
+    slow = [e for e in events if e.kind == "call"]
+    if slow:
+        longest = max(slow, key=lambda e: e.duration)
+        _say(
+            "longest blocked call",
+            f"{longest.call} by the {longest.actor}, {longest.duration:.2f} s (F2)",
+        )
+    print("\naudit")
+    summaries = {s.stream.rsplit("-r", 1)[0]: s for s in result.streams}
+    tx = summaries.get("tx_to_client")
+    if tx is not None:
+        _say("messages committed", f"{_committed(events)}")
+        _say("messages acknowledged", f"{tx.consumed} distinct")
+    _say("committed but lost", str(result.lost()))
+    for violation in result.violations[:20]:
+        _say("BROKEN", f"{violation.promise} ({violation.rule}): {violation.detail}")
 
 
-def main() -> int:
+def _committed(events: list[Event]) -> int:
+    return len(
+        {i for e in events if e.kind == "committed" and e.actor == "producer" for i in e.ids}
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
     """Run the demo; exit status 0 when the audit holds."""
-    print(f"haclient demo: {MESSAGES} orders through {KILLS} broker kills (shared-store HA pair)")
-    with tempfile.TemporaryDirectory(prefix="haclient-demo-") as tmp:
-        ok = anyio.run(run, Path(tmp) / "store.db")
-    return 0 if ok else 1
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos.demo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--out", type=Path, default=Path("demo-report"), help="report directory")
+    parser.add_argument("--quick", action="store_true", help="one of each fault, short gaps")
+    args = parser.parse_args(argv)
+    gap = 1.0 if args.quick else 6.0
+    count = len(FAULTS) * (1 if args.quick else 2)
+    print(
+        "haclient demo: a transacted producer, a CLIENT_ACKNOWLEDGE consumer and a request/reply "
+        "pair\non an HA pair of brokers behind Toxiproxy, through a kill, a blackhole and a "
+        "latency spike\n"
+    )
+    started = time.time()
+    with Bed(ha=True) as bed:
+        master = bed.master()
+        _say(
+            "HA pair started",
+            f"master {master.name}, standby waiting on the shared store; "
+            f"proxies {', '.join(m.listen for m in bed.members)}",
+        )
+        run = run_matrix(
+            bed,
+            faults=FAULTS,
+            workloads=WORKLOADS,
+            count=count,
+            per_round=count,
+            gap=gap,
+            shuffle=False,
+            on_fault=_on_fault(started),
+        )
+    result = audit(run.ledger.snapshot())
+    _tell(run, result)
+    page = write_report(run, result, args.out)
+    verdict = "every promise kept, nothing committed was lost" if result.ok else "AUDIT FAILED"
+    print(f"\nverdict: {verdict} ({time.time() - started:.0f} s)")
+    print(f"report: {page.resolve()} (summary: {(args.out / 'report.md').resolve()})")
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,152 @@
+"""The report of a chaos run: a Markdown summary and an HTML page with PNG plots.
+
+Plots (matplotlib, Agg backend, no display needed): messages consumed per second with the
+faults marked, failover durations (as the failover listener reported them, F14), and how long
+the calls that blocked took (every call over 50 ms). ``write_report`` writes ``report.md``,
+``report.html``, the plots and ``ledger.jsonl`` into one directory.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from chaos.audit import PROMISES, AuditResult, Event
+from chaos.scenarios.runner import MatrixRun
+
+__all__ = ["summary_markdown", "write_report"]
+
+
+def _failovers(events: list[Event]) -> list[float]:
+    return [e.duration for e in events if e.kind == "failover_completed"]
+
+
+def _blocked(events: list[Event]) -> dict[str, list[float]]:
+    calls: dict[str, list[float]] = defaultdict(list)
+    for event in events:
+        if event.kind in ("call", "error") and event.duration > 0.05:
+            calls[event.call].append(event.duration)
+    return calls
+
+
+def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
+    """The Markdown summary: verdict, counts, per-promise and per-workload tables."""
+    events = run.ledger.snapshot()
+    failovers = sorted(_failovers(events))
+    faults = Counter(f.name for f in run.faults)
+    lines = [
+        "# haclient chaos run",
+        "",
+        f"**Verdict: {'every promise kept' if result.ok else 'PROMISES BROKEN'}** "
+        f"(seed {run.seed}, {len(run.faults)} faults injected, "
+        f"{run.ended - run.started:.0f} s, workloads: {', '.join(run.workloads)})",
+        "",
+        "| fault | injected |",
+        "|---|---|",
+        *(f"| {name} | {count} |" for name, count in sorted(faults.items())),
+        "",
+        "| workload stream mode | sent | accepted | consumed | duplicates | lost (allowed) | "
+        "tx rolled back | tx in doubt |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    totals: dict[str, list[int]] = defaultdict(lambda: [0] * 7)
+    for s in result.streams:
+        name = s.stream.rsplit("-r", 1)[0]
+        row = (
+            s.sent,
+            s.accepted,
+            s.consumed,
+            s.duplicates,
+            s.lost_allowed,
+            s.rolled_back,
+            s.in_doubt,
+        )
+        totals[f"{name} {s.mode}"] = [
+            a + b for a, b in zip(totals[f"{name} {s.mode}"], row, strict=True)
+        ]
+    lines += [f"| {k} | {' | '.join(map(str, v))} |" for k, v in sorted(totals.items())]
+    lines += ["", "| promise | rule | broken |", "|---|---|---|"]
+    lines += [f"| {p} | {PROMISES[p]} | {n} |" for p, n in result.by_promise().items()]
+    if failovers:
+        lines += [
+            "",
+            f"Failovers: {len(failovers)}, median {1000 * failovers[len(failovers) // 2]:.0f} ms, "
+            f"max {1000 * failovers[-1]:.0f} ms.",
+        ]
+    if result.violations:
+        lines += ["", "## Broken promises (first 50)", ""]
+        lines += [
+            f"- `{v.stream}` {v.promise} ({v.rule}): {v.detail}" for v in result.violations[:50]
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    t0 = run.started
+    width = max(0.25, (run.ended - t0) / 300)  # seconds per bin: about 300 bins at most
+    per_workload: dict[str, Counter[int]] = defaultdict(Counter)
+    for event in events:
+        if event.kind == "received":
+            per_workload[event.stream.rsplit("-r", 1)[0]][int((event.t - t0) / width)] += 1
+    bins = range(int((run.ended - t0) / width) + 1)
+    for name, counts in sorted(per_workload.items()):
+        rates = [counts.get(b, 0) / width for b in bins]
+        ax.plot([b * width for b in bins], rates, label=name, linewidth=0.8)
+    for fault in run.faults:
+        end = max(fault.end, fault.start + 0.05)
+        ax.axvspan(fault.start - t0, end - t0, color="red", alpha=0.15)
+    ax.set_xlabel("seconds (faults shaded red)")
+    ax.set_ylabel("messages received / s")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    data = {k: [1000 * v for v in vs] for k, vs in values.items() if vs}
+    if data:
+        ax.hist(list(data.values()), bins=30, label=list(data), stacked=True)
+        ax.set_yscale("log")  # the long tail is what matters
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "none", ha="center", va="center")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
+    """Write the report into ``directory`` (created); returns the HTML page's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    events = run.ledger.snapshot()
+    run.ledger.save(directory / "ledger.jsonl")
+    _plot_throughput(run, events, directory / "throughput.png")
+    _plot_histogram(
+        {"failover": _failovers(events)}, "failover duration (ms)", directory / "failovers.png"
+    )
+    _plot_histogram(_blocked(events), "blocked call duration (ms)", directory / "blocked.png")
+    markdown = summary_markdown(run, result)
+    (directory / "report.md").write_text(markdown)
+    page = directory / "report.html"
+    page.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>haclient chaos run</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+        "pre{white-space:pre-wrap}</style></head><body>"
+        f"<pre>{html.escape(markdown)}</pre>"
+        "<h2>Throughput, faults marked</h2><img src='throughput.png'>"
+        "<h2>Failover durations</h2><img src='failovers.png'>"
+        "<h2>Blocked calls</h2><img src='blocked.png'>"
+        "<p>The whole ledger: <a href='ledger.jsonl'>ledger.jsonl</a></p></body></html>\n"
+    )
+    return page

@@ -1,0 +1,87 @@
+"""Defects the chaos matrix found in haclient, reduced to a deterministic reproduction.
+
+Marked ``xfail(strict=True)``: once the defect is fixed the test passes, xfail turns that into a
+failure, and the marker is to be removed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+import haclient.aio as aio
+from chaos.bed import Bed
+from haclient import AckMode, Queue, TextMessage
+from haclient.errors import TransactionRolledBackError
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="NativeTransaction.enlist_send marks the transaction dirty only once the declare "
+    "returns: a loss during the declare leaves it clean, the producer drops the cut-off send "
+    "(_not_repeated) and the next commit() succeeds without it",
+)
+async def test_F7_a_send_cut_off_by_a_kill_right_after_a_commit_is_not_silently_lost() -> None:
+    with Bed(ha=True) as bed:
+        async with await aio.connect(bed.url(), idle_timeout=0.5) as connection:
+            session = await connection.create_session(AckMode.TRANSACTED)
+            producer = await session.create_producer(Queue("f7-cut"))
+            await producer.send(TextMessage("before"))
+            await session.commit()
+            killer = threading.Thread(target=bed.kill)
+            killer.start()  # the next send's declare goes out as the master dies
+            sent = []
+            for n in range(3):
+                message = TextMessage(f"after {n}")
+                await producer.send(message)
+                sent.append(message.text)
+            try:
+                await session.commit()
+                committed = sent
+            except TransactionRolledBackError:  # F7: said so, nothing of it applied
+                committed = []
+            await anyio.to_thread.run_sync(killer.join)
+            await connection.start()
+            consumer = await (await connection.create_session()).create_consumer(Queue("f7-cut"))
+            received = []
+            while (message := await consumer.receive(timeout=2)) is not None:
+                received.append(message.text)
+    assert sorted(received) == sorted(["before", *committed])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="docs/semantics.md F9 'Not yet': an AUTO acknowledgement the broker applied but "
+    "whose answer the loss cut off makes the message reach the application neither before "
+    "nor after the failover",
+)
+async def test_A1_F9_an_auto_message_whose_ack_answer_is_blackholed_is_not_lost() -> None:
+    with Bed(ha=True) as bed:
+        async with await aio.connect(bed.url()) as producer_connection:
+            session = await producer_connection.create_session()
+            await (await session.create_producer(Queue("a1-cut"))).send(TextMessage("m"))
+        async with await aio.connect(bed.url(), idle_timeout=0.5) as connection:
+            await connection.start()
+            session = await connection.create_session(AckMode.AUTO)
+            consumer = await session.create_consumer(Queue("a1-cut"))
+            await anyio.sleep(0.5)  # the message is prefetched
+            proxy = bed.master().proxy
+            # The broker still hears the acknowledgement; its answer is held.
+            await anyio.to_thread.run_sync(
+                lambda: bed.proxies.add_toxic(proxy, "timeout", timeout=0)
+            )
+            received = []
+            async with anyio.create_task_group() as tg:
+
+                async def heal() -> None:
+                    await anyio.sleep(2.0)  # the client's idle timeout found the silence
+                    await anyio.to_thread.run_sync(bed.proxies.reset)
+
+                tg.start_soon(heal)
+                while (message := await consumer.receive(timeout=6)) is not None:
+                    received.append(message.text)
+    assert received == ["m"]
