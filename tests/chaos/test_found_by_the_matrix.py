@@ -1,7 +1,11 @@
-"""Defects the chaos matrix found in haclient, reduced to a deterministic reproduction.
+"""Defects the chaos matrix found in haclient, reduced to deterministic reproductions, and kept
+as regression tests now that they are fixed:
 
-Marked ``xfail(strict=True)``: once the defect is fixed the test passes, xfail turns that into a
-failure, and the marker is to be removed.
+- F7: a transacted send cut off by a kill during its declare was dropped and the next commit
+  succeeded without it (the transaction was marked dirty only after the declare returned).
+- A1/F9: an AUTO acknowledgement the broker applied, whose answer a blackhole cut off, made the
+  message reach the application neither before nor after the failover (now it is handed out
+  once, flagged ``ack_in_doubt``, and the duplicate window keeps its copy away).
 """
 
 from __future__ import annotations
@@ -19,12 +23,6 @@ from haclient.errors import TransactionRolledBackError
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NativeTransaction.enlist_send marks the transaction dirty only once the declare "
-    "returns: a loss during the declare leaves it clean, the producer drops the cut-off send "
-    "(_not_repeated) and the next commit() succeeds without it",
-)
 async def test_F7_a_send_cut_off_by_a_kill_right_after_a_commit_is_not_silently_lost() -> None:
     with Bed(ha=True) as bed:
         async with await aio.connect(bed.url(), idle_timeout=0.5) as connection:
@@ -53,12 +51,6 @@ async def test_F7_a_send_cut_off_by_a_kill_right_after_a_commit_is_not_silently_
     assert sorted(received) == sorted(["before", *committed])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/semantics.md F9 'Not yet': an AUTO acknowledgement the broker applied but "
-    "whose answer the loss cut off makes the message reach the application neither before "
-    "nor after the failover",
-)
 async def test_A1_F9_an_auto_message_whose_ack_answer_is_blackholed_is_not_lost() -> None:
     with Bed(ha=True) as bed:
         async with await aio.connect(bed.url()) as producer_connection:
