@@ -15,6 +15,7 @@ owes an acknowledgement keep the link attached until the session settles them.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import enum
 import inspect
@@ -122,6 +123,7 @@ class MessageConsumer:
         self._listener_idle.set()
         self._listener_task_active = False
         self._waits: set[anyio.CancelScope] = set()  # receives waiting, cancelled by close (C2)
+        self._held: collections.deque[Message] = collections.deque()  # acknowledged, not returned
         self._prefetch = context.options.prefetch
 
     # Properties --------------------------------------------------------------------------------
@@ -226,8 +228,9 @@ class MessageConsumer:
         Returns None on timeout and once the consumer is closed, also when ``close()`` is called
         while this waits (C2). While the connection is stopped, no message is handed out.
         In AUTO mode the message is acknowledged, and the broker confirmed it, before it is
-        returned (A1); one whose confirmation a failover cut off is not returned (F9) but
-        comes again from the next broker.
+        returned (A1). One whose acknowledgement a failover cut off in flight is returned once
+        the connection is back (F2), flagged ``ack_in_doubt`` (F9); its copy from the next
+        broker is suppressed by the session's duplicate window.
 
         Raises:
             ClosedError: the consumer, its session or its connection was closed before the call.
@@ -238,12 +241,33 @@ class MessageConsumer:
         if self._listener is not None:
             raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
-        while True:
+        while not self._held:
             taken = await self._take(deadline)
             if taken is None:
                 return None
             if await self._hand_out(taken):
-                return taken[1]
+                if not taken[1].ack_in_doubt:
+                    return taken[1]
+                self._held.append(taken[1])
+        return await self._release_held(deadline)
+
+    async def _release_held(self, deadline: float) -> Message | None:
+        """The oldest message held for its failover to end: acknowledged (in doubt), it waits
+        at the gate like any call (F2) and is not given up when that wait ends early (a
+        deadline, a cancellation): the next ``receive()`` returns it."""
+        with anyio.CancelScope() as waiting:
+            self._waits.add(waiting)  # close() ends the wait: C2
+            try:
+                await self._context.gate.wait(deadline)
+            except FailoverTimeoutError:
+                if anyio.current_time() < deadline:
+                    raise  # failover.timeout (F4), not this receive's own deadline
+                return None
+            finally:
+                self._waits.discard(waiting)
+        if waiting.cancelled_caught or self._closed:
+            return None
+        return self._held.popleft()
 
     async def _hand_out(self, taken: _Taken) -> bool:
         """Acknowledge ``taken`` as the session's mode says before it is handed out (A1).
