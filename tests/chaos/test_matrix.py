@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from chaoskit import known
 
-from chaos.audit import AuditResult, Event, Violation, audit
+from chaos.audit import AuditResult, audit
 from chaos.bed import Bed
 from chaos.faults import FAULTS
 from chaos.scenarios import WORKLOADS, MatrixRun, run_matrix
@@ -29,29 +30,6 @@ def matrix() -> Iterator[tuple[MatrixRun, AuditResult]]:
     with Bed(ha=True) as bed:
         run = run_matrix(bed, seed=SEED, count=PASSES * len(FAULTS), per_round=len(FAULTS))
     yield run, audit(run.ledger.snapshot())
-
-
-def _first_of_a_transaction(events: list[Event], violation: Violation) -> bool:
-    message_id = violation.detail.split()[0]
-    return any(
-        e.kind == "committed" and e.actor == "producer" and e.ids[:1] == (message_id,)
-        for e in events
-        if e.stream == violation.stream
-    )
-
-
-def known(result: AuditResult, events: list[Event], violation: Violation) -> bool:
-    """The two haclient defects this bed found (see the module docstring):
-
-    - F9's open window: an AUTO receive whose acknowledgement the broker applied but whose
-      answer a fault cut off is neither handed out nor redelivered (AUTO streams lose it);
-    - a transacted producer whose send waited at the gate through a failover loses that first
-      message of the next transaction although ``commit()`` succeeds.
-    """
-    if violation.promise != "lost":
-        return False
-    mode = next(s.mode for s in result.streams if s.stream == violation.stream)
-    return mode == "AUTO" or _first_of_a_transaction(events, violation)
 
 
 def test_every_fault_hits_every_workload(matrix: tuple[MatrixRun, AuditResult]) -> None:
@@ -75,7 +53,7 @@ def test_F2_F3_F7_F8_F9_F11_no_promise_broken_but_the_known_defects(
     )
 
 
-@pytest.mark.xfail(reason="two known haclient defects (see known()); strict=False: they are racy")
+@pytest.mark.xfail(reason="known haclient defects (chaoskit.known); not strict: they are racy")
 def test_the_audit_holds(matrix: tuple[MatrixRun, AuditResult]) -> None:
     _, result = matrix
     assert result.ok, result.violations
