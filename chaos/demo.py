@@ -24,10 +24,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
+import haclient.metrics
 from chaos.audit import AuditResult, Event, audit
 from chaos.bed import Bed, FaultRecord
 from chaos.report import write_report
@@ -107,6 +111,29 @@ def _committed(events: list[Event]) -> int:
     )
 
 
+def _tell_metrics(url: str) -> None:
+    """What the metrics endpoint said at the end, in a few of its own series."""
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in _SHOWN:
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    shown = ", ".join(
+        f"{name.removeprefix('haclient_')} {totals.get(name, 0):g}" for name in _SHOWN
+    )
+    _say("metrics at the end", shown)
+
+
+_SHOWN = (
+    "haclient_failovers_total",
+    "haclient_failover_duration_seconds_count",
+    "haclient_messages_sent_total",
+    "haclient_duplicates_suppressed_total",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; exit status 0 when the audit holds."""
     parser = argparse.ArgumentParser(
@@ -123,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         "latency spike\n"
     )
     started = time.time()
-    with Bed(ha=True) as bed:
+    metrics = haclient.metrics.serve(0)
+    _say("metrics", f"{metrics.url} (Prometheus text; scrape it while the demo runs)")
+    with metrics, Bed(ha=True) as bed:
         master = bed.master()
         _say(
             "HA pair started",
@@ -139,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             gap=gap,
             shuffle=False,
             on_fault=_on_fault(started),
+            on_connect=metrics.collector.add,
         )
+        _tell_metrics(metrics.url)
     result = audit(run.ledger.snapshot())
     _tell(run, result)
     page = write_report(run, result, args.out)

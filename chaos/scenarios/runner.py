@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+import haclient.aio as aio
 from chaos.audit import Ledger
 from chaos.bed import Bed, FaultRecord
 from chaos.faults import FAULTS, IDLE_TIMEOUT
@@ -76,6 +77,7 @@ def run_matrix(
     drain: float = 8.0,
     gap: float = GAP,
     shuffle: bool = True,
+    on_connect: Callable[[aio.Connection], None] | None = None,
 ) -> MatrixRun:
     """Inject ``count`` faults (or as many as fit in ``duration`` seconds; default one of
     each), ``gap`` seconds apart, while ``workloads`` run; returns the run with its ledger."""
@@ -88,7 +90,7 @@ def run_matrix(
     for number, round_faults in enumerate(rounds):
         if deadline is not None and time.monotonic() > deadline:
             break
-        _round(bed, run, url, number, round_faults, rng, on_fault, deadline, drain, gap)
+        _round(bed, run, url, number, round_faults, rng, on_fault, deadline, drain, gap, on_connect)
     run.ended = time.time()
     return run
 
@@ -104,11 +106,18 @@ def _round(
     deadline: float | None,
     drain: float,
     gap: float,
+    on_connect: Callable[[aio.Connection], None] | None = None,
 ) -> None:
     stop = threading.Event()
     contexts = [
         WorkloadContext(
-            url, f"{name}-r{number}", run.ledger, stop, idle_timeout=IDLE_TIMEOUT, drain=drain
+            url,
+            f"{name}-r{number}",
+            run.ledger,
+            stop,
+            idle_timeout=IDLE_TIMEOUT,
+            drain=drain,
+            on_connect=on_connect,
         )
         for name in run.workloads
     ]

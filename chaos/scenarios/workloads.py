@@ -57,6 +57,8 @@ class WorkloadContext:
     expected: set[str] = field(default_factory=set)
     consumed: set[str] = field(default_factory=set)
     producer_done: bool = False
+    on_connect: Callable[[aio.Connection], None] | None = None
+    """Told of every connection the workload opens (the demo gives them to its metrics)."""
 
     def record(self, kind: str, actor: str, mode: str, **fields: Any) -> None:
         """Write one event of this stream."""
@@ -68,6 +70,8 @@ class WorkloadContext:
             self.url, idle_timeout=self.idle_timeout, attach_timeout=2.0, close_timeout=1.0
         )
         connection.add_listener(_Listener(self, actor))
+        if self.on_connect is not None:
+            self.on_connect(connection)
         await connection.start()
         return connection
 
