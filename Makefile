@@ -1,7 +1,7 @@
 # haclient: set-up, checks, tests and the demo.
 #
 # `make test` and `make demo` do all the set-up on a fresh Debian machine (as root): the
-# virtualenv in .venv, `pip install -e '.[dev]'` (again only when pyproject.toml changes) and
+# virtualenv in .venv, `pip install -e '.[dev,spark]'` (again only when pyproject.toml changes) and
 # Debian's rabbitmq-server when it is missing.
 
 PYTHON ?= python3
@@ -44,7 +44,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev,spark]'
 	touch $@
 
 rabbitmq:
