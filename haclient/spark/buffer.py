@@ -77,13 +77,15 @@ class MessageBuffer:
         if not self._rows:
             self.next_seq = max(self.next_seq, start)
         consumer = self._open()
-        timeout = self._options.receive_timeout if wait is None else wait
+        first_wait = self._options.receive_timeout if wait is None else wait
         while self.next_seq - start < limit:
+            # The long wait holds until a new row came: a run of replays (the redelivery that
+            # follows a failover) must not look like an empty queue, which ends availableNow.
+            timeout = _NEXT_MESSAGE_WAIT if self.next_seq > start else first_wait
             message = consumer.receive(timeout=timeout)
             if message is None:
                 break
             self._unacknowledged = True
-            timeout = _NEXT_MESSAGE_WAIT
             if self._duplicate(message):
                 continue
             self._rows[self.next_seq] = row_from_message(message, self._options.body_format)
