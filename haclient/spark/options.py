@@ -37,6 +37,9 @@ def _flag(value: str) -> bool:
     return lowered == "true"
 
 
+# Options Spark itself sets on the writer or reader besides the job's own.
+_SPARK_OWN: Final = frozenset({"checkpointlocation", "queryname", "outputmode"})
+
 # Spark option name (lower case) -> (field name, converter).
 _OPTIONS: Final[dict[str, tuple[str, Callable[[str], Any]]]] = {
     "url": ("url", str),
@@ -149,6 +152,8 @@ class SparkOptions:
             name = key.lower()
             if name == "path":  # .load(x) / .save(x): the address
                 name = "address"
+            if name in _SPARK_OWN or name.startswith("spark."):
+                continue
             if name not in _OPTIONS:
                 close = difflib.get_close_matches(name, list(_OPTIONS), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -9,6 +9,8 @@ so a duplicate with a fresh id would show up as a row read twice.
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +19,8 @@ from typing import Any
 
 import pytest
 from failoverkit import HaPair, failover_url
+
+from chaos.broker import BrokerThread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -67,7 +71,7 @@ def _fail_first_attempt_at(row: int) -> Callable[[int], str]:
 def _write(spark: Any, url: str, address: str) -> None:
     from pyspark.sql.functions import col, udf
 
-    body = udf(_fail_first_attempt_at(ROWS // 4), "string", useArrow=False)
+    body = udf(_fail_first_attempt_at(ROWS // 20), "string", useArrow=False)
     frame = spark.range(0, ROWS, numPartitions=2).select(body(col("id")).alias("body"))
     frame.write.format("haclient").option("url", url).option("address", address).option(
         "batchSize", 1000
@@ -115,3 +119,47 @@ def test_F7_F11_spark_write_and_stream_read_with_master_killed_lose_nothing(
     assert len({row.message_id for row in rows}) == ROWS
     assert all(row.message_id.startswith("ID:pipeline:0:") for row in rows)
     assert pair.queue_depth(address) == 0
+
+
+def test_example_spark_pipeline_reads_back_every_order(spark: Any) -> None:
+    """``examples/spark_pipeline.py``'s job, on the tests' session and a reference broker."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "spark_pipeline.py"
+    spec = importlib.util.spec_from_file_location("spark_pipeline_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with BrokerThread() as broker:
+        assert example.run(spark, broker.url, "example-orders", 300) == 300
+        assert broker.queue_depth("example-orders") == 0
+
+
+def test_F11_stream_forwarding_carries_batch_ids_and_properties(spark: Any, tmp_path: Path) -> None:
+    """A stream from one queue into another: the stream writer's ids name the micro-batch
+    (``ID:<query>:<batchId>:<partition>:<row>``) and properties travel with the body."""
+    import haclient
+    from haclient import AckMode, Queue, TextMessage
+
+    with BrokerThread() as broker:
+        with haclient.connect(broker.url) as connection:
+            producer = connection.create_session().create_producer(Queue("forward-in"))
+            for n in range(200):
+                producer.send(TextMessage(str(n), properties={"n": n}))
+        query = (
+            spark.readStream.format("haclient")
+            .options(url=broker.url, address="forward-in", receiveTimeout="1")
+            .load()
+            .writeStream.format("haclient")
+            .options(url=broker.url, address="forward-out", query="fwd")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(DEADLINE) and query.exception() is None
+        with haclient.connect(broker.url) as connection:
+            connection.start()
+            consumer = connection.create_session(AckMode.AUTO).create_consumer(Queue("forward-out"))
+            received = list(iter(lambda: consumer.receive(timeout=2), None))
+    assert sorted(int(m.body) for m in received) == list(range(200))
+    assert all(m.properties["n"] == m.body for m in received)  # map<string,string> on the way
+    assert all(re.fullmatch(r"ID:fwd:\d+:[01]:\d+", m.message_id) for m in received)
+    assert len({m.message_id for m in received}) == 200

@@ -21,6 +21,8 @@ def test_options_parse_case_insensitively_and_convert() -> None:
     assert (options.batch_size, options.consume, options.transacted) == (50, True, True)
     assert str(options.destination) == "topic://news"
     assert SparkOptions.parse({"url": URL, "path": "orders"}).destination.address == "orders"
+    spark_own = {"url": URL, "address": "q", "checkpointLocation": "/tmp/c"}
+    assert SparkOptions.parse(spark_own).address == "q"  # Spark's own options pass
 
 
 @pytest.mark.parametrize(
