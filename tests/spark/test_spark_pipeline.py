@@ -163,3 +163,21 @@ def test_F11_stream_forwarding_carries_batch_ids_and_properties(spark: Any, tmp_
     assert all(m.properties["n"] == m.body for m in received)  # map<string,string> on the way
     assert all(re.fullmatch(r"ID:fwd:\d+:[01]:\d+", m.message_id) for m in received)
     assert len({m.message_id for m in received}) == 200
+
+
+def test_batch_read_browses_by_default_and_consumes_when_asked(spark: Any) -> None:
+    import haclient
+    from haclient import Queue, TextMessage
+
+    with BrokerThread() as broker:
+        with haclient.connect(broker.url) as connection:
+            producer = connection.create_session().create_producer(Queue("batch-read"))
+            for n in range(30):
+                producer.send(TextMessage(str(n), correlation_id=f"c-{n}"))
+        reader = spark.read.format("haclient").options(url=broker.url, receiveTimeout="1")
+        browsed = reader.option("maxMessages", 20).load("batch-read").collect()
+        assert sorted(int(r.body) for r in browsed) == list(range(20))
+        assert broker.queue_depth("batch-read") == 30  # browsing leaves them
+        consumed = reader.options(consume="true", maxMessages=100).load("batch-read").collect()
+        assert sorted(r.correlation_id for r in consumed) == sorted(f"c-{n}" for n in range(30))
+        assert broker.queue_depth("batch-read") == 0
