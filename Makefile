@@ -1,8 +1,8 @@
 # haclient: set-up, checks, tests and the demo.
 #
 # `make test` and `make demo` do all the set-up on a fresh Debian machine (as root): the
-# virtualenv in .venv, `pip install -e '.[dev]'` (again only when pyproject.toml changes) and
-# Debian's rabbitmq-server and prometheus when they are missing.
+# virtualenv in .venv, `pip install -e '.[dev,spark]'` (again only when pyproject.toml
+# changes) and Debian's rabbitmq-server and prometheus when they are missing.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -28,6 +28,7 @@ bench: setup
 	$(BIN)/python -m bench.jms --count 5000 --pipelined-count 20000 --rounds 3
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.metrics
+	$(BIN)/python -m bench.spark --rows 10000 --rounds 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -45,7 +46,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev,spark]'
 	touch $@
 
 rabbitmq:

@@ -1,0 +1,88 @@
+"""The data source's pieces without Spark running: options, rows and messages, partitions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("pyspark_installed")
+
+URL = "failover:(amqp://app:secret@127.0.0.1:1,amqp://app:secret@127.0.0.1:2)"
+
+
+def test_options_parse_case_insensitively_and_convert() -> None:
+    from haclient.spark.options import SparkOptions
+
+    options = SparkOptions.parse(
+        {"URL": URL, "Address": "topic://news", "batchSize": "50", "consume": "TRUE"}
+    )
+    assert (options.batch_size, options.consume, options.transacted) == (50, True, True)
+    assert str(options.destination) == "topic://news"
+    assert SparkOptions.parse({"url": URL, "path": "orders"}).destination.address == "orders"
+    spark_own = {"url": URL, "address": "q", "checkpointLocation": "/tmp/c"}
+    assert SparkOptions.parse(spark_own).address == "q"  # Spark's own options pass
+
+
+@pytest.mark.parametrize(
+    ("raw", "option"),
+    [
+        ({"url": URL}, "address"),
+        ({"url": URL, "address": "q", "batchsize": "0"}, "batch_size"),
+        ({"url": URL, "address": "q", "format": "xml"}, "body_format"),
+        ({"url": URL, "address": "q", "batchsiz": "5"}, "batchsiz"),
+        ({"url": URL, "address": "q", "consume": "yes"}, "consume"),
+        ({"url": URL, "address": "q", "query": "a:b"}, "query"),
+    ],
+)
+def test_bad_options_raise_naming_the_option(raw: dict[str, str], option: str) -> None:
+    from haclient.errors import ConfigurationError
+    from haclient.spark.options import SparkOptions
+
+    with pytest.raises(ConfigurationError) as caught:
+        SparkOptions.parse(raw)
+    assert caught.value.option == option
+
+
+def test_credentials_are_never_shown() -> None:
+    from haclient.spark.options import SparkOptions
+
+    shown = repr(SparkOptions.parse({"url": URL, "address": "q", "password": "hunter2"}))
+    assert "secret" not in shown and "hunter2" not in shown
+    assert "app:***@127.0.0.1:1" in shown
+
+
+def test_rows_become_messages_in_each_format() -> None:
+    from haclient.message import BytesMessage, TextMessage
+    from haclient.spark.schema import message_from_row
+
+    row: dict[str, Any] = {"body": "hi", "properties": {"k": "v"}, "correlation_id": "c-1"}
+    text = message_from_row(row, "text")
+    assert isinstance(text, TextMessage) and text.body == "hi"
+    assert (text.properties, text.correlation_id) == ({"k": "v"}, "c-1")
+    data = message_from_row({"value": "hé"}, "bytes")
+    assert isinstance(data, BytesMessage) and data.body == "hé".encode()
+    assert message_from_row({"id": 1, "name": "x"}, "json").body == '{"id":1,"name":"x"}'
+
+
+def test_messages_become_rows_of_the_schema() -> None:
+    from haclient.destination import Queue
+    from haclient.message import BytesMessage, TextMessage
+    from haclient.spark.schema import read_schema, row_from_message
+
+    message = TextMessage("hi", properties={"n": 5}, message_id="ID:q:0:0:0")
+    message.destination, message.timestamp, message.delivery_count = Queue("q"), 0.0, 2
+    row = row_from_message(message, "text")
+    epoch = datetime.fromtimestamp(0, UTC)
+    assert row == ("hi", {"n": "5"}, "ID:q:0:0:0", None, "queue://q", epoch, 2, False)
+    assert row_from_message(BytesMessage(b"\x00"), "bytes")[0] == b"\x00"
+    assert read_schema("bytes").startswith("body binary,")
+
+
+def test_rows_split_into_at_most_the_partitions_asked() -> None:
+    from haclient.spark.reader import split
+
+    parts = split([(n,) for n in range(5)], 2)
+    assert [p.rows for p in parts] == [[(0,), (1,), (2,)], [(3,), (4,)]]
+    assert split([], 2) == []
