@@ -23,7 +23,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
@@ -73,14 +73,17 @@ log = logging.getLogger("haclient.consumer")
 MessageListener = Callable[[Message], Awaitable[None] | None]
 """A message listener: a function or a coroutine function taking the message."""
 
+T = TypeVar("T")
+
 _Taken = tuple[ReceivedMessage, Message, Connected]
 """A message taken from the link: the delivery, the decoded message, the connection it came on."""
 
 
 class _Skip(enum.Enum):
-    """``_take_on``'s answer when the link gave nothing to hand out but the wait goes on."""
+    """What a wait gave instead of a message: nothing yet (go on), or the wait is over."""
 
     AGAIN = enum.auto()
+    ENDED = enum.auto()  # a wait ended by its deadline or by close()
 
 
 _listening: contextvars.ContextVar[MessageConsumer | None] = contextvars.ContextVar(
@@ -255,19 +258,25 @@ class MessageConsumer:
         """The oldest message held for its failover to end: acknowledged (in doubt), it waits
         at the gate like any call (F2) and is not given up when that wait ends early (a
         deadline, a cancellation): the next ``receive()`` returns it."""
-        with anyio.CancelScope() as waiting:
-            self._waits.add(waiting)  # close() ends the wait: C2
+        waited = await self._waiting(deadline, lambda: self._context.gate.wait(deadline))
+        if waited is _Skip.ENDED or self._closed:
+            return None
+        return self._held.popleft()
+
+    async def _waiting(self, deadline: float, wait: Callable[[], Awaitable[T]]) -> T | _Skip:
+        """``wait()``, unless ``deadline`` passes or ``close()`` is called first (C2, also
+        during failover): then ``_Skip.ENDED``."""
+        with anyio.CancelScope(deadline=deadline) as waiting:
+            self._waits.add(waiting)
             try:
-                await self._context.gate.wait(deadline)
+                return await wait()
             except FailoverTimeoutError:
                 if anyio.current_time() < deadline:
                     raise  # failover.timeout (F4), not this receive's own deadline
-                return None
+                return _Skip.ENDED
             finally:
                 self._waits.discard(waiting)
-        if waiting.cancelled_caught or self._closed:
-            return None
-        return self._held.popleft()
+        return _Skip.ENDED
 
     async def _hand_out(self, taken: _Taken) -> bool:
         """Acknowledge ``taken`` as the session's mode says before it is handed out (A1).
@@ -338,19 +347,13 @@ class MessageConsumer:
             remaining = deadline - anyio.current_time()
             if not await self._context.connection.switch.wait_started(remaining):
                 return None
-            with anyio.CancelScope(deadline=deadline) as waiting:
-                self._waits.add(waiting)  # close() cancels it: C2, also during failover
-                try:
-                    taken = await self._context.gate.run(
-                        lambda at: self._take_on(at, deadline), deadline=deadline
-                    )
-                except FailoverTimeoutError:
-                    if anyio.current_time() < deadline:
-                        raise  # failover.timeout (F4), not this receive's own deadline
-                    return None
-                finally:
-                    self._waits.discard(waiting)
-            if waiting.cancelled_caught:
+            taken = await self._waiting(
+                deadline,
+                lambda: self._context.gate.run(
+                    lambda at: self._take_on(at, deadline), deadline=deadline
+                ),
+            )
+            if taken is _Skip.ENDED:
                 return None  # the deadline passed, or the consumer closed
             if taken is not _Skip.AGAIN:
                 return taken
