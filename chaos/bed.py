@@ -50,6 +50,9 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "connectdelay": 20,
     "maxdelay": 200,
     "cyclecount": -1,
+    # A round's workloads connect right after the last fault of the round before, perhaps
+    # while the standby is still taking over: their first connect rides that out too.
+    "startup.cyclecount": -1,
 }
 
 
@@ -206,7 +209,8 @@ class Bed:
 
     def url(self, **options: Any) -> str:
         """``failover:(...)`` over the proxies with ``failover.<name>=value`` for each keyword
-        (default: roundrobin, 20 ms connect delay backing off to 200 ms, unlimited cycles)."""
+        (default: roundrobin, 20 ms connect delay backing off to 200 ms, unlimited cycles, at
+        startup too)."""
         settings = {**DEFAULT_OPTIONS, **options}
         query = "&".join(f"failover.{name}={value}" for name, value in settings.items())
         return f"failover:({','.join(m.url for m in self.members)})?{query}"

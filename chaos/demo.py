@@ -24,18 +24,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 import haclient.metrics
 from chaos.audit import AuditResult, Event, audit
 from chaos.bed import Bed, FaultRecord
 from chaos.report import write_report
 from chaos.scenarios.runner import MatrixRun, run_matrix
+from chaos.scrape import Scrape
 
 FAULTS = ["kill", "blackhole", "latency"]
 WORKLOADS = ["tx_to_client", "request_reply"]
@@ -111,17 +109,12 @@ def _committed(events: list[Event]) -> int:
     )
 
 
-def _tell_metrics(url: str) -> None:
+def _tell_metrics(metrics: Scrape | None) -> None:
     """What the metrics endpoint said at the end, in a few of its own series."""
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        text = answer.read().decode()
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in _SHOWN:
-                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    if metrics is None:
+        return
     shown = ", ".join(
-        f"{name.removeprefix('haclient_')} {totals.get(name, 0):g}" for name in _SHOWN
+        f"{name.removeprefix('haclient_')} {metrics.total(name):g}" for name in _SHOWN
     )
     _say("metrics at the end", shown)
 
@@ -168,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             gap=gap,
             shuffle=False,
             on_fault=_on_fault(started),
-            on_connect=metrics.collector.add,
+            metrics=metrics,
         )
-        _tell_metrics(metrics.url)
+        _tell_metrics(run.metrics)
     result = audit(run.ledger.snapshot())
     _tell(run, result)
     page = write_report(run, result, args.out)

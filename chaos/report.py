@@ -1,9 +1,12 @@
 """The report of a chaos run: a Markdown summary and an HTML page with PNG plots.
 
 Plots (matplotlib, Agg backend, no display needed): messages consumed per second with the
-faults marked, failover durations (as the failover listener reported them, F14), and how long
-the calls that blocked took (every call over 50 ms). ``write_report`` writes ``report.md``,
-``report.html``, the plots and ``ledger.jsonl`` into one directory.
+faults marked, failover durations (the ``haclient_failover_duration_seconds`` histogram, as the
+run scraped it from its ``haclient.metrics`` endpoint), and how long the calls that blocked took
+(every call over 50 ms, from the ledger). The summary gives the failovers both ways: counted by
+the metrics (buckets) and reported to the failover listener (F14, exact durations); the two
+counts agree. ``write_report`` writes ``report.md``, ``report.html``, the plots, the final
+scrape (``metrics.txt``) and ``ledger.jsonl`` into one directory.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import matplotlib.pyplot as plt
 
 from chaos.audit import PROMISES, AuditResult, Event
 from chaos.scenarios.runner import MatrixRun
+from chaos.scrape import DurationHistogram
+
+FAILOVER_DURATIONS = "haclient_failover_duration_seconds"
 
 __all__ = ["summary_markdown", "write_report"]
 
@@ -76,15 +82,38 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
     if failovers:
         lines += [
             "",
-            f"Failovers: {len(failovers)}, median {1000 * failovers[len(failovers) // 2]:.0f} ms, "
-            f"max {1000 * failovers[-1]:.0f} ms.",
+            f"Failovers (listener): {len(failovers)}, median "
+            f"{1000 * failovers[len(failovers) // 2]:.0f} ms, max {1000 * failovers[-1]:.0f} ms.",
         ]
+    lines += _metrics_lines(run)
     if result.violations:
         lines += ["", "## Broken promises (first 50)", ""]
         lines += [
             f"- `{v.stream}` {v.promise} ({v.rule}): {v.detail}" for v in result.violations[:50]
         ]
     return "\n".join(lines) + "\n"
+
+
+def _metrics_lines(run: MatrixRun) -> list[str]:
+    """The failover figures of the run's metrics endpoint."""
+    if run.metrics is None:
+        return []
+    durations = run.metrics.histogram(FAILOVER_DURATIONS)
+    failed = run.metrics.total("haclient_failovers_total", outcome="failed")
+    line = (
+        f"Failovers (metrics endpoint): {durations.count} completed, {failed:g} failed, "
+        f"{durations.total_seconds:.1f} s of downtime in all"
+    )
+    if durations.count:
+        line += (
+            f", median <= {_ms(durations.quantile_bound(0.5))}, "
+            f"99th percentile <= {_ms(durations.quantile_bound(0.99))} (bucket bounds)"
+        )
+    return ["", line + "."]
+
+
+def _ms(seconds: float) -> str:
+    return "+Inf" if seconds == float("inf") else f"{1000 * seconds:g} ms"
 
 
 def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
@@ -126,15 +155,38 @@ def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> 
     plt.close(fig)
 
 
+def _plot_buckets(histogram: DurationHistogram | None, xlabel: str, path: Path) -> None:
+    """A histogram as Prometheus keeps it: one bar per bucket, labelled with its upper bound."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    if histogram is not None and histogram.count:
+        counts = histogram.per_bucket()
+        labels = [_ms(bound).removesuffix(" ms") for bound in histogram.bounds]
+        ax.bar(range(len(counts)), counts)
+        ax.set_xticks(range(len(counts)), labels, rotation=60, fontsize=7)
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "none", ha="center", va="center")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
     """Write the report into ``directory`` (created); returns the HTML page's path."""
     directory.mkdir(parents=True, exist_ok=True)
     events = run.ledger.snapshot()
     run.ledger.save(directory / "ledger.jsonl")
     _plot_throughput(run, events, directory / "throughput.png")
-    _plot_histogram(
-        {"failover": _failovers(events)}, "failover duration (ms)", directory / "failovers.png"
+    durations = None if run.metrics is None else run.metrics.histogram(FAILOVER_DURATIONS)
+    _plot_buckets(
+        durations,
+        f"failover duration, bucket upper bound in ms ({FAILOVER_DURATIONS})",
+        directory / "failovers.png",
     )
+    if run.metrics is not None:
+        (directory / "metrics.txt").write_text(run.metrics.text)
     _plot_histogram(_blocked(events), "blocked call duration (ms)", directory / "blocked.png")
     markdown = summary_markdown(run, result)
     (directory / "report.md").write_text(markdown)
@@ -145,8 +197,9 @@ def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
         "pre{white-space:pre-wrap}</style></head><body>"
         f"<pre>{html.escape(markdown)}</pre>"
         "<h2>Throughput, faults marked</h2><img src='throughput.png'>"
-        "<h2>Failover durations</h2><img src='failovers.png'>"
+        "<h2>Failover durations (from the metrics endpoint)</h2><img src='failovers.png'>"
         "<h2>Blocked calls</h2><img src='blocked.png'>"
-        "<p>The whole ledger: <a href='ledger.jsonl'>ledger.jsonl</a></p></body></html>\n"
+        "<p>The whole ledger: <a href='ledger.jsonl'>ledger.jsonl</a>; the final scrape of the "
+        "metrics: <a href='metrics.txt'>metrics.txt</a></p></body></html>\n"
     )
     return page

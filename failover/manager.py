@@ -28,7 +28,9 @@ Rules it keeps:
    per ``restore_order``, lowest first), the resources of one tier concurrently, the next tier
    once the whole tier has finished. A resource whose ``restore`` raises is reported to the
    listeners (F14) and the others still restore; a loss during restore cancels the restore and
-   starts the next attempt of the plan.
+   starts the next attempt of the plan. A restore that raises a retriable ``TimeoutError``
+   (the broker stopped answering, e.g. a Begin left unanswered) is such a loss, not a
+   resource that cannot be restored.
 4. A failure that no reconnect can fix (an ``HAClientError`` whose ``retriable`` is False, e.g.
    ``AuthenticationError``), or any loss under ``nofailover``, goes to FAILED at once.
 5. Callbacks (``connection_lost``, listeners) run synchronously on the manager's event loop; one

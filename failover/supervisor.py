@@ -309,8 +309,18 @@ class Supervisor(Generic[P]):
         except ConnectionLostError as exc:
             self._on_lost(link, exc)
         except Exception as exc:
-            if link.cause is None:  # not a symptom of the loss
+            if link.cause is not None:  # a symptom of the loss
+                return
+            if self._unanswered(exc):
+                self._on_lost(link, exc)  # the broker stopped answering: the next attempt
+            else:
                 self._not_restored(resource, exc)
+
+    def _unanswered(self, error: Exception) -> bool:
+        """Whether a restore failed because the broker stopped answering (a retriable
+        timeout, such as a Begin left unanswered by a paused broker), which a new connection
+        may fix, rather than because of the resource itself (rule 3)."""
+        return isinstance(error, TimeoutError) and self._retriable(error)
 
     def _not_restored(self, resource: Resource[P], error: Exception) -> None:
         _log.error("could not restore %r: %s", resource, error, exc_info=error)

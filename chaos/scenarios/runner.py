@@ -6,6 +6,10 @@ injects the round's faults one after the other (their order drawn from the seede
 so every fault of a round hits every workload. Then the workloads are told to stop and drain.
 A workload still running ``hang_after`` seconds after the stop is cancelled and written down as
 hung. The audit (``chaos.audit``) judges the ledger afterwards.
+
+Every connection the workloads open is exported by a ``haclient.metrics`` endpoint (the
+caller's, or one the run serves itself on a free loopback port); at the end the run scrapes it
+once over HTTP (``MatrixRun.metrics``), and the report plots failover durations from it.
 """
 
 from __future__ import annotations
@@ -14,15 +18,18 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import anyio
 
 import haclient.aio as aio
+import haclient.metrics
 from chaos.audit import Ledger
 from chaos.bed import Bed, FaultRecord
 from chaos.faults import FAULTS, IDLE_TIMEOUT
 from chaos.scenarios.workloads import WORKLOADS, WorkloadContext
+from chaos.scrape import Scrape, scrape
 
 __all__ = ["MatrixRun", "run_matrix"]
 
@@ -33,7 +40,8 @@ HANG_AFTER = 60.0
 
 @dataclass
 class MatrixRun:
-    """What a run did: the ledger, the faults injected (in order) and when it ran."""
+    """What a run did: the ledger, the faults injected (in order), when it ran, and the last
+    scrape of the metrics of every connection it opened."""
 
     ledger: Ledger = field(default_factory=Ledger)
     faults: list[FaultRecord] = field(default_factory=list)
@@ -41,6 +49,7 @@ class MatrixRun:
     seed: int = 0
     started: float = 0.0
     ended: float = 0.0
+    metrics: Scrape | None = None
 
 
 def plan(
@@ -78,19 +87,33 @@ def run_matrix(
     gap: float = GAP,
     shuffle: bool = True,
     on_connect: Callable[[aio.Connection], None] | None = None,
+    metrics: haclient.metrics.MetricsServer | None = None,
 ) -> MatrixRun:
     """Inject ``count`` faults (or as many as fit in ``duration`` seconds; default one of
-    each), ``gap`` seconds apart, while ``workloads`` run; returns the run with its ledger."""
+    each), ``gap`` seconds apart, while ``workloads`` run; returns the run with its ledger and
+    the final scrape of ``metrics`` (default: an endpoint served for the run), which exports
+    every connection the workloads opened. ``on_connect`` is told of each of them too."""
     rng = random.Random(seed)
     run = MatrixRun(workloads=list(workloads), seed=seed, started=time.time())
     total = count if duration is None else 10**6
     rounds = plan(faults, rng, count=total, per_round=per_round, shuffle=shuffle)
     deadline = None if duration is None else time.monotonic() + duration
     url = bed.url()
-    for number, round_faults in enumerate(rounds):
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        _round(bed, run, url, number, round_faults, rng, on_fault, deadline, drain, gap, on_connect)
+    with ExitStack() as stack:
+        server = metrics or stack.enter_context(haclient.metrics.serve(0))
+
+        def connected(connection: aio.Connection) -> None:
+            server.collector.add(connection)
+            if on_connect is not None:
+                on_connect(connection)
+
+        for number, round_faults in enumerate(rounds):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            _round(
+                bed, run, url, number, round_faults, rng, on_fault, deadline, drain, gap, connected
+            )
+        run.metrics = scrape(server.url)
     run.ended = time.time()
     return run
 

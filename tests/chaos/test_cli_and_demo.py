@@ -48,10 +48,15 @@ def test_run_writes_the_report_and_exits_0_when_the_audit_holds(tmp_path: Path) 
         "throughput.png",
         "failovers.png",
         "blocked.png",
+        "metrics.txt",
     ):
         assert (tmp_path / "report" / name).stat().st_size > 0, name
     summary = (tmp_path / "report" / "report.md").read_text()
     assert "every promise kept" in summary
+    assert "Failovers (metrics endpoint): " in summary
+    assert (
+        "haclient_failover_duration_seconds_bucket" in (tmp_path / "report/metrics.txt").read_text()
+    )
     assert "| latency | 1 |" in summary and "| bandwidth | 1 |" in summary
     assert "report.html" in done.stdout
 

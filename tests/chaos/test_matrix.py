@@ -41,6 +41,19 @@ def test_every_fault_hits_every_workload(matrix: tuple[MatrixRun, AuditResult]) 
         assert all(s.consumed > 0 for s in streams), name
 
 
+def test_F14_the_metrics_endpoint_counted_every_failover_the_listeners_saw(
+    matrix: tuple[MatrixRun, AuditResult],
+) -> None:
+    run, _ = matrix
+    assert run.metrics is not None
+    heard = [e.duration for e in run.ledger.snapshot() if e.kind == "failover_completed"]
+    durations = run.metrics.histogram("haclient_failover_duration_seconds")
+    assert heard, "the faults caused no failover"
+    assert durations.count == len(heard)
+    assert durations.total_seconds == pytest.approx(sum(heard), rel=1e-6)
+    assert run.metrics.total("haclient_failovers_total", outcome="completed") == len(heard)
+
+
 def test_F2_F3_F7_F8_F9_F11_A1_the_audit_holds(matrix: tuple[MatrixRun, AuditResult]) -> None:
     _, result = matrix
     assert result.ok, "\n".join(

@@ -33,6 +33,7 @@ from failover.manager import (
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.url import BrokerURL, parse_url
 from haclient.errors import (
+    AttachTimeoutError,
     AuthenticationError,
     ClosedError,
     ConfigurationError,
@@ -40,6 +41,7 @@ from haclient.errors import (
     ConnectionLostError,
     FailoverTimeoutError,
     IllegalStateError,
+    OpenTimeoutError,
     ResourceLockedError,
 )
 
@@ -880,6 +882,25 @@ async def test_F14_a_resource_that_fails_to_restore_is_reported_and_the_others_g
 
 
 @pytest.mark.anyio
+async def test_F14_a_timeout_no_reconnect_can_fix_is_reported_not_retried() -> None:
+    log: list[tuple[object, ...]] = []
+    error = AttachTimeoutError("a feature the broker leaves unanswered")  # not retriable
+
+    async def time_out(connection: FakeConnection, epoch: int) -> None:
+        raise error
+
+    recorder = Recorder()
+    async with running(Network()) as manager:
+        manager.add_listener(recorder)
+        bad = Res("bad", RestoreOrder.CONSUMER, log, time_out)
+        manager.register(bad)
+        connection, epoch = await drop_and_reconnect(manager)
+        assert (connection.broker, epoch) == (B, 1)  # no further attempt
+    assert [e[0] for e in recorder.events] == ["started", "not_restored", "completed"]
+    assert recorder.events[1] == ("not_restored", bad, error)
+
+
+@pytest.mark.anyio
 async def test_a_tier_restores_concurrently_and_the_next_tier_waits_for_all_of_it() -> None:
     log: list[tuple[object, ...]] = []
     first, second = anyio.Event(), anyio.Event()
@@ -973,7 +994,7 @@ async def _hang(connection: FakeConnection, epoch: int) -> None:
     await anyio.sleep_forever()
 
 
-@pytest.mark.parametrize("how", ["drop", "raise", "report"])
+@pytest.mark.parametrize("how", ["drop", "raise", "report", "unanswered"])
 @pytest.mark.anyio
 async def test_a_loss_during_restore_moves_on_to_the_next_attempt(how: str) -> None:
     network = Network()
@@ -988,6 +1009,8 @@ async def test_a_loss_during_restore_moves_on_to_the_next_attempt(how: str) -> N
             await anyio.sleep_forever()  # the manager cancels the restore
         elif how == "raise":
             raise ConnectionLostError("died under the restore")
+        elif how == "unanswered":  # a paused broker: the Begin is never answered
+            raise OpenTimeoutError("the broker did not answer the Begin")
         else:
             manager.report_lost(epoch, ConnectionLostError("died"))
             await anyio.sleep_forever()
