@@ -102,7 +102,7 @@ def _metrics_lines(run: MatrixRun) -> list[str]:
     failed = run.metrics.total("haclient_failovers_total", outcome="failed")
     line = (
         f"Failovers (metrics endpoint): {durations.count} completed, {failed:g} failed, "
-        f"{durations.total_seconds:.1f} s of downtime in all"
+        f"{durations.total_seconds:.1f} s of downtime summed over the connections"
     )
     if durations.count:
         line += (
