@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -125,12 +124,7 @@ class HaPair:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         for task in self._tasks:
             task.cancel()
         portal_cm, self._portal_cm, self._portal = self._portal_cm, None, None
