@@ -26,7 +26,7 @@ import haclient.aio as aio
 from chaos.broker import Broker, BrokerThread
 from chaos.net import free_port
 from haclient.destination import Queue
-from haclient.message import TextMessage
+from haclient.message import Message, TextMessage
 
 T = TypeVar("T")
 
@@ -219,6 +219,11 @@ async def send_to(url: str, queue: str, *bodies: str) -> None:
         producer = await session.create_producer(Queue(queue))
         for body in bodies:
             await producer.send(TextMessage(body))
+
+
+def text_of(message: Message | None) -> str | None:
+    """The body of a received text message; None when nothing was received."""
+    return None if message is None else message.text  # type: ignore[attr-defined]
 
 
 async def connected(api: Any, url: str, recorder: Recorder, **options: Any) -> Any:

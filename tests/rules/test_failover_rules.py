@@ -8,7 +8,6 @@ the brokers' admin API and through fresh connections, never from the client's ow
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import anyio
 import pytest
@@ -185,21 +184,20 @@ async def test_F4_a_per_call_timeout_ends_each_kind_of_call_not_the_failover(api
 
 
 async def test_F5_the_default_url_fails_over_on_a_shared_store_ha_pair(
-    api: Api, tmp_path: Path
+    api: Api, pair: HaPair
 ) -> None:
-    with HaPair(tmp_path / "store") as pair:
-        recorder = Recorder()
-        url = f"failover:({','.join(m.url for m in pair.members)})"  # no failover.* option
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session()
-            producer = await session.create_producer(Queue("f5ha"))
-            await producer.send(TextMessage("before"))
-            standby = pair.kill_master()
-            with anyio.fail_after(TIMEOUT):  # generous: it catches a hang (timing is bench's)
-                await producer.send(TextMessage("after"))
-            completed = await recorder.wait_for("completed")
-            assert [port_of(b) for b in completed] == [standby.port]
-        assert pair.queue_depth("f5ha") == 2
+    recorder = Recorder()
+    url = f"failover:({','.join(m.url for m in pair.members)})"  # no failover.* option
+    async with await connected(api, url, recorder) as connection:
+        session = await connection.create_session()
+        producer = await session.create_producer(Queue("f5ha"))
+        await producer.send(TextMessage("before"))
+        standby = pair.kill_master()
+        with anyio.fail_after(TIMEOUT):  # generous: it catches a hang (timing is bench's)
+            await producer.send(TextMessage("after"))
+        completed = await recorder.wait_for("completed")
+        assert [port_of(b) for b in completed] == [standby.port]
+    assert pair.queue_depth("f5ha") == 2
 
 
 async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:
