@@ -13,9 +13,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -221,9 +221,28 @@ async def send_to(url: str, queue: str, *bodies: str) -> None:
             await producer.send(TextMessage(body))
 
 
+@asynccontextmanager
+async def on_one_broker(api: Any) -> AsyncIterator[tuple[BrokerThread, Any, Recorder]]:
+    """One broker, and a started connection through ``api`` that retries it as good as forever
+    (``singlebroker``, 1000 times 20 ms apart) with a ``Recorder`` listening; the connection is
+    closed, then the broker stopped, on leaving the block."""
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
+        async with await connected(api, url, recorder) as connection:
+            yield only, connection, recorder
+
+
 def text_of(message: Message | None) -> str | None:
     """The body of a received text message; None when nothing was received."""
     return None if message is None else message.text  # type: ignore[attr-defined]
+
+
+async def send_numbered(url: str, queue: str, prefix: str, count: int) -> list[str]:
+    """``send_to`` ``count`` numbered messages (``prefix`` 0, 1 ...); return their bodies."""
+    bodies = [f"{prefix}{n}" for n in range(count)]
+    await send_to(url, queue, *bodies)
+    return bodies
 
 
 async def connected(api: Any, url: str, recorder: Recorder, **options: Any) -> Any:

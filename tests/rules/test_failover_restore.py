@@ -23,6 +23,7 @@ from failoverkit import (
     brokers,
     connected,
     failover_url,
+    on_one_broker,
     port_of,
     send_to,
     text_of,
@@ -223,20 +224,17 @@ async def test_F9_a_message_waiting_for_a_busy_session_is_dropped_at_failover(ap
 async def test_F2_a_receive_with_a_timeout_returns_none_while_no_broker_answers(
     api: Api,
 ) -> None:
-    with brokers(1) as (only,):
-        recorder = Recorder()
-        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session(AckMode.AUTO)
-            consumer = await session.create_consumer(Queue("f2t"))
-            only.kill()
-            await recorder.wait_for("started")
-            with anyio.fail_after(TIMEOUT):
-                assert await consumer.receive(0.3) is None  # its deadline, not an error
-            assert recorder.named("failed") == []  # failover goes on
-            only.start()
-            await send_to(only.url, "f2t", "back")
-            assert text_of(await consumer.receive(TIMEOUT)) == "back"
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue("f2t"))
+        only.kill()
+        await recorder.wait_for("started")
+        with anyio.fail_after(TIMEOUT):
+            assert await consumer.receive(0.3) is None  # its deadline, not an error
+        assert recorder.named("failed") == []  # failover goes on
+        only.start()
+        await send_to(only.url, "f2t", "back")
+        assert text_of(await consumer.receive(TIMEOUT)) == "back"
 
 
 async def test_F4_every_blocked_call_raises_when_the_policy_runs_out(api: Api) -> None:

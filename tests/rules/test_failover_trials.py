@@ -11,7 +11,16 @@ from __future__ import annotations
 import anyio
 import pytest
 from apikit import Api, eventually
-from failoverkit import TIMEOUT, HaPair, Recorder, connected, failover_url, send_to, text_of
+from failoverkit import (
+    TIMEOUT,
+    HaPair,
+    Recorder,
+    connected,
+    failover_url,
+    send_numbered,
+    send_to,
+    text_of,
+)
 
 from haclient.destination import Queue
 from haclient.errors import AcknowledgeFailedError
@@ -24,8 +33,7 @@ pytestmark = pytest.mark.anyio
 async def test_A1_a_busy_auto_listener_handles_every_message_across_a_master_kill(
     api: Api, pair: HaPair
 ) -> None:
-    bodies = [f"m{n}" for n in range(50)]
-    await send_to(pair.master.url, "busy", *bodies)
+    bodies = await send_numbered(pair.master.url, "busy", "m", 50)
     recorder = Recorder()
     handled: list[str] = []
 
@@ -51,8 +59,7 @@ async def test_A1_a_busy_auto_listener_handles_every_message_across_a_master_kil
 async def test_F8_client_acknowledge_never_blocks_across_repeated_kills(
     api: Api, pair: HaPair
 ) -> None:
-    bodies = [f"c{n}" for n in range(60)]
-    await send_to(pair.master.url, "client", *bodies)
+    bodies = await send_numbered(pair.master.url, "client", "c", 60)
     recorder = Recorder()
     acknowledged: set[str] = set()
     in_doubt: set[str] = set()  # cut off in flight: the broker may have applied it
@@ -122,8 +129,7 @@ async def test_F8_recover_after_a_failed_acknowledge_raises_too_then_works(
 async def test_A1_a_cancelled_receive_never_acknowledges_a_message_it_did_not_return(
     api: Api, pair: HaPair
 ) -> None:
-    bodies = [f"x{n}" for n in range(100)]
-    await send_to(pair.master.url, "cancel", *bodies)
+    bodies = await send_numbered(pair.master.url, "cancel", "x", 100)
     async with await connected(api, failover_url(*pair.members), Recorder()) as connection:
         session = await connection.create_session(AckMode.AUTO)
         consumer = await session.create_consumer(Queue("cancel"))
