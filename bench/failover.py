@@ -73,8 +73,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -370,12 +370,18 @@ class Sender:
         self._changed = anyio.Event()
 
     @classmethod
-    async def persistent(cls, conn: aio.Connection, queue: str) -> Sender:
-        """A sender of PERSISTENT messages to ``queue``, on an AUTO session of ``conn``."""
+    @asynccontextmanager
+    async def running(cls, conn: aio.Connection, queue: str) -> AsyncIterator[Sender]:
+        """A sender of PERSISTENT messages to ``queue`` (on an AUTO session of ``conn``) that
+        sends in a task of its own until the block ends."""
         session = await conn.create_session(AckMode.AUTO)
         producer = await session.create_producer(Queue(queue))
         producer.delivery_mode = DeliveryMode.PERSISTENT
-        return cls(conn, producer)
+        sender = cls(conn, producer)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender.run)
+            yield sender
+            tg.cancel_scope.cancel()
 
     async def run(self) -> None:
         try:
@@ -530,9 +536,7 @@ async def measure_method(
                 print(f"{method}: {result.note}", file=log)
                 return result
             print(f"{method}: learned {learned}", file=log)
-        sender = await Sender.persistent(conn, f"failover-{run_id}-{method}")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sender.run)
+        async with Sender.running(conn, f"failover-{run_id}-{method}") as sender:
             result.note = await kill_in_turn(
                 sender,
                 kills,
@@ -561,7 +565,6 @@ async def measure_method(
                     profile_top,
                     f"kill -> first send completed, {method}, {PROFILED_KILLS} kills",
                 )
-            tg.cancel_scope.cancel()
     finally:
         with anyio.move_on_after(10, shield=True):
             await conn.close()

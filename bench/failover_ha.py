@@ -172,9 +172,7 @@ async def _kills(
 ) -> None:
     recorder = Recorder()
     conn.add_listener(recorder)
-    sender = await Sender.persistent(conn, f"failover-{run_id}-ha")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(sender.run)
+    async with Sender.running(conn, f"failover-{run_id}-ha") as sender:
         result.note = await kill_in_turn(
             sender,
             kills,
@@ -186,7 +184,6 @@ async def _kills(
             ),
             log,
         )
-        tg.cancel_scope.cancel()
 
 
 async def _one_kill(
