@@ -200,6 +200,15 @@ class Res(Resource[FakeConnection]):
         return f"Res({self.name})"
 
 
+def failing(error: BaseException) -> Restore:
+    """A restore action that raises ``error``."""
+
+    async def fail(connection: FakeConnection, epoch: int) -> None:
+        raise error
+
+    return fail
+
+
 def make(
     network: Network,
     brokers: list[BrokerURL],
@@ -861,14 +870,10 @@ async def test_a_resource_unregistered_during_restore_is_skipped() -> None:
 async def test_F14_a_resource_that_fails_to_restore_is_reported_and_the_others_go_on() -> None:
     log: list[tuple[object, ...]] = []
     error = ValueError("the queue is gone")
-
-    async def fail(connection: FakeConnection, epoch: int) -> None:
-        raise error
-
     recorder = Recorder()
     async with running(Network()) as manager:
         manager.add_listener(recorder)
-        bad = Res("bad", 1, log, fail)
+        bad = Res("bad", 1, log, failing(error))
         for resource in (Res("first", 0, log), bad, Res("last", 2, log)):
             manager.register(resource)
         await drop_and_reconnect(manager)
@@ -908,9 +913,6 @@ async def test_F14_a_resource_that_fails_does_not_stop_its_tier() -> None:
     log: list[tuple[object, ...]] = []
     error = ValueError("the queue is gone")
 
-    async def fail(connection: FakeConnection, epoch: int) -> None:
-        raise error
-
     async def slow(connection: FakeConnection, epoch: int) -> None:
         await anyio.lowlevel.checkpoint()  # still running when its neighbour fails
         log.append(("done", "slow"))
@@ -918,7 +920,7 @@ async def test_F14_a_resource_that_fails_does_not_stop_its_tier() -> None:
     recorder = Recorder()
     async with running(Network()) as manager:
         manager.add_listener(recorder)
-        bad = Res("bad", RestoreOrder.CONSUMER, log, fail)
+        bad = Res("bad", RestoreOrder.CONSUMER, log, failing(error))
         manager.register(bad)
         manager.register(Res("slow", RestoreOrder.CONSUMER, log, slow))
         manager.register(Res("browser", RestoreOrder.BROWSER, log))
