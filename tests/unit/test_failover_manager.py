@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from unitkit import A, B, C, S
 
 import failover.manager
 import failover.protocols
@@ -26,7 +27,6 @@ from failover.manager import (
     ConnectionManager,
     ConnectionState,
     FailoverListener,
-    ManagerEvent,
     Resource,
     RestoreOrder,
 )
@@ -43,8 +43,6 @@ from haclient.errors import (
     ResourceLockedError,
 )
 
-S, E = ConnectionState, ManagerEvent
-A, B, C = BrokerURL("amqp", "a"), BrokerURL("amqp", "b"), BrokerURL("amqp", "c")
 X, Y = BrokerURL("amqp", "x"), BrokerURL("amqp", "y")
 FAST = FailoverPolicy(connect_delay=0.0)
 HANG = 5.0  # real seconds: only to turn a hang into a failure, never a timing assertion
