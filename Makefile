@@ -49,28 +49,26 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev,spark]'
 	touch $@
 
-rabbitmq:
-	@if command -v rabbitmq-server >/dev/null; then \
+# $(call apt_install,COMMAND,PACKAGE,WHAT SKIPS WITHOUT IT): install a Debian package unless its
+# command is on PATH; without root, say what will skip instead.
+define apt_install
+	if command -v $(1) >/dev/null; then \
 		: already installed; \
 	elif [ "$$(id -u)" != 0 ]; then \
-		echo "== rabbitmq-server is missing and installing it needs root: RabbitMQ tests will skip"; \
+		echo "== $(2) is missing and installing it needs root: $(3)"; \
 	else \
-		echo "== installing rabbitmq-server (Debian)"; \
+		echo "== installing $(2) (Debian)"; \
 		apt-get update && DEBIAN_FRONTEND=noninteractive \
-			apt-get install -y --no-install-recommends rabbitmq-server; \
+			apt-get install -y --no-install-recommends $(2); \
 	fi
+endef
+
+rabbitmq:
+	@$(call apt_install,rabbitmq-server,rabbitmq-server,RabbitMQ tests will skip)
 
 # The metrics test scrapes haclient with a real Prometheus server (no service is started).
 prometheus:
-	@if command -v prometheus >/dev/null; then \
-		: already installed; \
-	elif [ "$$(id -u)" != 0 ]; then \
-		echo "== prometheus is missing and installing it needs root: its test will skip"; \
-	else \
-		echo "== installing prometheus (Debian)"; \
-		apt-get update && DEBIAN_FRONTEND=noninteractive \
-			apt-get install -y --no-install-recommends prometheus; \
-	fi
+	@$(call apt_install,prometheus,prometheus,its test will skip)
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info $(STAMP)

@@ -73,11 +73,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -369,6 +369,20 @@ class Sender:
         self.error: BaseException | None = None
         self._changed = anyio.Event()
 
+    @classmethod
+    @asynccontextmanager
+    async def running(cls, conn: aio.Connection, queue: str) -> AsyncIterator[Sender]:
+        """A sender of PERSISTENT messages to ``queue`` (on an AUTO session of ``conn``) that
+        sends in a task of its own until the block ends."""
+        session = await conn.create_session(AckMode.AUTO)
+        producer = await session.create_producer(Queue(queue))
+        producer.delivery_mode = DeliveryMode.PERSISTENT
+        sender = cls(conn, producer)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender.run)
+            yield sender
+            tg.cancel_scope.cancel()
+
     async def run(self) -> None:
         try:
             while True:
@@ -403,6 +417,38 @@ class Sender:
         with anyio.fail_after(FAILOVER_TIMEOUT):
             while self.since_epoch < SETTLE_SENDS and self.error is None:
                 await anyio.sleep(0.01)
+
+
+class _Outcome(Protocol):
+    error: str | None
+
+
+K = TypeVar("K", bound=_Outcome)
+
+
+async def kill_in_turn(
+    sender: Sender,
+    kills: int,
+    one_kill: Callable[[int], Awaitable[K]],
+    done: list[K],
+    report: Callable[[int, K], str],
+    log: Any,
+) -> str | None:
+    """Kill ``kills`` times (``one_kill(number)``) while ``sender`` runs, letting its sends
+    settle before each kill; each kill goes to ``done`` and its ``report`` line to ``log``.
+
+    Returns why it stopped early (the sender or a kill failed), or None after the last kill.
+    """
+    for number in range(1, kills + 1):
+        await sender.settle()
+        if sender.error is not None:
+            return f"stopped: the sender failed: {sender.error!r}"
+        kill = await one_kill(number)
+        done.append(kill)
+        print(report(number, kill) + (f" ERROR {kill.error}" if kill.error else ""), file=log)
+        if kill.error is not None:
+            return f"stopped at kill {number}: {kill.error}"
+    return None
 
 
 @dataclass
@@ -490,30 +536,20 @@ async def measure_method(
                 print(f"{method}: {result.note}", file=log)
                 return result
             print(f"{method}: learned {learned}", file=log)
-        session = await conn.create_session(AckMode.AUTO)
-        producer = await session.create_producer(Queue(f"failover-{run_id}-{method}"))
-        producer.delivery_mode = DeliveryMode.PERSISTENT
-        sender = Sender(conn, producer)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sender.run)
-            for number in range(1, kills + 1):
-                await sender.settle()
-                if sender.error is not None:
-                    result.note = f"stopped: the sender failed: {sender.error!r}"
-                    break
-                kill = await _one_kill(method, number, conn, sender, recorder, hosts)
-                result.kills.append(kill)
-                print(
+        async with Sender.running(conn, f"failover-{run_id}-{method}") as sender:
+            result.note = await kill_in_turn(
+                sender,
+                kills,
+                lambda number: _one_kill(method, number, conn, sender, recorder, hosts),
+                result.kills,
+                lambda number, kill: (
                     f"{method} kill {number}/{kills}: {kill.killed} -> {kill.next_broker}: "
                     f"downtime {_ms(kill.downtime)} ms (detected {_ms(kill.detected)}, "
                     f"failover completed {_ms(kill.completed)}, client says "
                     f"{_ms(kill.client_downtime)}, statistics {_ms(kill.stats_downtime)})"
-                    + (f" ERROR {kill.error}" if kill.error else ""),
-                    file=log,
-                )
-                if kill.error is not None:
-                    result.note = f"stopped at kill {number}: {kill.error}"
-                    break
+                ),
+                log,
+            )
             if profile_top and result.note is None:
                 profiler = cProfile.Profile()
                 for number in range(1, PROFILED_KILLS + 1):
@@ -529,7 +565,6 @@ async def measure_method(
                     profile_top,
                     f"kill -> first send completed, {method}, {PROFILED_KILLS} kills",
                 )
-            tg.cancel_scope.cancel()
     finally:
         with anyio.move_on_after(10, shield=True):
             await conn.close()

@@ -35,12 +35,16 @@ import anyio
 import anyio.to_thread
 
 import haclient.aio as aio
-from bench.failover import FAILOVER_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, Recorder, Sender
+from bench.failover import (
+    FAILOVER_TIMEOUT,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    Recorder,
+    Sender,
+    kill_in_turn,
+)
 from bench.throughput import HOST, BenchError
 from chaos.net import free_port
-from haclient.destination import Queue
-from haclient.message import DeliveryMode
-from haclient.modes import AckMode
 
 OVERHEAD_MEDIAN_GOAL = 0.050
 OVERHEAD_MAX_GOAL = 0.100
@@ -168,29 +172,18 @@ async def _kills(
 ) -> None:
     recorder = Recorder()
     conn.add_listener(recorder)
-    session = await conn.create_session(AckMode.AUTO)
-    producer = await session.create_producer(Queue(f"failover-{run_id}-ha"))
-    producer.delivery_mode = DeliveryMode.PERSISTENT
-    sender = Sender(conn, producer)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(sender.run)
-        for number in range(1, kills + 1):
-            await sender.settle()
-            if sender.error is not None:
-                result.note = f"stopped: the sender failed: {sender.error!r}"
-                break
-            kill = await _one_kill(number, conn, members, sender, recorder)
-            result.kills.append(kill)
-            print(
+    async with Sender.running(conn, f"failover-{run_id}-ha") as sender:
+        result.note = await kill_in_turn(
+            sender,
+            kills,
+            lambda number: _one_kill(number, conn, members, sender, recorder),
+            result.kills,
+            lambda number, kill: (
                 f"ha kill {number}/{kills}: takeover {_ms(kill.takeover)} ms, downtime "
                 f"{_ms(kill.downtime)} ms, overhead {_ms(kill.overhead)} ms"
-                + (f" ERROR {kill.error}" if kill.error else ""),
-                file=log,
-            )
-            if kill.error is not None:
-                result.note = f"stopped at kill {number}: {kill.error}"
-                break
-        tg.cancel_scope.cancel()
+            ),
+            log,
+        )
 
 
 async def _one_kill(

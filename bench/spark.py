@@ -94,9 +94,7 @@ def spark_read(spark: Any, url: str, queue: str, rows: int, batch: int) -> None:
 
 
 def start_spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    from haclient.spark import HAClientDataSource
+    from haclient.spark.local import local_session
 
     root = str(Path(__file__).resolve().parents[1])
     os.environ.update(
@@ -104,17 +102,7 @@ def start_spark() -> Any:
         SPARK_LOCAL_IP="127.0.0.1",
         PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
     )
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(HAClientDataSource)
-    return spark
+    return local_session(config={"spark.ui.showConsoleProgress": "false"})
 
 
 def timed(run: Callable[[], None], rows: int) -> float:

@@ -30,7 +30,6 @@ from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
@@ -145,12 +144,7 @@ class Bed:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stack.close()
 
     def _start_brokers(self, tmp: Path) -> None:

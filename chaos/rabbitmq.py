@@ -36,7 +36,6 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
 
 from chaos.net import free_port
@@ -211,12 +210,7 @@ class RabbitMQNode:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -18,23 +18,13 @@ import tempfile
 from typing import Any
 
 from haclient.spark import HAClientDataSource
+from haclient.spark.local import local_session
 
 
 def session() -> Any:
     """A local[2] SparkSession on loopback, quiet, with the ``haclient`` source registered."""
-    from pyspark.sql import SparkSession
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors: this interpreter
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("haclient-pipeline")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return local_session(app_name="haclient-pipeline")
 
 
 def run(spark: Any, url: str, queue: str, count: int) -> int:

@@ -21,109 +21,66 @@ from typing import TYPE_CHECKING
 from haclient.errors import *  # noqa: F403  (the error tree is part of the public API)
 from haclient.errors import __all__ as _errors_all
 
+# The names of ``_LAZY`` below, for type checkers. ``__all__`` is built, so they cannot read it:
+# ``X as X`` and ``import *`` mark each name re-exported.
 if TYPE_CHECKING:
-    from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
-    from haclient.message import (
-        Byte,
-        BytesMessage,
-        DeliveryMode,
-        Double,
-        Float,
-        Int,
-        Long,
-        MapMessage,
-        Message,
-        Short,
-        StreamMessage,
-        TextMessage,
-    )
-    from haclient.modes import AckConfirmation, AckMode
-    from haclient.sync import (
-        CompletionListener,
-        Connection,
-        ConnectionFactory,
-        MessageConsumer,
-        MessageListener,
-        MessageProducer,
-        QueueBrowser,
-        Session,
-        connect,
-    )
+    from haclient.destination import Destination as Destination
+    from haclient.destination import Queue as Queue
+    from haclient.destination import TemporaryQueue as TemporaryQueue
+    from haclient.destination import TemporaryTopic as TemporaryTopic
+    from haclient.destination import Topic as Topic
+    from haclient.message import Byte as Byte
+    from haclient.message import BytesMessage as BytesMessage
+    from haclient.message import DeliveryMode as DeliveryMode
+    from haclient.message import Double as Double
+    from haclient.message import Float as Float
+    from haclient.message import Int as Int
+    from haclient.message import Long as Long
+    from haclient.message import MapMessage as MapMessage
+    from haclient.message import Message as Message
+    from haclient.message import Short as Short
+    from haclient.message import StreamMessage as StreamMessage
+    from haclient.message import TextMessage as TextMessage
+    from haclient.modes import *  # noqa: F403  (all of it: AckConfirmation, AckMode)
+    from haclient.sync import *  # noqa: F403  (all of it: the blocking API)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    *_errors_all,
-    "AckConfirmation",
-    "AckMode",
-    "Byte",
-    "BytesMessage",
-    "CompletionListener",
-    "Connection",
-    "ConnectionFactory",
-    "DeliveryMode",
-    "Destination",
-    "Double",
-    "Float",
-    "Int",
-    "Long",
-    "MapMessage",
-    "Message",
-    "MessageConsumer",
-    "MessageListener",
-    "MessageProducer",
-    "Queue",
-    "QueueBrowser",
-    "Session",
-    "Short",
-    "StreamMessage",
-    "TemporaryQueue",
-    "TemporaryTopic",
-    "TextMessage",
-    "Topic",
-    "__version__",
-    "connect",
-]
-
-# Name -> the module it is imported from on first use (the TYPE_CHECKING imports above, again).
+# Public name -> the module it is imported from on first use. The one list of the re-exported
+# names: ``__all__`` and ``__dir__`` come from it; the TYPE_CHECKING imports above say it again for
+# type checkers, and tests/unit/test_layers.py keeps the two equal.
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(
-        ("Destination", "Queue", "TemporaryQueue", "TemporaryTopic", "Topic"),
-        "haclient.destination",
-    ),
-    **dict.fromkeys(
-        (
-            "Byte",
-            "BytesMessage",
-            "DeliveryMode",
-            "Double",
-            "Float",
-            "Int",
-            "Long",
-            "MapMessage",
-            "Message",
-            "Short",
-            "StreamMessage",
-            "TextMessage",
-        ),
-        "haclient.message",
-    ),
-    **dict.fromkeys(("AckConfirmation", "AckMode"), "haclient.modes"),
-    **dict.fromkeys(
-        (
-            "CompletionListener",
-            "Connection",
-            "ConnectionFactory",
-            "MessageConsumer",
-            "MessageListener",
-            "MessageProducer",
-            "QueueBrowser",
-            "Session",
-            "connect",
-        ),
-        "haclient.sync",
-    ),
+    "AckConfirmation": "haclient.modes",
+    "AckMode": "haclient.modes",
+    "Byte": "haclient.message",
+    "BytesMessage": "haclient.message",
+    "CompletionListener": "haclient.sync",
+    "Connection": "haclient.sync",
+    "ConnectionFactory": "haclient.sync",
+    "DeliveryMode": "haclient.message",
+    "Destination": "haclient.destination",
+    "Double": "haclient.message",
+    "Float": "haclient.message",
+    "Int": "haclient.message",
+    "Long": "haclient.message",
+    "MapMessage": "haclient.message",
+    "Message": "haclient.message",
+    "MessageConsumer": "haclient.sync",
+    "MessageListener": "haclient.sync",
+    "MessageProducer": "haclient.sync",
+    "Queue": "haclient.destination",
+    "QueueBrowser": "haclient.sync",
+    "Session": "haclient.sync",
+    "Short": "haclient.message",
+    "StreamMessage": "haclient.message",
+    "TemporaryQueue": "haclient.destination",
+    "TemporaryTopic": "haclient.destination",
+    "TextMessage": "haclient.message",
+    "Topic": "haclient.destination",
+    "connect": "haclient.sync",
 }
+
+__all__ = [*_errors_all, *_LAZY, "__version__"]
 
 # Subpackages that ``import haclient; haclient.aio...`` reaches (they used to be loaded eagerly).
 _SUBMODULES = frozenset(

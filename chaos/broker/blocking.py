@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from types import TracebackType
 from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -43,12 +42,7 @@ class BrokerThread:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @property

@@ -129,23 +129,15 @@ class _Listener:
 
     def failover_failed(self, cause: BaseException) -> None:
         """Failover gave up: an error no rule allows here (the plan is unlimited)."""
-        self._context.record(
-            "error",
-            self._actor,
-            "",
-            call="failover",
-            error=type(cause).__name__,
-            message=str(cause)[:200],
-        )
+        self._error("failover", cause, str(cause))
 
     def resource_not_restored(self, resource: object, error: BaseException) -> None:
+        self._error("restore", error, f"{resource!r}: {error}")
+
+    def _error(self, call: str, error: BaseException, message: str) -> None:
+        """Write an ``error`` event for ``call`` (the message cut to 200 characters)."""
         self._context.record(
-            "error",
-            self._actor,
-            "",
-            call="restore",
-            error=type(error).__name__,
-            message=f"{resource!r}: {error}"[:200],
+            "error", self._actor, "", call=call, error=type(error).__name__, message=message[:200]
         )
 
 

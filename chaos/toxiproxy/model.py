@@ -12,6 +12,7 @@ from typing import Any
 from chaos.toxiproxy.toxics import ATTRIBUTES, invalid_attributes
 
 __all__ = [
+    "PROXY_FIELDS",
     "ApiError",
     "Toxic",
     "decode_body",
@@ -97,11 +98,15 @@ def typed(body: Any, struct: str, key: str, kind: type, default: Any) -> Any:
     return float(value) if kind is float else value
 
 
+PROXY_FIELDS = ("name", "listen", "upstream", "enabled")
+"""What a proxy body sets and the API shows of a proxy (besides its toxics)."""
+
+
 def proxy_fields(body: Any, current: dict[str, Any]) -> dict[str, Any]:
     """``name``, ``listen``, ``upstream`` and ``enabled`` from a proxy body over ``current``."""
     return {
         key: typed(body, "proxy.Proxy", key, bool if key == "enabled" else str, current[key])
-        for key in ("name", "listen", "upstream", "enabled")
+        for key in PROXY_FIELDS
     }
 
 

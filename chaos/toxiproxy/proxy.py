@@ -15,7 +15,14 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
 from chaos.toxiproxy.link import Connection
-from chaos.toxiproxy.model import TOXIC_NOT_FOUND, ApiError, Toxic, loopback_address, new_toxic
+from chaos.toxiproxy.model import (
+    PROXY_FIELDS,
+    TOXIC_NOT_FOUND,
+    ApiError,
+    Toxic,
+    loopback_address,
+    new_toxic,
+)
 from chaos.toxiproxy.model import update_toxic as apply_update
 
 __all__ = ["Proxy"]
@@ -40,13 +47,8 @@ class Proxy:
 
     def to_json(self) -> dict[str, Any]:
         """The API's view of the proxy, with its toxics."""
-        return {
-            "name": self.name,
-            "listen": self.listen,
-            "upstream": self.upstream,
-            "enabled": self.enabled,
-            "toxics": [toxic.to_json() for toxic in self.all_toxics()],
-        }
+        fields = {key: getattr(self, key) for key in PROXY_FIELDS}
+        return {**fields, "toxics": [toxic.to_json() for toxic in self.all_toxics()]}
 
     async def start(self) -> None:
         """Listen on ``listen`` (rewritten to the bound address). Does nothing if enabled.

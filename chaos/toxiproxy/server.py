@@ -8,7 +8,6 @@ import ipaddress
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from types import TracebackType
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
@@ -84,12 +83,7 @@ class ToxiproxyServer:
             self._stack = stack.pop_all()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()

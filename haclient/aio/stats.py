@@ -24,8 +24,6 @@ from failover.states import ConnectionState
 from haclient.modes import AckMode
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from failover.url import BrokerURL
 
 __all__ = [
@@ -112,12 +110,7 @@ class _Blocked:
         self._calls.now += 1
         self._started = time.perf_counter()
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._calls.now -= 1
         self._calls.durations.observe(time.perf_counter() - self._started)
 

@@ -93,6 +93,19 @@ def processes() -> Iterator[list[Process]]:
         process.stop(signal.SIGKILL)
 
 
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in the checkout to its end, with no input; its output is captured."""
+    return subprocess.run(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
 def _argv(line: str, ports: dict[str, str], store: Path) -> list[str]:
     for old, new in ports.items():
         line = re.sub(rf"\b{old}\b", new, line)
@@ -122,15 +135,7 @@ def test_the_readme_broker_and_example_commands_run_as_written(
 
     for command in examples:
         argv = _argv(command, ports, tmp_path / "broker.db")
-        done = subprocess.run(
-            argv,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
+        done = run(argv)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         assert "ERROR" not in done.stderr, done.stderr
 
@@ -144,15 +149,7 @@ def test_the_broker_on_a_busy_port_says_so_in_one_line_and_exits_2() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = subprocess.run(
-            [str(BIN / "haclient-broker"), "--port", str(port)],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
+        done = run([str(BIN / "haclient-broker"), "--port", str(port)])
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"haclient-broker: cannot listen on 127.0.0.1:{port}: Address already in use"

@@ -4,9 +4,11 @@ in {reference, rabbitmq} (see ``apikit``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from apikit import API_NAMES, Api, Bed, make_api
+from failoverkit import HaPair
 
 from chaos.broker import BrokerThread
 from chaos.rabbitmq import RabbitMQNode
@@ -18,6 +20,13 @@ def reference_broker() -> Iterator[BrokerThread]:
     unique node names, so they do not see each other's messages)."""
     with BrokerThread() as broker:
         yield broker
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[HaPair]:
+    """A shared-store HA pair of reference brokers (``failoverkit.HaPair``) for one test."""
+    with HaPair(tmp_path / "store") as running:
+        yield running
 
 
 API_VARIANTS = [

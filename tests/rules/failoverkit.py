@@ -13,11 +13,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -27,7 +26,7 @@ import haclient.aio as aio
 from chaos.broker import Broker, BrokerThread
 from chaos.net import free_port
 from haclient.destination import Queue
-from haclient.message import TextMessage
+from haclient.message import Message, TextMessage
 
 T = TypeVar("T")
 
@@ -125,12 +124,7 @@ class HaPair:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         for task in self._tasks:
             task.cancel()
         portal_cm, self._portal_cm, self._portal = self._portal_cm, None, None
@@ -225,6 +219,30 @@ async def send_to(url: str, queue: str, *bodies: str) -> None:
         producer = await session.create_producer(Queue(queue))
         for body in bodies:
             await producer.send(TextMessage(body))
+
+
+@asynccontextmanager
+async def on_one_broker(api: Any) -> AsyncIterator[tuple[BrokerThread, Any, Recorder]]:
+    """One broker, and a started connection through ``api`` that retries it as good as forever
+    (``singlebroker``, 1000 times 20 ms apart) with a ``Recorder`` listening; the connection is
+    closed, then the broker stopped, on leaving the block."""
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
+        async with await connected(api, url, recorder) as connection:
+            yield only, connection, recorder
+
+
+def text_of(message: Message | None) -> str | None:
+    """The body of a received text message; None when nothing was received."""
+    return None if message is None else message.text  # type: ignore[attr-defined]
+
+
+async def send_numbered(url: str, queue: str, prefix: str, count: int) -> list[str]:
+    """``send_to`` ``count`` numbered messages (``prefix`` 0, 1 ...); return their bodies."""
+    bodies = [f"{prefix}{n}" for n in range(count)]
+    await send_to(url, queue, *bodies)
+    return bodies
 
 
 async def connected(api: Any, url: str, recorder: Recorder, **options: Any) -> Any:

@@ -23,8 +23,10 @@ from failoverkit import (
     brokers,
     connected,
     failover_url,
+    on_one_broker,
     port_of,
     send_to,
+    text_of,
 )
 
 from haclient.destination import Queue, TemporaryTopic
@@ -33,10 +35,6 @@ from haclient.message import Message, TextMessage
 from haclient.modes import AckMode
 
 pytestmark = pytest.mark.anyio
-
-
-def _text(message: Message | None) -> str | None:
-    return None if message is None else message.text  # type: ignore[attr-defined]
 
 
 async def test_F3_calls_blocked_across_a_master_kill_finish_and_nothing_accepted_is_lost(
@@ -52,14 +50,14 @@ async def test_F3_calls_blocked_across_a_master_kill_finish_and_nothing_accepted
             consumer = await session.create_consumer(Queue("f3"))
             for n in range(3):
                 await producer.send(TextMessage(f"before {n}"))
-            assert _text(await consumer.receive(TIMEOUT)) == "before 0"  # acknowledged (A1)
+            assert text_of(await consumer.receive(TIMEOUT)) == "before 0"  # acknowledged (A1)
             pair.kill_master()
             await recorder.wait_for("started")
             received: list[str | None] = []
 
             async def receive_three() -> None:
                 for _ in range(3):
-                    received.append(_text(await consumer.receive()))  # blocked, no timeout
+                    received.append(text_of(await consumer.receive()))  # blocked, no timeout
 
             with anyio.fail_after(TIMEOUT):
                 async with anyio.create_task_group() as tg:
@@ -72,30 +70,29 @@ async def test_F3_calls_blocked_across_a_master_kill_finish_and_nothing_accepted
 
 @pytest.mark.parametrize("call", ["acknowledge", "recover"])
 async def test_F8_the_standby_redelivers_what_failover_left_unacknowledged(
-    api: Api, tmp_path: Path, call: str
+    api: Api, pair: HaPair, call: str
 ) -> None:
-    with HaPair(tmp_path / "store") as pair:
-        await send_to(pair.master.url, "f8", "one", "two")
-        recorder = Recorder()
-        async with await connected(api, failover_url(*pair.members), recorder) as connection:
-            session = await connection.create_session(AckMode.CLIENT)
-            consumer = await session.create_consumer(Queue("f8"))
-            first = [await consumer.receive(TIMEOUT) for _ in range(2)]
-            assert [_text(m) for m in first] == ["one", "two"]
-            pair.kill_master()
-            await recorder.wait_for("completed")
-            with pytest.raises(AcknowledgeFailedError):
-                if call == "acknowledge":
-                    await api.acknowledge(first[1])
-                else:
-                    await session.recover()
-            again = [await consumer.receive(TIMEOUT) for _ in range(2)]
-            assert [_text(m) for m in again] == ["one", "two"]
-            assert [m.message_id for m in again] == [m.message_id for m in first]  # type: ignore[union-attr]
-            await api.acknowledge(again[1])
-            assert await consumer.receive(0.2) is None
-        assert pair.queue_depth("f8") == 0
-        assert pair.call(lambda: pair.master.unacked_count("f8")) == 0
+    await send_to(pair.master.url, "f8", "one", "two")
+    recorder = Recorder()
+    async with await connected(api, failover_url(*pair.members), recorder) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(Queue("f8"))
+        first = [await consumer.receive(TIMEOUT) for _ in range(2)]
+        assert [text_of(m) for m in first] == ["one", "two"]
+        pair.kill_master()
+        await recorder.wait_for("completed")
+        with pytest.raises(AcknowledgeFailedError):
+            if call == "acknowledge":
+                await api.acknowledge(first[1])
+            else:
+                await session.recover()
+        again = [await consumer.receive(TIMEOUT) for _ in range(2)]
+        assert [text_of(m) for m in again] == ["one", "two"]
+        assert [m.message_id for m in again] == [m.message_id for m in first]  # type: ignore[union-attr]
+        await api.acknowledge(again[1])
+        assert await consumer.receive(0.2) is None
+    assert pair.queue_depth("f8") == 0
+    assert pair.call(lambda: pair.master.unacked_count("f8")) == 0
 
 
 async def test_F5_roundrobin_makes_retries_attempts_per_broker_for_cyclecount_passes(
@@ -148,7 +145,7 @@ async def test_F6_temporary_topic_is_recreated_and_its_object_follows(api: Api) 
             note.reply_to = topic
             await publisher.send(note)
             received = await subscriber.receive(TIMEOUT)
-            assert _text(received) == "news"
+            assert text_of(received) == "news"
             assert received is not None and isinstance(received.reply_to, TemporaryTopic)
             assert received.reply_to.address == topic.address
 
@@ -163,7 +160,7 @@ async def test_F9_a_message_listener_never_gets_the_old_brokers_prefetch(api: Ap
         both_new = Signal()
 
         async def on_message(message: Message) -> None:
-            got.append(_text(message))
+            got.append(text_of(message))
             if len(got) == 1:
                 first_in.set()
                 await release.wait(TIMEOUT)  # hold the listener while the broker dies
@@ -198,13 +195,13 @@ async def test_F9_a_message_waiting_for_a_busy_session_is_dropped_at_failover(ap
         b_new = Signal()
 
         async def on_a(message: Message) -> None:
-            got_a.append(_text(message))
+            got_a.append(text_of(message))
             a_in.set()
             await release.wait(TIMEOUT)  # holds the session while the broker dies
 
         async def on_b(message: Message) -> None:
-            got_b.append(_text(message))
-            if _text(message) == "new b":
+            got_b.append(text_of(message))
+            if text_of(message) == "new b":
                 b_new.set()
 
         async with await connected(api, failover_url(first, second), recorder) as connection:
@@ -227,20 +224,17 @@ async def test_F9_a_message_waiting_for_a_busy_session_is_dropped_at_failover(ap
 async def test_F2_a_receive_with_a_timeout_returns_none_while_no_broker_answers(
     api: Api,
 ) -> None:
-    with brokers(1) as (only,):
-        recorder = Recorder()
-        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session(AckMode.AUTO)
-            consumer = await session.create_consumer(Queue("f2t"))
-            only.kill()
-            await recorder.wait_for("started")
-            with anyio.fail_after(TIMEOUT):
-                assert await consumer.receive(0.3) is None  # its deadline, not an error
-            assert recorder.named("failed") == []  # failover goes on
-            only.start()
-            await send_to(only.url, "f2t", "back")
-            assert _text(await consumer.receive(TIMEOUT)) == "back"
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue("f2t"))
+        only.kill()
+        await recorder.wait_for("started")
+        with anyio.fail_after(TIMEOUT):
+            assert await consumer.receive(0.3) is None  # its deadline, not an error
+        assert recorder.named("failed") == []  # failover goes on
+        only.start()
+        await send_to(only.url, "f2t", "back")
+        assert text_of(await consumer.receive(TIMEOUT)) == "back"
 
 
 async def test_F4_every_blocked_call_raises_when_the_policy_runs_out(api: Api) -> None:

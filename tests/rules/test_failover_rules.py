@@ -8,7 +8,6 @@ the brokers' admin API and through fresh connections, never from the client's ow
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import anyio
 import pytest
@@ -20,6 +19,7 @@ from failoverkit import (
     brokers,
     connected,
     failover_url,
+    on_one_broker,
     port_of,
     send_to,
 )
@@ -83,35 +83,32 @@ async def test_F1_nofailover_reports_the_loss_at_once(api: Api) -> None:
 
 
 async def test_F2_F3_calls_block_while_no_broker_answers_then_go_on(api: Api) -> None:
-    with brokers(1) as (only,):
-        recorder = Recorder()
-        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session(AckMode.AUTO)
-            consumer = await session.create_consumer(Queue("f2"))
-            producer = await session.create_producer(Queue("f2"))
-            only.kill()  # and it stays down for now
-            await recorder.wait_for("started")
-            done = Signal()
-            received: list[object] = []
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue("f2"))
+        producer = await session.create_producer(Queue("f2"))
+        only.kill()  # and it stays down for now
+        await recorder.wait_for("started")
+        done = Signal()
+        received: list[object] = []
 
-            async def receive() -> None:
-                received.append(await consumer.receive())  # no timeout: blocks in failover
-                done.set()
+        async def receive() -> None:
+            received.append(await consumer.receive())  # no timeout: blocks in failover
+            done.set()
 
-            async def send() -> None:
-                await producer.send(TextMessage("sent during the outage"))  # PERSISTENT
+        async def send() -> None:
+            await producer.send(TextMessage("sent during the outage"))  # PERSISTENT
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(receive)
-                tg.start_soon(send)
-                message = TextMessage("built offline", properties={"n": 1})  # F2: no network
-                assert message.properties["n"] == 1
-                assert not await done.wait(0.5)  # F2: still blocked, no error
-                only.start()  # F3: the broker is back; the blocked calls go on
-                with anyio.fail_after(TIMEOUT):
-                    await done.wait(TIMEOUT)
-            assert [m.text for m in received] == ["sent during the outage"]  # type: ignore[attr-defined]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receive)
+            tg.start_soon(send)
+            message = TextMessage("built offline", properties={"n": 1})  # F2: no network
+            assert message.properties["n"] == 1
+            assert not await done.wait(0.5)  # F2: still blocked, no error
+            only.start()  # F3: the broker is back; the blocked calls go on
+            with anyio.fail_after(TIMEOUT):
+                await done.wait(TIMEOUT)
+        assert [m.text for m in received] == ["sent during the outage"]  # type: ignore[attr-defined]
 
 
 async def test_F4_exhausted_policy_fails_blocked_and_later_calls(api: Api) -> None:
@@ -148,58 +145,54 @@ async def test_F4_failover_timeout_ends_the_call_not_the_failover(api: Api) -> N
 
 
 async def test_F4_a_per_call_timeout_ends_each_kind_of_call_not_the_failover(api: Api) -> None:
-    with brokers(1) as (only,):
-        recorder = Recorder()
-        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session(AckMode.CLIENT)
-            producer = await session.create_producer(Queue("f4c"))
-            await producer.send(TextMessage("one"))
-            consumer = await session.create_consumer(Queue("f4c"))
-            await connection.start()
-            message = await consumer.receive(TIMEOUT)
-            assert message is not None
-            transacted = await connection.create_session(AckMode.TRANSACTED)
-            only.kill()
-            await recorder.wait_for("started")
-            calls = {
-                "send": lambda: producer.send(TextMessage("late"), timeout=0.2),
-                "acknowledge": lambda: session.acknowledge(timeout=0.2),
-                "message.acknowledge": lambda: api.call(message.acknowledge, timeout=0.2),
-                "recover": lambda: session.recover(timeout=0.2),
-                "commit": lambda: transacted.commit(timeout=0.2),
-                "rollback": lambda: transacted.rollback(timeout=0.2),
-                "create_session": lambda: connection.create_session(timeout=0.2),
-                "create_producer": lambda: session.create_producer(Queue("x"), timeout=0.2),
-                "create_consumer": lambda: session.create_consumer(Queue("x"), timeout=0.2),
-                "create_temporary_queue": lambda: session.create_temporary_queue(timeout=0.2),
-            }
-            for name, call in calls.items():
-                with anyio.fail_after(TIMEOUT), pytest.raises(FailoverTimeoutError) as late:
-                    await call()
-                assert str(only.port) in str(late.value), name  # names the broker tried
-            assert recorder.named("failed") == []  # failover goes on
-            only.start()
-            with anyio.fail_after(TIMEOUT):
-                await producer.send(TextMessage("in time"), timeout=TIMEOUT)
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.CLIENT)
+        producer = await session.create_producer(Queue("f4c"))
+        await producer.send(TextMessage("one"))
+        consumer = await session.create_consumer(Queue("f4c"))
+        await connection.start()
+        message = await consumer.receive(TIMEOUT)
+        assert message is not None
+        transacted = await connection.create_session(AckMode.TRANSACTED)
+        only.kill()
+        await recorder.wait_for("started")
+        calls = {
+            "send": lambda: producer.send(TextMessage("late"), timeout=0.2),
+            "acknowledge": lambda: session.acknowledge(timeout=0.2),
+            "message.acknowledge": lambda: api.call(message.acknowledge, timeout=0.2),
+            "recover": lambda: session.recover(timeout=0.2),
+            "commit": lambda: transacted.commit(timeout=0.2),
+            "rollback": lambda: transacted.rollback(timeout=0.2),
+            "create_session": lambda: connection.create_session(timeout=0.2),
+            "create_producer": lambda: session.create_producer(Queue("x"), timeout=0.2),
+            "create_consumer": lambda: session.create_consumer(Queue("x"), timeout=0.2),
+            "create_temporary_queue": lambda: session.create_temporary_queue(timeout=0.2),
+        }
+        for name, call in calls.items():
+            with anyio.fail_after(TIMEOUT), pytest.raises(FailoverTimeoutError) as late:
+                await call()
+            assert str(only.port) in str(late.value), name  # names the broker tried
+        assert recorder.named("failed") == []  # failover goes on
+        only.start()
+        with anyio.fail_after(TIMEOUT):
+            await producer.send(TextMessage("in time"), timeout=TIMEOUT)
 
 
 async def test_F5_the_default_url_fails_over_on_a_shared_store_ha_pair(
-    api: Api, tmp_path: Path
+    api: Api, pair: HaPair
 ) -> None:
-    with HaPair(tmp_path / "store") as pair:
-        recorder = Recorder()
-        url = f"failover:({','.join(m.url for m in pair.members)})"  # no failover.* option
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session()
-            producer = await session.create_producer(Queue("f5ha"))
-            await producer.send(TextMessage("before"))
-            standby = pair.kill_master()
-            with anyio.fail_after(TIMEOUT):  # generous: it catches a hang (timing is bench's)
-                await producer.send(TextMessage("after"))
-            completed = await recorder.wait_for("completed")
-            assert [port_of(b) for b in completed] == [standby.port]
-        assert pair.queue_depth("f5ha") == 2
+    recorder = Recorder()
+    url = f"failover:({','.join(m.url for m in pair.members)})"  # no failover.* option
+    async with await connected(api, url, recorder) as connection:
+        session = await connection.create_session()
+        producer = await session.create_producer(Queue("f5ha"))
+        await producer.send(TextMessage("before"))
+        standby = pair.kill_master()
+        with anyio.fail_after(TIMEOUT):  # generous: it catches a hang (timing is bench's)
+            await producer.send(TextMessage("after"))
+        completed = await recorder.wait_for("completed")
+        assert [port_of(b) for b in completed] == [standby.port]
+    assert pair.queue_depth("f5ha") == 2
 
 
 async def test_F5_roundrobin_walks_the_list_in_order(api: Api) -> None:
@@ -363,25 +356,22 @@ async def test_F14_listeners_hear_that_failover_gave_up(api: Api) -> None:
 
 async def test_F2_closing_a_consumer_releases_a_receive_blocked_by_failover(api: Api) -> None:
     """C2 holds during failover too: the close needs no network, the receive returns None."""
-    with brokers(1) as (only,):
-        recorder = Recorder()
-        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
-        async with await connected(api, url, recorder) as connection:
-            session = await connection.create_session(AckMode.AUTO)
-            consumer = await session.create_consumer(Queue("f2c"))
-            only.kill()
-            await recorder.wait_for("started")
-            results: list[object] = []
-            done = Signal()
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue("f2c"))
+        only.kill()
+        await recorder.wait_for("started")
+        results: list[object] = []
+        done = Signal()
 
-            async def receive() -> None:
-                results.append(await consumer.receive())
-                done.set()
+        async def receive() -> None:
+            results.append(await consumer.receive())
+            done.set()
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(receive)
-                assert not await done.wait(0.3)
-                with anyio.fail_after(TIMEOUT):
-                    await consumer.close()
-                    assert await done.wait(TIMEOUT)
-            assert results == [None]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receive)
+            assert not await done.wait(0.3)
+            with anyio.fail_after(TIMEOUT):
+                await consumer.close()
+                assert await done.wait(TIMEOUT)
+        assert results == [None]

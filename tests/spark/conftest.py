@@ -54,24 +54,15 @@ def pyspark_installed() -> None:
 def spark(pyspark_installed: None) -> Iterator[Any]:
     """A local[2] session (up to 4 attempts per task) with the ``haclient`` source registered;
     loopback only, no UI, Spark's own logging at WARN."""
-    from pyspark.sql import SparkSession
-
-    from haclient.spark import HAClientDataSource
+    from haclient.spark.local import local_session
 
     saved = {name: os.environ.get(name) for name in _ENVIRONMENT}
     os.environ.update(_ENVIRONMENT)
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("haclient-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
+    session = local_session(
+        "local[2,4]",
+        "haclient-tests",
+        {"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"},
     )
-    session.sparkContext.setLogLevel("WARN")
-    session.dataSource.register(HAClientDataSource)
     try:
         yield session
     finally:

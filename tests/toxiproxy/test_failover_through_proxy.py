@@ -4,6 +4,9 @@ application's send completes there (F3, F11). Outcomes are read on the brokers' 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
 import anyio
 import pytest
 
@@ -23,38 +26,52 @@ def url_through(listen: str, second: BrokerThread) -> str:
     return f"failover:(amqp://{listen},{second.url})?{options}"
 
 
-async def test_F3_disabling_the_proxy_fails_over_and_the_send_completes(
-    client: ToxiproxyClient,
-) -> None:
+@pytest.fixture
+def brokers() -> Iterator[tuple[BrokerThread, BrokerThread]]:
+    """Two reference brokers: the first is reached through a proxy, the second directly."""
     with BrokerThread() as first, BrokerThread() as second:
-        proxy = client.create_proxy("amqp-a", f"127.0.0.1:{first.port}")
-        async with await aio.connect(url_through(proxy.listen, second)) as connection:
-            session = await connection.create_session()
-            producer = await session.create_producer(Queue("tp-disable"))
-            await producer.send(TextMessage("before"))
-            assert first.queue_depth("tp-disable") == 1
-            await anyio.to_thread.run_sync(client.disable, "amqp-a")
-            with anyio.fail_after(TIMEOUT):
-                await producer.send(TextMessage("after"))  # waits for the failover, then goes
-        assert second.queue_depth("tp-disable") == 1
+        yield first, second
+
+
+@asynccontextmanager
+async def sent_through(
+    client: ToxiproxyClient, proxy: str, brokers: tuple[BrokerThread, BrokerThread], queue: str
+) -> AsyncIterator[aio.MessageProducer]:
+    """A producer to ``queue`` that sent "before" to the first broker through the new proxy
+    ``proxy``, on a connection that fails over to the second; closed on leaving the block."""
+    first, second = brokers
+    listen = client.create_proxy(proxy, f"127.0.0.1:{first.port}").listen
+    async with await aio.connect(url_through(listen, second)) as connection:
+        session = await connection.create_session()
+        producer = await session.create_producer(Queue(queue))
+        await producer.send(TextMessage("before"))
+        yield producer
+
+
+async def test_F3_disabling_the_proxy_fails_over_and_the_send_completes(
+    client: ToxiproxyClient, brokers: tuple[BrokerThread, BrokerThread]
+) -> None:
+    first, second = brokers
+    async with sent_through(client, "amqp-a", brokers, "tp-disable") as producer:
         assert first.queue_depth("tp-disable") == 1
+        await anyio.to_thread.run_sync(client.disable, "amqp-a")
+        with anyio.fail_after(TIMEOUT):
+            await producer.send(TextMessage("after"))  # waits for the failover, then goes
+    assert second.queue_depth("tp-disable") == 1
+    assert first.queue_depth("tp-disable") == 1
 
 
 async def test_F11_a_send_cut_by_reset_peer_is_resent_on_the_second_broker(
-    client: ToxiproxyClient,
+    client: ToxiproxyClient, brokers: tuple[BrokerThread, BrokerThread]
 ) -> None:
-    with BrokerThread() as first, BrokerThread() as second:
-        proxy = client.create_proxy("amqp-b", f"127.0.0.1:{first.port}")
-        async with await aio.connect(url_through(proxy.listen, second)) as connection:
-            session = await connection.create_session()
-            producer = await session.create_producer(Queue("tp-reset"))
-            await producer.send(TextMessage("before"))
-            # The next bytes the client sends (the transfer) are discarded and the connection
-            # closed: the broker never sees the message.
-            await anyio.to_thread.run_sync(
-                lambda: client.add_toxic("amqp-b", "reset_peer", stream="upstream")
-            )
-            with anyio.fail_after(TIMEOUT):
-                await producer.send(TextMessage("cut"))
-        assert first.queue_depth("tp-reset") == 1  # "before" only
-        assert second.queue_depth("tp-reset") == 1  # "cut", re-sent after the failover
+    first, second = brokers
+    async with sent_through(client, "amqp-b", brokers, "tp-reset") as producer:
+        # The next bytes the client sends (the transfer) are discarded and the connection
+        # closed: the broker never sees the message.
+        await anyio.to_thread.run_sync(
+            lambda: client.add_toxic("amqp-b", "reset_peer", stream="upstream")
+        )
+        with anyio.fail_after(TIMEOUT):
+            await producer.send(TextMessage("cut"))
+    assert first.queue_depth("tp-reset") == 1  # "before" only
+    assert second.queue_depth("tp-reset") == 1  # "cut", re-sent after the failover

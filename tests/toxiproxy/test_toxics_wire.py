@@ -24,6 +24,14 @@ from chaos.toxiproxy.client import ToxiproxyClient
 SLACK = 2.0  # seconds an effect may take beyond its promise on a loaded machine
 
 
+def assert_held(sock: socket.socket, seconds: float) -> None:
+    """Nothing arrives on ``sock`` for ``seconds``: no data, and no close either."""
+    sock.settimeout(seconds)
+    with pytest.raises(TimeoutError):
+        sock.recv(100)
+    sock.settimeout(SLACK)
+
+
 @pytest.fixture
 def port(client: ToxiproxyClient, echo_server: TcpServer) -> int:
     """The port of proxy ``p`` in front of the echo server."""
@@ -104,10 +112,7 @@ def test_bandwidth_zero_holds_data_until_changed(client: ToxiproxyClient, port: 
     client.add_toxic("p", "bandwidth", rate=0)
     with connect(port) as sock:
         sock.sendall(b"stuck")
-        sock.settimeout(0.5)
-        with pytest.raises(TimeoutError):
-            sock.recv(100)
-        sock.settimeout(SLACK)
+        assert_held(sock, 0.5)
         client.remove_toxic("p", "bandwidth_downstream")
         assert recv_exactly(sock, 5) == b"stuck"
 
@@ -140,10 +145,7 @@ def test_timeout_zero_holds_forever_until_removed(client: ToxiproxyClient, port:
     client.add_toxic("p", "timeout", timeout=0)
     with connect(port) as sock:
         sock.sendall(b"lost")
-        sock.settimeout(0.8)
-        with pytest.raises(TimeoutError):
-            sock.recv(100)  # no data, and no close either
-        sock.settimeout(SLACK)
+        assert_held(sock, 0.8)
         client.remove_toxic("p", "timeout_downstream")  # removing it closes the connection
         assert recv_until_closed(sock) == b""
 

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from unitkit import A, B, C, S
 
 import failover.manager
 import failover.protocols
@@ -26,7 +27,6 @@ from failover.manager import (
     ConnectionManager,
     ConnectionState,
     FailoverListener,
-    ManagerEvent,
     Resource,
     RestoreOrder,
 )
@@ -45,8 +45,6 @@ from haclient.errors import (
     ResourceLockedError,
 )
 
-S, E = ConnectionState, ManagerEvent
-A, B, C = BrokerURL("amqp", "a"), BrokerURL("amqp", "b"), BrokerURL("amqp", "c")
 X, Y = BrokerURL("amqp", "x"), BrokerURL("amqp", "y")
 FAST = FailoverPolicy(connect_delay=0.0)
 HANG = 5.0  # real seconds: only to turn a hang into a failure, never a timing assertion
@@ -200,6 +198,15 @@ class Res(Resource[FakeConnection]):
 
     def __repr__(self) -> str:
         return f"Res({self.name})"
+
+
+def failing(error: BaseException) -> Restore:
+    """A restore action that raises ``error``."""
+
+    async def fail(connection: FakeConnection, epoch: int) -> None:
+        raise error
+
+    return fail
 
 
 def make(
@@ -863,14 +870,10 @@ async def test_a_resource_unregistered_during_restore_is_skipped() -> None:
 async def test_F14_a_resource_that_fails_to_restore_is_reported_and_the_others_go_on() -> None:
     log: list[tuple[object, ...]] = []
     error = ValueError("the queue is gone")
-
-    async def fail(connection: FakeConnection, epoch: int) -> None:
-        raise error
-
     recorder = Recorder()
     async with running(Network()) as manager:
         manager.add_listener(recorder)
-        bad = Res("bad", 1, log, fail)
+        bad = Res("bad", 1, log, failing(error))
         for resource in (Res("first", 0, log), bad, Res("last", 2, log)):
             manager.register(resource)
         await drop_and_reconnect(manager)
@@ -929,9 +932,6 @@ async def test_F14_a_resource_that_fails_does_not_stop_its_tier() -> None:
     log: list[tuple[object, ...]] = []
     error = ValueError("the queue is gone")
 
-    async def fail(connection: FakeConnection, epoch: int) -> None:
-        raise error
-
     async def slow(connection: FakeConnection, epoch: int) -> None:
         await anyio.lowlevel.checkpoint()  # still running when its neighbour fails
         log.append(("done", "slow"))
@@ -939,7 +939,7 @@ async def test_F14_a_resource_that_fails_does_not_stop_its_tier() -> None:
     recorder = Recorder()
     async with running(Network()) as manager:
         manager.add_listener(recorder)
-        bad = Res("bad", RestoreOrder.CONSUMER, log, fail)
+        bad = Res("bad", RestoreOrder.CONSUMER, log, failing(error))
         manager.register(bad)
         manager.register(Res("slow", RestoreOrder.CONSUMER, log, slow))
         manager.register(Res("browser", RestoreOrder.BROWSER, log))

@@ -10,6 +10,7 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unitkit import A, B, C, E, S
 
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.protocols import RestoreOrder, restore_tiers
@@ -32,10 +33,6 @@ from haclient.errors import (
     IllegalStateError,
     ResourceLockedError,
 )
-
-S, E = ConnectionState, ManagerEvent
-A, B, C = BrokerURL("amqp", "a"), BrokerURL("amqp", "b"), BrokerURL("amqp", "c")
-
 
 # --- The state machine -------------------------------------------------------------------------
 

@@ -80,6 +80,25 @@ def test_the_error_tree_loads_no_client_anyio_or_proton() -> None:
     assert _loaded_after("import haclient") == []
 
 
+def _type_checking_names(path: Path) -> dict[str, str]:
+    """Name -> module, as the ``if TYPE_CHECKING:`` imports of ``path`` give it to type checkers."""
+    names: dict[str, str] = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module, ast.unparse(imp)
+                for alias in imp.names:
+                    module = __import__(imp.module, fromlist=["*"])
+                    star = alias.name == "*"
+                    names |= dict.fromkeys(module.__all__ if star else [alias.name], imp.module)
+    return names
+
+
+def test_type_checkers_see_the_names_that_load_on_use() -> None:
+    """The TYPE_CHECKING imports of ``haclient`` say the lazy table again; they must agree."""
+    assert _type_checking_names(Path(haclient.__file__)) == haclient._LAZY
+
+
 def test_the_top_level_names_still_load_on_use() -> None:
     """``haclient`` re-exports lazily: ``haclient.connect``, ``from haclient import X`` and
     ``from haclient import *`` still give every name of ``__all__``."""
