@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import html
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 from chaos.audit import PROMISES, AuditResult, Event
 from chaos.scenarios.runner import MatrixRun
@@ -139,13 +142,14 @@ def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    data = {k: [1000 * v for v in vs] for k, vs in values.items() if vs}
-    if data:
-        ax.hist(list(data.values()), bins=30, label=list(data), stacked=True)
+@contextmanager
+def _counts_figure(width: float, xlabel: str, path: Path) -> Iterator[Axes]:
+    """Axes for a plot of counts (log scale), saved to ``path`` when the block ends; an empty
+    plot says "none"."""
+    fig, ax = plt.subplots(figsize=(width, 3.5))
+    yield ax
+    if ax.has_data():
         ax.set_yscale("log")  # the long tail is what matters
-        ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "none", ha="center", va="center")
     ax.set_xlabel(xlabel)
@@ -153,24 +157,24 @@ def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> 
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> None:
+    data = {k: [1000 * v for v in vs] for k, vs in values.items() if vs}
+    with _counts_figure(6, xlabel, path) as ax:
+        if data:
+            ax.hist(list(data.values()), bins=30, label=list(data), stacked=True)
+            ax.legend(fontsize=7)
 
 
 def _plot_buckets(histogram: DurationHistogram | None, xlabel: str, path: Path) -> None:
     """A histogram as Prometheus keeps it: one bar per bucket, labelled with its upper bound."""
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    if histogram is not None and histogram.count:
-        counts = histogram.per_bucket()
-        labels = [_ms(bound).removesuffix(" ms") for bound in histogram.bounds]
-        ax.bar(range(len(counts)), counts)
-        ax.set_xticks(range(len(counts)), labels, rotation=60, fontsize=7)
-        ax.set_yscale("log")
-    else:
-        ax.text(0.5, 0.5, "none", ha="center", va="center")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("count")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    with _counts_figure(8, xlabel, path) as ax:
+        if histogram is not None and histogram.count:
+            counts = histogram.per_bucket()
+            labels = [_ms(bound).removesuffix(" ms") for bound in histogram.bounds]
+            ax.bar(range(len(counts)), counts)
+            ax.set_xticks(range(len(counts)), labels, rotation=60, fontsize=7)
 
 
 def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
