@@ -13,8 +13,8 @@ answer proves that it processed the dispositions written before. The candidates,
   proton's engine (and RabbitMQ 3.10 ignores it on a session flow).
 - ``DRAIN``: a drain of one credit on the session's idle probe receiver, whose source is a
   temporary queue (a dynamic node); the specification makes the sender answer a drain with a
-  flow. One frame each way. Brokers with dynamic nodes (ActiveMQ, the reference broker). Not
-  RabbitMQ: it has no dynamic nodes and ends the session on a drain of a classic queue.
+  flow. One frame each way. Brokers with dynamic nodes (ActiveMQ, the reference broker). Never
+  RabbitMQ: it ends the session on a dynamic source, and on a drain of a classic queue.
 - ``ROUND_TRIP``: a probe sender link attached (and detached) after the dispositions; the
   broker's attach answers. Works everywhere, and costs the broker a link set-up per
   confirmation: the last resort.
@@ -59,10 +59,15 @@ def fallback_for(product: str | None, chosen: str = "auto") -> AckConfirmation:
         product: The broker's ``product`` Open property.
         chosen: The ``ack_confirmation`` option: ``auto`` or one of ``FALLBACKS``' names
             (``settle-second`` counts as ``auto`` here: it was asked for and not granted).
+            ``drain`` on RabbitMQ gives ``ROUND_TRIP``: RabbitMQ 3.10 ends the session on a
+            dynamic source ("Dynamic sources not supported") and on a drain of a classic queue.
     """
+    rabbitmq = product == "RabbitMQ"
+    if chosen == AckConfirmation.DRAIN.value and rabbitmq:
+        return AckConfirmation.ROUND_TRIP  # RabbitMQ ends the session on the probe's attach
     if chosen not in ("auto", AckConfirmation.SETTLE_SECOND.value):
         return AckConfirmation(chosen)
-    return AckConfirmation.LINK_FLOW if product == "RabbitMQ" else AckConfirmation.DRAIN
+    return AckConfirmation.LINK_FLOW if rabbitmq else AckConfirmation.DRAIN
 
 
 class Confirmer:
