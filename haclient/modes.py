@@ -36,9 +36,18 @@ class AckConfirmation(enum.Enum):
 
     SETTLE_SECOND = "settle-second"
     """Receiver settle mode ``second``: the broker settles each acknowledgement it applied."""
+    LINK_FLOW = "link-flow"
+    """The broker lacks mode ``second`` but answers every flow on a link it sends on (RabbitMQ):
+    after the dispositions, one more credit on an idle probe receiver of the session; the
+    broker's flow in answer proves it processed the frames before ours. One frame each way."""
+    DRAIN = "drain"
+    """The broker lacks mode ``second`` (ActiveMQ): after the dispositions, a drain on an idle
+    probe receiver (a temporary queue) of the session, which the broker must answer with a
+    flow. One frame each way."""
     ROUND_TRIP = "round-trip"
-    """The broker lacks mode ``second``: after the dispositions are written, a request on the
-    same session is answered by the broker, which proves it processed the frames before it."""
+    """The last resort: after the dispositions, a probe sender link is attached (and detached)
+    on the same session; the broker's attach proves it processed the frames before it. A link
+    set-up on the broker per confirmation."""
     NONE = "none"
     """Nothing to confirm: DUPS_OK (lazy), NO_ACK (pre-settled), or TRANSACTED (the commit's
     answer is the confirmation)."""

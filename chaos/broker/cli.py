@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from chaos.broker.server import Broker
+from chaos.broker.state import BrokerMode
 from chaos.broker.topology import parse_peer
 from haclient.amqp.config import TlsServerOptions
 
@@ -68,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="refuse a second connection with a connected container id (as ActiveMQ)",
     )
+    parser.add_argument(
+        "--activemq",
+        action="store_true",
+        help="behave like ActiveMQ 5.x's AMQP transport where a client can tell: receiver "
+        "settle mode 'second' granted as 'first', queue:// and topic:// prefixes announced in "
+        "the Open frame, a duplicate container id refused",
+    )
     parser.add_argument("--dead-letter-queue", default="DLQ")
     parser.add_argument(
         "--expiry-address",
@@ -110,7 +118,8 @@ async def _run(broker: Broker) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with broker:
             role = f" (master of store {broker.store_path})" if broker.store_path else ""
-            print(f"haclient-broker listening on {broker.url}{role}", flush=True)
+            mode = " (ActiveMQ mode)" if broker.mode is BrokerMode.ACTIVEMQ else ""
+            print(f"haclient-broker listening on {broker.url}{role}{mode}", flush=True)
             async for signum in signals:
                 log.info("signal %d: stopping", signum)
                 return
@@ -164,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_delivery_count=args.max_delivery_count,
         queue_policies=dict(args.queue_policy),
         on_standby=_standby(args.store) if args.store else None,
+        mode="activemq" if args.activemq else "reference",
     )
     try:
         anyio.run(_run, broker)

@@ -20,7 +20,9 @@ the current membership message (``chaos.broker.topology``).
 
 Producer links are always answered with receiver settle mode ``first`` (the broker settles each
 transfer with its outcome at once), as ActiveMQ and Artemis do; ``second`` is granted to
-consumers, where it confirms acknowledgements.
+consumers, where it confirms acknowledgements, except in ``BrokerMode.ACTIVEMQ``, which grants
+``first`` to every link (as ActiveMQ 5.x does, silently) and refuses a duplicate container id
+the way ActiveMQ does.
 
 Thread-safety: none; everything runs on the broker's event loop.
 """
@@ -41,6 +43,7 @@ from chaos.broker.links import (
 )
 from chaos.broker.nodes import Node, Queue, Topic
 from chaos.broker.router import NodeNotFoundError, Router
+from chaos.broker.state import BrokerMode
 from chaos.broker.subscriptions import SubscriptionError, SubscriptionQueue
 from chaos.broker.topology import FAILOVER_TOPIC
 from chaos.broker.transactions import TransactionManager
@@ -183,10 +186,20 @@ class BrokerConnection:
             elif isinstance(event, TransportClosed):
                 self._on_transport_closed(event.error)
 
+    @property
+    def activemq(self) -> bool:
+        """Whether the broker behaves like ActiveMQ (``BrokerMode.ACTIVEMQ``)."""
+        return self.state.mode is BrokerMode.ACTIVEMQ
+
     def _on_open(self, event: ConnectionRemoteOpen) -> None:
-        self.engine.open()
         container = event.container_id
-        if self.state.refuses_container(container):
+        refused = self.state.refuses_container(container)
+        if refused and self.activemq:  # ActiveMQ says so in its Open, then explains in the Close
+            properties = dict(self.engine.config.properties or {})
+            self.engine.open({**properties, "amqp:connection-establishment-failed": True})
+        else:
+            self.engine.open()
+        if refused:
             log.info("refusing a second connection with container id %r", container)
             self.engine.close(
                 ErrorCondition(
@@ -302,7 +315,11 @@ class BrokerConnection:
     ) -> None:
         """A queue browser: copies go unsettled (see ``chaos.broker.browsing`` for why); the answer
         echoes ``distribution-mode copy``."""
-        link.open(source=answer, snd_settle_mode=SenderSettleMode.UNSETTLED)
+        link.open(
+            source=answer,
+            snd_settle_mode=SenderSettleMode.UNSETTLED,
+            rcv_settle_mode=ReceiverSettleMode.FIRST if self.activemq else None,
+        )
         browser = BrowserLink(self, link, queue, selector=selector)
         self.links[link] = browser
         queue.add_browser(browser)
@@ -316,7 +333,10 @@ class BrokerConnection:
         selector: Matcher | None = None,
         unsubscribes: bool = False,
     ) -> None:
-        link.open(source=answer)
+        # ActiveMQ grants 'first' whatever was asked: acknowledgements are then unconfirmed.
+        link.open(
+            source=answer, rcv_settle_mode=ReceiverSettleMode.FIRST if self.activemq else None
+        )
         consumer = ConsumerLink(self, link, queue, selector=selector, unsubscribes=unsubscribes)
         self.links[link] = consumer
         if isinstance(queue, SubscriptionQueue) and queue.topic.name == FAILOVER_TOPIC:

@@ -37,7 +37,7 @@ from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
 from chaos.broker.router import Router
 from chaos.broker.schedule import NodePolicy, broker_policy, expire_to
-from chaos.broker.state import BrokerState, NodeInfo
+from chaos.broker.state import ACTIVEMQ_PREFIXES, BrokerMode, BrokerState, NodeInfo
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
 from chaos.broker.topology import Topology
@@ -170,6 +170,13 @@ class Broker:
         queue_policies: Per-queue redelivery limits, ``{queue name: limit or None}``.
         on_standby: Called (on the event loop) when ``start()`` finds the store held by another
             broker and waits as its slave (the command line says so).
+        mode: ``"activemq"`` (or ``BrokerMode.ACTIVEMQ``) behaves like ActiveMQ 5.x's AMQP
+            transport where a client can tell (see ``BrokerMode``): mode ``second`` granted as
+            ``first``, the address prefixes announced in the Open frame, a duplicate container
+            id refused (implies ``refuse_duplicate_container_id``).
+
+    Raises:
+        ValueError: an unknown ``mode``, or both ``store`` and ``persistence``.
     """
 
     def __init__(
@@ -191,9 +198,11 @@ class Broker:
         max_delivery_count: int | None = None,
         queue_policies: Mapping[str, int | None] | None = None,
         on_standby: Callable[[], None] | None = None,
+        mode: BrokerMode | str = BrokerMode.REFERENCE,
     ) -> None:
         if store is not None and persistence is not None:
             raise ValueError("give either store or persistence, not both")
+        self.mode = BrokerMode(mode)
         self.host = host
         self.store_path = Path(store) if store is not None else None
         self._store_lock = StoreLock(store) if store is not None else None
@@ -238,7 +247,10 @@ class Broker:
     # Topology ----------------------------------------------------------------------------------
 
     def _open_properties(self) -> dict[str, Any]:
-        return self.topology.open_properties(BROKER_PROPERTIES)
+        properties = dict(BROKER_PROPERTIES)
+        if self.mode is BrokerMode.ACTIVEMQ:
+            properties.update(ACTIVEMQ_PREFIXES)
+        return self.topology.open_properties(properties)
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -348,6 +360,7 @@ class Broker:
             router,
             refuse_duplicate_container_id=self.refuse_duplicate_container_id,
             topology=self.topology,
+            mode=self.mode,
         )
         self._gate = Gate()
         await self._task_group.start(self._serve)

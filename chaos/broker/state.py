@@ -9,6 +9,7 @@ like everything else here they must run on the broker's event loop.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,26 @@ from chaos.broker.transactions import TransactionManager
 if TYPE_CHECKING:
     from chaos.broker.connection import BrokerConnection
 
-__all__ = ["BrokerState", "NodeInfo"]
+__all__ = ["ACTIVEMQ_PREFIXES", "BrokerMode", "BrokerState", "NodeInfo"]
+
+
+class BrokerMode(enum.Enum):
+    """Whose behaviour the broker shows a client where brokers differ.
+
+    ``ACTIVEMQ`` behaves like ActiveMQ 5.x's AMQP transport where that matters to a client, so
+    that the client's fallbacks run on a broker CI has: a requested receiver settle mode
+    ``second`` is silently granted as ``first``; the Open frame announces the address prefixes
+    (``ACTIVEMQ_PREFIXES``); a second connection with a connected container id is refused at
+    open (an Open carrying ``amqp:connection-establishment-failed``, then a Close with
+    ``amqp:invalid-field`` and info ``{invalid-field: container-id}``).
+    """
+
+    REFERENCE = "reference"
+    ACTIVEMQ = "activemq"
+
+
+ACTIVEMQ_PREFIXES = {"queue-prefix": "queue://", "topic-prefix": "topic://"}
+"""The address prefixes ActiveMQ announces in its Open frame's properties."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +65,16 @@ class BrokerState:
         *,
         refuse_duplicate_container_id: bool = False,
         topology: Topology | None = None,
+        mode: BrokerMode = BrokerMode.REFERENCE,
     ) -> None:
         self.router = router
+        self.mode = mode
         self.topology = topology
         self.transactions = TransactionManager(router)
         self.connections: dict[int, BrokerConnection] = {}
-        self.refuse_duplicate_container_id = refuse_duplicate_container_id
+        self.refuse_duplicate_container_id = (
+            refuse_duplicate_container_id or mode is BrokerMode.ACTIVEMQ
+        )
         self.alive = True
 
     # Connections -------------------------------------------------------------------------------

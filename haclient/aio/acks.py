@@ -13,15 +13,13 @@ the listener; the strategy settles the delivery as its mode says:
 - TRANSACTED (``TransactedAck``): the acknowledgement joins the transaction (A4).
 - NO_ACK (``NoAck``): deliveries arrive settled; nothing to do (A5).
 
-Confirmation (A6) is one of two mechanisms, chosen per link from the broker's attach answer:
+Confirmation (A6), chosen per link from the broker's attach answer:
 
 - ``SETTLE_SECOND``: the link runs in receiver settle mode ``second``; the outcome goes out
   unsettled and the broker settles it once applied. We wait for those settlements.
-- ``ROUND_TRIP``: the broker settles in mode ``first`` only (RabbitMQ, ActiveMQ). The outcomes go
-  out settled, the socket is flushed (proton would otherwise write a later frame first), then a
-  short-lived sender link is attached on the same session and its answer awaited: a broker
-  processes a session's frames in order, so the answer proves the dispositions were processed.
-  (A drain would be cheaper, but RabbitMQ 3.10 ends the session on a drain of a classic queue.)
+- otherwise (RabbitMQ, ActiveMQ settle in mode ``first`` only): the outcomes go out settled, then
+  one exchange on the same session proves the broker processed them (``haclient.aio.confirm``:
+  ``LINK_FLOW``, ``DRAIN`` or, as the last resort, ``ROUND_TRIP``).
 
 A delivery is settled only on the connection it came from: one from a connection that failover
 replaced raises ``StaleDeliveryError`` (the broker that sent it is gone; the next one delivers
@@ -31,7 +29,6 @@ the message again), never waits for an answer that cannot come.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -39,10 +36,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from haclient.aio.confirm import Confirmer
 from haclient.aio.gate import Connected, Gate, StaleDeliveryError, deadline_after
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
-from haclient.amqp.types import ACCEPTED, Outcome, Terminus
+from haclient.amqp.types import ACCEPTED, Outcome
 from haclient.errors import (
     AcknowledgeFailedError,
     ConnectionLostError,
@@ -56,8 +54,6 @@ if TYPE_CHECKING:
     from haclient.message import Message
 
 __all__ = ["AckStrategy", "PendingAck", "ack_strategy", "settle"]
-
-_probe_names = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -420,9 +416,14 @@ async def settle(
     outcome: Outcome = ACCEPTED,
     *,
     confirm: bool = True,
+    confirmer: Confirmer | None = None,
+    topic_prefix: str = "",
     timeout: float = 30.0,
 ) -> None:
     """Send ``outcome`` for ``acks``; with ``confirm``, return once the broker confirmed.
+
+    Acknowledgements on links in mode ``second`` wait for the broker's settlement; the others
+    are confirmed by one exchange of ``confirmer`` (``haclient.aio.confirm``) after them all.
 
     Raises:
         StaleDeliveryError: one of ``acks`` came on another (older) connection than ``amqp``;
@@ -439,34 +440,25 @@ async def settle(
             "acknowledged, and the broker will deliver it again"
         )
     second: list[ReceivedMessage] = []
-    probe: str | None = None
-    round_trip = False
+    exchange: PendingAck | None = None  # one whose link needs a confirmation exchange
     for ack in acks:
         if confirm and ack.confirmation is AckConfirmation.SETTLE_SECOND:
             amqp.settle(ack.raw, outcome, settle=False)
             second.append(ack.raw)
         else:
             amqp.settle(ack.raw, outcome)
-            if confirm and ack.confirmation is AckConfirmation.ROUND_TRIP:
-                round_trip = True
-                probe = probe or ack.probe_address
+            if confirm and ack.confirmation is not AckConfirmation.NONE:
+                exchange = exchange or ack
         ack.sent = True
     for raw in second:
         await amqp.wait_settled(raw.delivery)
         raw.delivery.settle()
-    if round_trip:
-        await round_trip_on(amqp, session, probe, timeout=timeout)
-
-
-async def round_trip_on(
-    amqp: AmqpConnection, session: Session, address: str | None, *, timeout: float
-) -> None:
-    """Prove that the broker processed every frame written so far on ``session``."""
-    await amqp.flush()
-    probe = await amqp.open_sender(
-        Terminus(address=address),
-        session=session,
-        name=f"{amqp.engine.config.container_id}:ack-probe:{next(_probe_names)}",
-        timeout=timeout,
-    )
-    amqp.detach(probe)
+    if exchange is not None:
+        await (confirmer or Confirmer(lambda kind: None)).confirm(
+            amqp,
+            session,
+            exchange.confirmation,
+            address=exchange.probe_address,
+            topic_prefix=topic_prefix,
+            timeout=timeout,
+        )

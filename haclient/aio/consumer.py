@@ -185,7 +185,9 @@ class MessageConsumer:
         physical, amqp_session = context.link_context()
         presettled = context.ack_mode is AckMode.NO_ACK
         confirms = context.acks.confirms
-        want_second = confirms and physical.settle_second is not False
+        want_second = (
+            confirms and physical.settle_second is not False and not physical.ack_fallback_only
+        )
         self._receiver = receiver = await physical.amqp.open_receiver(
             self._source,
             session=amqp_session,
@@ -198,11 +200,9 @@ class MessageConsumer:
         if want_second:
             granted = receiver.remote_rcv_settle_mode is ReceiverSettleMode.SECOND
             physical.settle_second = granted
-            self._confirmation = (
-                AckConfirmation.SETTLE_SECOND if granted else AckConfirmation.ROUND_TRIP
-            )
+            self._confirmation = AckConfirmation.SETTLE_SECOND if granted else physical.ack_fallback
         elif confirms:
-            self._confirmation = AckConfirmation.ROUND_TRIP
+            self._confirmation = physical.ack_fallback
         context.note_confirmation(self._confirmation)
 
     def _top_up(self) -> None:

@@ -20,6 +20,7 @@ import anyio
 
 from failover.manager import ConnectionState
 from haclient.aio.acks import AckStrategy, PendingAck, settle
+from haclient.aio.confirm import Confirmer
 from haclient.aio.dedup import DuplicateWindow
 from haclient.aio.gate import Gate
 from haclient.aio.stats import Counters
@@ -151,6 +152,7 @@ class SessionContext:
             else None
         )
         self._ack_lock = anyio.Lock()
+        self.confirmer = Confirmer(self._downgraded)
         self._forget = forget
         self._prefetched = prefetched
 
@@ -184,6 +186,13 @@ class SessionContext:
         if confirmation is not AckConfirmation.NONE:
             self.confirmation = confirmation
 
+    def _downgraded(self, confirmation: AckConfirmation) -> None:
+        """The broker failed the cheaper exchange: say so, and let new consumers skip it."""
+        self.note_confirmation(confirmation)
+        current = self.connection.current
+        if current is not None:
+            current.ack_fallback = confirmation
+
     def start_soon(
         self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str | None = None
     ) -> None:
@@ -205,12 +214,15 @@ class SessionContext:
         assert self.amqp_session is not None
         async with self._ack_lock:
             started = time.perf_counter()
+            physical = self.physical()
             await settle(
-                self.amqp(),
+                physical.amqp,
                 self.amqp_session,
                 acks,
                 ACCEPTED,
                 confirm=confirm,
+                confirmer=self.confirmer,
+                topic_prefix=physical.prefixes.topic,
                 timeout=self.options.attach_timeout,
             )
             if confirm:

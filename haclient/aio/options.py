@@ -36,6 +36,9 @@ def generated_client_id() -> str:
     return f"ID:{uuid.uuid4()}"
 
 
+_ACK_CONFIRMATIONS = ("auto", "settle-second", "link-flow", "drain", "round-trip")
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionOptions:
     """Everything a logical connection is configured with, besides its brokers and policy.
@@ -58,6 +61,10 @@ class ConnectionOptions:
             duplicates (a redelivery or an F11 re-send of a message already handed out); 0
             turns suppression off (``haclient.aio.dedup``).
         dedup_age: ... and for how many seconds at most.
+        ack_confirmation: How AUTO and CLIENT acknowledgements are confirmed (A6): ``auto``
+            (receiver settle mode ``second`` where granted, else the cheapest exchange the
+            broker answers), or one of ``link-flow``, ``drain``, ``round-trip`` to use that
+            exchange instead of mode ``second`` (benchmarks, tests; see ``haclient.aio.confirm``).
     """
 
     client_id: str | None = None
@@ -74,6 +81,7 @@ class ConnectionOptions:
     close_timeout: float = 5.0
     dedup_window: int = 10_000
     dedup_age: float = 600.0
+    ack_confirmation: str = "auto"
 
     def __post_init__(self) -> None:
         if self.client_id is not None and (
@@ -97,6 +105,12 @@ class ConnectionOptions:
             raise ConfigurationError(
                 f"selectors must be 'auto', 'broker' or 'client', not {self.selectors!r}",
                 option="selectors",
+            )
+        if self.ack_confirmation not in _ACK_CONFIRMATIONS:
+            raise ConfigurationError(
+                f"ack_confirmation must be one of {', '.join(_ACK_CONFIRMATIONS)}, "
+                f"not {self.ack_confirmation!r}",
+                option="ack_confirmation",
             )
         if not isinstance(self.dedup_window, int) or self.dedup_window < 0:
             raise ConfigurationError("dedup_window must be an int >= 0", option="dedup_window")

@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from failover.url import BrokerURL
+from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
 from haclient.amqp.config import ClientAuth, EngineConfig, TlsClientOptions
 from haclient.amqp.connection import AmqpConnection, open_connection
@@ -74,10 +75,16 @@ class PhysicalConnection:
         product: The broker's ``product`` Open property, if any.
         settle_second: Whether the broker grants receiver settle mode ``second``: False when
             known not to, None until a consumer attach has shown it.
+        ack_fallback: How acknowledgements are confirmed where mode ``second`` is not granted
+            (``haclient.aio.confirm``): per broker, or as the ``ack_confirmation`` option says.
+        ack_fallback_only: True when the ``ack_confirmation`` option names a fallback: mode
+            ``second`` is not even asked for.
         advertised_brokers: The ``failover-server-list`` of the broker's Open, as given.
     """
 
-    def __init__(self, amqp: AmqpConnection, broker: BrokerURL) -> None:
+    def __init__(
+        self, amqp: AmqpConnection, broker: BrokerURL, ack_confirmation: str = "auto"
+    ) -> None:
         self.amqp = amqp
         self.broker = broker
         remote = amqp.remote_open
@@ -90,6 +97,8 @@ class PhysicalConnection:
             announced = _RABBITMQ_PREFIXES
         self.prefixes = announced
         self.settle_second: bool | None = False if self.product == "RabbitMQ" else None
+        self.ack_fallback = fallback_for(self.product, ack_confirmation)
+        self.ack_fallback_only = ack_confirmation not in ("auto", "settle-second")
         self.advertised_brokers: Any = properties.get("failover-server-list")
         self.offered_capabilities: tuple[str, ...] = (
             remote.offered_capabilities if remote is not None else ()
@@ -156,7 +165,7 @@ async def _run(
         async with open_connection(
             host, port, config, connect_timeout=options.attach_timeout
         ) as amqp:
-            physical = PhysicalConnection(amqp, broker)
+            physical = PhysicalConnection(amqp, broker, options.ack_confirmation)
             task_status.started(physical)
             await physical._serve()
     except Exception:

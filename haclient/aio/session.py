@@ -174,16 +174,20 @@ class Session:
     def ack_confirmation(self) -> AckConfirmation:
         """How acknowledgements are confirmed by the broker in this session (A6).
 
-        ``SETTLE_SECOND`` or ``ROUND_TRIP`` for AUTO, CLIENT and INDIVIDUAL (decided by the
-        broker's answer to the first consumer's attach, and known before it when the broker
-        is known to lack mode ``second``); ``NONE`` for DUPS_OK, NO_ACK and TRANSACTED.
+        For AUTO, CLIENT and INDIVIDUAL: ``SETTLE_SECOND`` where the broker grants it (decided
+        by its answer to the first consumer's attach), else the exchange used after the
+        dispositions: ``LINK_FLOW`` (RabbitMQ), ``DRAIN`` (ActiveMQ and other brokers with
+        dynamic nodes) or ``ROUND_TRIP`` (the last resort, also after a broker failed the
+        cheaper one); see ``haclient.aio.confirm``. ``NONE`` for DUPS_OK, NO_ACK and TRANSACTED.
         """
         if not self._context.acks.confirms:
             return AckConfirmation.NONE
         if self._context.confirmation is not None:
             return self._context.confirmation
-        second = self._context.physical().settle_second
-        return AckConfirmation.ROUND_TRIP if second is False else AckConfirmation.SETTLE_SECOND
+        physical = self._context.physical()
+        if physical.settle_second is False or physical.ack_fallback_only:
+            return physical.ack_fallback
+        return AckConfirmation.SETTLE_SECOND
 
     @property
     def is_closed(self) -> bool:

@@ -142,6 +142,7 @@ class AmqpConnection:
         self._link_errors: dict[Link, HAClientError] = {}  # closed by the peer, and why
         self._session_errors: dict[Session, HAClientError] = {}  # ended by the peer, and why
         self._credit_changed = anyio.Event()
+        self._flows: dict[Link, int] = {}  # flow frames received per link (see wait_flow)
         self._names = itertools.count(1)
 
     # Lifecycle ---------------------------------------------------------------------------------
@@ -452,6 +453,27 @@ class AmqpConnection:
         if self.driver is not None:
             await self.driver.flush()
 
+    def cut(self) -> None:
+        """Order without waiting: every frame queued so far goes out before any queued later
+        (see ``Driver.cut``)."""
+        if self.driver is not None:
+            self.driver.cut()
+
+    def flows_received(self, link: Link) -> int:
+        """How many flow frames (or drain completions) arrived on ``link`` so far."""
+        return self._flows.get(link, 0)
+
+    async def wait_flow(self, link: Link, seen: int) -> None:
+        """Wait until more than ``seen`` flow frames arrived on ``link``.
+
+        Raises:
+            ConnectionLostError (and the like), ClosedError: the connection or the link ended.
+        """
+        while self._flows.get(link, 0) <= seen:
+            self._check_link(link)
+            changed = self._credit_changed
+            await changed.wait()
+
     # Events ------------------------------------------------------------------------------------
 
     def handle_events(self, events: list[EngineEvent]) -> None:
@@ -483,7 +505,8 @@ class AmqpConnection:
                     if slot is not None:
                         slot.set(outcome)
                     delivery.settle()  # the peer settled first: forget it on our side too
-                case LinkFlow():
+                case LinkFlow(link=link):
+                    self._flows[link] = self._flows.get(link, 0) + 1
                     self._signal_credit()
                 case LinkRemoteOpen(link=link):
                     attached.append(link)
@@ -557,6 +580,7 @@ class AmqpConnection:
     def _forget(self, link: Link) -> None:
         """Drop the bookkeeping of a link closed at both ends."""
         self._links.discard(link)
+        self._flows.pop(link, None)
         self._link_errors.pop(link, None)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]
         if inbox is not None and not inbox.messages:

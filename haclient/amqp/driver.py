@@ -62,6 +62,7 @@ class Driver:
         self._result: ErrorCondition | None = None
         self._ended = anyio.Event()
         self._flush_waiters: list[anyio.Event] = []
+        self._staged: list[bytes] = []  # output taken from the engine by cut(), not yet written
         self.socket_error: BaseException | None = None
         """The error the socket raised, when that is what ended the connection (the cause to
         chain to the error the connection reports)."""
@@ -90,6 +91,26 @@ class Driver:
         self._flush_waiters.append(waiter)
         self.wakeup()
         await waiter.wait()
+
+    def cut(self) -> None:
+        """Take the frames the engine holds now: any frame queued later goes out after them.
+
+        The cheap form of ``flush()`` for ordering: proton writes a link's flow or attach before
+        the session's dispositions when both are pending, so a confirmation request that must
+        reach the peer *after* the dispositions cuts first. Nothing waits; the writer is woken.
+        """
+        data = self.engine.data_to_send()
+        if data:
+            self._staged.append(data)
+        self.wakeup()
+
+    def _take_output(self) -> bytes:
+        """What to write now: the staged frames first, then what the engine holds."""
+        data = self.engine.data_to_send()
+        if not self._staged:
+            return data
+        staged, self._staged = self._staged, []
+        return b"".join([*staged, data])
 
     def _release_flushes(self) -> None:
         waiters, self._flush_waiters = self._flush_waiters, []
@@ -178,7 +199,7 @@ class Driver:
             flushes, self._flush_waiters = self._flush_waiters, []  # satisfied by this write
             now = anyio.current_time()
             deadline = engine.tick(now)
-            data = engine.data_to_send()
+            data = self._take_output()
             self._dispatch()  # after both: either may end the transport
             if data:
                 try:

@@ -139,8 +139,15 @@ class Engine:
 
     # The connection ----------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Send our Open frame (client: start; server: accept the peer's Open)."""
+    def open(self, properties: dict[str, Any] | None = None) -> None:
+        """Send our Open frame (client: start; server: accept the peer's Open).
+
+        Args:
+            properties: Open properties to send instead of the configured ones (a server that
+                refuses says so in its Open, e.g. ``amqp:connection-establishment-failed``).
+        """
+        if properties is not None:
+            self._connection.properties = _convert.symbol_keys(properties)
         self._connection.open()
 
     def close(self, error: ErrorCondition | None = None) -> None:

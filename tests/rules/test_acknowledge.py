@@ -14,8 +14,9 @@ pytestmark = pytest.mark.anyio
 
 
 def expected_confirmation(bed: Bed) -> AckConfirmation:
-    """A6: the reference broker grants receiver settle mode second; RabbitMQ does not."""
-    return AckConfirmation.SETTLE_SECOND if bed.reference else AckConfirmation.ROUND_TRIP
+    """A6: the reference broker grants receiver settle mode second; RabbitMQ does not, and
+    answers a flow on the probe link instead."""
+    return AckConfirmation.SETTLE_SECOND if bed.reference else AckConfirmation.LINK_FLOW
 
 
 async def test_A1_auto_acknowledged_and_confirmed_before_receive_returns(

@@ -118,7 +118,7 @@ async def test_E5_what_is_emulated_is_visible_and_tells_the_truth(api: Api, bed:
         assert not plain.selector_emulated and not plain.no_local_emulated  # nothing to do
         assert selecting.selector_emulated is (not bed.reference)  # RabbitMQ ignores selectors
         assert local.no_local_emulated is (not bed.reference)
-        second = AckConfirmation.SETTLE_SECOND if bed.reference else AckConfirmation.ROUND_TRIP
+        second = AckConfirmation.SETTLE_SECOND if bed.reference else AckConfirmation.LINK_FLOW
         assert session.ack_confirmation is second
         assert not session.transactions_emulated
     async with await started(api, bed, selectors="client", transactions="emulate") as connection:

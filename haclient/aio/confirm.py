@@ -1,0 +1,179 @@
+"""How a session proves that the broker processed its acknowledgements when the broker does not
+grant receiver settle mode ``second`` (A6).
+
+How this works: the dispositions go out settled. ``Confirmer.confirm`` then cuts the output (what
+is queued later is written after them, see ``AmqpConnection.cut``) and makes one exchange on the
+same session that the broker answers: a broker processes a session's frames in order, so its
+answer proves that it processed the dispositions written before. The candidates, cheapest first:
+
+- ``LINK_FLOW``: one more credit on the session's idle probe receiver (a topic nobody publishes
+  to). RabbitMQ answers every flow on a link it sends on with its own, after the backing channel
+  processed what came before. One frame each way. Only RabbitMQ is known to answer: the
+  specification's way to demand an answer, a flow with ``echo=true``, cannot be written through
+  proton's engine (and RabbitMQ 3.10 ignores it on a session flow).
+- ``DRAIN``: a drain of one credit on the session's idle probe receiver, whose source is a
+  temporary queue (a dynamic node); the specification makes the sender answer a drain with a
+  flow. One frame each way. Brokers with dynamic nodes (ActiveMQ, the reference broker). Never
+  RabbitMQ: it ends the session on a dynamic source, and on a drain of a classic queue.
+- ``ROUND_TRIP``: a probe sender link attached (and detached) after the dispositions; the
+  broker's attach answers. Works everywhere, and costs the broker a link set-up per
+  confirmation: the last resort.
+
+``fallback_for`` picks per broker (``LINK_FLOW`` on RabbitMQ, ``DRAIN`` elsewhere) unless the
+application chose one (``ack_confirmation=``). A broker that refuses the probe receiver, or
+leaves its exchange unanswered for ``timeout``, gets ``ROUND_TRIP`` from then on, on that
+session, and the session says so (``on_downgrade``).
+
+Thread-safety: none; everything runs on the connection's event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+
+import anyio
+
+from haclient.amqp.connection import AmqpConnection
+from haclient.amqp.endpoints import Receiver, Session
+from haclient.amqp.types import Terminus
+from haclient.errors import AttachTimeoutError, ConnectionLostError, HAClientError
+from haclient.modes import AckConfirmation
+
+__all__ = ["FALLBACKS", "Confirmer", "fallback_for", "round_trip_on"]
+
+log = logging.getLogger("haclient.session")
+
+_probe_names = itertools.count(1)
+
+FALLBACKS = (AckConfirmation.LINK_FLOW, AckConfirmation.DRAIN, AckConfirmation.ROUND_TRIP)
+"""The confirmations for a broker without mode ``second``, cheapest first."""
+
+
+def fallback_for(product: str | None, chosen: str = "auto") -> AckConfirmation:
+    """The confirmation to use where mode ``second`` is not granted.
+
+    Args:
+        product: The broker's ``product`` Open property.
+        chosen: The ``ack_confirmation`` option: ``auto`` or one of ``FALLBACKS``' names
+            (``settle-second`` counts as ``auto`` here: it was asked for and not granted).
+            ``drain`` on RabbitMQ gives ``ROUND_TRIP``: RabbitMQ 3.10 ends the session on a
+            dynamic source ("Dynamic sources not supported") and on a drain of a classic queue.
+    """
+    rabbitmq = product == "RabbitMQ"
+    if chosen == AckConfirmation.DRAIN.value and rabbitmq:
+        return AckConfirmation.ROUND_TRIP  # RabbitMQ ends the session on the probe's attach
+    if chosen not in ("auto", AckConfirmation.SETTLE_SECOND.value):
+        return AckConfirmation(chosen)
+    return AckConfirmation.LINK_FLOW if rabbitmq else AckConfirmation.DRAIN
+
+
+class Confirmer:
+    """The confirmation exchanges of one session, and its probe receiver (one per AMQP session:
+    a failover's new session attaches a new one).
+
+    Args:
+        on_downgrade: Called with ``ROUND_TRIP`` when the broker failed the cheaper exchange.
+    """
+
+    def __init__(self, on_downgrade: Callable[[AckConfirmation], None]) -> None:
+        self._on_downgrade = on_downgrade
+        self._session: Session | None = None
+        self._probe: Receiver | None = None
+        self._failed: set[tuple[Session, AckConfirmation]] = set()
+
+    def effective(self, session: Session, kind: AckConfirmation) -> AckConfirmation:
+        """``kind``, or ``ROUND_TRIP`` if the broker already failed ``kind`` on ``session``."""
+        return AckConfirmation.ROUND_TRIP if (session, kind) in self._failed else kind
+
+    async def confirm(
+        self,
+        amqp: AmqpConnection,
+        session: Session,
+        kind: AckConfirmation,
+        *,
+        address: str | None,
+        topic_prefix: str,
+        timeout: float,
+    ) -> None:
+        """Return once the broker processed every frame queued so far on ``session``.
+
+        Raises:
+            ConnectionLostError (and the like): the connection ended first.
+        """
+        amqp.cut()
+        kind = self.effective(session, kind)
+        if kind is not AckConfirmation.ROUND_TRIP:
+            try:
+                with anyio.fail_after(timeout):
+                    await self._probe_exchange(amqp, session, kind, topic_prefix, timeout)
+                return
+            except (TimeoutError, AttachTimeoutError, HAClientError) as exc:
+                if not amqp.is_open:
+                    raise ConnectionLostError(
+                        "the connection ended before the confirmation"
+                    ) from exc
+                log.info("%s confirmation failed (%s): using round-trip on this session", kind, exc)
+                self._failed.add((session, kind))
+                self._on_downgrade(AckConfirmation.ROUND_TRIP)
+        await round_trip_on(amqp, session, address, timeout=timeout)
+
+    async def _probe_exchange(
+        self,
+        amqp: AmqpConnection,
+        session: Session,
+        kind: AckConfirmation,
+        topic_prefix: str,
+        timeout: float,
+    ) -> None:
+        probe = await self._receiver(amqp, session, kind, topic_prefix, timeout)
+        if kind is AckConfirmation.DRAIN:
+            await amqp.drain(probe, 1)
+            return
+        seen = amqp.flows_received(probe)
+        amqp.flow(probe, 1)  # a new credit value: proton writes a flow, the broker answers it
+        await amqp.wait_flow(probe, seen)
+
+    async def _receiver(
+        self,
+        amqp: AmqpConnection,
+        session: Session,
+        kind: AckConfirmation,
+        topic_prefix: str,
+        timeout: float,
+    ) -> Receiver:
+        """The session's probe receiver, attached on first use (with no credit: idle)."""
+        probe = self._probe
+        if self._session is session and probe is not None and not probe.is_closed:
+            return probe
+        if kind is AckConfirmation.DRAIN:
+            source = Terminus(dynamic=True)  # a temporary queue: nobody sends to it
+        else:
+            source = Terminus(address=f"{topic_prefix}haclient.ack-probe.{uuid.uuid4().hex}")
+        name = f"{amqp.engine.config.container_id}:ack-probe-receiver:{next(_probe_names)}"
+        probe = await amqp.open_receiver(
+            source, session=session, name=name, credit=0, timeout=timeout
+        )
+        self._session, self._probe = session, probe
+        if kind is AckConfirmation.LINK_FLOW:
+            seen = amqp.flows_received(probe)
+            amqp.flow(probe, 1)  # the first flow: its answer shows the broker answers flows
+            await amqp.wait_flow(probe, seen)
+        return probe
+
+
+async def round_trip_on(
+    amqp: AmqpConnection, session: Session, address: str | None, *, timeout: float
+) -> None:
+    """Prove that the broker processed every frame written so far on ``session``: attach a probe
+    sender (after a cut: proton writes an attach before pending dispositions) and detach it."""
+    amqp.cut()
+    probe = await amqp.open_sender(
+        Terminus(address=address),
+        session=session,
+        name=f"{amqp.engine.config.container_id}:ack-probe:{next(_probe_names)}",
+        timeout=timeout,
+    )
+    amqp.detach(probe)

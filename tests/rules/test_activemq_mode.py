@@ -1,0 +1,113 @@
+"""The reference broker's ActiveMQ mode against haclient: the client's fallbacks for ActiveMQ 5.x
+(mode ``second`` granted as ``first``, announced address prefixes, a refused duplicate client
+id) run on a broker CI has."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+import haclient.aio as aio
+from chaos.broker import Broker, BrokerThread
+from chaos.broker.cli import build_parser
+from chaos.broker.state import BrokerMode
+from haclient.destination import Queue, Topic
+from haclient.errors import ClientIdInUseError
+from haclient.message import TextMessage
+from haclient.modes import AckConfirmation, AckMode
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 10.0
+
+
+@pytest.fixture(scope="module")
+def activemq() -> Iterator[BrokerThread]:
+    """A reference broker in ActiveMQ mode, shared by this module (tests use unique names)."""
+    with BrokerThread(mode="activemq") as broker:
+        yield broker
+
+
+def _unique(prefix: str) -> str:
+    import uuid
+
+    return f"amq-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _attached_addresses(broker: BrokerThread) -> set[str]:
+    """Every address the broker's current links were attached with (source or target)."""
+
+    def collect() -> set[str]:
+        found: set[str] = set()
+        for connection in broker.broker.state.connections.values():
+            for link in connection.links:
+                for terminus in (link.remote_source, link.remote_target):
+                    if terminus.address:
+                        found.add(terminus.address)
+        return found
+
+    return broker.portal.call(collect)
+
+
+async def test_the_open_frame_announces_the_prefixes_and_the_client_applies_them(
+    activemq: BrokerThread,
+) -> None:
+    queue, topic = _unique("q"), _unique("t")
+    with anyio.fail_after(TIMEOUT):
+        async with await aio.connect(activemq.url) as connection:
+            await connection.start()
+            session = await connection.create_session(AckMode.AUTO)
+            subscriber = await session.create_consumer(Topic(topic))
+            producer = await session.create_producer(Queue(queue))
+            publisher = await session.create_producer(Topic(topic))
+            addresses = _attached_addresses(activemq)
+            assert {f"queue://{queue}", f"topic://{topic}"} <= addresses
+            await producer.send(TextMessage("to the queue"))
+            await publisher.send(TextMessage("to the topic"))
+            received = await subscriber.receive(TIMEOUT)
+            assert received is not None and received.body == "to the topic"
+            assert activemq.queue_depth(queue) == 1  # the node is named without the prefix
+
+
+async def test_mode_second_is_granted_as_first_and_auto_confirms_another_way(
+    activemq: BrokerThread,
+) -> None:
+    queue = _unique("auto")
+    with anyio.fail_after(TIMEOUT):
+        async with await aio.connect(activemq.url) as connection:
+            await connection.start()
+            session = await connection.create_session(AckMode.AUTO)
+            producer = await session.create_producer(Queue(queue))
+            await producer.send(TextMessage("one"))
+            consumer = await session.create_consumer(Queue(queue))
+            message = await consumer.receive(TIMEOUT)
+            assert message is not None and message.body == "one"
+            assert session.ack_confirmation is not AckConfirmation.SETTLE_SECOND
+            assert session.ack_confirmation is not AckConfirmation.NONE
+            assert activemq.unacked_count(queue) == 0  # confirmed before receive returned
+            assert activemq.queue_depth(queue) == 0
+
+
+async def test_a_second_connection_with_the_same_client_id_is_refused(
+    activemq: BrokerThread,
+) -> None:
+    client_id = _unique("client")
+    with anyio.fail_after(TIMEOUT):
+        async with await aio.connect(activemq.url, client_id=client_id) as first:
+            with pytest.raises(ClientIdInUseError) as refused:
+                await aio.connect(activemq.url, client_id=client_id)
+            assert refused.value.condition == "amqp:invalid-field"
+            assert first.client_id == client_id
+        async with await aio.connect(activemq.url, client_id=client_id):
+            pass  # free again once the first one closed
+
+
+def test_the_command_line_switch_selects_the_mode() -> None:
+    assert build_parser().parse_args(["--activemq"]).activemq
+    assert not build_parser().parse_args([]).activemq
+    assert Broker(mode="activemq").mode is BrokerMode.ACTIVEMQ
+    assert Broker().mode is BrokerMode.REFERENCE
+    with pytest.raises(ValueError):
+        Broker(mode="artemis")
