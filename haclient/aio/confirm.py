@@ -108,7 +108,11 @@ class Confirmer:
         if kind is not AckConfirmation.ROUND_TRIP:
             try:
                 with anyio.fail_after(timeout):
-                    await self._probe_exchange(amqp, session, kind, topic_prefix, timeout)
+                    probe = await self._receiver(amqp, session, kind, topic_prefix, timeout)
+                    if kind is AckConfirmation.DRAIN:
+                        await amqp.drain(probe, 1)
+                    else:
+                        await _flow_answered(amqp, probe)
                 return
             except (TimeoutError, AttachTimeoutError, HAClientError) as exc:
                 if not amqp.is_open:
@@ -119,22 +123,6 @@ class Confirmer:
                 self._failed.add((session, kind))
                 self._on_downgrade(AckConfirmation.ROUND_TRIP)
         await round_trip_on(amqp, session, address, timeout=timeout)
-
-    async def _probe_exchange(
-        self,
-        amqp: AmqpConnection,
-        session: Session,
-        kind: AckConfirmation,
-        topic_prefix: str,
-        timeout: float,
-    ) -> None:
-        probe = await self._receiver(amqp, session, kind, topic_prefix, timeout)
-        if kind is AckConfirmation.DRAIN:
-            await amqp.drain(probe, 1)
-            return
-        seen = amqp.flows_received(probe)
-        amqp.flow(probe, 1)  # a new credit value: proton writes a flow, the broker answers it
-        await amqp.wait_flow(probe, seen)
 
     async def _receiver(
         self,
@@ -158,10 +146,16 @@ class Confirmer:
         )
         self._session, self._probe = session, probe
         if kind is AckConfirmation.LINK_FLOW:
-            seen = amqp.flows_received(probe)
-            amqp.flow(probe, 1)  # the first flow: its answer shows the broker answers flows
-            await amqp.wait_flow(probe, seen)
+            await _flow_answered(amqp, probe)  # shows that the broker answers flows at all
         return probe
+
+
+async def _flow_answered(amqp: AmqpConnection, probe: Receiver) -> None:
+    """Write a flow on ``probe`` (a new credit value, so proton writes one) and wait for the
+    broker's answering flow."""
+    seen = amqp.flows_received(probe)
+    amqp.flow(probe, 1)
+    await amqp.wait_flow(probe, seen)
 
 
 async def round_trip_on(

@@ -22,6 +22,13 @@ def reference_broker() -> Iterator[BrokerThread]:
         yield broker
 
 
+@pytest.fixture(scope="module")
+def activemq_broker() -> Iterator[BrokerThread]:
+    """A reference broker in ActiveMQ mode (``mode="activemq"``), shared by one test module."""
+    with BrokerThread(mode="activemq") as broker:
+        yield broker
+
+
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[HaPair]:
     """A shared-store HA pair of reference brokers (``failoverkit.HaPair``) for one test."""

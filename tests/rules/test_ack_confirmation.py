@@ -5,11 +5,11 @@ fall back to ``round-trip``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
+from apikit import Bed
 
 import haclient.aio as aio
 from chaos.broker import BrokerThread
@@ -29,24 +29,6 @@ SETTLE_SECOND = AckConfirmation.SETTLE_SECOND
 LINK_FLOW = AckConfirmation.LINK_FLOW
 DRAIN = AckConfirmation.DRAIN
 ROUND_TRIP = AckConfirmation.ROUND_TRIP
-
-
-@pytest.fixture(scope="module")
-def reference() -> Iterator[BrokerThread]:
-    with BrokerThread() as broker:
-        yield broker
-
-
-@pytest.fixture(scope="module")
-def activemq() -> Iterator[BrokerThread]:
-    with BrokerThread(mode="activemq") as broker:
-        yield broker
-
-
-def _unique(prefix: str) -> str:
-    import uuid
-
-    return f"confirm-{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def _drop(connection: aio.Connection) -> None:
@@ -87,38 +69,33 @@ async def _leftovers(url: str, queue: str, **options: Any) -> list[Any]:
 
 
 CASES = [
-    ("auto", SETTLE_SECOND),
-    ("drain", DRAIN),
-    ("round-trip", ROUND_TRIP),
-    ("link-flow", ROUND_TRIP),  # the reference broker answers no plain flow: falls back
+    ("reference", "auto", SETTLE_SECOND),
+    ("reference", "drain", DRAIN),
+    ("reference", "round-trip", ROUND_TRIP),
+    ("reference", "link-flow", ROUND_TRIP),  # the reference broker answers no plain flow
+    ("activemq", "auto", DRAIN),
+    ("activemq", "settle-second", DRAIN),
+    ("activemq", "round-trip", ROUND_TRIP),
 ]
 
 
-@pytest.mark.parametrize(("chosen", "expected"), CASES, ids=[c for c, _ in CASES])
-async def test_A6_each_confirmation_on_the_reference_broker(
-    reference: BrokerThread, chosen: str, expected: AckConfirmation
+@pytest.mark.parametrize(
+    ("broker", "chosen", "expected"), CASES, ids=[f"{b}-{c}" for b, c, _ in CASES]
+)
+async def test_A6_each_confirmation_on_the_reference_broker_and_its_activemq_mode(
+    reference_broker: BrokerThread,
+    activemq_broker: BrokerThread,
+    broker: str,
+    chosen: str,
+    expected: AckConfirmation,
 ) -> None:
-    queue = _unique(chosen)
+    running = reference_broker if broker == "reference" else activemq_broker
+    queue = Bed.unique(f"confirm-{chosen}")
     with anyio.fail_after(TIMEOUT * 2):
-        used = await _receive_then_drop(reference.url, queue, chosen, attach_timeout=1)
+        used = await _receive_then_drop(running.url, queue, chosen, attach_timeout=1)
         assert used == expected.value
-        assert reference.unacked_count(queue) == 0
-        assert await _leftovers(reference.url, queue) == []
-
-
-AMQ_CASES = [("auto", DRAIN), ("settle-second", DRAIN), ("round-trip", ROUND_TRIP)]
-
-
-@pytest.mark.parametrize(("chosen", "expected"), AMQ_CASES, ids=[c for c, _ in AMQ_CASES])
-async def test_A6_each_confirmation_on_the_reference_broker_in_activemq_mode(
-    activemq: BrokerThread, chosen: str, expected: AckConfirmation
-) -> None:
-    queue = _unique(chosen)
-    with anyio.fail_after(TIMEOUT * 2):
-        used = await _receive_then_drop(activemq.url, queue, chosen, attach_timeout=1)
-        assert used == expected.value
-        assert activemq.unacked_count(queue) == 0
-        assert await _leftovers(activemq.url, queue) == []
+        assert running.unacked_count(queue) == 0
+        assert await _leftovers(running.url, queue) == []
 
 
 RABBIT_CASES = [
@@ -133,7 +110,7 @@ RABBIT_CASES = [
 async def test_A6_each_confirmation_on_rabbitmq(
     rabbitmq: RabbitMQNode, chosen: str, expected: AckConfirmation
 ) -> None:
-    queue = _unique(chosen)
+    queue = Bed.unique(f"confirm-{chosen}")
     with anyio.fail_after(TIMEOUT * 2):
         used = await _receive_then_drop(rabbitmq.url, queue, chosen, attach_timeout=2)
         assert used == expected.value

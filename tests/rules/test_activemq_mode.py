@@ -4,10 +4,9 @@ id) run on a broker CI has."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anyio
 import pytest
+from apikit import Bed
 
 import haclient.aio as aio
 from chaos.broker import Broker, BrokerThread
@@ -21,19 +20,6 @@ from haclient.modes import AckConfirmation, AckMode
 pytestmark = pytest.mark.anyio
 
 TIMEOUT = 10.0
-
-
-@pytest.fixture(scope="module")
-def activemq() -> Iterator[BrokerThread]:
-    """A reference broker in ActiveMQ mode, shared by this module (tests use unique names)."""
-    with BrokerThread(mode="activemq") as broker:
-        yield broker
-
-
-def _unique(prefix: str) -> str:
-    import uuid
-
-    return f"amq-{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def _attached_addresses(broker: BrokerThread) -> set[str]:
@@ -52,31 +38,31 @@ def _attached_addresses(broker: BrokerThread) -> set[str]:
 
 
 async def test_the_open_frame_announces_the_prefixes_and_the_client_applies_them(
-    activemq: BrokerThread,
+    activemq_broker: BrokerThread,
 ) -> None:
-    queue, topic = _unique("q"), _unique("t")
+    queue, topic = Bed.unique("amq-q"), Bed.unique("amq-t")
     with anyio.fail_after(TIMEOUT):
-        async with await aio.connect(activemq.url) as connection:
+        async with await aio.connect(activemq_broker.url) as connection:
             await connection.start()
             session = await connection.create_session(AckMode.AUTO)
             subscriber = await session.create_consumer(Topic(topic))
             producer = await session.create_producer(Queue(queue))
             publisher = await session.create_producer(Topic(topic))
-            addresses = _attached_addresses(activemq)
+            addresses = _attached_addresses(activemq_broker)
             assert {f"queue://{queue}", f"topic://{topic}"} <= addresses
             await producer.send(TextMessage("to the queue"))
             await publisher.send(TextMessage("to the topic"))
             received = await subscriber.receive(TIMEOUT)
             assert received is not None and received.body == "to the topic"
-            assert activemq.queue_depth(queue) == 1  # the node is named without the prefix
+            assert activemq_broker.queue_depth(queue) == 1  # the node is named without the prefix
 
 
 async def test_mode_second_is_granted_as_first_and_auto_confirms_another_way(
-    activemq: BrokerThread,
+    activemq_broker: BrokerThread,
 ) -> None:
-    queue = _unique("auto")
+    queue = Bed.unique("amq-auto")
     with anyio.fail_after(TIMEOUT):
-        async with await aio.connect(activemq.url) as connection:
+        async with await aio.connect(activemq_broker.url) as connection:
             await connection.start()
             session = await connection.create_session(AckMode.AUTO)
             producer = await session.create_producer(Queue(queue))
@@ -86,21 +72,21 @@ async def test_mode_second_is_granted_as_first_and_auto_confirms_another_way(
             assert message is not None and message.body == "one"
             assert session.ack_confirmation is not AckConfirmation.SETTLE_SECOND
             assert session.ack_confirmation is not AckConfirmation.NONE
-            assert activemq.unacked_count(queue) == 0  # confirmed before receive returned
-            assert activemq.queue_depth(queue) == 0
+            assert activemq_broker.unacked_count(queue) == 0  # confirmed before receive returned
+            assert activemq_broker.queue_depth(queue) == 0
 
 
 async def test_a_second_connection_with_the_same_client_id_is_refused(
-    activemq: BrokerThread,
+    activemq_broker: BrokerThread,
 ) -> None:
-    client_id = _unique("client")
+    client_id = Bed.unique("amq-client")
     with anyio.fail_after(TIMEOUT):
-        async with await aio.connect(activemq.url, client_id=client_id) as first:
+        async with await aio.connect(activemq_broker.url, client_id=client_id) as first:
             with pytest.raises(ClientIdInUseError) as refused:
-                await aio.connect(activemq.url, client_id=client_id)
+                await aio.connect(activemq_broker.url, client_id=client_id)
             assert refused.value.condition == "amqp:invalid-field"
             assert first.client_id == client_id
-        async with await aio.connect(activemq.url, client_id=client_id):
+        async with await aio.connect(activemq_broker.url, client_id=client_id):
             pass  # free again once the first one closed
 
 
