@@ -12,20 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from unitkit import A, B, C, E, S
 
+from failover import states
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.protocols import RestoreOrder, restore_tiers
-from failover.states import (
-    IN_TRANSIT,
-    LIVE,
-    TRANSITIONS,
-    ConnectionState,
-    ManagerEvent,
-    budget_delay,
-    is_retriable_failure,
-    loss_event,
-    next_state,
-    plan,
-)
+from failover.states import budget_delay, loss_event, next_state, plan
 from failover.url import BrokerURL
 from haclient.errors import (
     AuthenticationError,
@@ -55,7 +45,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize(("state", "event"), list(itertools.product(S, E)))
-def test_every_state_event_pair(state: ConnectionState, event: ManagerEvent) -> None:
+def test_every_state_event_pair(state: S, event: E) -> None:
     if (state, event) in EXPECTED:
         assert next_state(state, event) is EXPECTED[(state, event)]
     else:
@@ -64,19 +54,19 @@ def test_every_state_event_pair(state: ConnectionState, event: ManagerEvent) -> 
 
 
 def test_the_table_is_exactly_the_expected_one() -> None:
-    assert dict(TRANSITIONS) == EXPECTED
+    assert dict(states.TRANSITIONS) == EXPECTED
     with pytest.raises(TypeError):
-        TRANSITIONS[(S.CLOSED, E.OPENED)] = S.CONNECTED  # type: ignore[index]
+        states.TRANSITIONS[(S.CLOSED, E.OPENED)] = S.CONNECTED  # type: ignore[index]
 
 
 @given(st.lists(st.sampled_from(list(E)), max_size=30))
 def test_walks_never_leave_closed_and_leave_failed_only_to_closed(
-    events: list[ManagerEvent],
+    events: list[E],
 ) -> None:
     state = S.CONNECTING
     for event in events:
         before = state
-        if (state, event) not in TRANSITIONS:
+        if (state, event) not in states.TRANSITIONS:
             with pytest.raises(IllegalStateError):
                 next_state(state, event)
             continue
@@ -86,23 +76,23 @@ def test_walks_never_leave_closed_and_leave_failed_only_to_closed(
         if before is S.FAILED:
             assert state is S.CLOSED
         if event is E.LOST:  # only a live connection can be lost
-            assert before in LIVE
+            assert before in states.LIVE
         if event is E.OPENED:  # a connection opens only where none is live
-            assert before not in LIVE
+            assert before not in states.LIVE
         if event is E.RESTORED:  # the gate opens after a restore, and only then
             assert (before, state) == (S.RESTORING, S.CONNECTED)
 
 
 def test_retriable_failures() -> None:
-    assert is_retriable_failure(OSError("refused"))
-    assert is_retriable_failure(ConnectionLostError())
-    assert not is_retriable_failure(AuthenticationError("no"))
-    assert not is_retriable_failure(ResourceLockedError("taken"))
+    assert states.is_retriable_failure(OSError("refused"))
+    assert states.is_retriable_failure(ConnectionLostError())
+    assert not states.is_retriable_failure(AuthenticationError("no"))
+    assert not states.is_retriable_failure(ResourceLockedError("taken"))
 
 
 def test_the_gate_and_live_sets() -> None:
-    assert frozenset({S.CONNECTING, S.FAILING_OVER, S.RESTORING}) == IN_TRANSIT
-    assert frozenset({S.CONNECTED, S.RESTORING}) == LIVE
+    assert frozenset({S.CONNECTING, S.FAILING_OVER, S.RESTORING}) == states.IN_TRANSIT
+    assert frozenset({S.CONNECTED, S.RESTORING}) == states.LIVE
 
 
 # --- Giving up -----------------------------------------------------------------------------------
