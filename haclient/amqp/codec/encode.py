@@ -81,12 +81,19 @@ def encode_value(value: Any) -> bytes:
         MessageFormatError: the value (or one inside it) has no AMQP encoding or is out of
             the range of its type.
     """
+    return _guarded(_encode, value)
+
+
+def _guarded(encode: Callable[[Any], bytes], value: Any) -> bytes:
+    """``encode(value)``, any failure of a value to fit its type as ``MessageFormatError``."""
     try:
-        return _encode(value)
+        return encode(value)
     except MessageFormatError:
         raise
-    except (struct.error, OverflowError, ValueError, UnicodeEncodeError) as exc:
+    except (struct.error, OverflowError, ValueError, TypeError, AttributeError) as exc:
         raise MessageFormatError(f"{value!r:.60} cannot be encoded as AMQP: {exc}") from exc
+    except RecursionError as exc:
+        raise MessageFormatError("a value nested too deeply to encode as AMQP") from exc
 
 
 def _encode(value: Any) -> bytes:
@@ -209,8 +216,16 @@ def encode_binary(value: bytes | bytearray | memoryview) -> bytes:
 
 
 def encode_string(value: str) -> bytes:
-    """A string (UTF-8): ``str8`` or ``str32``."""
-    return _variable(f.STR8, f.STR32, value.encode("utf-8"))
+    """A string (UTF-8): ``str8`` or ``str32``.
+
+    Raises:
+        MessageFormatError: the text has no UTF-8 form (a lone surrogate).
+    """
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MessageFormatError(f"a string must be valid Unicode, not {value!r:.60}") from exc
+    return _variable(f.STR8, f.STR32, data)
 
 
 def encode_symbol(value: str) -> bytes:
@@ -249,7 +264,15 @@ def _list(value: Iterable[Any]) -> bytes:
 
 
 def encode_map(value: Mapping[Any, Any]) -> bytes:
-    """A map, each key and value encoded by its own type: ``map8`` or ``map32``."""
+    """A map, each key and value encoded by its own type: ``map8`` or ``map32``.
+
+    Raises:
+        MessageFormatError: a key or value has no AMQP encoding.
+    """
+    return _guarded(_map, value)
+
+
+def _map(value: Mapping[Any, Any]) -> bytes:
     parts = []
     for key, item in value.items():
         parts.append(_encode(key))
@@ -258,7 +281,15 @@ def encode_map(value: Mapping[Any, Any]) -> bytes:
 
 
 def encode_symbol_keyed_map(value: Mapping[Any, Any]) -> bytes:
-    """A map whose ``str`` keys go as symbols (annotations; a ``ulong`` key stays a ulong)."""
+    """A map whose ``str`` keys go as symbols (annotations; a ``ulong`` key stays a ulong).
+
+    Raises:
+        MessageFormatError: a key is not ASCII, or a value has no AMQP encoding.
+    """
+    return _guarded(_symbol_keyed_map, value)
+
+
+def _symbol_keyed_map(value: Mapping[Any, Any]) -> bytes:
     parts = []
     for key, item in value.items():
         parts.append(encode_ulong(key) if isinstance(key, ulong) else encode_symbol(key))
@@ -332,7 +363,7 @@ _ARRAY_ELEMENTS: Final[dict[int, Any]] = {
     Data.STRING: _variable_element(f.STR8, f.STR32, lambda v: v.encode("utf-8")),
     Data.SYMBOL: _variable_element(f.SYM8, f.SYM32, lambda v: v.encode("ascii")),
     Data.LIST: _compound_element(f.LIST32, lambda v: _list(v)),
-    Data.MAP: _compound_element(f.MAP32, lambda v: encode_map(v)),
+    Data.MAP: _compound_element(f.MAP32, lambda v: _map(v)),
     Data.ARRAY: _compound_element(f.ARRAY32, lambda v: _array(v)),
 }
 
@@ -362,7 +393,7 @@ _ENCODERS: Final[dict[type, Callable[[Any], bytes]]] = {
     bytes: encode_binary,
     bytearray: encode_binary,
     memoryview: encode_binary,
-    dict: encode_map,
+    dict: _map,
     list: _list,
     symbol: encode_symbol,
     ulong: encode_ulong,
