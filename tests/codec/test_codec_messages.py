@@ -301,3 +301,39 @@ def test_the_send_path_drops_its_caches_when_the_broker_prefixes_change() -> Non
     plain = MessageView(encoder.encode(message, _PREFIXES[0]))
     prefixed = MessageView(encoder.encode(message, _PREFIXES[1]))
     assert (plain.to, prefixed.to) == ("orders", "queue://orders")
+
+
+def _bad(**changes: Any) -> JmsMessage:
+    message = TextMessage("x")
+    message.destination = Queue("q")
+    for name, value in changes.items():
+        setattr(message, name, value)
+    return message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        _bad(priority=10),
+        _bad(priority="high"),
+        _bad(properties={"JMSXGroupSeq": "one"}),
+        _bad(properties={"JMSXGroupSeq": 2**32}),
+        _bad(properties={"JMSXGroupID": 7}),
+        _bad(properties={"JMSXUserID": b"u"}),
+        _bad(properties={"JMS_AMQP_REPLY_TO_GROUP_ID": 1}),
+        _bad(properties={"bad name": 1}),
+        _bad(properties={"x": object()}),
+        _bad(message_id="ID:AMQP_ULONG:x"),
+        _bad(correlation_id=5),
+        _bad(type=5),
+        _bad(type="\ud800"),
+        _bad(destination="q"),
+        _bad(reply_to=object()),
+        "not a message",
+    ],
+)
+def test_the_send_path_refuses_what_to_amqp_refuses(message: Any) -> None:
+    with pytest.raises(Exception) as expected:
+        encode_message(to_amqp(message))
+    with pytest.raises(type(expected.value)):
+        OutgoingEncoder().encode(message, _PREFIXES[0])

@@ -104,8 +104,11 @@ def _encode(value: Any) -> bytes:
 
 
 def _encoder_by_subclass(value: Any) -> Callable[[Any], bytes]:
-    for cls, encoder in _ENCODERS.items():
-        if cls is not bool and cls is not type(None) and isinstance(value, cls):
+    """The encoder of the nearest class of ``value`` that has one (an ``IntEnum`` is a long,
+    a subclass of ``symbol`` a symbol)."""
+    for cls in type(value).__mro__[1:]:
+        encoder = _ENCODERS.get(cls)
+        if encoder is not None:
             return encoder
     raise MessageFormatError(f"no AMQP encoding for a {type(value).__name__}: {value!r:.60}")
 
