@@ -117,6 +117,13 @@ def test_each_problem_is_named(payload: bytes, problem: str) -> None:
         b"\x00\x53\x77\xf0\x00\x00\x00\x05\xff\xff\xff\xff\x40",  # 4 billion nulls in 5 bytes
         b"\x00\x53\x77\xd0\x00\x00\x00\x04\xff\xff\xff\xff",  # 4 billion items in 0 bytes
         b"\x00\x53\x77" + b"\xc0\x02\x01" * 5000 + b"\x40",  # nested past the recursion limit
+        b"\x00\x53\x77" + b"\x00" * 5000 + b"\x40" * 5001,  # descriptors of descriptors ...
+        b"\x00\x53\x77" + b"\x00\x40" * 5000 + b"\x40",  # described values in described values
+        # 20,000 arrays of 65,535 nulls each in 200 kB: the cap per array keeps this small
+        b"\x00\x53\x77\xd0"
+        + (200_004).to_bytes(4, "big")
+        + (20_000).to_bytes(4, "big")
+        + b"\xf0\x00\x00\x00\x05\x00\x00\xff\xff\x40" * 20_000,
     ],
 )
 def test_hostile_sizes_fail_fast(payload: bytes) -> None:

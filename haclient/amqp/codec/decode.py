@@ -57,8 +57,9 @@ _f = struct.Struct(">f").unpack_from
 _d = struct.Struct(">d").unpack_from
 _II = struct.Struct(">II").unpack_from
 
-# An array of zero-width elements (nulls ...) could claim billions of them in a few bytes.
-_MAX_ZERO_WIDTH_ELEMENTS: Final = 65536
+# An array of zero-width elements (nulls, uint0 ...) could claim billions of them in a few
+# bytes; a cap per array keeps decoding linear in the payload's size (no real sender needs more).
+_MAX_ZERO_WIDTH_ELEMENTS: Final = 256
 _ZERO_WIDTH: Final = frozenset({f.NULL, f.TRUE, f.FALSE, f.UINT0, f.ULONG0, f.LIST0})
 
 
@@ -358,17 +359,20 @@ def skip_value(buf: bytes, pos: int) -> int:
     Raises:
         MessageFormatError: the value is cut short or its format code is unknown.
     """
-    while True:
+    pending = 1  # values still to skip: a described value adds its descriptor (no recursion)
+    while pending:
         if pos >= len(buf):
             raise MessageFormatError(f"truncated AMQP value: nothing at byte {pos}")
         code = buf[pos]
-        if code != f.DESCRIBED:
-            break
-        pos = skip_value(buf, pos + 1)  # the descriptor; then the described value
-    end = _value_end(buf, pos, code)
-    if end > len(buf):
-        raise MessageFormatError(f"truncated AMQP value at byte {pos}: ends past the data")
-    return end
+        if code == f.DESCRIBED:
+            pos += 1
+            pending += 1
+            continue
+        pos = _value_end(buf, pos, code)
+        if pos > len(buf):
+            raise MessageFormatError(f"truncated AMQP value: it ends past the data (byte {pos})")
+        pending -= 1
+    return pos
 
 
 def _value_end(buf: bytes, pos: int, code: int) -> int:
