@@ -2,9 +2,11 @@
 
 How this works: a message is a plain mutable object (headers, application properties, a body)
 with no wire state. Two pure functions translate: ``to_amqp`` builds the ``AmqpMessage`` a
-producer sends, ``from_amqp`` builds the message a consumer hands out. They follow the mapping of
-Qpid JMS (``AmqpJmsMessageFacade`` and friends), so that a Java application on the same broker
-reads what we send and we read what it sends:
+producer sends (the send path writes the same message straight to bytes with
+``haclient.outgoing.OutgoingEncoder``, from the checks here), ``from_amqp`` builds the message a
+consumer hands out (from an ``AmqpMessage`` or a lazily decoded ``MessageView``). They follow
+the mapping of Qpid JMS (``AmqpJmsMessageFacade`` and friends), so that a Java application on the
+same broker reads what we send and we read what it sends:
 
 =====================  =========================================================================
 JMS                    AMQP 1.0
@@ -191,9 +193,6 @@ def correlation_id_from_amqp(value: Any) -> str | None:
     if isinstance(value, str) and not value.startswith(_ID):
         return str(value)
     return message_id_from_amqp(value)
-
-
-# Times -----------------------------------------------------------------------------------------
 
 
 # JMS -> AMQP -----------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The JMS mapping on the send path: a message straight to AMQP bytes, per producer.
 
 How this works: ``OutgoingEncoder.encode`` maps a stamped message exactly as
-``haclient.mapping.to_amqp`` does (same sections, same annotations, same field types; the tests
-hold the two to the same bytes' meaning) but writes each field's encoding directly, with no
+``haclient.mapping.to_amqp`` does (the tests hold ``encode`` to the very bytes of
+``encode_message(to_amqp(...))``) but writes each field's encoding directly, with no
 intermediate message object and no type dispatch for the fields whose type the mapping fixes.
 What repeats from one message to the next is encoded once per producer and kept: the ``to`` and
 ``reply-to`` addresses with their type annotations, and the whole message-annotations section of
