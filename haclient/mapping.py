@@ -2,9 +2,11 @@
 
 How this works: a message is a plain mutable object (headers, application properties, a body)
 with no wire state. Two pure functions translate: ``to_amqp`` builds the ``AmqpMessage`` a
-producer sends, ``from_amqp`` builds the message a consumer hands out. They follow the mapping of
-Qpid JMS (``AmqpJmsMessageFacade`` and friends), so that a Java application on the same broker
-reads what we send and we read what it sends:
+producer sends (the send path writes the same message straight to bytes with
+``haclient.outgoing.OutgoingEncoder``, from the checks here), ``from_amqp`` builds the message a
+consumer hands out (from an ``AmqpMessage`` or a lazily decoded ``MessageView``). They follow
+the mapping of Qpid JMS (``AmqpJmsMessageFacade`` and friends), so that a Java application on the
+same broker reads what we send and we read what it sends:
 
 =====================  =========================================================================
 JMS                    AMQP 1.0
@@ -45,9 +47,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, TypeAlias
 
-from haclient.amqp.codec import AmqpMessage, BodyKind
+from haclient.amqp.codec import AmqpMessage, BodyKind, MessageView
+from haclient.amqp.codec.message import millis
 from haclient.amqp.types import Byte, Int, ULong
 from haclient.destination import (
     DEST_ANNOTATION,
@@ -192,17 +195,15 @@ def correlation_id_from_amqp(value: Any) -> str | None:
     return message_id_from_amqp(value)
 
 
-# Times -----------------------------------------------------------------------------------------
-
-
-def _millis(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
 # JMS -> AMQP -----------------------------------------------------------------------------------
 
 
-def _body_section(message: Message) -> tuple[Any, BodyKind, str | None]:
+def body_of(message: Message) -> tuple[Any, BodyKind, str | None]:
+    """The checked body of ``message``, the body section it goes in, and its content type.
+
+    Raises:
+        MessageFormatError: the body is not allowed for the message class.
+    """
     if isinstance(message, TextMessage):
         return message.text, BodyKind.VALUE, None
     if isinstance(message, BytesMessage):
@@ -217,31 +218,78 @@ def _body_section(message: Message) -> tuple[Any, BodyKind, str | None]:
     return message.body, BodyKind.VALUE, None
 
 
-def _split_jmsx(properties: dict[str, Any], amqp: AmqpMessage) -> None:
-    """Move the JMSX properties Qpid JMS carries in AMQP fields out of ``properties``."""
-    group_id = properties.pop(_GROUP_ID, None)
-    if group_id is not None:
-        if not isinstance(group_id, str):
-            raise MessageFormatError("JMSXGroupID must be a str")
-        amqp.group_id = group_id
+class Jmsx(NamedTuple):
+    """The JMSX properties Qpid JMS carries in AMQP message properties (None: not set)."""
+
+    group_id: str | None = None
+    group_sequence: int | None = None
+    user_id: bytes | None = None
+    reply_to_group_id: str | None = None
+
+
+_NO_JMSX: Final = Jmsx()
+
+
+def _group_sequence(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MessageFormatError("JMSXGroupSeq must be an int")
+    # A Java int on the JMS side, an AMQP uint on the wire: negative ints wrap, as in Java.
+    if not -(2**31) <= value < 2**32:
+        raise MessageFormatError(f"JMSXGroupSeq {value} is out of range")
+    return int(value) % 2**32
+
+
+def _str_property(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise MessageFormatError(f"{name} must be a str")
+    return value
+
+
+def split_jmsx(properties: dict[str, Any]) -> Jmsx:
+    """Move the JMSX properties Qpid JMS carries in AMQP fields out of ``properties``.
+
+    Raises:
+        MessageFormatError: one of them has the wrong type or range.
+    """
+    if not (
+        _GROUP_ID in properties
+        or _GROUP_SEQ in properties
+        or _USER_ID in properties
+        or _REPLY_TO_GROUP_ID in properties
+    ):
+        return _NO_JMSX
+    group_id = _str_property(properties.pop(_GROUP_ID, None), _GROUP_ID)
     group_seq = properties.pop(_GROUP_SEQ, None)
-    if group_seq is not None:
-        if isinstance(group_seq, bool) or not isinstance(group_seq, int):
-            raise MessageFormatError("JMSXGroupSeq must be an int")
-        # A Java int on the JMS side, an AMQP uint on the wire: negative ints wrap, as in Java.
-        if not -(2**31) <= group_seq < 2**32:
-            raise MessageFormatError(f"JMSXGroupSeq {group_seq} is out of range")
-        amqp.group_sequence = int(group_seq) % 2**32
-    user_id = properties.pop(_USER_ID, None)
-    if user_id is not None:
-        if not isinstance(user_id, str):
-            raise MessageFormatError("JMSXUserID must be a str")
-        amqp.user_id = user_id.encode("utf-8")
-    reply_group = properties.pop(_REPLY_TO_GROUP_ID, None)
-    if reply_group is not None:
-        if not isinstance(reply_group, str):
-            raise MessageFormatError(f"{_REPLY_TO_GROUP_ID} must be a str")
-        amqp.reply_to_group_id = reply_group
+    sequence = None if group_seq is None else _group_sequence(group_seq)
+    user_id = _str_property(properties.pop(_USER_ID, None), _USER_ID)
+    reply_group = _str_property(properties.pop(_REPLY_TO_GROUP_ID, None), _REPLY_TO_GROUP_ID)
+    return Jmsx(
+        group_id, sequence, None if user_id is None else user_id.encode("utf-8"), reply_group
+    )
+
+
+def ttl_millis(message: Message) -> int | None:
+    """The header ttl (ms) for ``message``: expiration - timestamp, when both are set and the
+    difference fits a uint."""
+    if message.expiration is None or message.timestamp is None:
+        return None
+    ttl = millis(message.expiration) - millis(message.timestamp)
+    return ttl if 0 < ttl < 2**32 else None
+
+
+def delivery_time_millis(message: Message) -> int | None:
+    """The ``x-opt-delivery-time`` annotation: only when it differs from the timestamp."""
+    if message.delivery_time is not None and message.delivery_time != message.timestamp:
+        return millis(message.delivery_time)
+    return None
+
+
+def check_sendable(message: Message) -> None:
+    """Raise ``MessageFormatError`` if ``message`` is not a message or its priority is invalid."""
+    if not isinstance(message, Message):
+        raise MessageFormatError(f"not a message: {type(message).__name__}")
+    if not isinstance(message.priority, int) or not 0 <= message.priority <= 9:
+        raise MessageFormatError(f"priority must be an int from 0 to 9, not {message.priority!r}")
 
 
 def to_amqp(
@@ -251,7 +299,9 @@ def to_amqp(
 
     Nothing is generated here: the producer sets ``message_id``, ``timestamp``,
     ``destination``, ``expiration`` and ``delivery_time`` before it calls this. The header's
-    delivery-count is always 0 (redelivery is counted by brokers, not by senders).
+    delivery-count is always 0 (redelivery is counted by brokers, not by senders). The send
+    path encodes with ``haclient.outgoing.OutgoingEncoder``, which writes the same message
+    straight to bytes.
 
     Args:
         message: The message.
@@ -263,10 +313,10 @@ def to_amqp(
     if not isinstance(message, Message):
         raise MessageFormatError(f"not a message: {type(message).__name__}")
     properties = checked_properties(message.properties)
-    if not isinstance(message.priority, int) or not 0 <= message.priority <= 9:
-        raise MessageFormatError(f"priority must be an int from 0 to 9, not {message.priority!r}")
-    body, kind, content_type = _body_section(message)
+    check_sendable(message)
+    body, kind, content_type = body_of(message)
     annotations: dict[str, Any] = {MSG_TYPE_ANNOTATION: Byte(message._MSG_TYPE)}
+    jmsx = split_jmsx(properties)
     amqp = AmqpMessage(
         body=body,
         body_kind=kind,
@@ -277,6 +327,13 @@ def to_amqp(
         correlation_id=id_to_amqp(message.correlation_id),
         subject=message.type,
         message_annotations=annotations,
+        application_properties=properties,
+        group_id=jmsx.group_id,
+        group_sequence=jmsx.group_sequence,
+        user_id=jmsx.user_id,
+        reply_to_group_id=jmsx.reply_to_group_id,
+        creation_time=message.timestamp,
+        absolute_expiry_time=message.expiration,
     )
     if message.destination is not None:
         amqp.to = address_of(message.destination, destination_prefixes)
@@ -284,22 +341,19 @@ def to_amqp(
     if message.reply_to is not None:
         amqp.reply_to = address_of(message.reply_to, destination_prefixes)
         annotations[REPLY_TO_ANNOTATION] = type_annotation(message.reply_to)
-    if message.timestamp is not None:
-        amqp.creation_time = message.timestamp
-    if message.expiration is not None:
-        amqp.absolute_expiry_time = message.expiration
-        if message.timestamp is not None:
-            ttl = _millis(message.expiration) - _millis(message.timestamp)
-            if 0 < ttl < 2**32:
-                amqp.ttl = ttl / 1000
-    if message.delivery_time is not None and message.delivery_time != message.timestamp:
-        annotations[DELIVERY_TIME_ANNOTATION] = _millis(message.delivery_time)
-    _split_jmsx(properties, amqp)
-    amqp.application_properties = properties
+    ttl = ttl_millis(message)
+    if ttl is not None:
+        amqp.ttl = ttl / 1000
+    delivery_time = delivery_time_millis(message)
+    if delivery_time is not None:
+        annotations[DELIVERY_TIME_ANNOTATION] = delivery_time
     return amqp
 
 
 # AMQP -> JMS -----------------------------------------------------------------------------------
+
+Received: TypeAlias = AmqpMessage | MessageView
+"""A received message: decoded (``AmqpMessage``) or decoded on access (``MessageView``)."""
 
 
 def _text_charset(content_type: str | None) -> str | None:
@@ -329,7 +383,7 @@ def _decode_text(data: bytes, charset: str) -> str | None:
         return None
 
 
-def _foreign_message(amqp: AmqpMessage) -> Message:
+def _foreign_message(amqp: Received) -> Message:
     """The message for an AMQP message without ``x-opt-jms-msg-type`` (a non-JMS sender).
 
     As Qpid JMS, except that what it would make an ObjectMessage (an amqp-value map or list, an
@@ -380,7 +434,7 @@ def _map(body: Any) -> Message:
     return message
 
 
-def _jms_message(amqp: AmqpMessage, msg_type: Any) -> Message:
+def _jms_message(amqp: Received, msg_type: Any) -> Message:
     """The message for an AMQP message that says its JMS type."""
     body = amqp.body
     if isinstance(msg_type, bool) or not isinstance(msg_type, int):
@@ -402,7 +456,7 @@ def _jms_message(amqp: AmqpMessage, msg_type: Any) -> Message:
     raise MessageFormatError(f"invalid {MSG_TYPE_ANNOTATION} annotation: {msg_type!r}")
 
 
-def _received_properties(amqp: AmqpMessage) -> dict[str, Any]:
+def _received_properties(amqp: Received) -> dict[str, Any]:
     properties = {str(k): v for k, v in amqp.application_properties.items()}
     if amqp.group_id is not None:
         properties[_GROUP_ID] = amqp.group_id
@@ -422,7 +476,7 @@ def _delivery_time(annotation: Any, timestamp: float | None) -> float | None:
 
 
 def from_amqp(
-    amqp: AmqpMessage,
+    amqp: Received,
     *,
     delivery_count: int | None = None,
     prefixes: DestinationPrefixes = NO_PREFIXES,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from failover.manager import RestoreOrder
-from haclient.amqp.codec import decode_message
+from haclient.amqp.codec import MessageView
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import SenderSettleMode, Terminus
 from haclient.destination import Queue, TemporaryQueue
@@ -130,7 +130,7 @@ class QueueBrowser:
             raw.delivery.settle()
             try:
                 return from_amqp(
-                    decode_message(raw.payload),
+                    MessageView(raw.payload),
                     prefixes=self._context.physical().prefixes,
                     consumer_destination=self._queue,
                 )

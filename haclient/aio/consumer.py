@@ -36,7 +36,7 @@ from haclient.aio.emulation import (
     rejects_consume,
 )
 from haclient.aio.gate import Connected
-from haclient.amqp.codec import decode_message
+from haclient.amqp.codec import MessageView
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
@@ -395,7 +395,7 @@ class MessageConsumer:
         """The message, or None when it was rejected (undecodable) or filtered out (E1, E2)."""
         try:
             message = from_amqp(
-                decode_message(raw.payload),
+                MessageView(raw.payload),
                 prefixes=physical.prefixes,
                 consumer_destination=self._destination,
             )

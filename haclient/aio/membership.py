@@ -21,7 +21,7 @@ from typing import Any
 
 from failover.url import BrokerURL, parse_url
 from haclient.aio.physical import PhysicalConnection
-from haclient.amqp.codec import decode_message
+from haclient.amqp.codec import MessageView
 from haclient.amqp.types import Accepted, Terminus
 from haclient.destination import Topic, address_of
 from haclient.errors import ConfigurationError, HAClientError, MessageFormatError
@@ -106,7 +106,7 @@ async def follow_membership(
             amqp.settle(raw, Accepted())
             amqp.flow(receiver, 1)
             try:
-                message = decode_message(raw.payload)
+                message = MessageView(raw.payload)
                 learn(membership_brokers(message.application_properties.get(address)))
             except (MessageFormatError, ConfigurationError) as exc:
                 log.warning("ignoring a membership message on %s: %s", address, exc)

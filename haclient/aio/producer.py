@@ -28,7 +28,6 @@ from failover.manager import RestoreOrder
 from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.termini import producer_target
-from haclient.amqp.codec import encode_message
 from haclient.amqp.endpoints import Delivery, Sender
 from haclient.amqp.types import Accepted, Outcome, Rejected, TransactionalState
 from haclient.destination import Destination, _require_destination
@@ -41,9 +40,9 @@ from haclient.errors import (
     MessageFormatError,
     error_from_condition,
 )
-from haclient.mapping import to_amqp
 from haclient.message import DeliveryMode, Message
 from haclient.modes import AckMode
+from haclient.outgoing import OutgoingEncoder
 
 if TYPE_CHECKING:
     from haclient.aio.context import SessionContext
@@ -84,6 +83,7 @@ class MessageProducer:
         self._links: OrderedDict[Destination | None, Sender] = OrderedDict()
         self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
         self._failure: HAClientError | None = None
+        self._encoder = OutgoingEncoder()
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0.0
@@ -358,7 +358,7 @@ class MessageProducer:
     ) -> Delivery:
         """Queue one transfer of ``message`` (already stamped) on ``at``'s connection, in the
         session's broker transaction when ``in_transaction``."""
-        payload = encode_message(to_amqp(message, destination_prefixes=at.physical.prefixes))
+        payload = self._encoder.encode(message, at.physical.prefixes)
         link = await self._link_for(destination)
         state: TransactionalState | None = None
         if in_transaction and self._context.transaction is not None:
