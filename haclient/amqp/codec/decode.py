@@ -18,26 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
-from proton import (
-    UNDESCRIBED,
-    Array,
-    Data,
-    Described,
-    byte,
-    char,
-    decimal32,
-    decimal64,
-    decimal128,
-    float32,
-    int32,
-    short,
-    symbol,
-    timestamp,
-    ubyte,
-    uint,
-    ulong,
-    ushort,
-)
+import proton
 
 from haclient.amqp.codec import formats as f
 from haclient.errors import MessageFormatError
@@ -128,11 +109,11 @@ def _boolean(buf: bytes, pos: int) -> tuple[Any, int]:
 
 
 def _char(buf: bytes, pos: int) -> tuple[Any, int]:
-    return char(chr(_I(buf, pos)[0])), pos + 4
+    return proton.char(chr(_I(buf, pos)[0])), pos + 4
 
 
 def _decimal128(buf: bytes, pos: int) -> tuple[Any, int]:
-    return decimal128(_span(buf, pos, 16)), pos + 16
+    return proton.decimal128(_span(buf, pos, 16)), pos + 16
 
 
 def _uuid(buf: bytes, pos: int) -> tuple[Any, int]:
@@ -161,8 +142,8 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8")
 
 
-def _symbol(data: bytes) -> symbol:
-    return symbol(data.decode("utf-8"))
+def _symbol(data: bytes) -> proton.symbol:
+    return proton.symbol(data.decode("utf-8"))
 
 
 def _sizes(buf: bytes, pos: int, width: int) -> tuple[int, int, int]:
@@ -216,7 +197,7 @@ def _map(width: int) -> Reader:
 def _array(width: int) -> Reader:
     def reader(buf: bytes, pos: int) -> tuple[Any, int]:
         count, p, end = _sizes(buf, pos, width)
-        descriptor: Any = UNDESCRIBED
+        descriptor: Any = proton.UNDESCRIBED
         if buf[p] == f.DESCRIBED:
             descriptor, p = read_value(buf, p + 1)
         code = buf[p]
@@ -234,7 +215,7 @@ def _array(width: int) -> Reader:
             elements.append(value)
         if p != end:
             raise MessageFormatError(f"an AMQP array's size does not match its elements (byte {p})")
-        return Array(descriptor, element_type, *elements), end
+        return proton.Array(descriptor, element_type, *elements), end
 
     return reader
 
@@ -242,49 +223,49 @@ def _array(width: int) -> Reader:
 def _described(buf: bytes, pos: int) -> tuple[Any, int]:
     descriptor, pos = read_value(buf, pos)
     value, pos = read_value(buf, pos)
-    return Described(descriptor, value), pos
+    return proton.Described(descriptor, value), pos
 
 
 _ARRAY_TYPES: Final[dict[int, int]] = {
-    f.NULL: Data.NULL,
-    f.BOOLEAN: Data.BOOL,
-    f.TRUE: Data.BOOL,
-    f.FALSE: Data.BOOL,
-    f.UBYTE: Data.UBYTE,
-    f.BYTE: Data.BYTE,
-    f.USHORT: Data.USHORT,
-    f.SHORT: Data.SHORT,
-    f.UINT: Data.UINT,
-    f.SMALLUINT: Data.UINT,
-    f.UINT0: Data.UINT,
-    f.INT: Data.INT,
-    f.SMALLINT: Data.INT,
-    f.CHAR: Data.CHAR,
-    f.ULONG: Data.ULONG,
-    f.SMALLULONG: Data.ULONG,
-    f.ULONG0: Data.ULONG,
-    f.LONG: Data.LONG,
-    f.SMALLLONG: Data.LONG,
-    f.TIMESTAMP: Data.TIMESTAMP,
-    f.FLOAT: Data.FLOAT,
-    f.DOUBLE: Data.DOUBLE,
-    f.DECIMAL32: Data.DECIMAL32,
-    f.DECIMAL64: Data.DECIMAL64,
-    f.DECIMAL128: Data.DECIMAL128,
-    f.UUID: Data.UUID,
-    f.VBIN8: Data.BINARY,
-    f.VBIN32: Data.BINARY,
-    f.STR8: Data.STRING,
-    f.STR32: Data.STRING,
-    f.SYM8: Data.SYMBOL,
-    f.SYM32: Data.SYMBOL,
-    f.LIST0: Data.LIST,
-    f.LIST8: Data.LIST,
-    f.LIST32: Data.LIST,
-    f.MAP8: Data.MAP,
-    f.MAP32: Data.MAP,
-    f.ARRAY8: Data.ARRAY,
-    f.ARRAY32: Data.ARRAY,
+    f.NULL: proton.Data.NULL,
+    f.BOOLEAN: proton.Data.BOOL,
+    f.TRUE: proton.Data.BOOL,
+    f.FALSE: proton.Data.BOOL,
+    f.UBYTE: proton.Data.UBYTE,
+    f.BYTE: proton.Data.BYTE,
+    f.USHORT: proton.Data.USHORT,
+    f.SHORT: proton.Data.SHORT,
+    f.UINT: proton.Data.UINT,
+    f.SMALLUINT: proton.Data.UINT,
+    f.UINT0: proton.Data.UINT,
+    f.INT: proton.Data.INT,
+    f.SMALLINT: proton.Data.INT,
+    f.CHAR: proton.Data.CHAR,
+    f.ULONG: proton.Data.ULONG,
+    f.SMALLULONG: proton.Data.ULONG,
+    f.ULONG0: proton.Data.ULONG,
+    f.LONG: proton.Data.LONG,
+    f.SMALLLONG: proton.Data.LONG,
+    f.TIMESTAMP: proton.Data.TIMESTAMP,
+    f.FLOAT: proton.Data.FLOAT,
+    f.DOUBLE: proton.Data.DOUBLE,
+    f.DECIMAL32: proton.Data.DECIMAL32,
+    f.DECIMAL64: proton.Data.DECIMAL64,
+    f.DECIMAL128: proton.Data.DECIMAL128,
+    f.UUID: proton.Data.UUID,
+    f.VBIN8: proton.Data.BINARY,
+    f.VBIN32: proton.Data.BINARY,
+    f.STR8: proton.Data.STRING,
+    f.STR32: proton.Data.STRING,
+    f.SYM8: proton.Data.SYMBOL,
+    f.SYM32: proton.Data.SYMBOL,
+    f.LIST0: proton.Data.LIST,
+    f.LIST8: proton.Data.LIST,
+    f.LIST32: proton.Data.LIST,
+    f.MAP8: proton.Data.MAP,
+    f.MAP32: proton.Data.MAP,
+    f.ARRAY8: proton.Data.ARRAY,
+    f.ARRAY32: proton.Data.ARRAY,
 }
 
 
@@ -298,28 +279,28 @@ _READERS[f.DESCRIBED] = _described
 _READERS[f.NULL] = _constant(None)
 _READERS[f.TRUE] = _constant(True)
 _READERS[f.FALSE] = _constant(False)
-_READERS[f.UINT0] = _constant(uint(0))
-_READERS[f.ULONG0] = _constant(ulong(0))
+_READERS[f.UINT0] = _constant(proton.uint(0))
+_READERS[f.ULONG0] = _constant(proton.ulong(0))
 _READERS[f.LIST0] = lambda buf, pos: ([], pos)
-_READERS[f.UBYTE] = _ubyte_as(ubyte)
-_READERS[f.BYTE] = lambda buf, pos: (byte(_signed_byte(buf, pos)), pos + 1)
-_READERS[f.SMALLUINT] = _ubyte_as(uint)
-_READERS[f.SMALLULONG] = _ubyte_as(ulong)
-_READERS[f.SMALLINT] = lambda buf, pos: (int32(_signed_byte(buf, pos)), pos + 1)
+_READERS[f.UBYTE] = _ubyte_as(proton.ubyte)
+_READERS[f.BYTE] = lambda buf, pos: (proton.byte(_signed_byte(buf, pos)), pos + 1)
+_READERS[f.SMALLUINT] = _ubyte_as(proton.uint)
+_READERS[f.SMALLULONG] = _ubyte_as(proton.ulong)
+_READERS[f.SMALLINT] = lambda buf, pos: (proton.int32(_signed_byte(buf, pos)), pos + 1)
 _READERS[f.SMALLLONG] = lambda buf, pos: (_signed_byte(buf, pos), pos + 1)
 _READERS[f.BOOLEAN] = _boolean
-_READERS[f.USHORT] = _fixed(_H, 2, ushort)
-_READERS[f.SHORT] = _fixed(_h, 2, short)
-_READERS[f.UINT] = _fixed(_I, 4, uint)
-_READERS[f.INT] = _fixed(_i, 4, int32)
-_READERS[f.FLOAT] = _fixed(_f, 4, float32)
+_READERS[f.USHORT] = _fixed(_H, 2, proton.ushort)
+_READERS[f.SHORT] = _fixed(_h, 2, proton.short)
+_READERS[f.UINT] = _fixed(_I, 4, proton.uint)
+_READERS[f.INT] = _fixed(_i, 4, proton.int32)
+_READERS[f.FLOAT] = _fixed(_f, 4, proton.float32)
 _READERS[f.CHAR] = _char
-_READERS[f.DECIMAL32] = _fixed(_I, 4, decimal32)
-_READERS[f.ULONG] = _fixed(_Q, 8, ulong)
+_READERS[f.DECIMAL32] = _fixed(_I, 4, proton.decimal32)
+_READERS[f.ULONG] = _fixed(_Q, 8, proton.ulong)
 _READERS[f.LONG] = _fixed(_q, 8, int)
 _READERS[f.DOUBLE] = _fixed(_d, 8, float)
-_READERS[f.TIMESTAMP] = _fixed(_q, 8, timestamp)
-_READERS[f.DECIMAL64] = _fixed(_Q, 8, decimal64)
+_READERS[f.TIMESTAMP] = _fixed(_q, 8, proton.timestamp)
+_READERS[f.DECIMAL64] = _fixed(_Q, 8, proton.decimal64)
 _READERS[f.DECIMAL128] = _decimal128
 _READERS[f.UUID] = _uuid
 _READERS[f.VBIN8] = _variable(1, bytes)

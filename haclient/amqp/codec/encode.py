@@ -18,26 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from proton import (
-    UNDESCRIBED,
-    Array,
-    Data,
-    Described,
-    byte,
-    char,
-    decimal32,
-    decimal64,
-    decimal128,
-    float32,
-    int32,
-    short,
-    symbol,
-    timestamp,
-    ubyte,
-    uint,
-    ulong,
-    ushort,
-)
+import proton
 
 from haclient.amqp.codec import formats as f
 from haclient.errors import MessageFormatError
@@ -295,12 +276,12 @@ def encode_symbol_keyed_map(value: Mapping[Any, Any]) -> bytes:
 def _symbol_keyed_map(value: Mapping[Any, Any]) -> bytes:
     parts = []
     for key, item in value.items():
-        parts.append(encode_ulong(key) if isinstance(key, ulong) else encode_symbol(key))
+        parts.append(encode_ulong(key) if isinstance(key, proton.ulong) else encode_symbol(key))
         parts.append(_encode(item))
     return _compound(f.MAP8, f.MAP32, len(parts), b"".join(parts))
 
 
-def _described(value: Described) -> bytes:
+def _described(value: proton.Described) -> bytes:
     return b"\x00" + _encode(value.descriptor) + _encode(value.value)
 
 
@@ -344,41 +325,41 @@ def _compound_element(code: int, encode: Callable[[Any], bytes]) -> Any:
 
 
 _ARRAY_ELEMENTS: Final[dict[int, Any]] = {
-    Data.NULL: _fixed_element(f.NULL, lambda _: b""),
-    Data.BOOL: _fixed_element(f.BOOLEAN, lambda v: b"\x01" if v else b"\x00"),
-    Data.UBYTE: _fixed_element(f.UBYTE, lambda v: bytes((v,))),
-    Data.BYTE: _fixed_element(f.BYTE, _B),
-    Data.USHORT: _fixed_element(f.USHORT, _H),
-    Data.SHORT: _fixed_element(f.SHORT, _h),
-    Data.UINT: _fixed_element(f.UINT, _I),
-    Data.INT: _fixed_element(f.INT, _i),
-    Data.CHAR: _fixed_element(f.CHAR, lambda v: _I(ord(v))),
-    Data.ULONG: _fixed_element(f.ULONG, _Q),
-    Data.LONG: _fixed_element(f.LONG, _q),
-    Data.TIMESTAMP: _fixed_element(f.TIMESTAMP, _q),
-    Data.FLOAT: _fixed_element(f.FLOAT, _f),
-    Data.DOUBLE: _fixed_element(f.DOUBLE, _d),
-    Data.DECIMAL32: _fixed_element(f.DECIMAL32, _I),
-    Data.DECIMAL64: _fixed_element(f.DECIMAL64, _Q),
-    Data.DECIMAL128: _fixed_element(f.DECIMAL128, bytes),
-    Data.UUID: _fixed_element(f.UUID, lambda v: v.bytes),
-    Data.BINARY: _variable_element(f.VBIN8, f.VBIN32, bytes),
-    Data.STRING: _variable_element(f.STR8, f.STR32, lambda v: v.encode("utf-8")),
-    Data.SYMBOL: _variable_element(f.SYM8, f.SYM32, lambda v: v.encode("ascii")),
-    Data.LIST: _compound_element(f.LIST32, lambda v: _list(v)),
-    Data.MAP: _compound_element(f.MAP32, lambda v: _map(v)),
-    Data.ARRAY: _compound_element(f.ARRAY32, lambda v: _array(v)),
+    proton.Data.NULL: _fixed_element(f.NULL, lambda _: b""),
+    proton.Data.BOOL: _fixed_element(f.BOOLEAN, lambda v: b"\x01" if v else b"\x00"),
+    proton.Data.UBYTE: _fixed_element(f.UBYTE, lambda v: bytes((v,))),
+    proton.Data.BYTE: _fixed_element(f.BYTE, _B),
+    proton.Data.USHORT: _fixed_element(f.USHORT, _H),
+    proton.Data.SHORT: _fixed_element(f.SHORT, _h),
+    proton.Data.UINT: _fixed_element(f.UINT, _I),
+    proton.Data.INT: _fixed_element(f.INT, _i),
+    proton.Data.CHAR: _fixed_element(f.CHAR, lambda v: _I(ord(v))),
+    proton.Data.ULONG: _fixed_element(f.ULONG, _Q),
+    proton.Data.LONG: _fixed_element(f.LONG, _q),
+    proton.Data.TIMESTAMP: _fixed_element(f.TIMESTAMP, _q),
+    proton.Data.FLOAT: _fixed_element(f.FLOAT, _f),
+    proton.Data.DOUBLE: _fixed_element(f.DOUBLE, _d),
+    proton.Data.DECIMAL32: _fixed_element(f.DECIMAL32, _I),
+    proton.Data.DECIMAL64: _fixed_element(f.DECIMAL64, _Q),
+    proton.Data.DECIMAL128: _fixed_element(f.DECIMAL128, bytes),
+    proton.Data.UUID: _fixed_element(f.UUID, lambda v: v.bytes),
+    proton.Data.BINARY: _variable_element(f.VBIN8, f.VBIN32, bytes),
+    proton.Data.STRING: _variable_element(f.STR8, f.STR32, lambda v: v.encode("utf-8")),
+    proton.Data.SYMBOL: _variable_element(f.SYM8, f.SYM32, lambda v: v.encode("ascii")),
+    proton.Data.LIST: _compound_element(f.LIST32, lambda v: _list(v)),
+    proton.Data.MAP: _compound_element(f.MAP32, lambda v: _map(v)),
+    proton.Data.ARRAY: _compound_element(f.ARRAY32, lambda v: _array(v)),
 }
 
 
-def _array(value: Array) -> bytes:
+def _array(value: proton.Array) -> bytes:
     element_encoder = _ARRAY_ELEMENTS.get(value.type)
     if element_encoder is None:
         raise MessageFormatError(f"no AMQP array of type {value.type!r}")
     elements = list(value.elements)
     code, bodies = element_encoder(elements)
     constructor = bytes((code,))
-    if value.descriptor is not UNDESCRIBED and value.descriptor is not None:
+    if value.descriptor is not proton.UNDESCRIBED and value.descriptor is not None:
         constructor = b"\x00" + _encode(value.descriptor) + constructor
     body = constructor + b"".join(bodies)
     size = len(body) + 1
@@ -398,21 +379,21 @@ _ENCODERS: Final[dict[type, Callable[[Any], bytes]]] = {
     memoryview: encode_binary,
     dict: _map,
     list: _list,
-    symbol: encode_symbol,
-    ulong: encode_ulong,
-    uint: encode_uint,
-    ushort: _ushort,
-    ubyte: _ubyte,
-    byte: _byte,
-    short: _short,
-    int32: _int,
-    float32: _float,
-    timestamp: encode_timestamp,
-    char: _char,
-    decimal32: _decimal32,
-    decimal64: _decimal64,
-    decimal128: _decimal128,
+    proton.symbol: encode_symbol,
+    proton.ulong: encode_ulong,
+    proton.uint: encode_uint,
+    proton.ushort: _ushort,
+    proton.ubyte: _ubyte,
+    proton.byte: _byte,
+    proton.short: _short,
+    proton.int32: _int,
+    proton.float32: _float,
+    proton.timestamp: encode_timestamp,
+    proton.char: _char,
+    proton.decimal32: _decimal32,
+    proton.decimal64: _decimal64,
+    proton.decimal128: _decimal128,
     uuid.UUID: _uuid,
-    Described: _described,
-    Array: _array,
+    proton.Described: _described,
+    proton.Array: _array,
 }
