@@ -7,14 +7,15 @@ intermediate message object and no type dispatch for the fields whose type the m
 What repeats from one message to the next is encoded once per producer and kept: the ``to`` and
 ``reply-to`` addresses with their type annotations, and the whole message-annotations section of
 each (message class, destination type, reply-to type). The caches are per broker: they are
-dropped when the broker's address prefixes differ from the last send's.
+dropped when the broker's address prefixes differ from the last send's. Temporary destinations
+are never cached: failover moves them to a new node, with a new address, under the same
+identity (F6).
 
 Invariant: an encoder is used by one producer on one event loop (no locking).
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Final
 
 from haclient.amqp.codec import formats
@@ -40,6 +41,8 @@ from haclient.destination import (
     REPLY_TO_ANNOTATION,
     Destination,
     DestinationPrefixes,
+    Queue,
+    Topic,
     address_of,
     type_annotation,
 )
@@ -60,6 +63,10 @@ __all__ = ["OutgoingEncoder"]
 
 _Address = tuple[bytes, int]  # the encoded address, the type annotation's value
 _NO_ADDRESS: Final[_Address] = (NULL_BYTES, -1)
+_IMMUTABLE: Final = (Queue, Topic)
+"""Destinations whose address never changes, the ones cached. A temporary destination keeps its
+identity (hash, equality) across a failover while its address moves to the new node (F6): it is
+encoded afresh every time."""
 
 
 class OutgoingEncoder:
@@ -130,17 +137,16 @@ class OutgoingEncoder:
     def _address(self, destination: Destination | None) -> _Address:
         if destination is None:
             return _NO_ADDRESS
-        try:
+        cacheable = type(destination) in _IMMUTABLE
+        if cacheable and destination in self._addresses:
             return self._addresses[destination]
-        except (KeyError, TypeError):
-            pass
         prefixes = self._prefixes
         assert prefixes is not None
         address = (
             encode_string(address_of(destination, prefixes)),
             int(type_annotation(destination)),
         )
-        with contextlib.suppress(TypeError):  # an unhashable destination is just not cached
+        if cacheable:
             self._addresses[destination] = address
         return address
 

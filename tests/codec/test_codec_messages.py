@@ -303,6 +303,18 @@ def test_the_send_path_drops_its_caches_when_the_broker_prefixes_change() -> Non
     assert (plain.to, prefixed.to) == ("orders", "queue://orders")
 
 
+def test_F6_the_send_path_follows_a_temporary_queue_to_its_new_node() -> None:
+    reply_to = TemporaryQueue("temp-before-failover")
+    message = TextMessage("question")
+    message.destination = Queue("service")
+    message.reply_to = reply_to
+    encoder = OutgoingEncoder()
+    before = MessageView(encoder.encode(message, _PREFIXES[0]))
+    reply_to._follow("temp-after-failover")  # what failover does when it remakes the node
+    after = MessageView(encoder.encode(message, _PREFIXES[0]))
+    assert (before.reply_to, after.reply_to) == ("temp-before-failover", "temp-after-failover")
+
+
 def _bad(**changes: Any) -> JmsMessage:
     message = TextMessage("x")
     message.destination = Queue("q")
