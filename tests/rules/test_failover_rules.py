@@ -219,6 +219,11 @@ async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) 
             consumer = await session.create_consumer(inbox)
             producer = await session.create_producer(inbox)
             old_address = inbox.address
+            before = TextMessage("ping before")
+            before.reply_to = inbox  # the producer has sent to and named the old node
+            await producer.send(before)
+            received = await consumer.receive(TIMEOUT)
+            assert received is not None and received.reply_to == inbox
             first.kill()
             await recorder.wait_for("completed")
             assert any(n.name == inbox.address and n.temporary for n in second.nodes())
