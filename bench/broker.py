@@ -185,6 +185,15 @@ class BrokerProcess:
         self.stop()
 
 
+class ActiveMQModeBroker(BrokerProcess):
+    """The reference broker process with ``--activemq``: it grants receiver settle mode
+    ``first`` when ``second`` is asked, announces the ``queue://``/``topic://`` prefixes and
+    refuses a duplicate container id, as ActiveMQ 5.x's AMQP transport does."""
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), "--activemq"]
+
+
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=1.0):

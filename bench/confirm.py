@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 
 import haclient.aio as aio
-from bench.broker import PASSWORD, USER, BenchError, BrokerProcess
+from bench.broker import PASSWORD, USER, ActiveMQModeBroker, BenchError, BrokerProcess
 from chaos.rabbitmq import RabbitMQNode
 from haclient.destination import Queue
 from haclient.message import DeliveryMode, TextMessage
@@ -37,13 +37,6 @@ STRATEGIES = {
     "activemq": ("drain", "round-trip"),
     "rabbitmq": ("link-flow", "round-trip"),
 }
-
-
-class ActiveMQModeBroker(BrokerProcess):
-    """The reference broker process with ``--activemq``."""
-
-    def argv(self) -> list[str]:
-        return [*super().argv(), "--activemq"]
 
 
 async def _fill(url: str, queue: str, count: int) -> None:
