@@ -229,11 +229,19 @@ class ConnectionManager(Supervisor[P]):
             ClosedError: The manager is closed (or is closed while waiting).
             IllegalStateError: Called outside ``async with``.
         """
+        connected = self.connected_nowait()
+        if connected is not None:
+            return connected
+        limits = [t for t in (timeout, self._policy.timeout) if t is not None]
+        return await self._wait(min(limits) if limits else None)
+
+    def connected_nowait(self) -> tuple[P, int] | None:
+        """The current physical connection and its epoch when the state is CONNECTED now;
+        None otherwise. Never waits (the fast path of ``wait_connected``)."""
         link = self._link
         if self._state is ConnectionState.CONNECTED and link is not None:
             return link.connection, link.epoch
-        limits = [t for t in (timeout, self._policy.timeout) if t is not None]
-        return await self._wait(min(limits) if limits else None)
+        return None
 
     def report_lost(self, epoch: int, cause: BaseException | None = None) -> bool:
         """Tell the manager that the physical connection of ``epoch`` is dead (a caller saw

@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
+from anyio.lowlevel import checkpoint_if_cancelled
 
 from failover.manager import RestoreOrder
 from haclient.aio.acks import PendingAck
@@ -343,7 +344,13 @@ class MessageConsumer:
         While the connection fails over this waits (F2) and then goes on with the restored
         link; what the old link had prefetched is gone with it (F9).
         """
+        await checkpoint_if_cancelled()  # the fast path below never yields
         while not self._closed:
+            ready = self._take_ready()
+            if isinstance(ready, tuple):
+                return ready
+            if ready is _Skip.AGAIN:
+                continue
             remaining = deadline - anyio.current_time()
             if not await self._context.connection.switch.wait_started(remaining):
                 return None
@@ -358,6 +365,18 @@ class MessageConsumer:
             if taken is not _Skip.AGAIN:
                 return taken
         return None
+
+    def _take_ready(self) -> _Taken | _Skip | None:
+        """The fast path of ``_take``: a message already prefetched, while started and
+        connected, taken without waiting (no cancel scope, no loop turn). None: nothing
+        ready, take the waiting path; ``_Skip.AGAIN``: one was taken and dropped
+        (undecodable, filtered out, a duplicate)."""
+        receiver = self._receiver
+        if receiver is None or not self._context.connection.switch.started:
+            return None
+        at = self._context.gate.connected_nowait()
+        raw = None if at is None else at.amqp.receive_nowait(receiver)
+        return None if at is None or raw is None else self._taken(at, raw)
 
     async def _take_on(self, at: Connected, deadline: float) -> _Taken | _Skip | None:
         """One message from the link on ``at``: None at the deadline or once closed."""
@@ -380,9 +399,14 @@ class MessageConsumer:
             if raw is not None:  # arrived as we closed: give it back
                 amqp.settle(raw, Released())
             return None
+        return self._taken(at, raw)
+
+    def _taken(self, at: Connected, raw: ReceivedMessage) -> _Taken | _Skip:
+        """``raw``, just taken from the link on ``at``: decoded and counted, or
+        ``_Skip.AGAIN`` when it was dropped (see ``_decode``)."""
         if self._prefetch:  # prefetch 0 pulls one per receive: no credit ahead of it
             self._top_up()
-        message = self._decode(amqp, raw, at.physical)
+        message = self._decode(at.amqp, raw, at.physical)
         if message is None:
             return _Skip.AGAIN
         self._context.connection.counters.received += 1

@@ -151,7 +151,9 @@ class SessionContext:
             if options.dedup_window > 0
             else None
         )
-        self._ack_lock = anyio.Lock()
+        # fast_acquire: an uncontended acknowledgement (AUTO: one per message) takes the lock
+        # without a loop turn; contended, it waits in order as before.
+        self._ack_lock = anyio.Lock(fast_acquire=True)
         self.confirmer = Confirmer(self._downgraded)
         self._forget = forget
         self._prefetched = prefetched

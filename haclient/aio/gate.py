@@ -104,6 +104,14 @@ class Gate:
             physical, epoch = await self._manager.wait_connected(timeout=timeout)
         return Connected(physical, epoch)
 
+    def connected_nowait(self) -> Connected | None:
+        """The connection to use when it is connected now (no wait, no checkpoint); None
+        while connecting, failing over or closed: then ``wait`` is the way."""
+        if self._is_closed():
+            return None
+        connected = self._manager.connected_nowait()
+        return None if connected is None else Connected(*connected)
+
     def lost(self, at: Connected, error: BaseException) -> bool:
         """True if ``error`` came from the loss of ``at``'s connection (failover then runs)."""
         if isinstance(error, StaleDeliveryError):

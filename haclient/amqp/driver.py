@@ -13,7 +13,6 @@ is handed to the engine, which turns it into that same ending.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 
 import anyio
@@ -187,7 +186,8 @@ class Driver:
                 return
             engine.receive_data(data)
             self._dispatch()
-            self.wakeup()
+            if not data or engine.is_finished or engine.wants_write():
+                self.wakeup()  # else nothing to write: a wake-up would be a loop turn for nothing
             if not data:
                 return
 
@@ -195,7 +195,8 @@ class Driver:
         engine = self.engine
         stream = self._stream
         while True:
-            self._wake = anyio.Event()  # fresh before looking, so no wakeup is lost
+            if self._wake.is_set():  # fresh before looking, so no wakeup is lost
+                self._wake = anyio.Event()
             flushes, self._flush_waiters = self._flush_waiters, []  # satisfied by this write
             now = anyio.current_time()
             deadline = engine.tick(now)
@@ -215,6 +216,8 @@ class Driver:
                 waiter.set()
             if engine.is_finished:
                 return
-            timeout = math.inf if deadline is None else max(0.0, deadline - now)
-            with anyio.move_on_after(timeout):
+            if deadline is None:  # no timer: no cancel scope either (one per wait adds up)
+                await self._wake.wait()
+                continue
+            with anyio.move_on_after(max(0.0, deadline - now)):
                 await self._wake.wait()
