@@ -714,6 +714,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _start_reference(
+    stack: ExitStack, name: str, kind: type[BrokerProcess], queue_prefix: str
+) -> Target:
+    """Start a reference broker process (stopped when ``stack`` closes) as target ``name``."""
+    work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
+    print(f"starting the {name} broker ...", file=sys.stderr)
+    proc = stack.enter_context(kind(f"jms-{name}", work_dir, store=False))
+    print(f"{name} broker pid {proc.pid} ready on port {proc.port}", file=sys.stderr)
+    return Target(name, proc.port, proc.pid, queue_prefix)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -738,18 +749,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = sys.stderr
     targets: list[Target] = []
     with ExitStack() as stack:
-        if not args.no_reference:
-            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
-            print("starting the reference broker ...", file=log)
-            proc = stack.enter_context(BrokerProcess("jms", work_dir, store=False))
-            print(f"reference broker pid {proc.pid} ready on port {proc.port}", file=log)
-            targets.append(Target(REFERENCE, proc.port, proc.pid, ""))
-        if not args.no_activemq_mode:
-            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
-            print("starting the reference broker in ActiveMQ mode ...", file=log)
-            amq = stack.enter_context(ActiveMQModeBroker("jms-activemq", work_dir, store=False))
-            print(f"ActiveMQ-mode broker pid {amq.pid} ready on port {amq.port}", file=log)
-            targets.append(Target(ACTIVEMQ_MODE, amq.port, amq.pid, "queue://"))
+        reference_brokers = [
+            (REFERENCE, BrokerProcess, "", not args.no_reference),
+            (ACTIVEMQ_MODE, ActiveMQModeBroker, "queue://", not args.no_activemq_mode),
+        ]
+        for name, kind, prefix, wanted in reference_brokers:
+            if wanted:
+                targets.append(_start_reference(stack, name, kind, prefix))
         if rabbitmq:
             print("starting a private RabbitMQ node ...", file=log)
             node = stack.enter_context(RabbitMQNode())
