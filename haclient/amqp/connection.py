@@ -506,8 +506,7 @@ class AmqpConnection:
                         slot.set(outcome)
                     delivery.settle()  # the peer settled first: forget it on our side too
                 case LinkFlow(link=link):
-                    self._flows[link] = self._flows.get(link, 0) + 1
-                    self._signal_credit()
+                    self._on_flow(link)
                 case LinkRemoteOpen(link=link):
                     attached.append(link)
                 case LinkRemoteClose(link=link, error=error):
@@ -576,6 +575,10 @@ class AmqpConnection:
         else:
             context = f"the broker closed link {link.name!r}"
         self._fail_link(link, self._error(error, context))
+
+    def _on_flow(self, link: Link) -> None:
+        self._flows[link] = self._flows.get(link, 0) + 1
+        self._signal_credit()
 
     def _forget(self, link: Link) -> None:
         """Drop the bookkeeping of a link closed at both ends."""
