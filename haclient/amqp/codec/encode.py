@@ -135,24 +135,24 @@ def _ubyte(value: int) -> bytes:
     return _BB(f.UBYTE, value)
 
 
-def _byte(value: int) -> bytes:
-    return b"\x51" + _B(value)
+def _fixed(code: int, pack: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """The encoder of a fixed-width type that has one encoding: its format code, then
+    ``pack(value)``."""
+    prefix = bytes((code,))
+
+    def encode(value: Any) -> bytes:
+        return prefix + pack(value)
+
+    return encode
 
 
-def _ushort(value: int) -> bytes:
-    return b"\x60" + _H(value)
-
-
-def _short(value: int) -> bytes:
-    return b"\x61" + _h(value)
-
-
-def _float(value: float) -> bytes:
-    return b"\x72" + _f(value)
-
-
-def _double(value: float) -> bytes:
-    return b"\x82" + _d(value)
+_byte = _fixed(f.BYTE, _B)
+_ushort = _fixed(f.USHORT, _H)
+_short = _fixed(f.SHORT, _h)
+_float = _fixed(f.FLOAT, _f)
+_double = _fixed(f.DOUBLE, _d)
+_decimal32 = _fixed(f.DECIMAL32, _I)
+_decimal64 = _fixed(f.DECIMAL64, _Q)
 
 
 def encode_timestamp(millis: int) -> bytes:
@@ -164,14 +164,6 @@ def _char(value: str) -> bytes:
     if len(value) != 1:
         raise MessageFormatError(f"a char is one character, not {value!r:.20}")
     return b"\x73" + _I(ord(value))
-
-
-def _decimal32(value: int) -> bytes:
-    return b"\x74" + _I(value)
-
-
-def _decimal64(value: int) -> bytes:
-    return b"\x84" + _Q(value)
 
 
 def _decimal128(value: bytes) -> bytes:
