@@ -272,17 +272,6 @@ class Engine:
             self._process()
         return bytes(out)
 
-    def wants_write(self) -> bool:
-        """Whether the writer has work now: output pending (or the transport closed), input
-        held back for room, or a layer of our own that may produce output by itself (the
-        server's SASL and TLS: always asked). False lets a reader skip waking the writer."""
-        return (
-            self._transport.pending() != 0
-            or bool(self._backlog)
-            or self._sasl_layer is not None
-            or self._tls_layer is not None
-        )
-
     def tick(self, now: float) -> float | None:
         """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).
 
