@@ -415,9 +415,9 @@ async def settle(
     acks: Iterable[PendingAck],
     outcome: Outcome = ACCEPTED,
     *,
+    confirmer: Confirmer,
+    topic_prefix: str,
     confirm: bool = True,
-    confirmer: Confirmer | None = None,
-    topic_prefix: str = "",
     timeout: float = 30.0,
 ) -> None:
     """Send ``outcome`` for ``acks``; with ``confirm``, return once the broker confirmed.
@@ -454,7 +454,7 @@ async def settle(
         await amqp.wait_settled(raw.delivery)
         raw.delivery.settle()
     if exchange is not None:
-        await (confirmer or Confirmer(lambda kind: None)).confirm(
+        await confirmer.confirm(
             amqp,
             session,
             exchange.confirmation,
