@@ -233,6 +233,19 @@ async def on_one_broker(api: Any) -> AsyncIterator[tuple[BrokerThread, Any, Reco
             yield only, connection, recorder
 
 
+async def take_all(url: str, queue: str) -> list[str]:
+    """Receive (AUTO) every text message left on ``queue``, from a connection of its own;
+    their bodies, in order."""
+    bodies = []
+    async with await aio.connect(url) as connection:
+        await connection.start()
+        session = await connection.create_session()
+        consumer = await session.create_consumer(Queue(queue))
+        while (message := await consumer.receive(1.0)) is not None:
+            bodies.append(text_of(message) or "")
+    return bodies
+
+
 def text_of(message: Message | None) -> str | None:
     """The body of a received text message; None when nothing was received."""
     return None if message is None else message.text  # type: ignore[attr-defined]
