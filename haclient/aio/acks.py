@@ -443,12 +443,13 @@ async def settle(
     exchange: PendingAck | None = None  # one whose link needs a confirmation exchange
     for ack in acks:
         if confirm and ack.confirmation is AckConfirmation.SETTLE_SECOND:
-            amqp.settle(ack.raw, outcome, settle=False)
+            amqp.settle(ack.raw, outcome, settle=False, wake_writer=False)
             second.append(ack.raw)
+        elif confirm and ack.confirmation is not AckConfirmation.NONE:
+            amqp.settle(ack.raw, outcome, wake_writer=False)  # the exchange's cut writes it
+            exchange = exchange or ack
         else:
             amqp.settle(ack.raw, outcome)
-            if confirm and ack.confirmation is not AckConfirmation.NONE:
-                exchange = exchange or ack
         ack.sent = True
     for raw in second:
         await amqp.wait_settled(raw.delivery)

@@ -154,7 +154,7 @@ async def _flow_answered(amqp: AmqpConnection, probe: Receiver) -> None:
     """Write a flow on ``probe`` (a new credit value, so proton writes one) and wait for the
     broker's answering flow."""
     seen = amqp.flows_received(probe)
-    amqp.flow(probe, 1)
+    amqp.flow(probe, 1, wake_writer=False)
     await amqp.wait_flow(probe, seen)
 
 

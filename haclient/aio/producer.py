@@ -282,7 +282,9 @@ class MessageProducer:
                 if sent is not None:
                     log.info("re-sending %s after the connection was lost", message.message_id)
                     self._context.connection.counters.resent += 1
-                delivery = await self._transfer(at, destination, message, in_transaction)
+                delivery = await self._transfer(
+                    at, destination, message, in_transaction, wake_writer=not wait
+                )
             sent = (at, delivery)
             if wait:
                 outcome = await at.amqp.wait_settled(delivery)
@@ -354,10 +356,17 @@ class MessageProducer:
             log.exception("a completion listener raised")
 
     async def _transfer(
-        self, at: Connected, destination: Destination, message: Message, in_transaction: bool
+        self,
+        at: Connected,
+        destination: Destination,
+        message: Message,
+        in_transaction: bool,
+        *,
+        wake_writer: bool = True,
     ) -> Delivery:
         """Queue one transfer of ``message`` (already stamped) on ``at``'s connection, in the
-        session's broker transaction when ``in_transaction``."""
+        session's broker transaction when ``in_transaction``; ``wake_writer=False`` when the
+        caller awaits its outcome next (that writes it: ``AmqpConnection.send_nowait``)."""
         payload = self._encoder.encode(message, at.physical.prefixes)
         link = await self._link_for(destination)
         state: TransactionalState | None = None
@@ -365,7 +374,7 @@ class MessageProducer:
             state = await self._context.transaction.enlist_send()
         await at.amqp.wait_for_credit(link)
         self._check_open()
-        delivery = at.amqp.send_nowait(link, payload, state=state)
+        delivery = at.amqp.send_nowait(link, payload, state=state, wake_writer=wake_writer)
         self._unconfirmed[delivery] = message
         self._context.connection.counters.sent += 1
         return delivery

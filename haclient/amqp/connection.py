@@ -162,6 +162,11 @@ class AmqpConnection:
         if self.driver is not None:
             self.driver.wakeup()
 
+    def _write_now(self) -> None:
+        """Before waiting for the peer's answer: write what is queued from this task."""
+        if self.driver is not None:
+            self.driver.write_now()
+
     async def close(self, error: ErrorCondition | None = None, *, timeout: float = 5.0) -> None:
         """Close the connection (Close frames exchanged) and wait until it has ended.
 
@@ -325,9 +330,19 @@ class AmqpConnection:
             await changed.wait()
 
     def send_nowait(
-        self, sender: Sender, payload: bytes, *, settled: bool = False, state: Outcome | None = None
+        self,
+        sender: Sender,
+        payload: bytes,
+        *,
+        settled: bool = False,
+        state: Outcome | None = None,
+        wake_writer: bool = True,
     ) -> Delivery:
         """Queue a message; it goes out as credit allows. ``wait_settled`` waits for its outcome.
+
+        ``wake_writer=False``: the caller writes it next from its own task (one event-loop turn
+        fewer than the writer's) by awaiting ``wait_settled``, ``wait_flow`` or ``drain``, or by
+        ``cut()``.
 
         Raises:
             ClosedError, or the peer's reason: the link, its session or the connection is gone.
@@ -336,7 +351,8 @@ class AmqpConnection:
         delivery = sender.send(payload, settled=settled, state=state)
         if not settled:
             self._outcomes[delivery] = _Slot()
-        self._wake()
+        if wake_writer:
+            self._wake()
         return delivery
 
     async def wait_settled(self, delivery: Delivery) -> Outcome | None:
@@ -344,6 +360,8 @@ class AmqpConnection:
         slot = self._outcomes.get(delivery)
         if slot is None:
             return delivery.remote_outcome
+        if not slot.done:
+            self._write_now()
         return await slot.wait()  # type: ignore[no-any-return]
 
     async def send(
@@ -351,7 +369,8 @@ class AmqpConnection:
     ) -> Outcome | None:
         """Send one message unsettled and wait for the peer's outcome."""
         await self.wait_for_credit(sender)
-        return await self.wait_settled(self.send_nowait(sender, payload, state=state))
+        delivery = self.send_nowait(sender, payload, state=state, wake_writer=False)
+        return await self.wait_settled(delivery)
 
     # Receiving ---------------------------------------------------------------------------------
 
@@ -404,11 +423,19 @@ class AmqpConnection:
             return inbox.messages.popleft()
         return None
 
-    def settle(self, message: ReceivedMessage, outcome: Outcome, *, settle: bool = True) -> None:
+    def settle(
+        self,
+        message: ReceivedMessage,
+        outcome: Outcome,
+        *,
+        settle: bool = True,
+        wake_writer: bool = True,
+    ) -> None:
         """Send ``outcome`` for a received message (and settle it unless told not to).
 
         With ``settle=False`` (receiver settle mode SECOND), ``wait_settled(message.delivery)``
         waits until the peer settles: its confirmation that the outcome took effect.
+        ``wake_writer=False``: as in ``send_nowait``.
 
         Raises:
             ClosedError, or the connection's end error: ``settle=False`` on a connection that
@@ -418,7 +445,8 @@ class AmqpConnection:
             self._check_link(message.delivery.link)
             self._outcomes.setdefault(message.delivery, _Slot())
         message.delivery.update(outcome, settle=settle)
-        self._wake()
+        if wake_writer:
+            self._wake()
 
     def release_arrivals(self, receiver: Receiver) -> None:
         """Give back (``released``) what waits on ``receiver`` and whatever arrives on it from
@@ -430,10 +458,12 @@ class AmqpConnection:
         for message in self.take_all(receiver):
             self.settle(message, Released())
 
-    def flow(self, receiver: Receiver, credit: int) -> None:
-        """Grant ``receiver`` more credit."""
+    def flow(self, receiver: Receiver, credit: int, *, wake_writer: bool = True) -> None:
+        """Grant ``receiver`` more credit (``wake_writer=False``: the caller awaits
+        ``wait_flow`` next, which writes it; see ``send_nowait``)."""
         receiver.flow(credit)
-        self._wake()
+        if wake_writer:
+            self._wake()
 
     async def drain(self, receiver: Receiver, credit: int = 0) -> None:
         """Grant ``credit`` more, ask the peer to use it now or give it back, wait for its answer.
@@ -442,7 +472,7 @@ class AmqpConnection:
         """
         self._check_link(receiver)
         receiver.drain(credit)
-        self._wake()
+        self._write_now()
         while receiver.draining:
             self._check_link(receiver)
             changed = self._credit_changed
@@ -469,6 +499,8 @@ class AmqpConnection:
         Raises:
             ConnectionLostError (and the like), ClosedError: the connection or the link ended.
         """
+        if self._flows.get(link, 0) <= seen:
+            self._write_now()
         while self._flows.get(link, 0) <= seen:
             self._check_link(link)
             changed = self._credit_changed

@@ -1,9 +1,16 @@
 """The anyio driver: pumps one ``Engine`` over a byte stream.
 
-How this works: two tasks share the engine. The reader waits on the socket, feeds the engine and
-hands its events to the handler. The writer waits until there is something to write (someone
-called ``wakeup()``) or the engine's next timer deadline comes, runs ``tick``, and writes what the
-engine produced. Neither polls nor sleeps: each waits on a socket, an event or a deadline.
+How this works: three tasks share the engine. The reader waits on the socket, feeds the engine,
+ticks it (so the idle timeout counts from the read) and hands its events to the handler. The
+writer waits until there is something to write (someone called ``wakeup()``), runs ``tick``, and
+writes what the engine produced. The timer sleeps until the engine's next timer deadline and
+then wakes the writer. None of them polls: each waits on a socket, an event or a deadline.
+
+Fewer loop turns per message: the reader wakes the writer only when the engine has output, and
+a task about to wait for the peer's answer calls ``write_now()``, which writes from that task
+when the writer is idle (a sync send is then two loop turns: the send, and the read of its
+outcome). Writes go to the socket itself (non-blocking ``send``), never through the stream's
+buffer, so the two ways of writing can not reorder bytes.
 
 The driver ends when the engine has reported ``TransportClosed`` and its last bytes are written;
 ``run()`` then returns that event's error (None after an orderly close). A socket error or an EOF
@@ -13,10 +20,11 @@ is handed to the engine, which turns it into that same ending.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 
 import anyio
-from anyio.abc import ByteStream
+from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
 from haclient.amqp.engine import Engine
 from haclient.amqp.events import EngineEvent, TransportClosed
@@ -56,8 +64,11 @@ class Driver:
     def __init__(self, engine: Engine, stream: ByteStream, handler: EventHandler) -> None:
         self.engine = engine
         self._stream = stream
+        self._socket = _own_socket(stream)
         self._handler = handler
         self._wake = anyio.Event()
+        self._writer_idle = False  # the writer waits for a wakeup (is not in the middle of a write)
+        self._timer = anyio.CancelScope()  # its deadline: when the engine must be ticked next
         self._result: ErrorCondition | None = None
         self._ended = anyio.Event()
         self._flush_waiters: list[anyio.Event] = []
@@ -75,6 +86,41 @@ class Driver:
     def wakeup(self) -> None:
         """Tell the writer that the engine may have bytes to send (call after changing it)."""
         self._wake.set()
+
+    def write_now(self) -> None:
+        """Write what the engine holds now from the calling task (one loop turn fewer than
+        ``wakeup()``), when that keeps the order: the writer is idle and nothing is staged or
+        being flushed. Otherwise, or when the socket takes only part, the writer does it.
+
+        For a task about to wait for the peer's answer to what it just queued.
+        """
+        if self._may_write_directly():
+            self._write_directly(self.engine.data_to_send())
+        else:
+            self.wakeup()
+
+    def _may_write_directly(self) -> bool:
+        """Whether a write from the calling task keeps the order: the writer is idle (not in
+        the middle of a write) and nothing is staged or waits to be flushed."""
+        return (
+            self._socket is not None
+            and self._writer_idle
+            and not self._staged
+            and not self._flush_waiters
+        )
+
+    def _write_directly(self, data: bytes) -> None:
+        """Write ``data`` (taken from the engine) now; the writer does what the socket refuses."""
+        assert self._socket is not None
+        try:
+            sent = _send_some(self._socket, data) if data else 0
+        except OSError:
+            sent = 0  # the writer tries again, meets the error and ends the connection
+        if sent < len(data):
+            self._staged.append(data[sent:])
+            self.wakeup()
+        elif self.engine.wants_write or self.engine.has_events:
+            self.wakeup()  # the writer reports the engine's end or what writing produced
 
     async def flush(self) -> None:
         """Wait until every frame the engine holds now has been handed to the socket.
@@ -99,9 +145,17 @@ class Driver:
         reach the peer *after* the dispositions cuts first. Nothing waits; the writer is woken.
         """
         data = self.engine.data_to_send()
+        if data and self._may_write_directly():
+            self._write_directly(data)
+            return
         if data:
             self._staged.append(data)
         self.wakeup()
+
+    def _arm(self, deadline: float | None) -> None:
+        """Have the timer wake the writer by ``deadline`` (a later one waits for that wake)."""
+        if deadline is not None and deadline < self._timer.deadline:
+            self._timer.deadline = deadline
 
     def _take_output(self) -> bytes:
         """What to write now: the staged frames first, then what the engine holds."""
@@ -134,11 +188,14 @@ class Driver:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_loop)
+                tg.start_soon(self._timer_loop)
                 await self._write_loop()
                 tg.cancel_scope.cancel()
             if self.socket_error is None:
                 await self._linger()
         finally:
+            if self._socket is not None:
+                self._socket.close()
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
             self._ended.set()
@@ -185,28 +242,36 @@ class Driver:
                 self.wakeup()
                 return
             engine.receive_data(data)
+            # Tick now: proton counts the idle timeout from the first tick that sees new input,
+            # so a late tick would make a silent peer's detection late (F13).
+            self._arm(engine.tick(anyio.current_time()))
             self._dispatch()
-            # Even with nothing to write, the writer ticks the engine again: what arrived moved
-            # the idle-timeout deadline it sleeps until (skipping this made a silent peer's
-            # detection up to twice as late, F13).
-            self.wakeup()
             if not data:
+                self.wakeup()
                 return
+            if engine.wants_write:
+                self.wakeup()
+
+    async def _timer_loop(self) -> None:
+        """Wake the writer whenever the armed deadline passes (it ticks and arms the next)."""
+        while True:
+            with self._timer:
+                await anyio.sleep_forever()
+            self._timer = anyio.CancelScope()
+            self.wakeup()
 
     async def _write_loop(self) -> None:
         engine = self.engine
-        stream = self._stream
         while True:
             if self._wake.is_set():  # fresh before looking, so no wakeup is lost
                 self._wake = anyio.Event()
             flushes, self._flush_waiters = self._flush_waiters, []  # satisfied by this write
-            now = anyio.current_time()
-            deadline = engine.tick(now)
+            self._arm(engine.tick(anyio.current_time()))
             data = self._take_output()
             self._dispatch()  # after both: either may end the transport
             if data:
                 try:
-                    await stream.send(data)
+                    await self._send(data)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     self._abort(exc)
                     self._flush_waiters.extend(flushes)
@@ -218,8 +283,41 @@ class Driver:
                 waiter.set()
             if engine.is_finished:
                 return
-            if deadline is None:  # no timer: no cancel scope either (one per wait adds up)
+            self._writer_idle = True
+            try:
                 await self._wake.wait()
-                continue
-            with anyio.move_on_after(max(0.0, deadline - now)):
-                await self._wake.wait()
+            finally:
+                self._writer_idle = False
+
+    async def _send(self, data: bytes) -> None:
+        """Write all of ``data``: straight to the socket, waiting only while it is full."""
+        sock = self._socket
+        if sock is None:
+            await self._stream.send(data)
+            return
+        view = memoryview(data)
+        while True:
+            view = view[_send_some(sock, view) :]
+            if not view:
+                return
+            await anyio.wait_writable(sock)
+
+
+def _own_socket(stream: ByteStream) -> socket.socket | None:
+    """A socket of our own for writing to ``stream``'s connection (a duplicate of its file
+    descriptor, closed with the driver), or None when the stream is not a bare socket stream
+    (a wrapper, such as the test broker's gated stream, must see every write)."""
+    if not isinstance(stream, SocketStream):
+        return None
+    raw = stream.extra(SocketAttribute.raw_socket)
+    own = raw.dup()
+    own.setblocking(False)
+    return own
+
+
+def _send_some(sock: socket.socket, data: bytes | memoryview) -> int:
+    """Write what the socket takes now; how many bytes that was (0: it is full)."""
+    try:
+        return sock.send(data)
+    except BlockingIOError:
+        return 0

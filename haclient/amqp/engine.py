@@ -272,6 +272,20 @@ class Engine:
             self._process()
         return bytes(out)
 
+    @property
+    def has_events(self) -> bool:
+        """True when ``events()`` has something to report that was already processed."""
+        return bool(self._events)
+
+    @property
+    def wants_write(self) -> bool:
+        """True when ``data_to_send`` has something (or must run: the transport ended or input
+        waits for room). Cheap: asks proton how much output is pending."""
+        if self._transport.pending() != 0 or self._backlog:
+            return True
+        sasl, tls = self._sasl_layer, self._tls_layer
+        return (sasl is not None and sasl.has_output) or (tls is not None and tls.has_output)
+
     def tick(self, now: float) -> float | None:
         """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).
 

@@ -153,6 +153,11 @@ class SaslServerLayer:
         self._state = _SaslState.FAILED
         self.error = ErrorCondition(name, description)
 
+    @property
+    def has_output(self) -> bool:
+        """True when ``send`` would return bytes even with nothing from the AMQP layer."""
+        return bool(self._output) or (self._state is _SaslState.DONE and bool(self._held))
+
     def send(self, data: bytes) -> bytes:
         """Bytes from the AMQP layer, prefixed by any SASL frames still to go out."""
         if self._state is not _SaslState.DONE:
@@ -213,6 +218,11 @@ class TlsServerLayer:
         if not data and not self.eof:
             self.eof = True
         return bytes(plain)
+
+    @property
+    def has_output(self) -> bool:
+        """True when TLS records (handshake, alerts) wait to go out."""
+        return self._outgoing.pending > 0
 
     def send(self, data: bytes) -> bytes:
         """Encrypt bytes from above; include handshake records waiting to go out."""
