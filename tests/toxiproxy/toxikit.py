@@ -8,7 +8,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 TIMEOUT = 10.0
@@ -90,13 +91,21 @@ def recv_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-def round_trip(port: int, payload: bytes = b"ping") -> float:
-    """Seconds for ``payload`` to go through a proxy to an echo server and back."""
+@contextmanager
+def send_timed(port: int, payload: bytes) -> Iterator[tuple[socket.socket, Callable[[], float]]]:
+    """Connect to 127.0.0.1:``port`` and send ``payload``; yields the socket and a clock that
+    reads the seconds since the send began."""
     with connect(port) as sock:
         start = time.monotonic()
         sock.sendall(payload)
+        yield sock, lambda: time.monotonic() - start
+
+
+def round_trip(port: int, payload: bytes = b"ping") -> float:
+    """Seconds for ``payload`` to go through a proxy to an echo server and back."""
+    with send_timed(port, payload) as (sock, elapsed):
         assert recv_exactly(sock, len(payload)) == payload
-        return time.monotonic() - start
+        return elapsed()
 
 
 def port_of(listen: str) -> int:
