@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 from toxikit import (
-    TcpServer,
     connect,
     greet_and_close,
     port_of,
@@ -20,6 +19,7 @@ from toxikit import (
     send_timed,
 )
 
+from chaos.net import TcpServer
 from chaos.toxiproxy.client import ToxiproxyClient
 
 SLACK = 2.0  # seconds an effect may take beyond its promise on a loaded machine
