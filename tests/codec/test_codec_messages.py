@@ -4,6 +4,7 @@ those named by number; the JMS send path writes what ``to_amqp`` + ``encode_mess
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -88,6 +89,20 @@ def _proton_seconds(seconds: float) -> float:
     return (millis + 0.5) / 1000
 
 
+# The optional fields, set on proton's message only when present (its setters refuse None).
+# Those proton names and types as we do ...
+_SAME_FIELDS = ("user_id", "subject", "reply_to", "group_id", "group_sequence", "reply_to_group_id")
+# ... and those it names or types otherwise: our name, proton's, its type.
+_OTHER_FIELDS: list[tuple[str, str, Callable[[Any], Any]]] = [
+    ("to", "address", str),
+    ("content_type", "content_type", symbol),
+    ("content_encoding", "content_encoding", symbol),
+    ("ttl", "ttl", _proton_seconds),
+    ("absolute_expiry_time", "expiry_time", _proton_seconds),
+    ("creation_time", "creation_time", _proton_seconds),
+]
+
+
 def to_proton(m: AmqpMessage) -> Any:
     """A proton ``Message`` with the content of ``m`` (the oracle's encoder)."""
     pm: Any = Message()
@@ -95,29 +110,13 @@ def to_proton(m: AmqpMessage) -> Any:
     pm.body = m.body
     pm.durable, pm.priority, pm.first_acquirer = m.durable, m.priority, m.first_acquirer
     pm.delivery_count = m.delivery_count
-    if m.ttl is not None:
-        pm.ttl = _proton_seconds(m.ttl)
     pm.id, pm.correlation_id = m.message_id, m.correlation_id
-    for name, value in [
-        ("user_id", m.user_id),
-        ("address", m.to),
-        ("subject", m.subject),
-        ("reply_to", m.reply_to),
-        ("group_id", m.group_id),
-        ("reply_to_group_id", m.reply_to_group_id),
-    ]:
-        if value is not None:  # proton's setters refuse None
-            setattr(pm, name, value)
-    if m.content_type is not None:
-        pm.content_type = symbol(m.content_type)
-    if m.content_encoding is not None:
-        pm.content_encoding = symbol(m.content_encoding)
-    if m.absolute_expiry_time is not None:
-        pm.expiry_time = _proton_seconds(m.absolute_expiry_time)
-    if m.creation_time is not None:
-        pm.creation_time = _proton_seconds(m.creation_time)
-    if m.group_sequence is not None:
-        pm.group_sequence = m.group_sequence
+    for name in _SAME_FIELDS:
+        if getattr(m, name) is not None:
+            setattr(pm, name, getattr(m, name))
+    for ours, theirs, proton_type in _OTHER_FIELDS:
+        if getattr(m, ours) is not None:
+            setattr(pm, theirs, proton_type(getattr(m, ours)))
     pm.annotations = {symbol(k): v for k, v in m.message_annotations.items()} or None
     pm.instructions = {symbol(k): v for k, v in m.delivery_annotations.items()} or None
     pm.properties = dict(m.application_properties) or None

@@ -10,7 +10,6 @@ when the master dies.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,7 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 import haclient.aio as aio
 from chaos.broker import Broker, BrokerThread
-from chaos.net import free_port
+from chaos.net import TcpServer, free_port
 from haclient.destination import Queue
 from haclient.message import Message, TextMessage
 
@@ -175,40 +174,18 @@ class HaPair:
         await old.start()
 
 
-class Doorman:
+class Doorman(TcpServer):
     """A TCP listener that lets every connection in and shuts it at once, noting its own name
     in a log it shares with other doormen: the order of a failover's connect attempts."""
 
     def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__(lambda _: log.append(name))  # list.append is atomic
         self.name = name
         self.log = log
-        self._socket = socket.create_server(("127.0.0.1", 0))
-        self._socket.settimeout(0.05)
-        self.port: int = self._socket.getsockname()[1]
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name=f"doorman-{name}", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"amqp://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Doorman:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stopping.set()
-        self._thread.join(TIMEOUT)
-        self._socket.close()
-
-    def _serve(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                peer, _ = self._socket.accept()
-            except TimeoutError:
-                continue
-            self.log.append(self.name)  # list.append is atomic
-            peer.close()
+        return f"amqp://{self.address}"
 
 
 async def send_to(url: str, queue: str, *bodies: str) -> None:

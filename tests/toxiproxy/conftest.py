@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from toxikit import Http, TcpServer, echo
+from toxikit import Http, echo
 
+from chaos.net import TcpServer
 from chaos.toxiproxy import ToxiproxyServer
 from chaos.toxiproxy.client import ToxiproxyClient
 

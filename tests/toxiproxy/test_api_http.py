@@ -6,7 +6,9 @@ from __future__ import annotations
 import socket
 
 import pytest
-from toxikit import Http, TcpServer, port_of
+from toxikit import Http, port_of
+
+from chaos.net import TcpServer
 
 UP = "127.0.0.1:9"  # never dialled in these tests: no client connects to the proxies
 

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 import toxiproxy
-from toxikit import TcpServer, port_of, round_trip
+from toxikit import port_of, round_trip
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
+from chaos.net import TcpServer
 from chaos.toxiproxy import ToxiproxyServer
 from chaos.toxiproxy.client import (
     TOXIPROXY_URL,

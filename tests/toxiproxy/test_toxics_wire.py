@@ -10,15 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 from toxikit import (
-    TcpServer,
     connect,
     greet_and_close,
     port_of,
     recv_exactly,
     recv_until_closed,
     round_trip,
+    send_timed,
 )
 
+from chaos.net import TcpServer
 from chaos.toxiproxy.client import ToxiproxyClient
 
 SLACK = 2.0  # seconds an effect may take beyond its promise on a loaded machine
@@ -71,23 +72,20 @@ def test_an_update_applies_to_an_open_connection_at_once(
     client: ToxiproxyClient, port: int
 ) -> None:
     client.add_toxic("p", "latency", latency=5000)
-    with connect(port) as sock:
-        start = time.monotonic()
-        sock.sendall(b"held")
+    with send_timed(port, b"held") as (sock, elapsed):
         time.sleep(0.1)
         client.update_toxic("p", "latency_downstream", latency=0)  # the held chunk goes now
         assert recv_exactly(sock, 4) == b"held"
-        assert time.monotonic() - start < SLACK
+        assert elapsed() < SLACK
 
 
 def test_reset_peer_resets_the_connection(client: ToxiproxyClient, port: int) -> None:
     client.add_toxic("p", "reset_peer", stream="upstream", timeout=200)
-    with connect(port) as sock:
-        start = time.monotonic()
-        sock.sendall(b"doomed")  # discarded; 200 ms later both sockets are reset
+    # the data is discarded; 200 ms later both sockets are reset
+    with send_timed(port, b"doomed") as (sock, elapsed):
         with pytest.raises(ConnectionResetError):
             sock.recv(100)
-        assert 0.2 <= time.monotonic() - start < 0.2 + SLACK
+        assert 0.2 <= elapsed() < 0.2 + SLACK
 
 
 def test_limit_data_passes_exactly_n_bytes_then_closes(client: ToxiproxyClient, port: int) -> None:
@@ -101,53 +99,57 @@ def test_limit_data_passes_exactly_n_bytes_then_closes(client: ToxiproxyClient, 
 
 def test_bandwidth_paces_data(client: ToxiproxyClient, port: int) -> None:
     client.add_toxic("p", "bandwidth", rate=100)  # 100 KB/s
-    with connect(port) as sock:
-        start = time.monotonic()
-        sock.sendall(b"z" * 60_000)
+    with send_timed(port, b"z" * 60_000) as (sock, elapsed):
         assert recv_exactly(sock, 60_000) == b"z" * 60_000
-        assert 0.5 <= time.monotonic() - start < 0.6 + SLACK
+        assert 0.5 <= elapsed() < 0.6 + SLACK
 
 
-def test_bandwidth_zero_holds_data_until_changed(client: ToxiproxyClient, port: int) -> None:
-    client.add_toxic("p", "bandwidth", rate=0)
+@pytest.mark.parametrize(
+    ("toxic", "attributes", "held", "released"),
+    [
+        # bandwidth 0: the data waits in the proxy and goes on once the toxic is removed
+        ("bandwidth", {"rate": 0}, 0.5, b"stuck"),
+        # timeout 0: the data is dropped, and removing the toxic closes the connection
+        ("timeout", {"timeout": 0}, 0.8, None),
+    ],
+)
+def test_a_zero_toxic_holds_until_removed(
+    client: ToxiproxyClient,
+    port: int,
+    toxic: str,
+    attributes: dict[str, int],
+    held: float,
+    released: bytes | None,
+) -> None:
+    client.add_toxic("p", toxic, **attributes)
     with connect(port) as sock:
         sock.sendall(b"stuck")
-        assert_held(sock, 0.5)
-        client.remove_toxic("p", "bandwidth_downstream")
-        assert recv_exactly(sock, 5) == b"stuck"
+        assert_held(sock, held)
+        client.remove_toxic("p", f"{toxic}_downstream")
+        if released is None:
+            assert recv_until_closed(sock) == b""
+        else:
+            assert recv_exactly(sock, len(released)) == released
 
 
 def test_slicer_splits_writes(client: ToxiproxyClient, port: int) -> None:
     client.add_toxic("p", "slicer", average_size=10, size_variation=0, delay=40_000)  # 40 ms
-    with connect(port) as sock:
-        start = time.monotonic()
-        sock.sendall(bytes(range(100)))
+    with send_timed(port, bytes(range(100))) as (sock, elapsed):
         pieces = []
         while sum(map(len, pieces)) < 100:
             pieces.append(sock.recv(100))
         assert b"".join(pieces) == bytes(range(100))
         assert len(pieces) >= 5 and min(map(len, pieces)) >= 1
-        assert time.monotonic() - start >= 0.2  # at least ~8 gaps of 40 ms between pieces
+        assert elapsed() >= 0.2  # at least ~8 gaps of 40 ms between pieces
 
 
 def test_timeout_drops_data_and_closes_after_the_timeout(
     client: ToxiproxyClient, port: int
 ) -> None:
     client.add_toxic("p", "timeout", timeout=400)
-    with connect(port) as sock:
-        start = time.monotonic()
-        sock.sendall(b"lost")
+    with send_timed(port, b"lost") as (sock, elapsed):
         assert recv_until_closed(sock) == b""
-        assert 0.4 <= time.monotonic() - start < 0.4 + SLACK
-
-
-def test_timeout_zero_holds_forever_until_removed(client: ToxiproxyClient, port: int) -> None:
-    client.add_toxic("p", "timeout", timeout=0)
-    with connect(port) as sock:
-        sock.sendall(b"lost")
-        assert_held(sock, 0.8)
-        client.remove_toxic("p", "timeout_downstream")  # removing it closes the connection
-        assert recv_until_closed(sock) == b""
+        assert 0.4 <= elapsed() < 0.4 + SLACK
 
 
 def test_slow_close_delays_the_close(client: ToxiproxyClient, greeter: TcpServer) -> None:
@@ -207,13 +209,11 @@ def test_deleting_a_proxy_closes_its_connections(client: ToxiproxyClient, port: 
 
 def test_a_close_lets_data_in_flight_drain_first(client: ToxiproxyClient, port: int) -> None:
     client.add_toxic("p", "latency", latency=300)
-    with connect(port) as sock:
-        start = time.monotonic()
-        sock.sendall(b"last words")
+    with send_timed(port, b"last words") as (sock, elapsed):
         time.sleep(0.1)  # the echo is back in the proxy, held by the latency toxic
         sock.shutdown(socket.SHUT_WR)  # the proxy closes the server side: no half-close
         assert recv_until_closed(sock) == b"last words"  # but what it holds still comes
-        assert 0.3 <= time.monotonic() - start < 0.3 + SLACK
+        assert 0.3 <= elapsed() < 0.3 + SLACK
 
 
 def test_reset_peer_added_to_an_open_connection_closes_it_normally(

@@ -1,61 +1,17 @@
-"""Helpers of the Toxiproxy tests: tiny TCP servers on 127.0.0.1 to proxy to, raw HTTP calls,
-and timing on the client's side of a proxy."""
+"""Helpers of the Toxiproxy tests: what the loopback servers they proxy to do (each a
+``chaos.net.TcpServer``), raw HTTP calls, and timing on the client's side of a proxy."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import socket
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 TIMEOUT = 10.0
-
-
-class TcpServer:
-    """A threaded TCP server on a free loopback port; ``serve(sock)`` runs per connection on a
-    thread of its own. Stopped (listener and every connection closed) on leaving ``with``."""
-
-    def __init__(self, serve: Callable[[socket.socket], None]) -> None:
-        self._serve = serve
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> TcpServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        for sock in list(self._sockets):
-            sock.close()
-        self._thread.join(TIMEOUT)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            self._sockets.append(sock)
-            threading.Thread(target=self._run, args=(sock,), daemon=True).start()
-
-    def _run(self, sock: socket.socket) -> None:
-        try:
-            self._serve(sock)
-        except OSError:
-            pass
-        finally:
-            sock.close()
 
 
 def echo(sock: socket.socket) -> None:
@@ -90,13 +46,21 @@ def recv_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-def round_trip(port: int, payload: bytes = b"ping") -> float:
-    """Seconds for ``payload`` to go through a proxy to an echo server and back."""
+@contextmanager
+def send_timed(port: int, payload: bytes) -> Iterator[tuple[socket.socket, Callable[[], float]]]:
+    """Connect to 127.0.0.1:``port`` and send ``payload``; yields the socket and a clock that
+    reads the seconds since the send began."""
     with connect(port) as sock:
         start = time.monotonic()
         sock.sendall(payload)
+        yield sock, lambda: time.monotonic() - start
+
+
+def round_trip(port: int, payload: bytes = b"ping") -> float:
+    """Seconds for ``payload`` to go through a proxy to an echo server and back."""
+    with send_timed(port, payload) as (sock, elapsed):
         assert recv_exactly(sock, len(payload)) == payload
-        return time.monotonic() - start
+        return elapsed()
 
 
 def port_of(listen: str) -> int:

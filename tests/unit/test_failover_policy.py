@@ -5,19 +5,25 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
+from failover.url import parse_url
 from haclient.errors import ConfigurationError
 
 A, B, C = "a", "b", "c"
 
-# The schedule of the plan tests below that are not about the default one: constant delays, no
-# fast phase, no jitter (what a URL that sets its own delays gets).
-PLAIN = {"fast_period": 0.0, "jitter": 0.0, "backoff": 1.0}
+
+def plain_policy(**fields: Any) -> FailoverPolicy:
+    """A policy with constant delays, no fast phase and no jitter, unless ``fields`` say otherwise.
+
+    What a URL that sets its own delays gets; the plan tests not about the default schedule use it.
+    """
+    return FailoverPolicy(**{"fast_period": 0.0, "jitter": 0.0, "backoff": 1.0, **fields})
 
 
 def plan(policy: FailoverPolicy, brokers: list[str], **kwargs: object) -> list[tuple[str, float]]:
@@ -393,21 +399,17 @@ def test_F5_a_plain_url_follows_the_default_schedule_until_the_budget() -> None:
 
 
 def test_F5_qpid_jms_delays_are_exactly_what_the_url_says() -> None:
-    p = FailoverPolicy.from_options(
-        {
-            "failover.initialReconnectDelay": "5",
-            "failover.reconnectDelay": "10",
-            "failover.maxReconnectDelay": "100",
-            "failover.useReconnectBackOff": "true",
-            "failover.maxReconnectAttempts": "2",
-        }
-    )
+    p = parse_url(
+        "failover:(amqp://a,amqp://b,amqp://c)?failover.initialReconnectDelay=5"
+        "&failover.reconnectDelay=10&failover.maxReconnectDelay=100"
+        "&failover.useReconnectBackOff=true&failover.maxReconnectAttempts=2"
+    ).policy
     assert [d for _, d in plan(p, [A, B, C], start_index=0)] == [0.005, 0.01, 0.02, 0.04, 0.08, 0.1]
     assert [b for b, _ in plan(p, [A, B, C], start_index=0)] == [B, C, A] * 2
 
 
 def test_singlebroker_retries_one_broker() -> None:
-    p = FailoverPolicy(method=FailoverMethod.SINGLEBROKER, retries=3, connect_delay=1.0, **PLAIN)
+    p = plain_policy(method=FailoverMethod.SINGLEBROKER, retries=3, connect_delay=1.0)
     assert plan(p, [A]) == [(A, 0.0), (A, 1.0), (A, 1.0)]
     assert plan(p, [A], start_index=0) == [(A, 0.0), (A, 1.0), (A, 1.0)]
 
@@ -419,7 +421,7 @@ def test_F5_singlebroker_retries_one_broker_retries_times() -> None:
 
 
 def test_roundrobin_starts_after_the_lost_broker() -> None:
-    p = FailoverPolicy(retries=2, cyclecount=2, connect_delay=0.5, **PLAIN)
+    p = plain_policy(retries=2, cyclecount=2, connect_delay=0.5)
     got = plan(p, [A, B, C], start_index=0)
     assert [b for b, _ in got] == [B, B, C, C, A, A] * 2
     assert [d for _, d in got] == [0.0] + [0.5] * 11
@@ -432,7 +434,7 @@ def test_roundrobin_first_connect_starts_at_the_first_broker() -> None:
 
 
 def test_attempt_values() -> None:
-    p = FailoverPolicy(cyclecount=1, connect_delay=0.1, **PLAIN)
+    p = plain_policy(cyclecount=1, connect_delay=0.1)
     got = list(p.attempts([A, B], start_index=1, rng=random.Random(1)))
     assert got == [Attempt(0, A, 0.0, 1), Attempt(1, B, 0.1, 2)]
 
@@ -489,25 +491,11 @@ def test_start_index_out_of_range() -> None:
 
 
 def test_exponential_backoff_with_cap() -> None:
-    p = FailoverPolicy(
-        cyclecount=1,
-        retries=7,
-        initial_delay=0.05,
-        connect_delay=0.1,
-        backoff=2.0,
-        max_delay=1.0,
-        fast_period=0.0,
-        jitter=0.0,
+    p = plain_policy(
+        cyclecount=1, retries=7, initial_delay=0.05, connect_delay=0.1, backoff=2.0, max_delay=1.0
     )
-    assert [d for _, d in plan(p, [A], start_index=0)] == [
-        0.05,
-        0.1,
-        0.2,
-        0.4,
-        0.8,
-        1.0,
-        1.0,
-    ]
+    delays = [d for _, d in plan(p, [A], start_index=0)]
+    assert delays == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
 
 
 def test_backoff_does_not_overflow() -> None:
