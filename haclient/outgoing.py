@@ -24,10 +24,9 @@ from haclient.amqp.codec.encode import (
     encode_binary,
     encode_string,
     encode_symbol,
-    encode_timestamp,
     encode_uint,
 )
-from haclient.amqp.codec.message import BodyKind, encode_id
+from haclient.amqp.codec.message import BodyKind, encode_id, encode_time
 from haclient.amqp.codec.sections import (
     annotations_section,
     application_properties_section,
@@ -120,8 +119,8 @@ class OutgoingEncoder:
                     _id(message.correlation_id),
                     NULL_BYTES if content_type is None else _content_type(content_type),
                     NULL_BYTES,  # content-encoding
-                    _time(message.expiration),
-                    _time(message.timestamp),
+                    encode_time(message.expiration),
+                    encode_time(message.timestamp),
                     _string(jmsx.group_id),
                     NULL_BYTES if jmsx.group_sequence is None else encode_uint(jmsx.group_sequence),
                     _string(jmsx.reply_to_group_id),
@@ -197,10 +196,6 @@ def _string(value: str | None) -> bytes:
     if not isinstance(value, str):
         raise MessageFormatError(f"expected a str, not {type(value).__name__}: {value!r:.40}")
     return encode_string(value)
-
-
-def _time(seconds: float | None) -> bytes:
-    return NULL_BYTES if seconds is None else encode_timestamp(round(seconds * 1000))
 
 
 def _body(body: Any, kind: BodyKind) -> bytes:

@@ -101,22 +101,31 @@ def _bool(value: bool) -> bytes:
     return _TRUE if value else _FALSE
 
 
-def encode_ulong(value: int) -> bytes:
-    """A ulong: ``ulong0``, ``smallulong`` or the full 8 bytes."""
-    if value == 0:
-        return b"\x44"
-    if 0 < value < 256:
-        return _BB(f.SMALLULONG, value)
-    return b"\x80" + _Q(value)
+def _unsigned(
+    zero: int, small: int, full: int, pack: Callable[[int], bytes], doc: str
+) -> Callable[[int], bytes]:
+    """The encoder of ``uint`` or ``ulong``: the ``zero`` code alone for 0, the one-byte
+    ``small`` form below 256, else the ``full`` code then ``pack(value)``."""
+    zero_bytes = bytes((zero,))
+    full_prefix = bytes((full,))
+
+    def encode(value: int) -> bytes:
+        if value == 0:
+            return zero_bytes
+        if 0 < value < 256:
+            return _BB(small, value)
+        return full_prefix + pack(value)
+
+    encode.__doc__ = doc
+    return encode
 
 
-def encode_uint(value: int) -> bytes:
-    """A uint: ``uint0``, ``smalluint`` or the full 4 bytes."""
-    if value == 0:
-        return b"\x43"
-    if 0 < value < 256:
-        return _BB(f.SMALLUINT, value)
-    return b"\x70" + _I(value)
+encode_ulong: Final = _unsigned(
+    f.ULONG0, f.SMALLULONG, f.ULONG, _Q, "A ulong: ``ulong0``, ``smallulong`` or the full 8 bytes."
+)
+encode_uint: Final = _unsigned(
+    f.UINT0, f.SMALLUINT, f.UINT, _I, "A uint: ``uint0``, ``smalluint`` or the full 4 bytes."
+)
 
 
 def _long(value: int) -> bytes:

@@ -97,6 +97,12 @@ def encode_id(value: Any) -> bytes:
     return encode_value(value)
 
 
+def encode_time(seconds: float | None) -> bytes:
+    """A time field (``creation-time``, ``absolute-expiry-time``): epoch seconds as a timestamp
+    in milliseconds, rounded as ``millis`` rounds, or null for None."""
+    return NULL_BYTES if seconds is None else encode_timestamp(round(seconds * 1000))
+
+
 def _optional(encode: Any, value: Any) -> bytes:
     return NULL_BYTES if value is None else bytes(encode(value))
 
@@ -111,8 +117,8 @@ def _properties_fields(m: AmqpMessage) -> list[bytes]:
         NULL_BYTES if m.correlation_id is None else encode_id(m.correlation_id),
         _optional(encode_symbol, m.content_type),
         _optional(encode_symbol, m.content_encoding),
-        _optional(lambda t: encode_timestamp(millis(t)), m.absolute_expiry_time),
-        _optional(lambda t: encode_timestamp(millis(t)), m.creation_time),
+        encode_time(m.absolute_expiry_time),
+        encode_time(m.creation_time),
         _optional(encode_string, m.group_id),
         _optional(encode_uint, m.group_sequence),
         _optional(encode_string, m.reply_to_group_id),
