@@ -9,8 +9,9 @@ then wakes the writer. None of them polls: each waits on a socket, an event or a
 Fewer loop turns per message: the reader wakes the writer only when the engine has output, and
 a task about to wait for the peer's answer calls ``write_now()``, which writes from that task
 when the writer is idle (a sync send is then two loop turns: the send, and the read of its
-outcome). Writes go to the socket itself (non-blocking ``send``), never through the stream's
-buffer, so the two ways of writing can not reorder bytes.
+outcome). On a plain TCP stream the driver reads and writes its own duplicate of the socket
+(``haclient.amqp.rawsocket``): every write goes there, never through the stream's buffer, so the
+two ways of writing can not reorder bytes; any other stream is used through its own calls.
 
 The driver ends when the engine has reported ``TransportClosed`` and its last bytes are written;
 ``run()`` then returns that event's error (None after an orderly close). A socket error or an EOF
@@ -20,14 +21,14 @@ is handed to the engine, which turns it into that same ending.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
 
 import anyio
-from anyio.abc import ByteStream, SocketAttribute, SocketStream
+from anyio.abc import ByteStream
 
 from haclient.amqp.engine import Engine
 from haclient.amqp.events import EngineEvent, TransportClosed
+from haclient.amqp.rawsocket import Readable, own_socket, send_some
 from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
 __all__ = ["Driver", "EventHandler"]
@@ -64,7 +65,7 @@ class Driver:
     def __init__(self, engine: Engine, stream: ByteStream, handler: EventHandler) -> None:
         self.engine = engine
         self._stream = stream
-        self._socket = _own_socket(stream)
+        self._socket = own_socket(stream)
         self._handler = handler
         self._wake = anyio.Event()
         self._writer_idle = False  # the writer waits for a wakeup (is not in the middle of a write)
@@ -113,7 +114,7 @@ class Driver:
         """Write ``data`` (taken from the engine) now; the writer does what the socket refuses."""
         assert self._socket is not None
         try:
-            sent = _send_some(self._socket, data) if data else 0
+            sent = send_some(self._socket, data) if data else 0
         except OSError:
             sent = 0  # the writer tries again, meets the error and ends the connection
         if sent < len(data):
@@ -230,13 +231,32 @@ class Driver:
         self._handler(events)
 
     async def _read_loop(self) -> None:
+        readable = None if self._socket is None else Readable(self._socket)
+        try:
+            await self._read_until_finished(readable)
+        finally:
+            if readable is not None:
+                readable.close()
+
+    async def _receive(self, readable: Readable | None) -> bytes:
+        """The next bytes from the peer; ``b""`` once it ended its side."""
+        if self._socket is None or readable is None:
+            try:
+                return await self._stream.receive(_READ_SIZE)
+            except anyio.EndOfStream:
+                return b""
+        while True:
+            await readable.wait()
+            try:
+                return self._socket.recv(_READ_SIZE)
+            except BlockingIOError:
+                continue
+
+    async def _read_until_finished(self, readable: Readable | None) -> None:
         engine = self.engine
-        stream = self._stream
         while not engine.is_finished:
             try:
-                data = await stream.receive(_READ_SIZE)
-            except anyio.EndOfStream:
-                data = b""
+                data = await self._receive(readable)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 self._abort(exc)
                 self.wakeup()
@@ -297,27 +317,7 @@ class Driver:
             return
         view = memoryview(data)
         while True:
-            view = view[_send_some(sock, view) :]
+            view = view[send_some(sock, view) :]
             if not view:
                 return
             await anyio.wait_writable(sock)
-
-
-def _own_socket(stream: ByteStream) -> socket.socket | None:
-    """A socket of our own for writing to ``stream``'s connection (a duplicate of its file
-    descriptor, closed with the driver), or None when the stream is not a bare socket stream
-    (a wrapper, such as the test broker's gated stream, must see every write)."""
-    if not isinstance(stream, SocketStream):
-        return None
-    raw = stream.extra(SocketAttribute.raw_socket)
-    own = raw.dup()
-    own.setblocking(False)
-    return own
-
-
-def _send_some(sock: socket.socket, data: bytes | memoryview) -> int:
-    """Write what the socket takes now; how many bytes that was (0: it is full)."""
-    try:
-        return sock.send(data)
-    except BlockingIOError:
-        return 0
