@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+import cproton
+import proton
 from proton import UNDESCRIBED, Array, Condition, Data, Described, Disposition, symbol, ulong
 from proton import Terminus as PnTerminus
 
@@ -33,6 +35,7 @@ from haclient.amqp.types import (
 # Delivery-state descriptors from the AMQP 1.0 specification (section 3.4 and 4.5).
 RECEIVED_CODE = 0x23
 ACCEPTED_CODE = 0x24
+_ACCEPTED: Final = Accepted()
 REJECTED_CODE = 0x25
 RELEASED_CODE = 0x26
 MODIFIED_CODE = 0x27
@@ -307,12 +310,14 @@ def write_state(local: Disposition, outcome: Outcome) -> int:
     raise TypeError(f"not a delivery state: {outcome!r}")
 
 
-def read_state(remote: Disposition, code: int) -> Outcome | None:
-    """The peer's delivery state of ``code`` (a remote disposition), as our value."""
-    if code == ACCEPTED_CODE:
-        return Accepted()
+def read_state(delivery: proton.Delivery) -> Outcome | None:
+    """The peer's latest delivery state for ``delivery``, as our value."""
+    code = cproton.pn_delivery_remote_state(delivery._impl)
+    if code == ACCEPTED_CODE:  # the common case: no proton Disposition wrapper built
+        return _ACCEPTED
     if code == RELEASED_CODE:
         return Released()
+    remote = delivery.remote
     if code == REJECTED_CODE:
         return Rejected(condition_from_pn(remote.condition))
     if code == MODIFIED_CODE:

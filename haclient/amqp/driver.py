@@ -28,7 +28,7 @@ from anyio.abc import ByteStream
 
 from haclient.amqp.engine import Engine
 from haclient.amqp.events import EngineEvent, TransportClosed
-from haclient.amqp.rawsocket import Readable, own_socket, send_some
+from haclient.amqp.rawsocket import own_socket, read_socket, send_some
 from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
 __all__ = ["Driver", "EventHandler"]
@@ -231,46 +231,38 @@ class Driver:
         self._handler(events)
 
     async def _read_loop(self) -> None:
-        readable = None if self._socket is None else Readable(self._socket)
-        try:
-            await self._read_until_finished(readable)
-        finally:
-            if readable is not None:
-                readable.close()
-
-    async def _receive(self, readable: Readable | None) -> bytes:
-        """The next bytes from the peer; ``b""`` once it ended its side."""
-        if self._socket is None or readable is None:
-            try:
-                return await self._stream.receive(_READ_SIZE)
-            except anyio.EndOfStream:
-                return b""
+        if self._socket is not None:
+            await read_socket(self._socket, _READ_SIZE, self._take_input, self._read_failed)
+            return
         while True:
-            await readable.wait()
             try:
-                return self._socket.recv(_READ_SIZE)
-            except BlockingIOError:
-                continue
-
-    async def _read_until_finished(self, readable: Readable | None) -> None:
-        engine = self.engine
-        while not engine.is_finished:
-            try:
-                data = await self._receive(readable)
+                data = await self._stream.receive(_READ_SIZE)
+            except anyio.EndOfStream:
+                data = b""
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                self._abort(exc)
-                self.wakeup()
+                self._read_failed(exc)
                 return
-            engine.receive_data(data)
-            # Tick now: proton counts the idle timeout from the first tick that sees new input,
-            # so a late tick would make a silent peer's detection late (F13).
-            self._arm(engine.tick(anyio.current_time()))
-            self._dispatch()
-            if not data:
-                self.wakeup()
+            if not self._take_input(data):
                 return
-            if engine.wants_write:
-                self.wakeup()
+
+    def _take_input(self, data: bytes) -> bool:
+        """Feed what was read (``b""``: EOF) to the engine; False once nothing more will come."""
+        engine = self.engine
+        engine.receive_data(data)
+        # Tick now: proton counts the idle timeout from the first tick that sees new input, so
+        # a late tick would make a silent peer's detection late (F13).
+        self._arm(engine.tick(anyio.current_time()))
+        self._dispatch()
+        if not data:
+            self.wakeup()
+            return False
+        if engine.wants_write:
+            self.wakeup()
+        return not engine.is_finished
+
+    def _read_failed(self, exc: BaseException) -> None:
+        self._abort(exc)
+        self.wakeup()
 
     async def _timer_loop(self) -> None:
         """Wake the writer whenever the armed deadline passes (it ticks and arms the next)."""

@@ -390,7 +390,7 @@ class Delivery:
     @property
     def remote_outcome(self) -> Outcome | None:
         """The peer's latest state for this delivery, if it sent one."""
-        return _convert.read_state(self._pn.remote, int(self._pn.remote_state))
+        return _convert.read_state(self._pn)
 
     @property
     def remote_settled(self) -> bool:

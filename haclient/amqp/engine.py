@@ -318,6 +318,9 @@ class Engine:
             number = cproton.pn_event_type(raw)
             if number == _PN_DELIVERY:
                 self._on_delivery(cproton.pn_event_delivery(raw))
+            elif number == _PN_LINK_FLOW:  # a flow per transfer, on some brokers
+                pn_link = proton.Link.wrap(cproton.pn_event_link(raw))
+                self._events.append(LinkFlow(Link._of(self, pn_link)))
             else:
                 handler = handlers.get(number)
                 if handler is not None:
@@ -369,9 +372,6 @@ class Engine:
                 link.close()
             else:
                 link.detach()
-
-    def _on_link_flow(self, event: Event) -> None:
-        self._events.append(LinkFlow(Link._of(self, _pn(event.link))))
 
     def _on_delivery(self, raw_delivery: Any) -> None:
         pn_delivery: Any = proton.Delivery.wrap(raw_delivery)
@@ -446,6 +446,7 @@ def _pn(endpoint: Any) -> Any:
 
 
 _PN_DELIVERY = Event.DELIVERY.number
+_PN_LINK_FLOW = Event.LINK_FLOW.number
 
 _HANDLERS: Mapping[int, Any] = {
     Event.CONNECTION_REMOTE_OPEN.number: Engine._on_connection_remote_open,
@@ -455,7 +456,6 @@ _HANDLERS: Mapping[int, Any] = {
     Event.LINK_REMOTE_OPEN.number: Engine._on_link_remote_open,
     Event.LINK_REMOTE_CLOSE.number: Engine._on_link_remote_close,
     Event.LINK_REMOTE_DETACH.number: Engine._on_link_remote_close,
-    Event.LINK_FLOW.number: Engine._on_link_flow,
     Event.TRANSPORT_ERROR.number: Engine._on_transport_error,
     Event.TRANSPORT_CLOSED.number: Engine._on_transport_closed,
 }

@@ -3,19 +3,21 @@ of the stream's socket, for fewer system calls and loop turns per message than a
 
 anyio's asyncio stream registers the socket with epoll before every ``receive`` and removes it
 after (two system calls per read), and every ``send`` yields to the loop first. Here the socket
-is watched for the whole connection (on asyncio: one reader callback; elsewhere anyio's
-``wait_readable``), and a write that the socket takes at once costs one ``send`` call.
+is watched for the whole connection by one reader callback that handles what it reads at once
+(on asyncio; elsewhere anyio's ``wait_readable``), and a write that the socket takes at once
+costs one ``send`` call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
-__all__ = ["Readable", "own_socket", "send_some"]
+__all__ = ["own_socket", "read_socket", "send_some"]
 
 
 def own_socket(stream: ByteStream) -> socket.socket | None:
@@ -37,35 +39,69 @@ def send_some(sock: socket.socket, data: bytes | memoryview) -> int:
         return 0
 
 
-class Readable:
-    """Waits until ``sock`` has something to read (data, the peer's end, an error).
+async def read_socket(
+    sock: socket.socket,
+    size: int,
+    on_data: Callable[[bytes], bool],
+    on_error: Callable[[OSError], None],
+) -> None:
+    """Read ``sock`` until ``on_data`` returns False or a read fails.
 
-    Create and ``close()`` it in the task that reads; one reader at a time.
+    ``on_data`` gets what each read returned (``b""``: the peer ended its side) and says
+    whether to go on; ``on_error`` gets the error of a failed read, which ends the reading.
+    On asyncio ``on_data`` runs in the loop's reader callback, as a protocol's
+    ``data_received`` does: no task switch per read. Cancelling this stops the reading.
     """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): anyio's wait per read
+        await _read_in_task(sock, size, on_data, on_error)
+        return
+    fd = sock.fileno()
+    ended = anyio.Event()
+    failures: list[BaseException] = []
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._ready = anyio.Event()
+    def on_readable() -> None:
         try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (trio): anyio's wait per read
-            self._loop = None
-        else:
-            self._loop.add_reader(sock.fileno(), self._on_readable)
-
-    def _on_readable(self) -> None:
-        self._ready.set()  # level-triggered: called again each loop turn until it is read
-
-    async def wait(self) -> None:
-        """Return once a read would not block."""
-        if self._loop is None:
-            await anyio.wait_readable(self._sock)
+            data = sock.recv(size)
+        except BlockingIOError:
             return
-        await self._ready.wait()
-        self._ready = anyio.Event()
+        except OSError as exc:
+            go_on = False
+            on_error(exc)
+        else:
+            try:
+                go_on = on_data(data)
+            except BaseException as exc:  # a bug below: raised from the reading task
+                failures.append(exc)
+                go_on = False
+        if not go_on:
+            loop.remove_reader(fd)
+            ended.set()
 
-    def close(self) -> None:
-        """Stop watching (before the socket is closed)."""
-        if self._loop is not None:
-            self._loop.remove_reader(self._sock.fileno())
-            self._loop = None
+    loop.add_reader(fd, on_readable)
+    try:
+        await ended.wait()
+    finally:
+        loop.remove_reader(fd)
+    if failures:
+        raise failures[0]
+
+
+async def _read_in_task(
+    sock: socket.socket,
+    size: int,
+    on_data: Callable[[bytes], bool],
+    on_error: Callable[[OSError], None],
+) -> None:
+    while True:
+        await anyio.wait_readable(sock)
+        try:
+            data = sock.recv(size)
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            on_error(exc)
+            return
+        if not on_data(data):
+            return
