@@ -36,6 +36,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import signal
 import statistics
@@ -70,6 +71,7 @@ ACTIVEMQ_MODE = "activemq-mode"
 RABBITMQ = "rabbitmq"
 HACLIENT = "haclient"
 PROTON = "proton"
+IMPLS = (HACLIENT, PROTON)
 ACK_EVERY = 100
 RECEIVE_MODES = (AckMode.AUTO, AckMode.CLIENT, AckMode.DUPS_OK, AckMode.TRANSACTED, AckMode.NO_ACK)
 SYNC_SEND = "sync send"
@@ -125,20 +127,35 @@ class Settings:
         return out
 
 
-class Clock:
-    """Wall-clock and process CPU time of one timed interval."""
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) another process used so far; 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self) -> None:
-        self.wall = self.cpu = 0.0
-        self._wall0 = self._cpu0 = 0.0
+
+class Clock:
+    """Wall-clock and process CPU time of one timed interval, and the broker's CPU time in it
+    (``broker_pid``)."""
+
+    def __init__(self, broker_pid: int | None = None) -> None:
+        self.wall = self.cpu = self.broker_cpu = 0.0
+        self._wall0 = self._cpu0 = self._broker0 = 0.0
+        self._broker_pid = broker_pid
 
     def start(self) -> None:
+        self._broker0 = process_cpu(self._broker_pid)
         self._wall0 = time.perf_counter()
         self._cpu0 = time.process_time()
 
     def stop(self) -> None:
         self.wall = time.perf_counter() - self._wall0
         self.cpu = time.process_time() - self._cpu0
+        self.broker_cpu = process_cpu(self._broker_pid) - self._broker0
 
 
 @dataclass
@@ -151,6 +168,7 @@ class Measurement:
     seconds: float
     cpu_seconds: float
     ack_confirmation: str | None = None
+    broker_cpu_seconds: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -159,6 +177,10 @@ class Measurement:
     @property
     def cpu_us_per_message(self) -> float:
         return self.cpu_seconds / self.messages * 1e6
+
+    @property
+    def broker_cpu_us_per_message(self) -> float:
+        return self.broker_cpu_seconds / self.messages * 1e6
 
 
 # haclient.aio ------------------------------------------------------------------------------------
@@ -179,7 +201,7 @@ async def ha_send(
 ) -> Clock:
     """PERSISTENT: each ``send`` waits for the broker's accept; NON_PERSISTENT: ``flush()`` at
     the end waits for all of them."""
-    clock = Clock()
+    clock = Clock(target.pid)
     async with (
         await _connect(target) as conn,
         await conn.create_session(AckMode.AUTO) as session,
@@ -218,7 +240,7 @@ async def ha_receive(
     """Receive ``total`` messages in ``mode``; the clock runs after the warm-up, up to the last
     message handed out and acknowledged as the mode says (CLIENT and TRANSACTED: the last
     ``acknowledge()``/``commit()`` included; DUPS_OK: its lazy flush is not)."""
-    clock = Clock()
+    clock = Clock(target.pid)
     texts: list[str] = []
     async with await _connect(target, prefetch=settings.prefetch) as conn:
         await conn.start()
@@ -269,7 +291,7 @@ def _blocking(target: Target) -> BlockingConnection:
 
 def proton_sync_send(target: Target, address: str, bodies: Sequence[str], warmup: int) -> Clock:
     """``BlockingConnection`` sender: each ``send`` returns once the broker settled it."""
-    clock = Clock()
+    clock = Clock(target.pid)
     conn = _blocking(target)
     try:
         sender = conn.create_sender(address)
@@ -297,7 +319,7 @@ class ProtonPipelinedSender(MessagingHandler):  # type: ignore[misc]
         self.warmup = warmup
         self.limit = warmup
         self.sent = self.accepted = 0
-        self.clock = Clock()
+        self.clock = Clock(target.pid)
         self.error: str | None = None
         self.connection: Any = None
 
@@ -361,7 +383,7 @@ def proton_receive(
     target: Target, address: str, settings: Settings, total: int
 ) -> tuple[Clock, list[str]]:
     """``BlockingConnection`` receiver with ``credit=prefetch``: ``receive()`` + ``accept()``."""
-    clock = Clock()
+    clock = Clock(target.pid)
     texts: list[str] = []
     conn = _blocking(target)
     try:
@@ -427,7 +449,17 @@ class Runner:
         quiet: bool = False,
     ) -> None:
         check(clock.wall > 0, f"{target.name} {test} {impl}: the clock did not run")
-        m = Measurement(target.name, test, impl, rnd, messages, clock.wall, clock.cpu, confirmation)
+        m = Measurement(
+            target.name,
+            test,
+            impl,
+            rnd,
+            messages,
+            clock.wall,
+            clock.cpu,
+            confirmation,
+            clock.broker_cpu,
+        )
         self.results.append(m)
         if quiet:
             return
@@ -527,11 +559,56 @@ def median_rate(results: Sequence[Measurement], broker: str, test: str, impl: st
     return statistics.median(rates) if rates else None
 
 
-def median_cpu(results: Sequence[Measurement], broker: str, test: str, impl: str) -> float | None:
+def median_cpu(
+    results: Sequence[Measurement], broker: str, test: str, impl: str, *, of_broker: bool = False
+) -> float | None:
+    """Median CPU per message (us) of this process, or of the broker with ``of_broker``."""
     cpu = [
-        m.cpu_us_per_message for m in results if (m.broker, m.test, m.impl) == (broker, test, impl)
+        m.broker_cpu_us_per_message if of_broker else m.cpu_us_per_message
+        for m in results
+        if (m.broker, m.test, m.impl) == (broker, test, impl)
     ]
-    return statistics.median(cpu) if cpu else None
+    return statistics.median(cpu) if cpu and all(cpu) else None
+
+
+def pipelined_ceiling(results: Sequence[Measurement], broker: str) -> dict[str, Any] | None:
+    """How fast any client could send pipelined to ``broker`` on this machine, from CPU alone.
+
+    The broker's CPU per message (the cheaper of the two pipelined phases) bounds the rate on
+    the cores it can use (the reference broker: one, a Python process; RabbitMQ: all), and
+    client and broker share this machine's cores. With a client that costs nothing this is
+    the most *any* client can reach; with haclient's own CPU per message, the most it can.
+    """
+    costs = [median_cpu(results, broker, PIPELINED_SEND, i, of_broker=True) for i in IMPLS]
+    container = median_rate(results, broker, PIPELINED_SEND, PROTON)
+    ours = median_cpu(results, broker, PIPELINED_SEND, HACLIENT)
+    if None in costs or not container or ours is None:
+        return None
+    broker_us = min(c for c in costs if c is not None)
+    cores = os.cpu_count() or 1
+    broker_cores = cores if broker == RABBITMQ else 1
+
+    def ceiling(client_us: float) -> float:
+        return 1e6 / max(broker_us / broker_cores, client_us, (broker_us + client_us) / cores)
+
+    return {
+        "broker_cpu_us": broker_us,
+        "broker_cores": broker_cores,
+        "any_client_msgs_per_s": ceiling(0.0),
+        "any_client_over_container": ceiling(0.0) / container,
+        "haclient_msgs_per_s": ceiling(ours),
+        "haclient_over_container": ceiling(ours) / container,
+    }
+
+
+def ceiling_line(broker: str, c: dict[str, Any]) -> str:
+    return (
+        f"ceiling {broker}: pipelined, broker CPU {c['broker_cpu_us']:.0f} us/msg on "
+        f"{c['broker_cores']} core(s): a client costing nothing could reach "
+        f"{c['any_client_msgs_per_s']:,.0f} msgs/s = {c['any_client_over_container']:.2f}x "
+        f"Container; at haclient's CPU {c['haclient_msgs_per_s']:,.0f} = "
+        f"{c['haclient_over_container']:.2f}x"
+    )
 
 
 def _fmt(value: float | None, spec: str = ",.0f") -> str:
@@ -593,6 +670,10 @@ def table(
     for broker in brokers:
         summary[broker]["goals"] = goals = broker_goals(results, broker, summary[broker])
         lines.extend(goal_line(broker, goal) for goal in goals)
+    for broker in brokers:
+        summary[broker]["pipelined_ceiling"] = ceiling = pipelined_ceiling(results, broker)
+        if ceiling is not None:
+            lines.append(ceiling_line(broker, ceiling))
     return "\n".join(lines), summary
 
 
