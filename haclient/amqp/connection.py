@@ -70,6 +70,10 @@ class ReceivedMessage:
     payload: bytes
 
 
+WRITE_EVERY = 32
+"""Pipelined transfers queued between writes from the sending task (see ``send_nowait``)."""
+
+
 class _Slot:
     """One awaited answer: set once with a value or an error.
 
@@ -144,6 +148,7 @@ class AmqpConnection:
         self._credit_changed = anyio.Event()
         self._flows: dict[Link, int] = {}  # flow frames received per link (see wait_flow)
         self._names = itertools.count(1)
+        self._unwritten = 0  # transfers queued since one was last written from its sender's task
 
     # Lifecycle ---------------------------------------------------------------------------------
 
@@ -351,7 +356,15 @@ class AmqpConnection:
         delivery = sender.send(payload, settled=settled, state=state)
         if not settled:
             self._outcomes[delivery] = _Slot()
-        if wake_writer:
+        if not wake_writer:
+            return delivery
+        self._unwritten += 1
+        if self._unwritten >= WRITE_EVERY:
+            # A sender that never yields (pipelined sends within credit) would have the
+            # writer send everything only when it stops: the broker would sit idle until then.
+            self._unwritten = 0
+            self._write_now()
+        else:
             self._wake()
         return delivery
 
@@ -484,8 +497,9 @@ class AmqpConnection:
             await self.driver.flush()
 
     def cut(self) -> None:
-        """Order without waiting: every frame queued so far goes out before any queued later
-        (see ``Driver.cut``)."""
+        """Order without waiting: every frame queued so far goes out before any queued later,
+        with the next write; queue the next frame and write it (a waiting call, or any call
+        that wakes the writer) right after (see ``Driver.cut``)."""
         if self.driver is not None:
             self.driver.cut()
 

@@ -90,25 +90,16 @@ class Driver:
 
     def write_now(self) -> None:
         """Write what the engine holds now from the calling task (one loop turn fewer than
-        ``wakeup()``), when that keeps the order: the writer is idle and nothing is staged or
-        being flushed. Otherwise, or when the socket takes only part, the writer does it.
+        ``wakeup()``), when that keeps the order: the writer is idle (not in the middle of a
+        write) and no flush waits; staged frames go first. Otherwise, or when the socket takes
+        only part, the writer does it.
 
         For a task about to wait for the peer's answer to what it just queued.
         """
-        if self._may_write_directly():
-            self._write_directly(self.engine.data_to_send())
+        if self._socket is not None and self._writer_idle and not self._flush_waiters:
+            self._write_directly(self._take_output())  # staged frames first: the order holds
         else:
             self.wakeup()
-
-    def _may_write_directly(self) -> bool:
-        """Whether a write from the calling task keeps the order: the writer is idle (not in
-        the middle of a write) and nothing is staged or waits to be flushed."""
-        return (
-            self._socket is not None
-            and self._writer_idle
-            and not self._staged
-            and not self._flush_waiters
-        )
 
     def _write_directly(self, data: bytes) -> None:
         """Write ``data`` (taken from the engine) now; the writer does what the socket refuses."""
@@ -143,15 +134,13 @@ class Driver:
 
         The cheap form of ``flush()`` for ordering: proton writes a link's flow or attach before
         the session's dispositions when both are pending, so a confirmation request that must
-        reach the peer *after* the dispositions cuts first. Nothing waits; the writer is woken.
+        reach the peer *after* the dispositions cuts first. Nothing waits and nobody is woken:
+        the frames go out first with the next write, so the caller queues its request and then
+        writes (``write_now``, or ``wakeup``): both reach the socket in one ``send``.
         """
         data = self.engine.data_to_send()
-        if data and self._may_write_directly():
-            self._write_directly(data)
-            return
         if data:
             self._staged.append(data)
-        self.wakeup()
 
     def _arm(self, deadline: float | None) -> None:
         """Have the timer wake the writer by ``deadline`` (a later one waits for that wake)."""
