@@ -310,6 +310,14 @@ def write_state(local: Disposition, outcome: Outcome) -> int:
     raise TypeError(f"not a delivery state: {outcome!r}")
 
 
+def update_delivery(delivery: proton.Delivery, outcome: Outcome) -> None:
+    """Set ``delivery``'s local state to ``outcome`` (the disposition to send)."""
+    if isinstance(outcome, Accepted):  # the common case: no proton Disposition wrapper built
+        cproton.pn_delivery_update(delivery._impl, ACCEPTED_CODE)
+    else:
+        delivery.update(write_state(delivery.local, outcome))
+
+
 def read_state(delivery: proton.Delivery) -> Outcome | None:
     """The peer's latest delivery state for ``delivery``, as our value."""
     code = cproton.pn_delivery_remote_state(delivery._impl)

@@ -322,7 +322,7 @@ class Sender(Link):
         delivery_tag = tag if tag is not None else str(next(self._tags)).encode()
         pn_delivery = pn_link.delivery(delivery_tag)
         if state is not None:
-            pn_delivery.update(_convert.write_state(pn_delivery.local, state))
+            _convert.update_delivery(pn_delivery, state)
         pn_link.stream(payload)
         pn_link.advance()
         delivery = Delivery(self, pn_delivery)
@@ -403,7 +403,7 @@ class Delivery:
         Keep it unsettled when the link's receiver settle mode is SECOND: the peer settles first
         and its ``DeliveryUpdated(settled=True)`` confirms the outcome was applied.
         """
-        self._pn.update(_convert.write_state(self._pn.local, outcome))
+        _convert.update_delivery(self._pn, outcome)
         if settle:
             self._pn.settle()
 
