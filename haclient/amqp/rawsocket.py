@@ -52,56 +52,64 @@ async def read_socket(
     On asyncio ``on_data`` runs in the loop's reader callback, as a protocol's
     ``data_received`` does: no task switch per read. Cancelling this stops the reading.
     """
+    reading = _Reading(sock, size, on_data, on_error)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio): anyio's wait per read
-        await _read_in_task(sock, size, on_data, on_error)
-        return
-    fd = sock.fileno()
-    ended = anyio.Event()
-    failures: list[BaseException] = []
+        await reading.in_task()
+    else:
+        await reading.in_callbacks(loop)
 
-    def on_readable() -> None:
+
+class _Reading:
+    def __init__(
+        self,
+        sock: socket.socket,
+        size: int,
+        on_data: Callable[[bytes], bool],
+        on_error: Callable[[OSError], None],
+    ) -> None:
+        self._sock = sock
+        self._size = size
+        self._on_data = on_data
+        self._on_error = on_error
+
+    def _read_once(self) -> bool | None:
+        """One read handed on: whether to go on (None: there was nothing to read)."""
         try:
-            data = sock.recv(size)
+            data = self._sock.recv(self._size)
         except BlockingIOError:
-            return
+            return None
         except OSError as exc:
-            go_on = False
-            on_error(exc)
-        else:
+            self._on_error(exc)
+            return False
+        return self._on_data(data)
+
+    async def in_task(self) -> None:
+        while True:
+            await anyio.wait_readable(self._sock)
+            if self._read_once() is False:
+                return
+
+    async def in_callbacks(self, loop: asyncio.AbstractEventLoop) -> None:
+        fd = self._sock.fileno()
+        ended = anyio.Event()
+        failures: list[BaseException] = []
+
+        def on_readable() -> None:
             try:
-                go_on = on_data(data)
+                go_on = self._read_once()
             except BaseException as exc:  # a bug below: raised from the reading task
                 failures.append(exc)
                 go_on = False
-        if not go_on:
-            loop.remove_reader(fd)
-            ended.set()
+            if go_on is False:
+                loop.remove_reader(fd)
+                ended.set()
 
-    loop.add_reader(fd, on_readable)
-    try:
-        await ended.wait()
-    finally:
-        loop.remove_reader(fd)
-    if failures:
-        raise failures[0]
-
-
-async def _read_in_task(
-    sock: socket.socket,
-    size: int,
-    on_data: Callable[[bytes], bool],
-    on_error: Callable[[OSError], None],
-) -> None:
-    while True:
-        await anyio.wait_readable(sock)
+        loop.add_reader(fd, on_readable)
         try:
-            data = sock.recv(size)
-        except BlockingIOError:
-            continue
-        except OSError as exc:
-            on_error(exc)
-            return
-        if not on_data(data):
-            return
+            await ended.wait()
+        finally:
+            loop.remove_reader(fd)
+        if failures:
+            raise failures[0]
