@@ -1,10 +1,11 @@
 """The anyio driver: pumps one ``Engine`` over a byte stream.
 
-How this works: three tasks share the engine. The reader waits on the socket, feeds the engine,
-ticks it (so the idle timeout counts from the read) and hands its events to the handler. The
-writer waits until there is something to write (someone called ``wakeup()``), runs ``tick``, and
-writes what the engine produced. The timer sleeps until the engine's next timer deadline and
-then wakes the writer. None of them polls: each waits on a socket, an event or a deadline.
+How this works: three tasks share the engine. The reader waits on the socket (on asyncio it is
+a reader callback on the socket), feeds the engine, ticks it (so the idle timeout counts from
+the read) and hands its events to the handler. The writer waits until there is something to
+write (someone called ``wakeup()``), runs ``tick``, and writes what the engine produced. The
+timer sleeps until the engine's next timer deadline and then wakes the writer. None of them
+polls: each waits on a socket, an event or a deadline.
 
 Fewer loop turns per message: the reader wakes the writer only when the engine has output, and
 a task about to wait for the peer's answer calls ``write_now()``, which writes from that task
