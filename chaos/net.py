@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Self
 
-__all__ = ["TcpServer", "free_port"]
+import anyio
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup
+
+__all__ = ["Acceptor", "TcpServer", "free_port"]
 
 _JOIN_TIMEOUT = 10.0
+_ACCEPT_END_WAIT = 1.0
+"""Seconds ``Acceptor.stop`` waits for its accept loops to see their sockets shut."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -81,3 +87,53 @@ class TcpServer:
             pass
         finally:
             sock.close()
+
+
+class Acceptor:
+    """Accepts on anyio TCP listeners until ``stop()``, which shuts the listening sockets down
+    instead of cancelling an accept: asyncio can accept a connection for an accept that was
+    just cancelled and drop the socket unclosed, and its client would wait on it for an answer
+    (a reconnect racing a broker kill, a proxy disabled). The kernel resets the connections it
+    had not handed over yet.
+    """
+
+    def __init__(self, listeners: list[SocketListener]) -> None:
+        self._listeners = listeners
+        self._accepting = True
+        self._ended = anyio.Event()
+
+    async def serve(
+        self, handler: Callable[[SocketStream], Awaitable[None]], task_group: TaskGroup
+    ) -> None:
+        """Start ``handler`` in ``task_group`` for each accepted stream; returns after
+        ``stop()``. Raises what an accept raised while not stopping."""
+        try:
+            async with anyio.create_task_group() as accepting:
+                for listener in self._listeners:
+                    accepting.start_soon(self._accept_loop, listener, handler, task_group)
+        finally:
+            self._ended.set()
+
+    async def _accept_loop(
+        self,
+        listener: SocketListener,
+        handler: Callable[[SocketStream], Awaitable[None]],
+        task_group: TaskGroup,
+    ) -> None:
+        while self._accepting:
+            try:
+                stream = await listener.accept()
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                if not self._accepting:
+                    return
+                raise
+            task_group.start_soon(handler, stream)
+
+    async def stop(self) -> None:
+        """Stop accepting and wait, briefly, until the accept loops have ended. Idempotent."""
+        self._accepting = False
+        for listener in self._listeners:
+            with contextlib.suppress(OSError):
+                listener.extra(SocketAttribute.raw_socket).shutdown(socket.SHUT_RDWR)
+        with anyio.move_on_after(_ACCEPT_END_WAIT):
+            await self._ended.wait()

@@ -31,14 +31,7 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-from anyio.abc import (
-    ByteStream,
-    SocketAttribute,
-    SocketListener,
-    SocketStream,
-    TaskGroup,
-    TaskStatus,
-)
+from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
 
 from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
@@ -48,6 +41,7 @@ from chaos.broker.state import ACTIVEMQ_PREFIXES, BrokerMode, BrokerState, NodeI
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
 from chaos.broker.topology import Topology
+from chaos.net import Acceptor
 from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
 from haclient.amqp.driver import Driver
 from haclient.amqp.engine import Engine
@@ -56,9 +50,6 @@ from haclient.amqp.types import ErrorCondition
 __all__ = ["OFFERED_CAPABILITIES", "Broker"]
 
 log = logging.getLogger("chaos.broker")
-
-_ACCEPT_END_WAIT = 1.0
-"""Seconds a stop or kill waits for the accept loops to see their listening sockets shut."""
 
 OFFERED_CAPABILITIES = (
     "ANONYMOUS-RELAY",
@@ -247,8 +238,7 @@ class Broker:
         self._gate: Gate | None = None
         self._scope: anyio.CancelScope | None = None
         self._stopped: anyio.Event | None = None
-        self._listeners: list[SocketListener] = []
-        self._accept_ended = anyio.Event()
+        self._acceptor: Acceptor | None = None
         self._sockets: dict[int, SocketStream] = {}
         self._connection_ids = itertools.count(1)
         self._accepting = False
@@ -392,8 +382,7 @@ class Broker:
         self._port = int(listener.extra(SocketAttribute.local_port))
         self._stopped = stopped = anyio.Event()
         self._accepting = True
-        self._listeners = list(listener.listeners)
-        self._accept_ended = accept_ended = anyio.Event()
+        self._acceptor = acceptor = Acceptor(list(listener.listeners))
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -401,40 +390,11 @@ class Broker:
                     task_status.started()
                     if self._policy is not None and self._policy.scheduler is not None:
                         connections.start_soon(self._policy.scheduler.run)  # timers
-                    async with anyio.create_task_group() as accepting:
-                        for each in self._listeners:
-                            accepting.start_soon(self._accept_loop, each, connections)
-                    accept_ended.set()
+                    await acceptor.serve(self._serve_connection, connections)
                     await anyio.sleep_forever()  # serving the connections until the end
         finally:
             self._accepting = False
             stopped.set()
-
-    async def _accept_loop(self, listener: SocketListener, connections: TaskGroup) -> None:
-        """Accept until ``_stop_accepting`` shuts the listening socket down.
-
-        The end is never a cancelled accept: asyncio can accept a connection for an accept
-        that was just cancelled and drop the socket unclosed, and the client would wait on it
-        for an answer to its Open (a reconnect racing a kill).
-        """
-        while self._accepting:
-            try:
-                stream = await listener.accept()
-            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                if not self._accepting:
-                    return
-                raise
-            connections.start_soon(self._serve_connection, stream)
-
-    async def _stop_accepting(self) -> None:
-        """Shut the listening sockets down (the kernel resets connections not yet accepted and
-        the accept loops end) and wait, briefly, for the loops to see it."""
-        self._accepting = False
-        for listener in self._listeners:
-            with contextlib.suppress(OSError):
-                listener.extra(SocketAttribute.raw_socket).shutdown(socket.SHUT_RDWR)
-        with anyio.move_on_after(_ACCEPT_END_WAIT):
-            await self._accept_ended.wait()
 
     async def _serve_connection(self, stream: SocketStream) -> None:
         state, gate = self._state, self._gate
@@ -510,7 +470,8 @@ class Broker:
         if self._gate is not None:
             self._gate.resume()  # a paused stream must not hold up the end
         assert self._scope is not None and self._stopped is not None
-        await self._stop_accepting()
+        if self._acceptor is not None:
+            await self._acceptor.stop()  # never a cancelled accept: see ``Acceptor``
         self._scope.cancel()
         await self._stopped.wait()
         self.persistence.close()

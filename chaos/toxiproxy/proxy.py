@@ -13,7 +13,9 @@ from typing import Any
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
+from anyio.streams.stapled import MultiListener
 
+from chaos.net import Acceptor
 from chaos.toxiproxy.link import Connection
 from chaos.toxiproxy.model import (
     PROXY_FIELDS,
@@ -43,6 +45,7 @@ class Proxy:
         self._task_group = task_group
         self._connections: set[Connection] = set()
         self._scope: anyio.CancelScope | None = None
+        self._acceptor: Acceptor | None = None
         self._stopped = anyio.Event()
 
     def to_json(self) -> dict[str, Any]:
@@ -76,16 +79,20 @@ class Proxy:
         if not self.enabled or self._scope is None:
             return
         self.enabled = False
+        if self._acceptor is not None:
+            await self._acceptor.stop()  # never a cancelled accept: see ``Acceptor``
         self._scope.cancel()
         await self._stopped.wait()
 
     async def _serve(
-        self, listener: anyio.abc.Listener[SocketStream], scope: anyio.CancelScope, done: Any
+        self, listener: MultiListener[SocketStream], scope: anyio.CancelScope, done: Any
     ) -> None:
+        self._acceptor = acceptor = Acceptor(list(listener.listeners))
         try:
             with scope:
                 async with listener, anyio.create_task_group() as tg:
-                    await listener.serve(self._carry, tg)
+                    await acceptor.serve(self._carry, tg)
+                    await anyio.sleep_forever()  # carrying the connections until stopped
         finally:
             done.set()
 
