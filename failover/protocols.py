@@ -35,6 +35,11 @@ __all__ = [
 class ManagedConnection(Protocol):
     """One physical connection to one broker, as far as the manager needs to know it."""
 
+    @property
+    def is_open(self) -> bool:
+        """False once the connection has ended (``wait_closed`` may not have returned yet)."""
+        ...
+
     async def wait_closed(self) -> BaseException | None:
         """Return when the connection has ended: the error that ended it, None if orderly."""
         ...
@@ -77,7 +82,9 @@ class Resource(Protocol[P_contra]):
 
         Raises:
             ConnectionLostError: The connection died meanwhile; the manager tries the next
-                broker. Any other exception is reported as ``resource_not_restored``.
+                broker. So does any exception raised once the connection is no longer open
+                (the peer's reason for closing it, say). Any other exception is reported as
+                ``resource_not_restored``.
         """
         ...
 

@@ -311,7 +311,11 @@ class Supervisor(Generic[P]):
         except Exception as exc:
             if link.cause is not None:  # a symptom of the loss
                 return
-            if self._unanswered(exc):
+            if not link.connection.is_open:
+                # Also a symptom of the loss (the broker's reason for closing, say), raised
+                # before the task watching ``wait_closed`` could report it.
+                self._on_lost(link, exc)
+            elif self._unanswered(exc):
                 self._on_lost(link, exc)  # the broker stopped answering: the next attempt
             else:
                 self._not_restored(resource, exc)

@@ -81,6 +81,10 @@ class FakeConnection:
         self._ended = anyio.Event()
         self._cause: BaseException | None = None
 
+    @property
+    def is_open(self) -> bool:
+        return not self._ended.is_set()
+
     async def wait_closed(self) -> BaseException | None:
         await self._ended.wait()
         return self._cause
@@ -994,7 +998,7 @@ async def _hang(connection: FakeConnection, epoch: int) -> None:
     await anyio.sleep_forever()
 
 
-@pytest.mark.parametrize("how", ["drop", "raise", "report", "unanswered"])
+@pytest.mark.parametrize("how", ["drop", "raise", "report", "unanswered", "closed_by_peer"])
 @pytest.mark.anyio
 async def test_a_loss_during_restore_moves_on_to_the_next_attempt(how: str) -> None:
     network = Network()
@@ -1011,6 +1015,9 @@ async def test_a_loss_during_restore_moves_on_to_the_next_attempt(how: str) -> N
             raise ConnectionLostError("died under the restore")
         elif how == "unanswered":  # a paused broker: the Begin is never answered
             raise OpenTimeoutError("the broker did not answer the Begin")
+        elif how == "closed_by_peer":  # its reason is raised before the watcher reports it
+            connection.drop(ConnectionLostError("closed by the broker"))
+            raise RuntimeError("amqp:resource-limit-exceeded: the broker closed the connection")
         else:
             manager.report_lost(epoch, ConnectionLostError("died"))
             await anyio.sleep_forever()
