@@ -312,9 +312,12 @@ class Supervisor(Generic[P]):
             if link.cause is not None:  # a symptom of the loss
                 return
             if not link.connection.is_open:
-                # Also a symptom of the loss (the broker's reason for closing, say), raised
-                # before the task watching ``wait_closed`` could report it.
-                self._on_lost(link, exc)
+                # Also a symptom of the loss (the broker's reason for closing, an attach cut
+                # off), raised before the task watching ``wait_closed`` reported it. The loss is
+                # the cause, not what the restore met: that may be an error no reconnect fixes.
+                lost = ConnectionLostError(f"the connection ended during the restore: {exc}")
+                lost.__cause__ = exc
+                self._on_lost(link, lost)
             elif self._unanswered(exc):
                 self._on_lost(link, exc)  # the broker stopped answering: the next attempt
             else:

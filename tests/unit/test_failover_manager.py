@@ -1015,9 +1015,9 @@ async def test_a_loss_during_restore_moves_on_to_the_next_attempt(how: str) -> N
             raise ConnectionLostError("died under the restore")
         elif how == "unanswered":  # a paused broker: the Begin is never answered
             raise OpenTimeoutError("the broker did not answer the Begin")
-        elif how == "closed_by_peer":  # its reason is raised before the watcher reports it
+        elif how == "closed_by_peer":  # what it cut off is raised before the watcher reports
             connection.drop(ConnectionLostError("closed by the broker"))
-            raise RuntimeError("amqp:resource-limit-exceeded: the broker closed the connection")
+            raise AttachTimeoutError("cut off by the end")  # alone, not retriable (F14 above)
         else:
             manager.report_lost(epoch, ConnectionLostError("died"))
             await anyio.sleep_forever()
