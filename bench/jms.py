@@ -58,7 +58,7 @@ from proton.reactor import Container
 from proton.utils import BlockingConnection
 
 import haclient.aio as aio
-from bench.broker import ActiveMQModeBroker, BrokerProcess
+from bench.broker import ActiveMQModeBroker, BrokerProcess, broker_cpu
 from bench.throughput import HOST, PASSWORD, USER, BenchError, check, machine_info
 from chaos.rabbitmq import RabbitMQNode
 from haclient.destination import Queue
@@ -127,17 +127,6 @@ class Settings:
         return out
 
 
-def process_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system, all threads) another process used so far; 0 when unknown."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Clock:
     """Wall-clock and process CPU time of one timed interval, and the broker's CPU time in it
     (``broker_pid``)."""
@@ -148,14 +137,14 @@ class Clock:
         self._broker_pid = broker_pid
 
     def start(self) -> None:
-        self._broker0 = process_cpu(self._broker_pid)
+        self._broker0 = broker_cpu(self._broker_pid) or 0.0
         self._wall0 = time.perf_counter()
         self._cpu0 = time.process_time()
 
     def stop(self) -> None:
         self.wall = time.perf_counter() - self._wall0
         self.cpu = time.process_time() - self._cpu0
-        self.broker_cpu = process_cpu(self._broker_pid) - self._broker0
+        self.broker_cpu = (broker_cpu(self._broker_pid) or 0.0) - self._broker0
 
 
 @dataclass
