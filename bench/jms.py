@@ -784,15 +784,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _start_reference(
-    stack: ExitStack, name: str, kind: type[BrokerProcess], queue_prefix: str
-) -> Target:
-    """Start a reference broker process (stopped when ``stack`` closes) as target ``name``."""
-    work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
-    print(f"starting the {name} broker ...", file=sys.stderr)
-    proc = stack.enter_context(kind(f"jms-{name}", work_dir, store=False))
-    print(f"{name} broker pid {proc.pid} ready on port {proc.port}", file=sys.stderr)
-    return Target(name, proc.port, proc.pid, queue_prefix)
+def _reference(
+    name: str, kind: type[BrokerProcess], queue_prefix: str
+) -> Callable[[ExitStack], Target]:
+    """How to start a reference broker process as target ``name`` (stopped when the stack
+    closes)."""
+
+    def start(stack: ExitStack) -> Target:
+        work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
+        print(f"starting the {name} broker ...", file=sys.stderr)
+        proc = stack.enter_context(kind(f"jms-{name}", work_dir, store=False))
+        print(f"{name} broker pid {proc.pid} ready on port {proc.port}", file=sys.stderr)
+        return Target(name, proc.port, proc.pid, queue_prefix)
+
+    return start
+
+
+def _rabbitmq(stack: ExitStack) -> Target:
+    """Start a private RabbitMQ node (stopped when the stack closes)."""
+    print("starting a private RabbitMQ node ...", file=sys.stderr)
+    node = stack.enter_context(RabbitMQNode())
+    print(f"RabbitMQ ready on port {node.port} in {node.start_seconds:.1f} s", file=sys.stderr)
+    return Target(RABBITMQ, node.port, node.vm_pid, "/queue/")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -817,39 +830,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = Runner(settings, uuid.uuid4().hex[:6])
     machine = machine_info()
     log = sys.stderr
-    targets: list[Target] = []
-    with ExitStack() as stack:
-        reference_brokers = [
-            (REFERENCE, BrokerProcess, "", not args.no_reference),
-            (ACTIVEMQ_MODE, ActiveMQModeBroker, "queue://", not args.no_activemq_mode),
-        ]
-        for name, kind, prefix, wanted in reference_brokers:
-            if wanted:
-                targets.append(_start_reference(stack, name, kind, prefix))
-        if rabbitmq:
-            print("starting a private RabbitMQ node ...", file=log)
-            node = stack.enter_context(RabbitMQNode())
-            print(f"RabbitMQ ready on port {node.port} in {node.start_seconds:.1f} s", file=log)
-            targets.append(Target(RABBITMQ, node.port, node.vm_pid, "/queue/"))
-        if not targets:
-            parser.error("no broker to measure")
-        for rnd in range(args.rounds):
-            for target in targets if rnd % 2 == 0 else reversed(targets):
+    starters = [
+        start
+        for start, wanted in (
+            (_reference(REFERENCE, BrokerProcess, ""), not args.no_reference),
+            (_reference(ACTIVEMQ_MODE, ActiveMQModeBroker, "queue://"), not args.no_activemq_mode),
+            (_rabbitmq, rabbitmq),
+        )
+        if wanted
+    ]
+    if not starters:
+        parser.error("no broker to measure")
+    names: list[str] = []
+    for n, start in enumerate(starters):
+        # One broker at a time, all its rounds, then stopped: an idle broker still costs CPU
+        # (RabbitMQ's schedulers spin after work) that would fall on the next broker's phases.
+        with ExitStack() as stack:
+            target = start(stack)
+            names.append(target.name)
+            for rnd in range(args.rounds):
                 runner.round(target, rnd)
-        text, summary = table(runner.results, [t.name for t in targets], runner.unsupported)
-        print(
-            f"\n{machine['date_utc']}, {machine['cpus']} CPUs ({machine['cpu_model']}), "
-            f"Python {machine['python']}, proton {machine['proton']}, haclient {machine['git']}"
-        )
-        print(
-            f"{args.rounds} round(s); {settings.count} messages per sync send and receive phase, "
-            f"{settings.pipelined_count} per pipelined send, {settings.warmup} warm-up messages "
-            f"first; {settings.size}-character text bodies; prefetch/credit {settings.prefetch}"
-        )
-        print(text)
-        if args.profile:
-            profile(runner, targets[0], args.profile, args.profile_top)
-        print("stopping the brokers ...", file=log)
+            if args.profile and n == 0:
+                profile(runner, target, args.profile, args.profile_top)
+            print(f"stopping the {target.name} broker ...", file=log)
+    text, summary = table(runner.results, names, runner.unsupported)
+    print(
+        f"\n{machine['date_utc']}, {machine['cpus']} CPUs ({machine['cpu_model']}), "
+        f"Python {machine['python']}, proton {machine['proton']}, haclient {machine['git']}"
+    )
+    print(
+        f"{args.rounds} round(s) per broker, one broker at a time; {settings.count} messages per "
+        f"sync send and receive phase, {settings.pipelined_count} per pipelined send, "
+        f"{settings.warmup} warm-up messages first; {settings.size}-character text bodies; "
+        f"prefetch/credit {settings.prefetch}"
+    )
+    print(text)
     if args.json:
         config = {k: v for k, v in vars(args).items() if k != "json"}
         document = {
