@@ -30,6 +30,7 @@ from anyio.lowlevel import checkpoint_if_cancelled
 
 from failover.manager import RestoreOrder
 from haclient.aio.acks import PendingAck
+from haclient.aio.decoding import Decoder
 from haclient.aio.emulation import (
     client_no_local,
     client_selector,
@@ -37,7 +38,6 @@ from haclient.aio.emulation import (
     rejects_consume,
 )
 from haclient.aio.gate import Connected
-from haclient.amqp.codec import MessageView
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
@@ -59,7 +59,6 @@ from haclient.errors import (
     IllegalStateError,
     MessageFormatError,
 )
-from haclient.mapping import from_amqp
 from haclient.message import Message
 from haclient.modes import AckConfirmation, AckMode
 
@@ -129,6 +128,7 @@ class MessageConsumer:
         self._waits: set[anyio.CancelScope] = set()  # receives waiting, cancelled by close (C2)
         self._held: collections.deque[Message] = collections.deque()  # acknowledged, not returned
         self._prefetch = context.options.prefetch
+        self._decoder = Decoder(destination)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -304,9 +304,16 @@ class MessageConsumer:
                 message.redelivered = message.ack_in_doubt = True
             return pending.sent
 
+        self._decode_while_confirming(at)
         with anyio.CancelScope(shield=True):
             handed = await self._context.gate.run(acknowledge, on=at, on_lost=in_doubt)
         return handed
+
+    def _decode_while_confirming(self, at: Connected) -> None:
+        """An acknowledgement the broker confirms is a wait for its answer: decode the next
+        message meanwhile (``haclient.aio.decoding``)."""
+        if self._context.acks.confirms and self._receiver is not None:
+            self._decoder.decode_ahead(at.amqp, self._receiver, at.physical.prefixes)
 
     def _pending(self, raw: ReceivedMessage, message: Message) -> PendingAck:
         return PendingAck(
@@ -418,11 +425,7 @@ class MessageConsumer:
     ) -> Message | None:
         """The message, or None when it was rejected (undecodable) or filtered out (E1, E2)."""
         try:
-            message = from_amqp(
-                MessageView(raw.payload),
-                prefixes=physical.prefixes,
-                consumer_destination=self._destination,
-            )
+            message = self._decoder.decode(raw, physical.prefixes)
         except MessageFormatError as exc:
             log.warning("rejecting an undecodable message on %s: %s", self._destination, exc)
             amqp.settle(raw, Rejected(ErrorCondition("amqp:decode-error", str(exc))))
@@ -536,6 +539,8 @@ class MessageConsumer:
                 failed = True
             if self._context.closed:  # the listener closed its session or connection: the
                 return  # acknowledgement cannot go; the broker delivers the message again
+            if not failed:
+                self._decode_while_confirming(at)
             await acks.listener_done(pending, failed=failed)
         finally:
             _listening.reset(token)

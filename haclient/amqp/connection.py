@@ -401,6 +401,11 @@ class AmqpConnection:
         inbox.messages.clear()
         return taken
 
+    def peek(self, receiver: Receiver) -> ReceivedMessage | None:
+        """The message ``receive_nowait`` would take next, left where it is; or None."""
+        inbox = self._inboxes.get(receiver)
+        return inbox.messages[0] if inbox is not None and inbox.messages else None
+
     def receive_nowait(self, receiver: Receiver) -> ReceivedMessage | None:
         """The next message that arrived on ``receiver``, or None."""
         inbox = self._inboxes.get(receiver)

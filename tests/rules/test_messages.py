@@ -3,21 +3,25 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from apikit import Api, Bed
-from rulekit import TIMEOUT, started
+from rulekit import TIMEOUT, leftovers, started
 
+from haclient.aio import decoding
 from haclient.amqp.codec import AmqpMessage, BodyKind, decode_message, encode_message
 from haclient.amqp.config import ClientAuth, EngineConfig
 from haclient.amqp.connection import AmqpConnection, open_connection
 from haclient.amqp.types import Byte as AmqpByte
 from haclient.destination import Queue, TemporaryQueue, Topic
 from haclient.errors import InvalidDestinationError, InvalidSelectorError
+from haclient.mapping import from_amqp
 from haclient.message import (
     Byte,
     BytesMessage,
@@ -281,3 +285,45 @@ async def test_errors_invalid_selector_is_raised_client_side_with_its_column(
         with pytest.raises(InvalidSelectorError) as caught:
             await session.create_consumer(Queue(bed.unique("sel")), selector="a = ")
         assert caught.value.column == 5
+
+
+async def test_A1_auto_decodes_each_message_once_and_rejects_an_undecodable_one(
+    api: Api, bed: Bed, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AUTO decodes the next message while the broker confirms an acknowledgement (asyncio):
+    each message is decoded once, in order, and a message the JMS mapping refuses (here an
+    unknown message type) is still rejected when it is taken, never handed out."""
+    name = bed.unique("ahead")
+    bodies = [f"m{n}" for n in range(6)]
+    bad = AmqpMessage(
+        body="bad",
+        message_id="ID:bad",
+        message_annotations={"x-opt-jms-msg-type": AmqpByte(99)},
+    )
+    async with bare(bed) as conn:
+        link_session = await conn.open_session()
+        link = await conn.open_sender(address(bed, name), session=link_session, timeout=TIMEOUT)
+        for n, body in enumerate(bodies):
+            await conn.send(link, encode_message(AmqpMessage(body=body, message_id=f"ID:{n}")))
+            if n == 2:
+                await conn.send(link, encode_message(bad))
+    decoded: list[tuple[str, str]] = []  # (message id, decoded by)
+
+    def counting(amqp: Any, **kwargs: Any) -> Any:
+        decoded.append((amqp.message_id, sys._getframe(2).f_code.co_name))
+        return from_amqp(amqp, **kwargs)
+
+    monkeypatch.setattr(decoding, "from_amqp", counting)
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(Queue(name))
+        received = [await consumer.receive(TIMEOUT) for _ in bodies]
+        assert await consumer.receive(0.2) is None
+    assert [m.body if m is not None else None for m in received] == bodies
+    good = [(i, by) for i, by in decoded if i != "ID:bad"]
+    assert sorted(i for i, _ in good) == [f"ID:{n}" for n in range(6)]  # each one once
+    if anyio_backend == "asyncio" or api.name == "blocking":  # the blocking API runs asyncio
+        assert any(by == "_decode_next" for _, by in good), decoded
+    else:
+        assert all(by != "_decode_next" for _, by in decoded), decoded
+    assert await leftovers(bed, name) == []  # rejected, not left for redelivery
