@@ -434,7 +434,7 @@ async def settle(
     acks = list(acks)
     if not amqp.is_open:
         raise ConnectionLostError("the connection ended before the acknowledgement went out")
-    if any(ack.raw.delivery.link.session.engine is not amqp.engine for ack in acks):
+    if any(ack.raw.delivery.link.engine is not amqp.engine for ack in acks):
         raise StaleDeliveryError(
             "the message came on a connection that failover replaced: it cannot be "
             "acknowledged, and the broker will deliver it again"

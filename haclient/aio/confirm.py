@@ -22,7 +22,10 @@ answer proves that it processed the dispositions written before. The candidates,
 ``fallback_for`` picks per broker (``LINK_FLOW`` on RabbitMQ, ``DRAIN`` elsewhere) unless the
 application chose one (``ack_confirmation=``). A broker that refuses the probe receiver, or
 leaves its exchange unanswered for ``timeout``, gets ``ROUND_TRIP`` from then on, on that
-session, and the session says so (``on_downgrade``).
+session, and the session says so (``on_downgrade``). Once a probe has been answered, the later
+exchanges on it wait without a timer (a timer costs about as much as the rest of the exchange
+on the client): that broker answers there, and one that stops answering altogether is found by
+the idle timeout (F13) like any silent broker.
 
 Thread-safety: none; everything runs on the connection's event loop.
 """
@@ -82,6 +85,7 @@ class Confirmer:
         self._on_downgrade = on_downgrade
         self._session: Session | None = None
         self._probe: Receiver | None = None
+        self._answered = False  # the probe's broker answered an exchange on it
         self._failed: set[tuple[Session, AckConfirmation]] = set()
 
     def effective(self, session: Session, kind: AckConfirmation) -> AckConfirmation:
@@ -107,12 +111,14 @@ class Confirmer:
         kind = self.effective(session, kind)
         if kind is not AckConfirmation.ROUND_TRIP:
             try:
+                probe = self._probe
+                if self._answered and self._session is session and probe and not probe.is_closed:
+                    await _exchange(amqp, probe, kind)  # it answered here before: no timer
+                    return
                 with anyio.fail_after(timeout):
                     probe = await self._receiver(amqp, session, kind, topic_prefix, timeout)
-                    if kind is AckConfirmation.DRAIN:
-                        await amqp.drain(probe, 1)
-                    else:
-                        await _flow_answered(amqp, probe)
+                    await _exchange(amqp, probe, kind)
+                self._answered = True
                 return
             except (TimeoutError, AttachTimeoutError, HAClientError) as exc:
                 if not amqp.is_open:
@@ -144,10 +150,18 @@ class Confirmer:
         probe = await amqp.open_receiver(
             source, session=session, name=name, credit=0, timeout=timeout
         )
-        self._session, self._probe = session, probe
+        self._session, self._probe, self._answered = session, probe, False
         if kind is AckConfirmation.LINK_FLOW:
             await _flow_answered(amqp, probe)  # shows that the broker answers flows at all
         return probe
+
+
+async def _exchange(amqp: AmqpConnection, probe: Receiver, kind: AckConfirmation) -> None:
+    """One confirmation exchange of ``kind`` (``DRAIN`` or ``LINK_FLOW``) on ``probe``."""
+    if kind is AckConfirmation.DRAIN:
+        await amqp.drain(probe, 1)
+    else:
+        await _flow_answered(amqp, probe)
 
 
 async def _flow_answered(amqp: AmqpConnection, probe: Receiver) -> None:

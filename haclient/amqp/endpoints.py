@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import cproton
 import proton
 
 from haclient.amqp import _convert
@@ -36,6 +37,14 @@ _WRAPPER_ATTR = "_haclient_wrapper"
 
 def _wrapper_of(pn_object: Any) -> Any:
     return getattr(pn_object, _WRAPPER_ATTR, None)
+
+
+def wrapper_in(record: Any) -> Any:
+    """Our wrapper stored on a proton object, read from its C record (``pn_*_attachments``)
+    without building proton's Python wrapper (and its reference count traffic) first; None when
+    the object has none yet. For the engine's event loop, where that is per message."""
+    attrs = cproton.pn_record_get_py(record)
+    return None if attrs is None else attrs.get(_WRAPPER_ATTR)
 
 
 class Session:
@@ -180,6 +189,11 @@ class Link:
     def session(self) -> Session:
         """The session this link belongs to."""
         return Session._of(self._engine, self._pn.session)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine (physical connection) this link belongs to."""
+        return self._engine
 
     @property
     def source(self) -> Terminus:

@@ -28,7 +28,7 @@ from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
 
 from haclient.amqp import _convert
 from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
-from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, _wrapper_of
+from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, wrapper_in
 from haclient.amqp.events import (
     ConnectionRemoteClose,
     ConnectionRemoteOpen,
@@ -319,8 +319,11 @@ class Engine:
             if number == _PN_DELIVERY:
                 self._on_delivery(cproton.pn_event_delivery(raw))
             elif number == _PN_LINK_FLOW:  # a flow per transfer, on some brokers
-                pn_link = proton.Link.wrap(cproton.pn_event_link(raw))
-                self._events.append(LinkFlow(Link._of(self, pn_link)))
+                raw_link = cproton.pn_event_link(raw)
+                link = wrapper_in(cproton.pn_link_attachments(raw_link))
+                if link is None:
+                    link = Link._of(self, proton.Link.wrap(raw_link))
+                self._events.append(LinkFlow(link))
             else:
                 handler = handlers.get(number)
                 if handler is not None:
@@ -374,11 +377,14 @@ class Engine:
                 link.detach()
 
     def _on_delivery(self, raw_delivery: Any) -> None:
-        pn_delivery: Any = proton.Delivery.wrap(raw_delivery)
-        delivery = _wrapper_of(pn_delivery)
+        delivery: Delivery | None = wrapper_in(cproton.pn_delivery_attachments(raw_delivery))
         if delivery is None:  # first sight of an incoming delivery
-            pn_link = proton.Link.wrap(cproton.pn_delivery_link(raw_delivery))
-            delivery = Delivery(Link._of(self, pn_link), pn_delivery)
+            raw_link = cproton.pn_delivery_link(raw_delivery)
+            link = wrapper_in(cproton.pn_link_attachments(raw_link))
+            if link is None:
+                link = Link._of(self, proton.Link.wrap(raw_link))
+            delivery = Delivery(link, proton.Delivery.wrap(raw_delivery))
+        pn_delivery: Any = delivery._pn
         link = delivery.link
         pn_link = link._pn
         if isinstance(link, Receiver) and not delivery.received:
