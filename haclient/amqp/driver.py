@@ -191,6 +191,7 @@ class Driver:
                 await self._stream.aclose()
             self._ended.set()
             self._release_flushes()
+            self.engine.release()
         return self._result
 
     async def _linger(self) -> None:

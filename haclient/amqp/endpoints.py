@@ -47,6 +47,13 @@ def wrapper_in(record: Any) -> Any:
     return None if attrs is None else attrs.get(_WRAPPER_ATTR)
 
 
+def drop_wrapper_in(record: Any) -> None:
+    """Take our wrapper off a proton object's C record (see ``Engine.release``)."""
+    attrs = cproton.pn_record_get_py(record)
+    if attrs:
+        attrs.pop(_WRAPPER_ATTR, None)
+
+
 class Session:
     """An AMQP session: a window of transfers shared by its links."""
 
@@ -344,7 +351,7 @@ class Sender(Link):
             pn_delivery.settle()
             # A pre-settled delivery is done: drop the wrapper's back reference, whose cycle
             # would keep it alive, and proton 0.40 answers no drain while one is alive.
-            setattr(pn_delivery, _WRAPPER_ATTR, None)
+            delivery.forget()
         return delivery
 
     def drained(self) -> int:
@@ -386,6 +393,7 @@ class Delivery:
         self._pn = pn_delivery
         self.received = False
         setattr(pn_delivery, _WRAPPER_ATTR, self)
+        link.engine.wrapped_deliveries.add(self)
 
     @staticmethod
     def _of(link: Link, pn_delivery: proton.Delivery) -> Delivery:
@@ -419,9 +427,15 @@ class Delivery:
         """
         _convert.update_delivery(self._pn, outcome)
         if settle:
-            self._pn.settle()
+            self.settle()
 
     def settle(self) -> None:
         """Settle this end and forget the delivery."""
         self._pn.settle()
-        setattr(self._pn, _WRAPPER_ATTR, None)  # break the cycle: proton may free it now
+        self.forget()
+
+    def forget(self) -> None:
+        """Take this wrapper off proton's delivery: the two hold each other through proton's C
+        record, a cycle Python's collector cannot see, so neither would ever be freed."""
+        setattr(self._pn, _WRAPPER_ATTR, None)
+        self.link.engine.wrapped_deliveries.discard(self)

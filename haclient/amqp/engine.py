@@ -28,7 +28,7 @@ from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
 
 from haclient.amqp import _convert
 from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
-from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, wrapper_in
+from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, drop_wrapper_in, wrapper_in
 from haclient.amqp.events import (
     ConnectionRemoteClose,
     ConnectionRemoteOpen,
@@ -66,6 +66,8 @@ class Engine:
         self.config = config
         self._events: list[EngineEvent] = []
         self._finished = False
+        self.wrapped_deliveries: set[Delivery] = set()
+        """Deliveries whose proton record holds their wrapper (until settled; see ``release``)."""
         self._backlog = b""  # input proton had no room for yet
         self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
         self._connection = Connection()
@@ -295,6 +297,24 @@ class Engine:
         deadline = self._transport.tick(now)
         self._process()
         return deadline if deadline else None
+
+    def release(self) -> None:
+        """The connection is over: take our wrappers off proton's sessions, links and unsettled
+        deliveries. Each wrapper holds its proton object and proton's C record holds the
+        wrapper, a cycle Python's collector cannot see: without this, every connection's
+        objects (some 37 KB, more with deliveries in flight) stayed for the process's life,
+        one more per failover."""
+        for delivery in list(self.wrapped_deliveries):
+            delivery.forget()
+        conn = self._connection._impl
+        session = cproton.pn_session_head(conn, 0)
+        while not cproton.isnull(session):
+            drop_wrapper_in(cproton.pn_session_attachments(session))
+            session = cproton.pn_session_next(session, 0)
+        link = cproton.pn_link_head(conn, 0)
+        while not cproton.isnull(link):
+            drop_wrapper_in(cproton.pn_link_attachments(link))
+            link = cproton.pn_link_next(link, 0)
 
     # Events ------------------------------------------------------------------------------------
 
