@@ -6,7 +6,7 @@ disposition lives here, so that the rest of the package speaks only ``haclient.a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -310,22 +310,25 @@ def write_state(local: Disposition, outcome: Outcome) -> int:
     raise TypeError(f"not a delivery state: {outcome!r}")
 
 
-def update_delivery(delivery: proton.Delivery, outcome: Outcome) -> None:
-    """Set ``delivery``'s local state to ``outcome`` (the disposition to send)."""
-    if isinstance(outcome, Accepted):  # the common case: no proton Disposition wrapper built
-        cproton.pn_delivery_update(delivery._impl, ACCEPTED_CODE)
+def update_delivery(impl: Any, outcome: Outcome, wrapped: Callable[[], proton.Delivery]) -> None:
+    """Set the local state of the delivery ``impl`` (proton's C object) to ``outcome`` (the
+    disposition to send); ``wrapped()`` gives proton's Python wrapper, built only when needed."""
+    if isinstance(outcome, Accepted):  # the common case: no proton wrapper built
+        cproton.pn_delivery_update(impl, ACCEPTED_CODE)
     else:
+        delivery = wrapped()
         delivery.update(write_state(delivery.local, outcome))
 
 
-def read_state(delivery: proton.Delivery) -> Outcome | None:
-    """The peer's latest delivery state for ``delivery``, as our value."""
-    code = cproton.pn_delivery_remote_state(delivery._impl)
-    if code == ACCEPTED_CODE:  # the common case: no proton Disposition wrapper built
+def read_state(impl: Any, wrapped: Callable[[], proton.Delivery]) -> Outcome | None:
+    """The peer's latest delivery state for the delivery ``impl``, as our value (``wrapped``: as
+    for ``update_delivery``)."""
+    code = cproton.pn_delivery_remote_state(impl)
+    if code == ACCEPTED_CODE:  # the common case: no proton wrapper built
         return _ACCEPTED
     if code == RELEASED_CODE:
         return Released()
-    remote = delivery.remote
+    remote = wrapped().remote
     if code == REJECTED_CODE:
         return Rejected(condition_from_pn(remote.condition))
     if code == MODIFIED_CODE:

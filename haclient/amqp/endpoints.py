@@ -1,9 +1,11 @@
 """Sessions, links and deliveries: thin wrappers that keep proton's objects private.
 
-Each wrapper holds its proton object and is stored on it (proton keeps Python attributes of an
-endpoint in the endpoint's record), so an event for a proton endpoint always finds the same
-wrapper. All methods only change engine state; the bytes they cause go out with the engine's
-next ``data_to_send()``.
+Each session and link wrapper holds its proton object and is stored on it (proton keeps Python
+attributes of an endpoint in the endpoint's record), so an event for a proton endpoint always
+finds the same wrapper. A delivery, one per message, holds proton's C delivery itself and is
+found through its engine's map of unsettled deliveries: no proton Python object per message.
+All methods only change engine state; the bytes they cause go out with the engine's next
+``data_to_send()``.
 
 Thread-safety: none. Like the engine, these objects belong to the connection's event-loop thread.
 """
@@ -341,17 +343,15 @@ class Sender(Link):
         """
         pn_link = self._pn
         delivery_tag = tag if tag is not None else str(next(self._tags)).encode()
-        pn_delivery = pn_link.delivery(delivery_tag)
+        delivery = Delivery(self, cproton.pn_delivery(pn_link._impl, delivery_tag))
         if state is not None:
-            _convert.update_delivery(pn_delivery, state)
+            delivery.set_state(state)
         pn_link.stream(payload)
         pn_link.advance()
-        delivery = Delivery(self, pn_delivery)
         if settled:
-            pn_delivery.settle()
-            # A pre-settled delivery is done: drop the wrapper's back reference, whose cycle
-            # would keep it alive, and proton 0.40 answers no drain while one is alive.
-            delivery.forget()
+            # A pre-settled delivery is done (and proton 0.40 answers no drain while one is
+            # alive): settling forgets it at once.
+            delivery.settle()
         return delivery
 
     def drained(self) -> int:
@@ -384,21 +384,31 @@ class Receiver(Link):
 
 
 class Delivery:
-    """One transfer on a link, in either direction, until both ends settle it."""
+    """One transfer on a link, in either direction, until both ends settle it.
 
-    __slots__ = ("_pn", "link", "received")
+    It holds proton's C delivery directly (a reference of its own, given back when this object
+    is freed) and is found again through its engine's map of unsettled deliveries: proton's
+    Python wrapper, with its record entry and two disposition objects, is built only for the
+    rare outcomes that need it. Events find this object through ``Engine.delivery_of``.
+    """
 
-    def __init__(self, link: Link, pn_delivery: proton.Delivery) -> None:
+    __slots__ = ("_impl", "_wrapper", "link", "received")
+
+    def __init__(self, link: Link, impl: Any) -> None:
+        cproton.pn_incref(impl)
+        self._impl = impl
+        self._wrapper: proton.Delivery | None = None
         self.link = link
-        self._pn = pn_delivery
         self.received = False
-        setattr(pn_delivery, _WRAPPER_ATTR, self)
-        link.engine.wrapped_deliveries.add(self)
+        link.engine.unsettled[cproton.addressof(impl)] = self
 
-    @staticmethod
-    def _of(link: Link, pn_delivery: proton.Delivery) -> Delivery:
-        existing = _wrapper_of(pn_delivery)
-        return existing if existing is not None else Delivery(link, pn_delivery)
+    def __del__(self) -> None:
+        cproton.pn_decref(self._impl)
+
+    def _proton(self) -> proton.Delivery:
+        if self._wrapper is None:
+            self._wrapper = proton.Delivery.wrap(self._impl)
+        return self._wrapper
 
     def __repr__(self) -> str:
         return f"<Delivery {self.tag!r} on {self.link.name!r}>"
@@ -406,18 +416,22 @@ class Delivery:
     @property
     def tag(self) -> bytes:
         """The delivery tag."""
-        tag = self._pn.tag
+        tag = cproton.pn_delivery_tag(self._impl)
         return tag if isinstance(tag, bytes) else str(tag).encode()
 
     @property
     def remote_outcome(self) -> Outcome | None:
         """The peer's latest state for this delivery, if it sent one."""
-        return _convert.read_state(self._pn)
+        return _convert.read_state(self._impl, self._proton)
 
     @property
     def remote_settled(self) -> bool:
         """True once the peer has settled this delivery."""
-        return bool(self._pn.settled)
+        return bool(cproton.pn_delivery_settled(self._impl))
+
+    def set_state(self, outcome: Outcome) -> None:
+        """Set the local state (sent with the transfer, or as a disposition)."""
+        _convert.update_delivery(self._impl, outcome, self._proton)
 
     def update(self, outcome: Outcome, *, settle: bool = True) -> None:
         """Send a disposition with ``outcome``; settle it too unless ``settle=False``.
@@ -425,17 +439,18 @@ class Delivery:
         Keep it unsettled when the link's receiver settle mode is SECOND: the peer settles first
         and its ``DeliveryUpdated(settled=True)`` confirms the outcome was applied.
         """
-        _convert.update_delivery(self._pn, outcome)
+        self.set_state(outcome)
         if settle:
             self.settle()
 
     def settle(self) -> None:
         """Settle this end and forget the delivery."""
-        self._pn.settle()
+        cproton.pn_delivery_settle(self._impl)
         self.forget()
 
     def forget(self) -> None:
-        """Take this wrapper off proton's delivery: the two hold each other through proton's C
-        record, a cycle Python's collector cannot see, so neither would ever be freed."""
-        setattr(self._pn, _WRAPPER_ATTR, None)
-        self.link.engine.wrapped_deliveries.discard(self)
+        """Events for this delivery no longer find this object (it is settled here)."""
+        unsettled = self.link.engine.unsettled
+        key = cproton.addressof(self._impl)
+        if unsettled.get(key) is self:
+            del unsettled[key]

@@ -66,8 +66,9 @@ class Engine:
         self.config = config
         self._events: list[EngineEvent] = []
         self._finished = False
-        self.wrapped_deliveries: set[Delivery] = set()
-        """Deliveries whose proton record holds their wrapper (until settled; see ``release``)."""
+        self.unsettled: dict[int, Delivery] = {}
+        """Our deliveries not yet settled here, by the address of proton's delivery (how an
+        event finds its ``Delivery``)."""
         self._backlog = b""  # input proton had no room for yet
         self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
         self._connection = Connection()
@@ -299,13 +300,12 @@ class Engine:
         return deadline if deadline else None
 
     def release(self) -> None:
-        """The connection is over: take our wrappers off proton's sessions, links and unsettled
-        deliveries. Each wrapper holds its proton object and proton's C record holds the
-        wrapper, a cycle Python's collector cannot see: without this, every connection's
-        objects (some 37 KB, more with deliveries in flight) stayed for the process's life,
-        one more per failover."""
-        for delivery in list(self.wrapped_deliveries):
-            delivery.forget()
+        """The connection is over: take our wrappers off proton's sessions and links, and forget
+        the unsettled deliveries. Each session or link wrapper holds its proton object and
+        proton's C record holds the wrapper, a cycle Python's collector cannot see: without
+        this, every connection's objects (some 37 KB) stayed for the process's life, one more
+        per failover."""
+        self.unsettled.clear()
         conn = self._connection._impl
         session = cproton.pn_session_head(conn, 0)
         while not cproton.isnull(session):
@@ -397,31 +397,31 @@ class Engine:
                 link.detach()
 
     def _on_delivery(self, raw_delivery: Any) -> None:
-        delivery: Delivery | None = wrapper_in(cproton.pn_delivery_attachments(raw_delivery))
+        delivery = self.unsettled.get(cproton.addressof(raw_delivery))
         if delivery is None:  # first sight of an incoming delivery
             raw_link = cproton.pn_delivery_link(raw_delivery)
             link = wrapper_in(cproton.pn_link_attachments(raw_link))
             if link is None:
                 link = Link._of(self, proton.Link.wrap(raw_link))
-            delivery = Delivery(link, proton.Delivery.wrap(raw_delivery))
-        pn_delivery: Any = delivery._pn
+            delivery = Delivery(link, raw_delivery)
         link = delivery.link
-        pn_link = link._pn
         if isinstance(link, Receiver) and not delivery.received:
-            if pn_delivery.aborted:
-                pn_delivery.settle()
+            if cproton.pn_delivery_aborted(raw_delivery):
+                delivery.settle()
                 return
-            if pn_delivery.partial or not pn_delivery.readable:
+            if cproton.pn_delivery_partial(raw_delivery) or not cproton.pn_delivery_readable(
+                raw_delivery
+            ):
                 return  # the rest of the message is still to come
-            payload = pn_link.recv(pn_delivery.pending) or b""
+            pn_link = link._pn
+            payload = pn_link.recv(cproton.pn_delivery_pending(raw_delivery)) or b""
             pn_link.advance()
             delivery.received = True
             self._events.append(MessageReceived(delivery, payload))
             return
-        if pn_delivery.updated or pn_delivery.settled:
-            self._events.append(
-                DeliveryUpdated(delivery, delivery.remote_outcome, bool(pn_delivery.settled))
-            )
+        settled = bool(cproton.pn_delivery_settled(raw_delivery))
+        if settled or cproton.pn_delivery_updated(raw_delivery):
+            self._events.append(DeliveryUpdated(delivery, delivery.remote_outcome, settled))
 
     def _on_transport_error(self, event: Event) -> None:
         # The transport gave up (refused login, framing error, idle timeout): stop reading too,

@@ -1,6 +1,6 @@
-"""An engine's proton objects are freed with it: our wrappers sit in proton's C records, a cycle
-Python's collector cannot see, so a connection that ends must take them off (``Engine.release``);
-settled deliveries let go of theirs at once."""
+"""An engine's proton objects are freed with it: our session and link wrappers sit in proton's C
+records, a cycle Python's collector cannot see, so a connection that ends must take them off
+(``Engine.release``); a delivery is forgotten by its engine once settled here."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def test_settled_deliveries_leave_no_wrapper_behind() -> None:
     server = AcceptAll(pair)  # accepts and settles each message
     _sent(pair, 20)
     assert len(server.received) == 20
-    assert pair.server.wrapped_deliveries == set()
-    assert len(pair.client.wrapped_deliveries) == 20  # the client has not settled its end yet
-    for delivery in list(pair.client.wrapped_deliveries):
+    assert pair.server.unsettled == {}
+    assert len(pair.client.unsettled) == 20  # the client has not settled its end yet
+    for delivery in list(pair.client.unsettled.values()):
         delivery.settle()
-    assert pair.client.wrapped_deliveries == set()
+    assert pair.client.unsettled == {}
 
 
 def test_a_released_engine_is_freed_with_deliveries_in_flight() -> None:
@@ -43,7 +43,7 @@ def test_a_released_engine_is_freed_with_deliveries_in_flight() -> None:
     server = AcceptAll(pair)
     server.settle = False  # both ends keep their deliveries unsettled
     _sent(pair, 3)
-    assert len(pair.server.wrapped_deliveries) == 3
+    assert len(pair.server.unsettled) == 3
     pair.client.close()
     pair.pump()
     engines = [weakref.ref(pair.client), weakref.ref(pair.server)]
