@@ -24,10 +24,11 @@ as ActiveMQ 5.x's AMQP transport) and, when it is installed, a private RabbitMQ 
 
 Every phase first moves ``--warmup`` messages on the same link (not timed), then times
 ``--count`` (``--pipelined-count`` for the pipelined sends) more; the queues for the receive
-phases are filled beforehand (not timed). Each round uses new queue names; the order of haclient
-and proton alternates between rounds; each timed interval starts after a full garbage collection
-(``Clock.start``). The brokers are measured one at a time, each stopped before the next starts.
-The table shows the median over ``--rounds`` rounds.
+phases are filled beforehand (not timed), and the send phases' queues are emptied afterwards
+(not timed; what they held is checked, in order). Each round uses new queue names; the order
+of haclient and proton alternates between rounds; each timed interval starts after a full
+garbage collection (``Clock.start``). The brokers are measured one at a time, each stopped
+before the next starts. The table shows the median over ``--rounds`` rounds.
 Every phase checks itself (all accepted; every message received once, in order, with its text;
 the queue empty afterwards) and stops the run with ``BenchError`` otherwise.
 """
@@ -229,6 +230,20 @@ async def ha_fill(target: Target, queue: str, bodies: Sequence[str]) -> None:
             await producer.send(TextMessage(body))
         await producer.flush()
         await producer.close()
+
+
+async def ha_drain(target: Target, queue: str, bodies: Sequence[str], timeout: float) -> None:
+    """Take every message of a send phase off its queue (NO_ACK, not timed) and check that
+    they are ``bodies``, in order: the broker then holds no more than each phase left it."""
+    async with await _connect(target, prefetch=1000) as conn:
+        await conn.start()
+        async with await conn.create_session(AckMode.NO_ACK) as session:
+            consumer = await session.create_consumer(Queue(queue))
+            with anyio.fail_after(timeout):
+                for n, body in enumerate(bodies):
+                    message = await consumer.receive()
+                    text = getattr(message, "text", None)
+                    check(text == body, f"{queue}: message {n} is {text!r}, sent {body!r}")
 
 
 async def ha_receive(
@@ -500,6 +515,7 @@ class Runner:
                 target, target.proton_address(queue), self.sync_bodies, s.warmup
             )
         self.record(target, SYNC_SEND, impl, rnd, s.count, clock)
+        self.drain(target, queue, self.sync_bodies)
 
     def pipelined_send(self, target: Target, impl: str, rnd: int) -> None:
         s = self.settings
@@ -516,6 +532,15 @@ class Runner:
             )
             clock = sender.measure()
         self.record(target, PIPELINED_SEND, impl, rnd, s.pipelined_count, clock)
+        self.drain(target, queue, self.pipelined_bodies)
+
+    def drain(self, target: Target, queue: str, bodies: Sequence[str]) -> None:
+        """Empty a send phase's queue (checking what it held): a broker holding the messages
+        of every phase before gets slower round by round (RabbitMQ's AUTO by a fifth over
+        five rounds), which would fall on the later phases only."""
+        timeout = self.settings.timeout
+        run_async(lambda: ha_drain(target, queue, bodies, timeout))
+        assert_queue_empty(target, target.proton_address(queue), f"{target.name} {queue}")
 
     def receive(self, target: Target, mode: AckMode | None, rnd: int) -> None:
         s = self.settings
