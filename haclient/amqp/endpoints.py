@@ -13,7 +13,7 @@ Thread-safety: none. Like the engine, these objects belong to the connection's e
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import cproton
@@ -402,8 +402,8 @@ class Delivery:
         self.received = False
         link.engine.unsettled[cproton.addressof(impl)] = self
 
-    def __del__(self) -> None:
-        cproton.pn_decref(self._impl)
+    def __del__(self, _decref: Callable[[Any], None] = cproton.pn_decref) -> None:
+        _decref(self._impl)  # bound at definition: module globals may be gone at exit
 
     def _proton(self) -> proton.Delivery:
         if self._wrapper is None:
