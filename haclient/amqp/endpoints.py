@@ -389,7 +389,7 @@ class Delivery:
     It holds proton's C delivery directly (a reference of its own, given back when this object
     is freed) and is found again through its engine's map of unsettled deliveries: proton's
     Python wrapper, with its record entry and two disposition objects, is built only for the
-    rare outcomes that need it. Events find this object through ``Engine.delivery_of``.
+    rare outcomes that need it. Events find this object in ``Engine.unsettled``.
     """
 
     __slots__ = ("_impl", "_wrapper", "link", "received")

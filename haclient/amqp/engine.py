@@ -339,11 +339,7 @@ class Engine:
             if number == _PN_DELIVERY:
                 self._on_delivery(cproton.pn_event_delivery(raw))
             elif number == _PN_LINK_FLOW:  # a flow per transfer, on some brokers
-                raw_link = cproton.pn_event_link(raw)
-                link = wrapper_in(cproton.pn_link_attachments(raw_link))
-                if link is None:
-                    link = Link._of(self, proton.Link.wrap(raw_link))
-                self._events.append(LinkFlow(link))
+                self._events.append(LinkFlow(self._link_of(cproton.pn_event_link(raw))))
             else:
                 handler = handlers.get(number)
                 if handler is not None:
@@ -396,13 +392,15 @@ class Engine:
             else:
                 link.detach()
 
+    def _link_of(self, raw_link: Any) -> Link:
+        """Our wrapper of proton's C link, read from its record (built on first sight)."""
+        link = wrapper_in(cproton.pn_link_attachments(raw_link))
+        return link if link is not None else Link._of(self, proton.Link.wrap(raw_link))
+
     def _on_delivery(self, raw_delivery: Any) -> None:
         delivery = self.unsettled.get(cproton.addressof(raw_delivery))
         if delivery is None:  # first sight of an incoming delivery
-            raw_link = cproton.pn_delivery_link(raw_delivery)
-            link = wrapper_in(cproton.pn_link_attachments(raw_link))
-            if link is None:
-                link = Link._of(self, proton.Link.wrap(raw_link))
+            link = self._link_of(cproton.pn_delivery_link(raw_delivery))
             delivery = Delivery(link, raw_delivery)
         link = delivery.link
         if isinstance(link, Receiver) and not delivery.received:
