@@ -144,7 +144,7 @@ class Gate:
             ``on_lost`` raised, and what ``wait`` raises.
         """
         while True:
-            at, on = on or await self.wait(deadline), None
+            at, on = on or self.connected_nowait() or await self.wait(deadline), None
             try:
                 return await operation(at)
             except HAClientError as exc:

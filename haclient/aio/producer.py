@@ -132,13 +132,23 @@ class MessageProducer:
     def _relay_offered(self) -> bool:
         return _ANONYMOUS_RELAY in self._context.physical().offered_capabilities
 
-    async def _link_for(self, destination: Destination | None) -> Sender:
-        key = destination
+    def _link_key(self, destination: Destination | None) -> Destination | None:
         if destination is not None and destination != self._destination and self._relay_offered():
-            key = None  # one relay link for every destination
+            return None  # one relay link for every destination
+        return destination
+
+    def _attached_link(self, key: Destination | None) -> Sender | None:
+        """The open link cached under ``key`` (marked most recently used), or None."""
         link = self._links.get(key)
-        if link is not None and not link.is_closed:
-            self._links.move_to_end(key)
+        if link is None or link.is_closed:
+            return None
+        self._links.move_to_end(key)
+        return link
+
+    async def _link_for(self, destination: Destination | None) -> Sender:
+        key = self._link_key(destination)
+        link = self._attached_link(key)
+        if link is not None:
             return link
         physical, amqp_session = self._context.link_context()
         link = await physical.amqp.open_sender(
@@ -187,10 +197,9 @@ class MessageProducer:
         now = time.time()
         ttl = self.time_to_live if time_to_live is None else time_to_live
         delay = self.delivery_delay if delivery_delay is None else delivery_delay
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
         message.destination = destination
-        message.delivery_mode = DeliveryMode(
-            self.delivery_mode if delivery_mode is None else delivery_mode
-        )
+        message.delivery_mode = mode if type(mode) is DeliveryMode else DeliveryMode(mode)
         message.priority = self.priority if priority is None else priority
         if not (self.preserve_message_id and message.message_id):
             message.message_id = self._ids()
@@ -232,16 +241,49 @@ class MessageProducer:
         deadline = deadline_after(timeout)
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        if self._buffered(BufferedSend(self._committed_send(destination, message))):
+        if self._buffered(lambda: BufferedSend(self._committed_send(destination, message))):
             return  # emulated transaction (E3): sent by commit()
+        if self._pipelined_at_once(destination, message):
+            return
         await self._send_until_done(destination, message, wait=None, deadline=deadline)
 
-    def _buffered(self, send: BufferedSend) -> bool:
-        """Hold ``send`` until commit when transactions are emulated; False otherwise."""
+    def _buffered(self, send: Callable[[], BufferedSend]) -> bool:
+        """Hold ``send()`` until commit when transactions are emulated; False otherwise."""
         transaction = self._context.transaction
         if not isinstance(transaction, EmulatedTransaction):
             return False
-        transaction.buffer(send)
+        transaction.buffer(send())
+        return True
+
+    def _pipelined_at_once(self, destination: Destination, message: Message) -> bool:
+        """The common pipelined send, without a wait: a NON_PERSISTENT message outside a
+        transaction, while connected, on an attached link with credit, with room in the
+        pipeline. True once it is queued for the socket, as ``_send_until_done`` would have
+        queued it; False (nothing sent) when any of that does not hold, or when the connection
+        turns out to be lost: then ``_send_until_done`` waits for what is missing (F2, F3).
+        """
+        if (
+            message.delivery_mode is not DeliveryMode.NON_PERSISTENT
+            or self._context.ack_mode is AckMode.TRANSACTED
+            or len(self._unconfirmed) >= _MAX_PIPELINED
+        ):
+            return False
+        gate = self._context.gate
+        at = gate.connected_nowait()
+        if at is None:
+            return False
+        link = self._attached_link(self._link_key(destination))
+        if link is None or link.credit <= 0:
+            return False
+        payload = self._encoder.encode(message, at.physical.prefixes)
+        try:
+            delivery = at.amqp.send_nowait(link, payload)
+        except HAClientError as exc:
+            if not gate.lost(at, exc):
+                raise
+            return False
+        self._unconfirmed[delivery] = message
+        self._context.connection.counters.sent += 1
         return True
 
     def _committed_send(
@@ -324,7 +366,7 @@ class MessageProducer:
         self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        buffered = BufferedSend(
+        buffered = lambda: BufferedSend(  # noqa: E731 - built only in an emulated transaction
             self._committed_send(destination, message),
             completed=lambda error: self._complete(on_completion, message, error),
         )
