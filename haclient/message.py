@@ -221,20 +221,36 @@ class Message:
 
     _MSG_TYPE: int = MESSAGE_TYPE
 
-    def __init__(self, **headers: Unpack[_Headers]) -> None:
-        self.properties: dict[str, Any] = checked_properties(headers.get("properties"))
-        self.message_id: str | None = headers.get("message_id")
-        self.correlation_id: str | bytes | None = headers.get("correlation_id")
-        self.reply_to: Destination | None = headers.get("reply_to")
-        self.destination: Destination | None = headers.get("destination")
-        self.type: str | None = headers.get("type")
-        self.priority: int = headers.get("priority", 4)
-        self.delivery_mode: DeliveryMode = headers.get("delivery_mode", DeliveryMode.PERSISTENT)
-        self.expiration: float | None = headers.get("expiration")
-        self.delivery_time: float | None = headers.get("delivery_time")
-        self.timestamp: float | None = headers.get("timestamp")
-        self.redelivered: bool = headers.get("redelivered", False)
-        self.delivery_count: int = headers.get("delivery_count", 1)
+    def __init__(
+        self,
+        *,
+        properties: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+        correlation_id: str | bytes | None = None,
+        reply_to: Destination | None = None,
+        destination: Destination | None = None,
+        type: str | None = None,  # JMSType: the name users know, shadowing the builtin here
+        priority: int = 4,
+        delivery_mode: DeliveryMode = DeliveryMode.PERSISTENT,
+        expiration: float | None = None,
+        delivery_time: float | None = None,
+        timestamp: float | None = None,
+        redelivered: bool = False,
+        delivery_count: int = 1,
+    ) -> None:
+        self.properties: dict[str, Any] = checked_properties(properties)
+        self.message_id = message_id
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.destination = destination
+        self.type = type
+        self.priority = priority
+        self.delivery_mode = delivery_mode
+        self.expiration = expiration
+        self.delivery_time = delivery_time
+        self.timestamp = timestamp
+        self.redelivered = redelivered
+        self.delivery_count = delivery_count
         self._body: Any = None
         self._acknowledger: Callable[..., Any] | None = None
         self.ack_in_doubt = False

@@ -33,6 +33,7 @@ from haclient.amqp.codec.sections import (
     body_section,
     header_section,
     properties_section,
+    section_head,
 )
 from haclient.amqp.types import Byte
 from haclient.destination import (
@@ -137,8 +138,10 @@ class OutgoingEncoder:
         if destination is None:
             return _NO_ADDRESS
         cacheable = type(destination) in _IMMUTABLE
-        if cacheable and destination in self._addresses:
-            return self._addresses[destination]
+        if cacheable:
+            cached = self._addresses.get(destination)
+            if cached is not None:
+                return cached
         prefixes = self._prefixes
         assert prefixes is not None
         address = (
@@ -187,7 +190,10 @@ def _content_type(content_type: str) -> bytes:
 def _id(value: str | bytes | None) -> bytes:
     if value is None:
         return NULL_BYTES
-    return encode_id(id_to_amqp(value))
+    amqp_id = id_to_amqp(value)
+    if type(amqp_id) is str:  # the ids producers assign: no type dispatch
+        return encode_string(amqp_id)
+    return encode_id(amqp_id)
 
 
 def _string(value: str | None) -> bytes:
@@ -198,5 +204,10 @@ def _string(value: str | None) -> bytes:
     return encode_string(value)
 
 
+_TEXT_BODY_HEAD: Final = section_head(formats.AMQP_VALUE)
+
+
 def _body(body: Any, kind: BodyKind) -> bytes:
+    if type(body) is str and kind is BodyKind.VALUE:  # a TextMessage: no type dispatch
+        return _TEXT_BODY_HEAD + encode_string(body)
     return body_section(body, data=kind is BodyKind.DATA, sequence=kind is BodyKind.SEQUENCE)

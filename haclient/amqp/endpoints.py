@@ -28,6 +28,7 @@ from haclient.amqp.types import (
     Terminus,
     TerminusKind,
 )
+from haclient.errors import ClosedError
 
 if TYPE_CHECKING:
     from haclient.amqp.engine import Engine
@@ -341,13 +342,15 @@ class Sender(Link):
         ``DeliveryUpdated``. ``state`` (a ``TransactionalState``) enlists the transfer in a
         transaction.
         """
-        pn_link = self._pn
+        impl = self._pn._impl
         delivery_tag = tag if tag is not None else str(next(self._tags)).encode()
-        delivery = Delivery(self, cproton.pn_delivery(pn_link._impl, delivery_tag))
+        delivery = Delivery(self, cproton.pn_delivery(impl, delivery_tag))
         if state is not None:
             delivery.set_state(state)
-        pn_link.stream(payload)
-        pn_link.advance()
+        written = cproton.pn_link_send(impl, payload)
+        if written < 0:
+            raise ClosedError(f"link {self.name!r} cannot send (proton error {written})")
+        cproton.pn_link_advance(impl)
         if settled:
             # A pre-settled delivery is done (and proton 0.40 answers no drain while one is
             # alive): settling forgets it at once.

@@ -177,6 +177,12 @@ def test_M2_defaults() -> None:
     assert back.expiration is None and back.delivery_time is None
 
 
+@pytest.mark.parametrize("cls", [Message, TextMessage, BytesMessage, MapMessage, StreamMessage])
+def test_M2_a_misspelt_header_is_refused_by_name(cls: type[Message]) -> None:
+    with pytest.raises(TypeError, match="priorty"):
+        cls(priorty=9)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("destination", [Queue("q"), Topic("t"), TemporaryTopic("tt")])
 def test_M2_destinations_and_reply_to_of_every_type(destination: Any) -> None:
     back = round_trip(
