@@ -259,8 +259,8 @@ class MessageProducer:
         """The common pipelined send, without a wait: a NON_PERSISTENT message outside a
         transaction, while connected, on an attached link with credit, with room in the
         pipeline. True once it is queued for the socket, as ``_send_until_done`` would have
-        queued it; False (nothing sent) when any of that does not hold, or when the connection
-        turns out to be lost: then ``_send_until_done`` waits for what is missing (F2, F3).
+        queued it; False (nothing sent) when any of that does not hold: then
+        ``_send_until_done`` waits for what is missing (F2, F3).
         """
         if (
             message.delivery_mode is not DeliveryMode.NON_PERSISTENT
@@ -268,20 +268,14 @@ class MessageProducer:
             or len(self._unconfirmed) >= _MAX_PIPELINED
         ):
             return False
-        gate = self._context.gate
-        at = gate.connected_nowait()
-        if at is None:
+        at = self._context.gate.connected_nowait()
+        if at is None or not at.physical.is_open:  # failing over, or its loss not yet reported
             return False
         link = self._attached_link(self._link_key(destination))
         if link is None or link.credit <= 0:
             return False
         payload = self._encoder.encode(message, at.physical.prefixes)
-        try:
-            delivery = at.amqp.send_nowait(link, payload)
-        except HAClientError as exc:
-            if not gate.lost(at, exc):
-                raise
-            return False
+        delivery = at.amqp.send_nowait(link, payload)  # its errors are not the connection's loss
         self._unconfirmed[delivery] = message
         self._context.connection.counters.sent += 1
         return True

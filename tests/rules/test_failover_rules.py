@@ -22,6 +22,7 @@ from failoverkit import (
     on_one_broker,
     port_of,
     send_to,
+    take_all,
 )
 
 import haclient.aio as aio
@@ -33,7 +34,7 @@ from haclient.errors import (
     FailoverTimeoutError,
     ResourceLockedError,
 )
-from haclient.message import TextMessage
+from haclient.message import DeliveryMode, TextMessage
 from haclient.modes import AckMode
 
 pytestmark = pytest.mark.anyio
@@ -109,6 +110,35 @@ async def test_F2_F3_calls_block_while_no_broker_answers_then_go_on(api: Api) ->
             with anyio.fail_after(TIMEOUT):
                 await done.wait(TIMEOUT)
         assert [m.text for m in received] == ["sent during the outage"]  # type: ignore[attr-defined]
+
+
+async def test_F2_F3_pipelined_sends_wait_out_a_failover_and_every_later_one_arrives(
+    api: Api,
+) -> None:
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session()
+        producer = await session.create_producer(Queue("f2p"))
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT  # pipelined: no wait per send
+        for n in range(50):
+            await producer.send(TextMessage(f"before {n}"))
+        await producer.flush()
+        only.kill()  # the broker and what it held are gone (NON_PERSISTENT: at most once)
+        await recorder.wait_for("started")
+        done = Signal()
+
+        async def send_after() -> None:
+            for n in range(200):
+                await producer.send(TextMessage(f"after {n}"))
+            await producer.flush()
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_after)
+            assert not await done.wait(0.5)  # F2: the first send waits, no error
+            only.start()  # F3: on the new connection every send goes, in order
+            with anyio.fail_after(TIMEOUT):
+                await done.wait(TIMEOUT)
+        assert await take_all(only.url, "f2p") == [f"after {n}" for n in range(200)]
 
 
 async def test_F4_exhausted_policy_fails_blocked_and_later_calls(api: Api) -> None:
