@@ -129,7 +129,7 @@ def check_property_value(name: str, value: Any) -> Any:
 
 
 def checked_properties(properties: Mapping[str, Any] | None) -> dict[str, Any]:
-    if properties is None:
+    if properties is None or properties == {}:  # the common case, without the ABC check
         return {}
     if not isinstance(properties, Mapping):
         raise MessageFormatError(f"properties must be a mapping, not {type(properties).__name__}")

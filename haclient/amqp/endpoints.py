@@ -403,7 +403,7 @@ class Delivery:
         self._wrapper: proton.Delivery | None = None
         self.link = link
         self.received = False
-        link.engine.unsettled[cproton.addressof(impl)] = self
+        link.engine.unsettled[impl] = self
 
     def __del__(self, _decref: Callable[[Any], None] = cproton.pn_decref) -> None:
         _decref(self._impl)  # bound at definition: module globals may be gone at exit
@@ -454,6 +454,5 @@ class Delivery:
     def forget(self) -> None:
         """Events for this delivery no longer find this object (it is settled here)."""
         unsettled = self.link.engine.unsettled
-        key = cproton.addressof(self._impl)
-        if unsettled.get(key) is self:
-            del unsettled[key]
+        if unsettled.get(self._impl) is self:
+            del unsettled[self._impl]

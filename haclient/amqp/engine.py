@@ -66,9 +66,9 @@ class Engine:
         self.config = config
         self._events: list[EngineEvent] = []
         self._finished = False
-        self.unsettled: dict[int, Delivery] = {}
-        """Our deliveries not yet settled here, by the address of proton's delivery (how an
-        event finds its ``Delivery``)."""
+        self.unsettled: dict[Any, Delivery] = {}
+        """Our deliveries not yet settled here, by proton's C delivery (how an event finds its
+        ``Delivery``; cffi's pointers hash and compare by the address they hold)."""
         self._backlog = b""  # input proton had no room for yet
         self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
         self._connection = Connection()
@@ -398,7 +398,7 @@ class Engine:
         return link if link is not None else Link._of(self, proton.Link.wrap(raw_link))
 
     def _on_delivery(self, raw_delivery: Any) -> None:
-        delivery = self.unsettled.get(cproton.addressof(raw_delivery))
+        delivery = self.unsettled.get(raw_delivery)
         if delivery is None:  # first sight of an incoming delivery
             link = self._link_of(cproton.pn_delivery_link(raw_delivery))
             delivery = Delivery(link, raw_delivery)
