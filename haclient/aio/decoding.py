@@ -3,19 +3,19 @@
 How this works: an AUTO receive (and a listener's acknowledgement) writes the acknowledgement
 and then waits for the broker to confirm it: client and broker take turns, and the client's
 share of that turn (decoding the message, some 15 us) adds to every message's round trip.
-``Decoder.decode_ahead`` is called just before such a wait: once the calling task waits (the
-loop's next turn, on asyncio), it decodes the next prefetched message, and ``decode`` hands that
-result out when the consumer takes that message. Decoding is a function of the payload alone, so
-nothing else changes: the duplicate window, the selector and the counters are applied when the
-message is taken, as before; a message that does not decode is left for ``decode`` to reject.
-On other event loops (trio) nothing is decoded ahead.
+``Decoder.decode_ahead`` is called just before such a wait. It hands the connection work for
+its next wait (``AmqpConnection.while_waiting``): once the acknowledgement is written, and
+before the task waits, the next prefetched message is decoded, while the broker works on the
+acknowledgement; ``decode`` hands that result out when the consumer takes that message.
+Decoding is a function of the payload alone, so nothing else changes: the duplicate window, the
+selector and the counters are applied when the message is taken, as before; a message that does
+not decode is left for ``decode`` to reject.
 
 Thread-safety: none; everything runs on the connection's event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from haclient.amqp.codec import MessageView
@@ -33,11 +33,12 @@ log = logging.getLogger("haclient.consumer")
 class Decoder:
     """Decodes the messages of one consumer (destination ``destination``), one ahead at most."""
 
-    __slots__ = ("_ahead", "_destination")
+    __slots__ = ("_ahead", "_destination", "_waiting_on")
 
     def __init__(self, destination: Destination) -> None:
         self._destination = destination
         self._ahead: tuple[ReceivedMessage, Message] | None = None
+        self._waiting_on: AmqpConnection | None = None  # has our work for its next wait
 
     def decode(self, raw: ReceivedMessage, prefixes: DestinationPrefixes) -> Message:
         """The JMS message for ``raw`` (decoded ahead, or now).
@@ -53,17 +54,16 @@ class Decoder:
     def decode_ahead(
         self, amqp: AmqpConnection, receiver: Receiver, prefixes: DestinationPrefixes
     ) -> None:
-        """Once the calling task next waits, decode the message that waits first on
-        ``receiver``, for ``decode`` (asyncio only)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (trio): decoded when taken
-            return
-        loop.call_soon(self._decode_next, amqp, receiver, prefixes)
+        """When a call on ``amqp`` next waits for the broker, decode the message that waits
+        first on ``receiver`` then, for ``decode``."""
+        if self._waiting_on is not amqp:  # once per wait (a new connection after failover)
+            self._waiting_on = amqp
+            amqp.while_waiting(lambda: self._decode_next(amqp, receiver, prefixes))
 
     def _decode_next(
         self, amqp: AmqpConnection, receiver: Receiver, prefixes: DestinationPrefixes
     ) -> None:
+        self._waiting_on = None
         raw = amqp.peek(receiver)
         if raw is None or (self._ahead is not None and self._ahead[0] is raw):
             return
