@@ -56,6 +56,31 @@ async def test_ten_thousand_pipelined_messages_all_settled_none_lost(
 
 
 @pytest.mark.rabbitmq
+async def test_work_queued_for_a_wait_runs_once_after_the_request_is_written(
+    rabbitmq: RabbitMQNode,
+) -> None:
+    address = f"/queue/driver-{uuid.uuid4().hex[:8]}"
+    async with open_connection("127.0.0.1", rabbitmq.port, rabbit_config()) as conn:
+        session = await conn.open_session()
+        sender = await conn.open_sender(address, session=session)
+        await conn.wait_for_credit(sender)
+        ran: list[bool] = []  # per run: was the transfer written before the work ran?
+
+        def work() -> None:
+            assert conn.driver is not None
+            ran.append(not conn.driver.engine.wants_write)
+
+        conn.while_waiting(work)
+        delivery = conn.send_nowait(sender, encode_message(AmqpMessage(body="x")))
+        assert ran == []  # queueing a transfer is no wait
+        assert await conn.wait_settled(delivery) == Accepted()
+        assert ran == [True]  # during the wait, the transfer already on the socket
+        second = conn.send_nowait(sender, encode_message(AmqpMessage(body="y")))
+        assert await conn.wait_settled(second) == Accepted()
+        assert ran == [True]  # once
+
+
+@pytest.mark.rabbitmq
 async def test_wrong_password_is_an_authentication_error(rabbitmq: RabbitMQNode) -> None:
     config = EngineConfig(
         container_id="bad-login", auth=ClientAuth("guest", "not-the-password", allow_insecure=True)
