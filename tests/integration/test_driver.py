@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -11,7 +13,8 @@ from anyio.abc import SocketStream
 from chaos.rabbitmq import RabbitMQNode
 from haclient.amqp import Accepted, ClientAuth, EngineConfig
 from haclient.amqp.codec import AmqpMessage, decode_message, encode_message
-from haclient.amqp.connection import open_connection
+from haclient.amqp.connection import AmqpConnection, open_connection
+from haclient.amqp.endpoints import Sender, Session
 from haclient.errors import AuthenticationError, ConnectionLostError, ProtocolError
 
 pytestmark = pytest.mark.anyio
@@ -24,14 +27,22 @@ def rabbit_config(**overrides: object) -> EngineConfig:
     return EngineConfig(container_id=f"test-{uuid.uuid4()}", auth=auth, **overrides)  # type: ignore[arg-type]
 
 
+@asynccontextmanager
+async def sender_to_a_new_queue(
+    rabbitmq: RabbitMQNode,
+) -> AsyncIterator[tuple[AmqpConnection, Session, Sender, str]]:
+    """A connection to ``rabbitmq``, its session, a sender to a new queue, and its address."""
+    address = f"/queue/driver-{uuid.uuid4().hex[:8]}"
+    async with open_connection("127.0.0.1", rabbitmq.port, rabbit_config()) as conn:
+        session = await conn.open_session()
+        yield conn, session, await conn.open_sender(address, session=session), address
+
+
 @pytest.mark.rabbitmq
 async def test_ten_thousand_pipelined_messages_all_settled_none_lost(
     rabbitmq: RabbitMQNode,
 ) -> None:
-    address = f"/queue/driver-{uuid.uuid4().hex[:8]}"
-    async with open_connection("127.0.0.1", rabbitmq.port, rabbit_config()) as conn:
-        session = await conn.open_session()
-        sender = await conn.open_sender(address, session=session)
+    async with sender_to_a_new_queue(rabbitmq) as (conn, session, sender, address):
         deliveries = []
         for n in range(MESSAGES):
             await conn.wait_for_credit(sender)
@@ -59,10 +70,7 @@ async def test_ten_thousand_pipelined_messages_all_settled_none_lost(
 async def test_work_queued_for_a_wait_runs_once_after_the_request_is_written(
     rabbitmq: RabbitMQNode,
 ) -> None:
-    address = f"/queue/driver-{uuid.uuid4().hex[:8]}"
-    async with open_connection("127.0.0.1", rabbitmq.port, rabbit_config()) as conn:
-        session = await conn.open_session()
-        sender = await conn.open_sender(address, session=session)
+    async with sender_to_a_new_queue(rabbitmq) as (conn, _, sender, _):
         await conn.wait_for_credit(sender)
         ran: list[bool] = []  # per run: was the transfer written before the work ran?
 
