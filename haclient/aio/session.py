@@ -35,6 +35,7 @@ from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import Terminus
 from haclient.destination import (
     Destination,
+    DestinationPrefixes,
     Queue,
     TemporaryQueue,
     TemporaryTopic,
@@ -234,7 +235,7 @@ class Session:
     async def _consumer(
         self,
         destination: Destination,
-        source: Terminus,
+        source_on: Callable[[DestinationPrefixes], Terminus],
         *,
         link_name: str,
         selector: str | None,
@@ -247,7 +248,7 @@ class Session:
             consumer = MessageConsumer(
                 self._context,
                 destination,
-                source,
+                source_on(at.physical.prefixes),  # per attempt: after failover, the new address
                 link_name=link_name,
                 selector=selector,
                 no_local=no_local,
@@ -282,13 +283,12 @@ class Session:
         self._check_open()
         destination = _require_destination(destination)
         selector = self._check_selector(selector)
-        prefixes = self._context.physical().prefixes
-        source = consumer_source(
-            destination, prefixes, selector=self._broker_selector(selector), no_local=no_local
-        )
+        link_selector = self._broker_selector(selector)
         return await self._consumer(
             destination,
-            source,
+            lambda prefixes: consumer_source(
+                destination, prefixes, selector=link_selector, no_local=no_local
+            ),
             link_name=self._context.connection.link_name("consumer"),
             selector=selector,
             no_local=no_local,
@@ -333,17 +333,17 @@ class Session:
         is_global = self._context.connection.client_id is None
         no_local = no_local and not is_global
         selector = self._check_selector(selector)
-        source = subscription_source(
-            topic,
-            self._context.physical().prefixes,
-            kind=SubscriptionKind.DURABLE,
-            is_global=is_global,
-            selector=self._broker_selector(selector),
-            no_local=no_local,
-        )
+        link_selector = self._broker_selector(selector)
         return await self._consumer(
             topic,
-            source,
+            lambda prefixes: subscription_source(
+                topic,
+                prefixes,
+                kind=SubscriptionKind.DURABLE,
+                is_global=is_global,
+                selector=link_selector,
+                no_local=no_local,
+            ),
             link_name=name,
             selector=selector,
             no_local=no_local,
@@ -359,13 +359,9 @@ class Session:
         self._check_name(name)
         selector = self._check_selector(selector)
         names = self._connection._subscription_names
-        source = subscription_source(
-            topic,
-            self._context.physical().prefixes,
-            kind=SubscriptionKind.SHARED_DURABLE if durable else SubscriptionKind.SHARED,
-            is_global=self._context.connection.client_id is None,
-            selector=self._broker_selector(selector),
-        )
+        kind = SubscriptionKind.SHARED_DURABLE if durable else SubscriptionKind.SHARED
+        is_global = self._context.connection.client_id is None
+        link_selector = self._broker_selector(selector)
         link_name = names.acquire(name, durable=durable)
 
         def on_close(consumer: MessageConsumer) -> None:
@@ -374,7 +370,9 @@ class Session:
         try:
             return await self._consumer(
                 topic,
-                source,
+                lambda prefixes: subscription_source(
+                    topic, prefixes, kind=kind, is_global=is_global, selector=link_selector
+                ),
                 link_name=link_name,
                 selector=selector,
                 no_local=False,
@@ -448,13 +446,12 @@ class Session:
         if not isinstance(queue, Queue | TemporaryQueue):
             raise InvalidDestinationError(f"a browser needs a queue, not {queue!r}")
         selector = self._check_selector(selector)
-        source = browser_source(queue, self._context.physical().prefixes, selector=selector)
 
         async def create(at: Connected) -> QueueBrowser:
             browser = QueueBrowser(
                 self._context,
                 queue,
-                source,
+                browser_source(queue, at.physical.prefixes, selector=selector),  # per attempt
                 selector=selector,
                 link_name=self._context.connection.link_name("browser"),
             )

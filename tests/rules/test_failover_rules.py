@@ -8,6 +8,7 @@ the brokers' admin API and through fresh connections, never from the client's ow
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import anyio
 import pytest
@@ -23,6 +24,7 @@ from failoverkit import (
     port_of,
     send_to,
     take_all,
+    text_of,
 )
 
 import haclient.aio as aio
@@ -265,6 +267,31 @@ async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) 
             assert isinstance(received.reply_to, TemporaryQueue)
             assert received.reply_to.address == inbox.address
             assert inbox.address != old_address  # a new node on the second broker
+
+
+async def test_F6_a_consumer_asked_for_during_failover_reads_the_temporary_queues_new_node(
+    api: Api,
+) -> None:
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.AUTO)
+        inbox = await session.create_temporary_queue()
+        old_address = inbox.address
+        only.kill()
+        await recorder.wait_for("started")
+        consumers: list[Any] = []
+
+        async def create_consumer() -> None:  # waits at the gate (F2), asked for the old node
+            consumers.append(await session.create_consumer(inbox))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create_consumer)
+            await anyio.sleep(0.2)
+            only.start()  # the restart has no such node: the queue is made again (F6)
+        assert inbox.address != old_address
+        producer = await session.create_producer(inbox)
+        await producer.send(TextMessage("to the new node"))
+        received = await consumers[0].receive(TIMEOUT)
+        assert text_of(received) == "to the new node"
 
 
 async def test_F6_a_temporary_queue_keeps_its_identity_and_its_copies_follow(api: Api) -> None:
