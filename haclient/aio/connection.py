@@ -405,12 +405,21 @@ class Connection:
             self._closing.set()
 
     async def _close(self) -> None:
-        if self._manager.state is ConnectionState.CONNECTED:
-            for session in list(self._sessions):
-                try:
-                    await session.close()
-                except Exception:
-                    log.debug("closing a session failed", exc_info=True)
+        try:
+            if self._manager.state is ConnectionState.CONNECTED:
+                for session in list(self._sessions):
+                    try:
+                        await session.close()
+                    except Exception:
+                        log.debug("closing a session failed", exc_info=True)
+        finally:
+            # Also when the closing task is cancelled (its task group is tearing down): the
+            # sessions' orderly close is skipped then, but a connection left half-closed would
+            # go on failing over by itself. Bounded: the manager's close by close_timeout.
+            with anyio.CancelScope(shield=True):
+                await self._tear_down()
+
+    async def _tear_down(self) -> None:
         self._context.closed = True
         for session in list(self._sessions):
             session._connection_closed()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 from apikit import Api, Bed, Signal
+from failoverkit import Recorder, brokers, failover_url
 from rulekit import TIMEOUT, leftovers, send, started
 
+import haclient.aio as aio
 from haclient.destination import Queue
 from haclient.errors import ClosedError
 from haclient.message import Message
@@ -37,6 +39,25 @@ async def test_C1_close_may_be_called_from_another_task_or_thread(api: Api, bed:
     assert connection.is_closed
     with pytest.raises(ClosedError):
         await connection.create_session()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_C1_a_connection_left_by_a_cancelled_task_is_closed_all_the_same() -> None:
+    """``async with`` left by a cancellation (a sibling task failed): the sessions' orderly
+    close is cut short, but the connection is closed and does not fail over by itself."""
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        url = failover_url(only, method="singlebroker", retries=1000, connectdelay=20)
+        with anyio.fail_after(TIMEOUT), anyio.CancelScope() as scope:
+            async with await aio.connect(url) as connection:
+                connection.add_listener(recorder)
+                await connection.create_session()
+                scope.cancel()
+                await anyio.sleep(TIMEOUT)  # cancelled here: __aexit__ closes, cancelled
+        assert connection.is_closed
+        assert only.drop_connections() == 0  # nothing of it is left on the broker
+        await anyio.sleep(0.3)
+        assert recorder.named("started") == []  # and nothing fails over
 
 
 async def test_C1_concurrent_closes_finish_together(api: Api, bed: Bed) -> None:
