@@ -14,6 +14,7 @@ once over HTTP (``MatrixRun.metrics``), and the report plots failover durations 
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -32,6 +33,8 @@ from chaos.scenarios.workloads import WORKLOADS, WorkloadContext
 from chaos.scrape import Scrape, scrape
 
 __all__ = ["MatrixRun", "run_matrix"]
+
+log = logging.getLogger("chaos.runner")
 
 WARM_UP = 0.5
 GAP = 0.3
@@ -194,12 +197,21 @@ async def _guarded(context: WorkloadContext, stop: threading.Event) -> None:
             try:
                 await workload(context)
             except Exception as exc:  # a workload that died is a promise the audit judges
+                leaves = _leaves(exc)  # a task group's, or the one exception
+                log.error("workload %s died", context.stream, exc_info=exc)
                 context.record(
                     "error",
                     "workload",
                     "",
                     call="run",
-                    error=type(exc).__name__,
-                    message=str(exc)[:200],
+                    error=" + ".join(type(leaf).__name__ for leaf in leaves),
+                    message="; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves)[:200],
                 )
             tg.cancel_scope.cancel()
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside ``error``: its leaves when it is a group (of groups), else itself."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
