@@ -76,6 +76,8 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
             s.rolled_back,
             s.in_doubt,
         )
+        if not s.mode and not any(row):
+            continue  # a stream whose workload died before its first message (see the errors)
         totals[f"{name} {s.mode}"] = [
             a + b for a, b in zip(totals[f"{name} {s.mode}"], row, strict=True)
         ]
