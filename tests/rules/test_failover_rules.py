@@ -294,6 +294,29 @@ async def test_F6_a_consumer_asked_for_during_failover_reads_the_temporary_queue
         assert text_of(received) == "to the new node"
 
 
+async def test_F6_a_browser_asked_for_during_failover_reads_the_temporary_queues_new_node(
+    api: Api,
+) -> None:
+    async with on_one_broker(api) as (only, connection, recorder):
+        session = await connection.create_session(AckMode.AUTO)
+        inbox = await session.create_temporary_queue()
+        only.kill()
+        await recorder.wait_for("started")
+        browsers: list[Any] = []
+
+        async def create_browser() -> None:  # waits at the gate (F2), asked for the old node
+            browsers.append(await session.create_browser(inbox))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create_browser)
+            await anyio.sleep(0.2)
+            only.start()
+        await (await session.create_producer(inbox)).send(TextMessage("seen by the browser"))
+        with anyio.fail_after(TIMEOUT):
+            seen = await browsers[0].__aiter__().__anext__()
+        assert text_of(seen) == "seen by the browser"
+
+
 async def test_F6_a_temporary_queue_keeps_its_identity_and_its_copies_follow(api: Api) -> None:
     """F6: the new broker names the node differently; a dict keyed by the temporary queue
     still finds it, and a copy made before the failover is equal and sends to the new node."""
