@@ -10,7 +10,7 @@ as regression tests now that they are fixed:
 Two more, whose reproductions need only one broker, live with their rules:
 
 - F6: a consumer of a temporary queue, asked for while failover ran, attached to the node the
-  old broker had (``tests/rules/test_failover_rules.py``, ``test_F6_a_consumer_asked_for_...``).
+  old broker had (``tests/rules/test_failover_rules.py``, ``test_F6_a_reader_asked_for_...``).
 - C1: a connection left by a cancelled task went on failing over by itself
   (``tests/rules/test_closing.py``, ``test_C1_a_connection_left_by_a_cancelled_task_...``).
 """

@@ -269,52 +269,42 @@ async def test_F6_temporary_queue_is_recreated_and_its_object_follows(api: Api) 
             assert inbox.address != old_address  # a new node on the second broker
 
 
-async def test_F6_a_consumer_asked_for_during_failover_reads_the_temporary_queues_new_node(
-    api: Api,
+_READERS: dict[str, tuple[Any, Any]] = {  # how to ask for one, how to read a message with it
+    "consumer": (
+        lambda session, queue: session.create_consumer(queue),
+        lambda consumer: consumer.receive(TIMEOUT),
+    ),
+    "browser": (
+        lambda session, queue: session.create_browser(queue),
+        lambda browser: browser.__aiter__().__anext__(),
+    ),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(_READERS))
+async def test_F6_a_reader_asked_for_during_failover_reads_the_temporary_queues_new_node(
+    api: Api, reader: str
 ) -> None:
+    create, read = _READERS[reader]
     async with on_one_broker(api) as (only, connection, recorder):
         session = await connection.create_session(AckMode.AUTO)
         inbox = await session.create_temporary_queue()
         old_address = inbox.address
         only.kill()
         await recorder.wait_for("started")
-        consumers: list[Any] = []
+        made: list[Any] = []
 
-        async def create_consumer() -> None:  # waits at the gate (F2), asked for the old node
-            consumers.append(await session.create_consumer(inbox))
+        async def ask_for_it() -> None:  # waits at the gate (F2), asked for the old node
+            made.append(await create(session, inbox))
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(create_consumer)
+            tg.start_soon(ask_for_it)
             await anyio.sleep(0.2)
             only.start()  # the restart has no such node: the queue is made again (F6)
         assert inbox.address != old_address
-        producer = await session.create_producer(inbox)
-        await producer.send(TextMessage("to the new node"))
-        received = await consumers[0].receive(TIMEOUT)
-        assert text_of(received) == "to the new node"
-
-
-async def test_F6_a_browser_asked_for_during_failover_reads_the_temporary_queues_new_node(
-    api: Api,
-) -> None:
-    async with on_one_broker(api) as (only, connection, recorder):
-        session = await connection.create_session(AckMode.AUTO)
-        inbox = await session.create_temporary_queue()
-        only.kill()
-        await recorder.wait_for("started")
-        browsers: list[Any] = []
-
-        async def create_browser() -> None:  # waits at the gate (F2), asked for the old node
-            browsers.append(await session.create_browser(inbox))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(create_browser)
-            await anyio.sleep(0.2)
-            only.start()
-        await (await session.create_producer(inbox)).send(TextMessage("seen by the browser"))
+        await (await session.create_producer(inbox)).send(TextMessage("to the new node"))
         with anyio.fail_after(TIMEOUT):
-            seen = await browsers[0].__aiter__().__anext__()
-        assert text_of(seen) == "seen by the browser"
+            assert text_of(await read(made[0])) == "to the new node"
 
 
 async def test_F6_a_temporary_queue_keeps_its_identity_and_its_copies_follow(api: Api) -> None:
