@@ -33,7 +33,6 @@ from haclient.amqp.codec.sections import (
     body_section,
     header_section,
     properties_section,
-    section_head,
 )
 from haclient.amqp.types import Byte
 from haclient.destination import (
@@ -190,10 +189,7 @@ def _content_type(content_type: str) -> bytes:
 def _id(value: str | bytes | None) -> bytes:
     if value is None:
         return NULL_BYTES
-    amqp_id = id_to_amqp(value)
-    if type(amqp_id) is str:  # the ids producers assign: no type dispatch
-        return encode_string(amqp_id)
-    return encode_id(amqp_id)
+    return encode_id(id_to_amqp(value))
 
 
 def _string(value: str | None) -> bytes:
@@ -204,10 +200,5 @@ def _string(value: str | None) -> bytes:
     return encode_string(value)
 
 
-_TEXT_BODY_HEAD: Final = section_head(formats.AMQP_VALUE)
-
-
 def _body(body: Any, kind: BodyKind) -> bytes:
-    if type(body) is str and kind is BodyKind.VALUE:  # a TextMessage: no type dispatch
-        return _TEXT_BODY_HEAD + encode_string(body)
     return body_section(body, data=kind is BodyKind.DATA, sequence=kind is BodyKind.SEQUENCE)

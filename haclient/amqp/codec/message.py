@@ -92,6 +92,8 @@ def millis(seconds: float) -> int:
 
 def encode_id(value: Any) -> bytes:
     """A message-id or correlation-id field (an ``int`` goes as a ulong, as proton sends it)."""
+    if type(value) is str:  # the ids producers assign: no type dispatch
+        return encode_string(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return encode_ulong(value)
     return encode_value(value)

@@ -23,6 +23,7 @@ from haclient.amqp.codec.encode import (
     encode_binary,
     encode_list_of_encoded,
     encode_map,
+    encode_string,
     encode_symbol_keyed_map,
     encode_uint,
     encode_value,
@@ -115,6 +116,8 @@ def body_section(body: Any, *, data: bool = False, sequence: bool = False) -> by
         return _DATA_HEAD + encode_binary(body)
     if sequence:
         return _SEQUENCE_HEAD + encode_list_of_encoded([encode_value(v) for v in body])
+    if type(body) is str:  # a text message: no type dispatch
+        return _VALUE_HEAD + encode_string(body)
     return _VALUE_HEAD + encode_value(body)
 
 
