@@ -275,7 +275,8 @@ class MessageProducer:
         if link is None or link.credit <= 0:
             return False
         payload = self._encoder.encode(message, at.physical.prefixes)
-        self._queue(at, link, payload, message)  # its errors are not the connection's loss
+        delivery = at.amqp.send_nowait(link, payload)  # its errors are not the connection's loss
+        self._booked(delivery, message)
         return True
 
     def _committed_send(
@@ -408,20 +409,11 @@ class MessageProducer:
             state = await self._context.transaction.enlist_send()
         await at.amqp.wait_for_credit(link)
         self._check_open()
-        return self._queue(at, link, payload, message, state=state, wake_writer=wake_writer)
-
-    def _queue(
-        self,
-        at: Connected,
-        link: Sender,
-        payload: bytes,
-        message: Message,
-        *,
-        state: TransactionalState | None = None,
-        wake_writer: bool = True,
-    ) -> Delivery:
-        """Hand ``payload`` to ``link`` (which has credit) and count it as sent, unconfirmed."""
         delivery = at.amqp.send_nowait(link, payload, state=state, wake_writer=wake_writer)
+        return self._booked(delivery, message)
+
+    def _booked(self, delivery: Delivery, message: Message) -> Delivery:
+        """``delivery`` (of ``message``, just handed to proton) counted as sent, unconfirmed."""
         self._unconfirmed[delivery] = message
         self._context.connection.counters.sent += 1
         return delivery
