@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from haclient.aio.browser import QueueBrowser as AsyncQueueBrowser
 from haclient.destination import Queue, TemporaryQueue
 from haclient.message import Message
+from haclient.sync._forward import Forwarded
 from haclient.sync._loop import EventLoop
 
 __all__ = ["QueueBrowser"]
@@ -29,15 +30,8 @@ class QueueBrowser:
         self._browser = browser
         self._loop = loop
 
-    @property
-    def queue(self) -> Queue | TemporaryQueue:
-        """The queue browsed."""
-        return self._browser.queue
-
-    @property
-    def message_selector(self) -> str | None:
-        """The JMS selector, if any."""
-        return self._browser.message_selector
+    queue = Forwarded[Queue | TemporaryQueue]("_browser", "The queue browsed.")
+    message_selector = Forwarded[str | None]("_browser", "The JMS selector, if any.")
 
     def __iter__(self) -> Iterator[Message]:
         return self

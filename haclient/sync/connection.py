@@ -21,6 +21,7 @@ from haclient.aio.connection import ConnectionStatistics
 from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.modes import AckMode
+from haclient.sync._forward import Forwarded
 from haclient.sync._loop import Dispatcher, EventLoop
 from haclient.sync.session import Session
 
@@ -79,41 +80,25 @@ class Connection:
 
     # Properties --------------------------------------------------------------------------------
 
-    @property
-    def client_id(self) -> str | None:
-        """The client id (the AMQP container id), or None when the application set none."""
-        return self._connection.client_id
-
-    @property
-    def url(self) -> FailoverURL:
-        """The parsed URL (passwords masked when printed)."""
-        return self._connection.url
-
-    @property
-    def brokers(self) -> tuple[BrokerURL, ...]:
-        """The brokers the next failover walks: the URL's list, or for ``exchange`` the newest
-        list the brokers gave, followed by the URL's (F12)."""
-        return self._connection.brokers
-
-    @property
-    def broker(self) -> BrokerURL | None:
-        """The broker in use, None when not connected."""
-        return self._connection.broker
-
-    @property
-    def state(self) -> ConnectionState:
-        """The connection's state (CONNECTED, FAILING_OVER, RESTORING, FAILED, CLOSED ...)."""
-        return self._connection.state
-
-    @property
-    def is_closed(self) -> bool:
-        """True once ``close()`` was called."""
-        return self._connection.is_closed
-
-    @property
-    def is_started(self) -> bool:
-        """True between ``start()`` and ``stop()``."""
-        return self._connection.is_started
+    client_id = Forwarded[str | None](
+        "_connection",
+        "The client id (the AMQP container id), or None when the application set none.",
+    )
+    url = Forwarded[FailoverURL]("_connection", "The parsed URL (passwords masked when printed).")
+    brokers = Forwarded[tuple[BrokerURL, ...]](
+        "_connection",
+        "The brokers the next failover walks: the URL's list, or for ``exchange`` the newest"
+        " list the brokers gave, followed by the URL's (F12).",
+    )
+    broker = Forwarded[BrokerURL | None](
+        "_connection", "The broker in use, None when not connected."
+    )
+    state = Forwarded[ConnectionState](
+        "_connection",
+        "The connection's state (CONNECTED, FAILING_OVER, RESTORING, FAILED, CLOSED ...).",
+    )
+    is_closed = Forwarded[bool]("_connection", "True once ``close()`` was called.")
+    is_started = Forwarded[bool]("_connection", "True between ``start()`` and ``stop()``.")
 
     # Methods -----------------------------------------------------------------------------------
 
@@ -239,10 +224,7 @@ class ConnectionFactory:
     def __init__(self, url: str, **options: Any) -> None:
         self._factory = AsyncConnectionFactory(url, **options)
 
-    @property
-    def url(self) -> FailoverURL:
-        """The parsed URL."""
-        return self._factory.url
+    url = Forwarded[FailoverURL]("_factory", "The parsed URL.")
 
     def create_connection(
         self,

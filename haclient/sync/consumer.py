@@ -20,6 +20,7 @@ from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.destination import Destination
 from haclient.message import Message
 from haclient.modes import AckMode
+from haclient.sync._forward import Forwarded
 from haclient.sync._loop import EventLoop, partial_run, run_listener_job, wait_for_job
 
 if TYPE_CHECKING:
@@ -67,40 +68,25 @@ class MessageConsumer:
 
     # Properties --------------------------------------------------------------------------------
 
-    @property
-    def destination(self) -> Destination:
-        """The destination messages come from."""
-        return self._consumer.destination
-
-    @property
-    def message_selector(self) -> str | None:
-        """The JMS selector, if any."""
-        return self._consumer.message_selector
-
-    @property
-    def no_local_emulated(self) -> bool:
-        """Whether this client withholds its own messages because the broker does not (E2)."""
-        return self._consumer.no_local_emulated
-
-    @property
-    def selector_emulated(self) -> bool:
-        """Whether this client evaluates the selector because the broker does not (E1, E5)."""
-        return self._consumer.selector_emulated
-
-    @property
-    def no_local(self) -> bool:
-        """Whether messages published by this connection's client id are withheld."""
-        return self._consumer.no_local
-
-    @property
-    def subscription_name(self) -> str | None:
-        """The durable or shared subscription's name, if this consumes one."""
-        return self._consumer.subscription_name
-
-    @property
-    def is_closed(self) -> bool:
-        """True once ``close()`` was called (or the session or connection closed)."""
-        return self._consumer.is_closed
+    destination = Forwarded[Destination]("_consumer", "The destination messages come from.")
+    message_selector = Forwarded[str | None]("_consumer", "The JMS selector, if any.")
+    no_local_emulated = Forwarded[bool](
+        "_consumer",
+        "Whether this client withholds its own messages because the broker does not (E2).",
+    )
+    selector_emulated = Forwarded[bool](
+        "_consumer",
+        "Whether this client evaluates the selector because the broker does not (E1, E5).",
+    )
+    no_local = Forwarded[bool](
+        "_consumer", "Whether messages published by this connection's client id are withheld."
+    )
+    subscription_name = Forwarded[str | None](
+        "_consumer", "The durable or shared subscription's name, if this consumes one."
+    )
+    is_closed = Forwarded[bool](
+        "_consumer", "True once ``close()`` was called (or the session or connection closed)."
+    )
 
     @property
     def message_listener(self) -> MessageListener | None:

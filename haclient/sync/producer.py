@@ -12,6 +12,7 @@ from haclient.aio.producer import CompletionListener
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.destination import Destination
 from haclient.message import DeliveryMode, Message
+from haclient.sync._forward import Forwarded
 
 if TYPE_CHECKING:
     from haclient.sync.session import Session
@@ -32,78 +33,37 @@ class MessageProducer:
 
     # Properties --------------------------------------------------------------------------------
 
-    @property
-    def destination(self) -> Destination | None:
-        """The destination, or None for an anonymous producer."""
-        return self._producer.destination
-
-    @property
-    def is_closed(self) -> bool:
-        """True once closed (or its session or connection closed)."""
-        return self._producer.is_closed
-
-    @property
-    def delivery_mode(self) -> DeliveryMode:
-        """Default delivery mode of ``send`` (PERSISTENT)."""
-        return self._producer.delivery_mode
-
-    @delivery_mode.setter
-    def delivery_mode(self, value: DeliveryMode) -> None:
-        self._producer.delivery_mode = value
-
-    @property
-    def priority(self) -> int:
-        """Default priority, 0-9 (4)."""
-        return self._producer.priority
-
-    @priority.setter
-    def priority(self, value: int) -> None:
-        self._producer.priority = value
-
-    @property
-    def time_to_live(self) -> float:
-        """Default time to live in seconds (0: never expires)."""
-        return self._producer.time_to_live
-
-    @time_to_live.setter
-    def time_to_live(self, value: float) -> None:
-        self._producer.time_to_live = value
-
-    @property
-    def delivery_delay(self) -> float:
-        """Default delay in seconds before the broker delivers a message (0)."""
-        return self._producer.delivery_delay
-
-    @delivery_delay.setter
-    def delivery_delay(self, value: float) -> None:
-        self._producer.delivery_delay = value
-
-    @property
-    def disable_message_id(self) -> bool:
-        """A JMS hint; ids are always set (a re-sent message is recognised by its id, F11)."""
-        return self._producer.disable_message_id
-
-    @disable_message_id.setter
-    def disable_message_id(self, value: bool) -> None:
-        self._producer.disable_message_id = value
-
-    @property
-    def preserve_message_id(self) -> bool:
-        """Keep the id a message already carries (see ``haclient.aio.MessageProducer``)."""
-        return self._producer.preserve_message_id
-
-    @preserve_message_id.setter
-    def preserve_message_id(self, value: bool) -> None:
-        self._producer.preserve_message_id = value
-
-    @property
-    def disable_message_timestamp(self) -> bool:
-        """A JMS hint; timestamps are always set."""
-        return self._producer.disable_message_timestamp
-
-    @disable_message_timestamp.setter
-    def disable_message_timestamp(self, value: bool) -> None:
-        self._producer.disable_message_timestamp = value
+    destination = Forwarded[Destination | None](
+        "_producer", "The destination, or None for an anonymous producer."
+    )
+    is_closed = Forwarded[bool](
+        "_producer", "True once closed (or its session or connection closed)."
+    )
+    delivery_mode = Forwarded[DeliveryMode](
+        "_producer", "Default delivery mode of ``send`` (PERSISTENT).", settable=True
+    )
+    priority = Forwarded[int]("_producer", "Default priority, 0-9 (4).", settable=True)
+    time_to_live = Forwarded[float](
+        "_producer", "Default time to live in seconds (0: never expires).", settable=True
+    )
+    delivery_delay = Forwarded[float](
+        "_producer",
+        "Default delay in seconds before the broker delivers a message (0).",
+        settable=True,
+    )
+    disable_message_id = Forwarded[bool](
+        "_producer",
+        "A JMS hint; ids are always set (a re-sent message is recognised by its id, F11).",
+        settable=True,
+    )
+    preserve_message_id = Forwarded[bool](
+        "_producer",
+        "Keep the id a message already carries (see ``haclient.aio.MessageProducer``).",
+        settable=True,
+    )
+    disable_message_timestamp = Forwarded[bool](
+        "_producer", "A JMS hint; timestamps are always set.", settable=True
+    )
 
     # Sending -----------------------------------------------------------------------------------
 

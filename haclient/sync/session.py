@@ -11,6 +11,7 @@ from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.aio.session import Session as AsyncSession
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from haclient.modes import AckConfirmation, AckMode
+from haclient.sync._forward import Forwarded
 from haclient.sync._loop import Dispatcher
 from haclient.sync.browser import QueueBrowser
 from haclient.sync.consumer import MessageConsumer
@@ -48,20 +49,11 @@ class Session:
 
     # Properties --------------------------------------------------------------------------------
 
-    @property
-    def ack_mode(self) -> AckMode:
-        """The acknowledge mode."""
-        return self._session.ack_mode
-
-    @property
-    def transacted(self) -> bool:
-        """True for a TRANSACTED session."""
-        return self._session.transacted
-
-    @property
-    def transactions_emulated(self) -> bool:
-        """True when the client emulates this session's transactions (E3): not atomic."""
-        return self._session.transactions_emulated
+    ack_mode = Forwarded[AckMode]("_session", "The acknowledge mode.")
+    transacted = Forwarded[bool]("_session", "True for a TRANSACTED session.")
+    transactions_emulated = Forwarded[bool](
+        "_session", "True when the client emulates this session's transactions (E3): not atomic."
+    )
 
     @property
     def ack_confirmation(self) -> AckConfirmation:
@@ -69,10 +61,7 @@ class Session:
         ``haclient.aio.Session.ack_confirmation``."""
         return self._loop.call_or_direct(lambda: self._session.ack_confirmation)
 
-    @property
-    def is_closed(self) -> bool:
-        """True once closed (or the connection closed)."""
-        return self._session.is_closed
+    is_closed = Forwarded[bool]("_session", "True once closed (or the connection closed).")
 
     # Factories ---------------------------------------------------------------------------------
     # Every call that needs the network takes ``timeout``: seconds to wait at most while the

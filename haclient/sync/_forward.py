@@ -1,0 +1,55 @@
+"""Properties of a blocking object that are the same attribute of the async object it wraps.
+
+A blocking ``MessageProducer`` keeps its async producer in ``_producer``; its ``priority`` is
+that producer's ``priority``. ``Forwarded`` says so in one line instead of a getter (and a
+setter) per attribute::
+
+    priority = Forwarded[int]("_producer", "Default priority, 0-9 (4).", settable=True)
+
+It is a ``property`` (so ``help()``, ``inspect`` and the API parity test see one), typed for a
+type checker by the attribute's type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+__all__ = ["Forwarded"]
+
+T = TypeVar("T")
+
+
+class Forwarded(property, Generic[T]):
+    """A property that reads (and, when ``settable``, writes) the attribute of the same name
+    on the object kept in the owner's attribute ``wrapped``. Reading it is reading that
+    attribute: what it promises during failover is what the async attribute promises."""
+
+    def __init__(self, wrapped: str, doc: str, *, settable: bool = False) -> None:
+        self._wrapped = wrapped
+        self._name = ""
+        super().__init__(self._read, self._write if settable else None, None, doc)
+        self.__doc__ = doc  # a subclass's own docstring would hide property's doc slot
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        # property's own __set_name__ (typeshed lacks it) makes its errors name the attribute
+        super().__set_name__(owner, name)  # type: ignore[misc]
+        self._name = name
+
+    def _read(self, facade: object) -> T:
+        value: T = getattr(getattr(facade, self._wrapped), self._name)
+        return value
+
+    def _write(self, facade: object, value: T) -> None:
+        setattr(getattr(facade, self._wrapped), self._name, value)
+
+    if TYPE_CHECKING:  # what a type checker sees; at run time property's own descriptor works
+
+        @overload
+        def __get__(self, instance: None, owner: type | None = None, /) -> Forwarded[T]: ...
+
+        @overload
+        def __get__(self, instance: object, owner: type | None = None, /) -> T: ...
+
+        def __get__(self, instance: object, owner: type | None = None, /) -> Any: ...
+
+        def __set__(self, instance: object, value: T, /) -> None: ...
