@@ -12,14 +12,16 @@ type checker by the attribute's type.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TypeVar
+
+from haclient.typed_property import TypedProperty
 
 __all__ = ["Forwarded"]
 
 T = TypeVar("T")
 
 
-class Forwarded(property, Generic[T]):
+class Forwarded(TypedProperty[T]):
     """A property that reads (and, when ``settable``, writes) the attribute of the same name
     on the object kept in the owner's attribute ``wrapped``. Reading it is reading that
     attribute: what it promises during failover is what the async attribute promises."""
@@ -27,8 +29,7 @@ class Forwarded(property, Generic[T]):
     def __init__(self, wrapped: str, doc: str, *, settable: bool = False) -> None:
         self._wrapped = wrapped
         self._name = ""
-        super().__init__(self._read, self._write if settable else None, None, doc)
-        self.__doc__ = doc  # a subclass's own docstring would hide property's doc slot
+        super().__init__(self._read, self._write if settable else None, doc=doc)
 
     def __set_name__(self, owner: type, name: str) -> None:
         # property's own __set_name__ (typeshed lacks it) makes its errors name the attribute
@@ -41,15 +42,3 @@ class Forwarded(property, Generic[T]):
 
     def _write(self, facade: object, value: T) -> None:
         setattr(getattr(facade, self._wrapped), self._name, value)
-
-    if TYPE_CHECKING:  # what a type checker sees; at run time property's own descriptor works
-
-        @overload
-        def __get__(self, instance: None, owner: type | None = None, /) -> Forwarded[T]: ...
-
-        @overload
-        def __get__(self, instance: object, owner: type | None = None, /) -> T: ...
-
-        def __get__(self, instance: object, owner: type | None = None, /) -> Any: ...
-
-        def __set__(self, instance: object, value: T, /) -> None: ...

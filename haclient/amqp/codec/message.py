@@ -12,8 +12,9 @@ seconds; on the wire they are milliseconds, rounded to the nearest.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from haclient.amqp.codec import formats as f
 from haclient.amqp.codec.decode import decode_value
@@ -37,8 +38,11 @@ from haclient.amqp.codec.sections import (
     undecodable,
 )
 from haclient.errors import MessageFormatError
+from haclient.typed_property import TypedProperty
 
 __all__ = ["AmqpMessage", "BodyKind", "MessageView", "decode_message", "encode_message"]
+
+T = TypeVar("T")
 
 
 class BodyKind(enum.Enum):
@@ -181,6 +185,40 @@ _HEADER_DEFAULTS: Final = (False, 4, None, False, 0)
 _PROPERTY_COUNT: Final = 13
 
 
+def _field(
+    section: Callable[[MessageView], Sequence[Any]],
+    index: int,
+    convert: Callable[[Any], T],
+    doc: str,
+) -> TypedProperty[T]:
+    """A read-only field of a view: ``convert`` of the value at ``index`` of ``section``."""
+
+    def read(view: MessageView) -> T:
+        return convert(section(view)[index])
+
+    return TypedProperty[T](read, doc=doc)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _bytes_or_none(value: Any) -> bytes | None:
+    return bytes(value) if value else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if value else None
+
+
+def _seconds_or_none(millis: Any) -> float | None:
+    return millis / 1000 if millis else None
+
+
 class MessageView:
     """A received message, decoded section by section on first access.
 
@@ -235,14 +273,6 @@ class MessageView:
             _check_types(self._header, _HEADER_TYPES, "header")
         return self._header
 
-    def _property(self, index: int) -> Any:
-        if self._props is None:
-            values = self._list_section(f.PROPERTIES, "properties section")[:_PROPERTY_COUNT]
-            props = [*values, *[None] * (_PROPERTY_COUNT - len(values))]
-            _check_types(props, _PROPERTY_TYPES, "properties section")
-            self._props = props
-        return self._props[index]
-
     def _map_section(self, code: int) -> dict[str, Any]:
         cached = self._annotations.get(code)
         if cached is None:
@@ -254,100 +284,55 @@ class MessageView:
             cached = self._annotations[code] = {str(k): v for k, v in (value or {}).items()}
         return cached
 
-    @property
-    def durable(self) -> bool:
-        """The header's durable field."""
-        return bool(self._header_fields()[0])
+    def _properties_fields(self) -> list[Any]:
+        if self._props is None:
+            values = self._list_section(f.PROPERTIES, "properties section")[:_PROPERTY_COUNT]
+            props = [*values, *[None] * (_PROPERTY_COUNT - len(values))]
+            _check_types(props, _PROPERTY_TYPES, "properties section")
+            self._props = props
+        return self._props
 
-    @property
-    def priority(self) -> int:
-        """The header's priority (4 when absent)."""
-        return int(self._header_fields()[1])
-
-    @property
-    def ttl(self) -> float | None:
-        """The header's ttl in seconds (None when absent or 0)."""
-        ttl = self._header_fields()[2]
-        return ttl / 1000 if ttl else None
-
-    @property
-    def first_acquirer(self) -> bool:
-        """The header's first-acquirer field."""
-        return bool(self._header_fields()[3])
-
-    @property
-    def delivery_count(self) -> int:
-        """The header's delivery-count (0 when absent)."""
-        return int(self._header_fields()[4])
-
-    @property
-    def message_id(self) -> Any:
-        """The message-id (ulong, uuid, binary or string), or None."""
-        return self._property(0)
-
-    @property
-    def user_id(self) -> bytes | None:
-        """The user-id, or None (also when empty)."""
-        value = self._property(1)
-        return bytes(value) if value else None
-
-    @property
-    def to(self) -> str | None:
-        """The to address, or None."""
-        return _text_or_none(self._property(2))
-
-    @property
-    def subject(self) -> str | None:
-        """The subject, or None."""
-        return _text_or_none(self._property(3))
-
-    @property
-    def reply_to(self) -> str | None:
-        """The reply-to address, or None."""
-        return _text_or_none(self._property(4))
-
-    @property
-    def correlation_id(self) -> Any:
-        """The correlation-id, or None."""
-        return self._property(5)
-
-    @property
-    def content_type(self) -> str | None:
-        """The content-type, or None."""
-        return _text_or_none(self._property(6))
-
-    @property
-    def content_encoding(self) -> str | None:
-        """The content-encoding, or None."""
-        return _text_or_none(self._property(7))
-
-    @property
-    def absolute_expiry_time(self) -> float | None:
-        """The absolute-expiry-time in epoch seconds (None when absent or 0)."""
-        value = self._property(8)
-        return value / 1000 if value else None
-
-    @property
-    def creation_time(self) -> float | None:
-        """The creation-time in epoch seconds (None when absent or 0)."""
-        value = self._property(9)
-        return value / 1000 if value else None
-
-    @property
-    def group_id(self) -> str | None:
-        """The group-id, or None."""
-        return _text_or_none(self._property(10))
-
-    @property
-    def group_sequence(self) -> int | None:
-        """The group-sequence (None when absent or 0)."""
-        value = self._property(11)
-        return int(value) if value else None
-
-    @property
-    def reply_to_group_id(self) -> str | None:
-        """The reply-to-group-id, or None."""
-        return _text_or_none(self._property(12))
+    # The fields of the header and the properties section, in the order AMQP lists them.
+    durable = _field(_header_fields, 0, bool, "The header's durable field.")
+    priority = _field(_header_fields, 1, int, "The header's priority (4 when absent).")
+    ttl = _field(
+        _header_fields, 2, _seconds_or_none, "The header's ttl in seconds (None when absent or 0)."
+    )
+    first_acquirer = _field(_header_fields, 3, bool, "The header's first-acquirer field.")
+    delivery_count = _field(_header_fields, 4, int, "The header's delivery-count (0 when absent).")
+    message_id = _field(
+        _properties_fields, 0, _as_is, "The message-id (ulong, uuid, binary or string), or None."
+    )
+    user_id = _field(
+        _properties_fields, 1, _bytes_or_none, "The user-id, or None (also when empty)."
+    )
+    to = _field(_properties_fields, 2, _text_or_none, "The to address, or None.")
+    subject = _field(_properties_fields, 3, _text_or_none, "The subject, or None.")
+    reply_to = _field(_properties_fields, 4, _text_or_none, "The reply-to address, or None.")
+    correlation_id = _field(_properties_fields, 5, _as_is, "The correlation-id, or None.")
+    content_type = _field(_properties_fields, 6, _text_or_none, "The content-type, or None.")
+    content_encoding = _field(
+        _properties_fields, 7, _text_or_none, "The content-encoding, or None."
+    )
+    absolute_expiry_time = _field(
+        _properties_fields,
+        8,
+        _seconds_or_none,
+        "The absolute-expiry-time in epoch seconds (None when absent or 0).",
+    )
+    creation_time = _field(
+        _properties_fields,
+        9,
+        _seconds_or_none,
+        "The creation-time in epoch seconds (None when absent or 0).",
+    )
+    group_id = _field(_properties_fields, 10, _text_or_none, "The group-id, or None.")
+    group_sequence = _field(
+        _properties_fields, 11, _int_or_none, "The group-sequence (None when absent or 0)."
+    )
+    reply_to_group_id = _field(
+        _properties_fields, 12, _text_or_none, "The reply-to-group-id, or None."
+    )
 
     @property
     def message_annotations(self) -> dict[str, Any]:
@@ -412,10 +397,6 @@ def _check_types(values: Any, types: tuple[type, ...], what: str) -> None:
                 f"undecodable AMQP message: field {index} of the {what} is a "
                 f"{type(value).__name__}, not a {expected.__name__}"
             )
-
-
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _read_body(payload: bytes, spans: Any) -> tuple[Any, BodyKind]:
