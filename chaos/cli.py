@@ -23,7 +23,7 @@ from chaos.audit import audit
 from chaos.bed import Bed, FaultRecord
 from chaos.faults import FAULTS
 from chaos.report import write_report
-from chaos.scenarios.runner import run_matrix
+from chaos.scenarios.runner import Schedule, run_matrix
 from chaos.scenarios.workloads import WORKLOADS
 
 __all__ = ["main"]
@@ -72,8 +72,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; the exit status says whether every promise held."""
-    args = _parser().parse_args(argv)
-    total = args.count if args.count is not None else (None if args.duration else len(args.faults))
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        schedule = Schedule(
+            args.faults,
+            seed=args.seed,
+            count=args.count,
+            duration=args.duration,
+            per_round=args.per_round,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))  # exits with status 2
+    total = None if schedule.duration else schedule.count or len(schedule.faults)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -89,16 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         def advance(record: FaultRecord) -> None:
             progress.update(task, advance=1, description=f"{record.name:<11}")
 
-        run = run_matrix(
-            bed,
-            faults=args.faults,
-            workloads=args.workloads,
-            seed=args.seed,
-            count=args.count,
-            duration=args.duration,
-            per_round=args.per_round,
-            on_fault=advance,
-        )
+        run = run_matrix(bed, schedule, workloads=args.workloads, on_fault=advance)
     result = audit(run.ledger.snapshot())
     page = write_report(run, result, args.out)
     print((args.out / "report.md").read_text())

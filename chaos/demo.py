@@ -32,7 +32,7 @@ import haclient.metrics
 from chaos.audit import AuditResult, Event, audit
 from chaos.bed import Bed, FaultRecord
 from chaos.report import write_report
-from chaos.scenarios.runner import MatrixRun, run_matrix
+from chaos.scenarios.runner import MatrixRun, Schedule, run_matrix
 from chaos.scrape import Scrape
 
 FAULTS = ["kill", "blackhole", "latency"]
@@ -152,16 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             f"master {master.name}, standby waiting on the shared store; "
             f"proxies {', '.join(m.listen for m in bed.members)}",
         )
+        schedule = Schedule(FAULTS, count=count, per_round=count, gap=gap, shuffle=False)
         run = run_matrix(
-            bed,
-            faults=FAULTS,
-            workloads=WORKLOADS,
-            count=count,
-            per_round=count,
-            gap=gap,
-            shuffle=False,
-            on_fault=_on_fault(started),
-            metrics=metrics,
+            bed, schedule, workloads=WORKLOADS, on_fault=_on_fault(started), metrics=metrics
         )
         _tell_metrics(run.metrics)
     result = audit(run.ledger.snapshot())

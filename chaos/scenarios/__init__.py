@@ -2,7 +2,7 @@
 on a ``chaos.bed.Bed`` while injecting faults (``runner``). Each workload's promises are the
 audit's (``chaos.audit``)."""
 
-from chaos.scenarios.runner import MatrixRun, run_matrix
+from chaos.scenarios.runner import MatrixRun, Schedule, run_matrix
 from chaos.scenarios.workloads import WORKLOADS, WorkloadContext
 
-__all__ = ["WORKLOADS", "MatrixRun", "WorkloadContext", "run_matrix"]
+__all__ = ["WORKLOADS", "MatrixRun", "Schedule", "WorkloadContext", "run_matrix"]

@@ -32,7 +32,7 @@ from chaos.faults import FAULTS, IDLE_TIMEOUT
 from chaos.scenarios.workloads import WORKLOADS, WorkloadContext
 from chaos.scrape import Scrape, scrape
 
-__all__ = ["MatrixRun", "run_matrix"]
+__all__ = ["MatrixRun", "Schedule", "run_matrix"]
 
 log = logging.getLogger("chaos.runner")
 
@@ -55,53 +55,75 @@ class MatrixRun:
     metrics: Scrape | None = None
 
 
-def plan(
-    faults: Sequence[str],
-    rng: random.Random,
-    *,
-    count: int | None,
-    per_round: int,
-    shuffle: bool = True,
-) -> list[list[str]]:
-    """The faults of each round: every fault once per pass, in a shuffled order (unless
-    ``shuffle`` is False), until ``count`` faults (default: one pass)."""
-    total = count if count is not None else len(faults)
-    order: list[str] = []
-    while len(order) < total:
-        shuffled = list(faults)
-        if shuffle:
-            rng.shuffle(shuffled)
-        order.extend(shuffled)
-    order = order[:total]
-    return [order[i : i + per_round] for i in range(0, len(order), per_round)]
+@dataclass(frozen=True)
+class Schedule:
+    """Which faults a run injects, how many, and how they are spaced.
+
+    Every fault of ``faults`` once per pass, in an order the seeded ``Random`` shuffles (unless
+    ``shuffle`` is False), until ``count`` faults (default: one pass) or, with ``duration``,
+    until that many seconds have passed. A round injects ``per_round`` of them, ``gap`` seconds
+    apart, while its workloads run on fresh streams; then they get ``drain`` seconds to finish.
+
+    Raises:
+        ValueError: an unknown or no fault, ``count`` together with ``duration``, or a number
+            out of range (the message names it).
+    """
+
+    faults: Sequence[str] = tuple(FAULTS)
+    seed: int = 0
+    count: int | None = None
+    duration: float | None = None
+    per_round: int = 10
+    gap: float = GAP
+    drain: float = 8.0
+    shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.faults if name not in FAULTS]
+        if unknown or not self.faults:
+            raise ValueError(f"unknown faults {unknown} (known: {', '.join(FAULTS)})")
+        if self.count is not None and self.duration is not None:
+            raise ValueError("a schedule has a count or a duration, not both")
+        for name, least in (("count", 1), ("per_round", 1), ("duration", 0), ("gap", 0)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be at least {least}, not {value}")
+        if self.drain < 0:
+            raise ValueError(f"drain must be at least 0, not {self.drain}")
+
+    def rounds(self, rng: random.Random) -> list[list[str]]:
+        """The faults of each round, drawn with ``rng``; with a ``duration``, more than fit."""
+        total = 10**6 if self.duration is not None else self.count or len(self.faults)
+        order: list[str] = []
+        while len(order) < total:
+            shuffled = list(self.faults)
+            if self.shuffle:
+                rng.shuffle(shuffled)
+            order.extend(shuffled)
+        order = order[:total]
+        return [order[i : i + self.per_round] for i in range(0, len(order), self.per_round)]
 
 
 def run_matrix(
     bed: Bed,
+    schedule: Schedule | None = None,
     *,
-    faults: Sequence[str] = tuple(FAULTS),
     workloads: Sequence[str] = tuple(WORKLOADS),
-    seed: int = 0,
-    count: int | None = None,
-    duration: float | None = None,
-    per_round: int = 10,
     on_fault: Callable[[FaultRecord], None] | None = None,
-    drain: float = 8.0,
-    gap: float = GAP,
-    shuffle: bool = True,
     on_connect: Callable[[aio.Connection], None] | None = None,
     metrics: haclient.metrics.MetricsServer | None = None,
 ) -> MatrixRun:
-    """Inject ``count`` faults (or as many as fit in ``duration`` seconds; default one of
-    each), ``gap`` seconds apart, while ``workloads`` run; returns the run with its ledger and
-    the final scrape of ``metrics`` (default: an endpoint served for the run), which exports
-    every connection the workloads opened. ``on_connect`` is told of each of them too."""
-    rng = random.Random(seed)
-    run = MatrixRun(workloads=list(workloads), seed=seed, started=time.time())
-    total = count if duration is None else 10**6
-    rounds = plan(faults, rng, count=total, per_round=per_round, shuffle=shuffle)
-    deadline = None if duration is None else time.monotonic() + duration
-    url = bed.url()
+    """Inject the faults of ``schedule`` (default: one of each) while ``workloads`` run;
+    returns the run with its ledger and the final scrape of ``metrics`` (default: an endpoint
+    served for the run), which exports every connection the workloads opened. ``on_fault``
+    is told of each fault injected, ``on_connect`` of each connection opened."""
+    unknown = [name for name in workloads if name not in WORKLOADS]
+    if unknown or not workloads:
+        raise ValueError(f"unknown workloads {unknown} (known: {', '.join(WORKLOADS)})")
+    schedule = schedule or Schedule()
+    rng = random.Random(schedule.seed)
+    run = MatrixRun(workloads=list(workloads), seed=schedule.seed, started=time.time())
+    deadline = None if schedule.duration is None else time.monotonic() + schedule.duration
     with ExitStack() as stack:
         server = metrics or stack.enter_context(haclient.metrics.serve(0))
 
@@ -110,67 +132,73 @@ def run_matrix(
             if on_connect is not None:
                 on_connect(connection)
 
-        for number, round_faults in enumerate(rounds):
-            if deadline is not None and time.monotonic() > deadline:
+        rounds = _Rounds(bed, run, schedule, rng, deadline, on_fault, connected)
+        for number, faults in enumerate(schedule.rounds(rng)):
+            if rounds.past_deadline():
                 break
-            _round(
-                bed, run, url, number, round_faults, rng, on_fault, deadline, drain, gap, connected
-            )
+            rounds.play(number, faults)
         run.metrics = scrape(server.url)
     run.ended = time.time()
     return run
 
 
-def _round(
-    bed: Bed,
-    run: MatrixRun,
-    url: str,
-    number: int,
-    faults: list[str],
-    rng: random.Random,
-    on_fault: Callable[[FaultRecord], None] | None,
-    deadline: float | None,
-    drain: float,
-    gap: float,
-    on_connect: Callable[[aio.Connection], None] | None = None,
-) -> None:
-    stop = threading.Event()
-    contexts = [
-        WorkloadContext(
-            url,
-            f"{name}-r{number}",
-            run.ledger,
-            stop,
-            idle_timeout=IDLE_TIMEOUT,
-            drain=drain,
-            on_connect=on_connect,
-        )
-        for name in run.workloads
-    ]
-    worker = threading.Thread(
-        target=anyio.run, args=(_run_all, contexts, stop), name=f"chaos-round-{number}"
-    )
-    worker.start()
-    try:
-        time.sleep(WARM_UP)
-        for name in faults:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            record = FAULTS[name](bed, rng)
-            run.faults.append(record)
-            run.ledger.add(
-                "fault",
-                call=record.name,
-                message=record.detail,
-                t=record.end,
-                duration=record.end - record.start,
+@dataclass
+class _Rounds:
+    """What every round of one run shares."""
+
+    bed: Bed
+    run: MatrixRun
+    schedule: Schedule
+    rng: random.Random
+    deadline: float | None
+    on_fault: Callable[[FaultRecord], None] | None
+    on_connect: Callable[[aio.Connection], None]
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def play(self, number: int, faults: list[str]) -> None:
+        """Round ``number``: every workload on a fresh stream, ``faults`` injected meanwhile."""
+        stop = threading.Event()
+        contexts = [
+            WorkloadContext(
+                self.bed.url(),
+                f"{name}-r{number}",
+                self.run.ledger,
+                stop,
+                idle_timeout=IDLE_TIMEOUT,
+                drain=self.schedule.drain,
+                on_connect=self.on_connect,
             )
-            if on_fault is not None:
-                on_fault(record)
-            time.sleep(gap)
-    finally:
-        stop.set()
-        worker.join()
+            for name in self.run.workloads
+        ]
+        worker = threading.Thread(
+            target=anyio.run, args=(_run_all, contexts, stop), name=f"chaos-round-{number}"
+        )
+        worker.start()
+        try:
+            time.sleep(WARM_UP)
+            for name in faults:
+                if self.past_deadline():
+                    break
+                self._inject(name)
+                time.sleep(self.schedule.gap)
+        finally:
+            stop.set()
+            worker.join()
+
+    def _inject(self, name: str) -> None:
+        record = FAULTS[name](self.bed, self.rng)
+        self.run.faults.append(record)
+        self.run.ledger.add(
+            "fault",
+            call=record.name,
+            message=record.detail,
+            t=record.end,
+            duration=record.end - record.start,
+        )
+        if self.on_fault is not None:
+            self.on_fault(record)
 
 
 async def _run_all(contexts: list[WorkloadContext], stop: threading.Event) -> None:

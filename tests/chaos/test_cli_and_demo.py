@@ -68,6 +68,19 @@ def test_unknown_faults_are_refused_with_exit_2(capsys: pytest.CaptureFixture[st
     assert "unknown fault: meteor" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [(["--per-round", "0"], "per_round"), (["--count", "0"], "count")],
+)
+def test_a_schedule_out_of_range_is_refused_with_exit_2_naming_it(
+    arguments: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", *arguments])
+    assert exited.value.code == 2
+    assert f"{named} must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_the_demo_passes_its_audit_and_says_where_the_report_is(tmp_path: Path) -> None:
     done = _python("-m", "chaos.demo", "--quick", "--out", "demo", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -16,7 +16,7 @@ import pytest
 from chaos.audit import AuditResult, audit
 from chaos.bed import Bed
 from chaos.faults import FAULTS
-from chaos.scenarios import WORKLOADS, MatrixRun, run_matrix
+from chaos.scenarios import WORKLOADS, MatrixRun, Schedule, run_matrix
 
 SEED = 14
 PASSES = 2
@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 @pytest.fixture(scope="module")
 def matrix() -> Iterator[tuple[MatrixRun, AuditResult]]:
     with Bed(ha=True) as bed:
-        run = run_matrix(bed, seed=SEED, count=PASSES * len(FAULTS), per_round=len(FAULTS))
+        schedule = Schedule(seed=SEED, count=PASSES * len(FAULTS), per_round=len(FAULTS))
+        run = run_matrix(bed, schedule)
     yield run, audit(run.ledger.snapshot())
 
 
