@@ -219,7 +219,8 @@ def body_of(message: Message) -> tuple[Any, BodyKind, str | None]:
 
 
 class Jmsx(NamedTuple):
-    """The JMSX properties Qpid JMS carries in AMQP message properties (None: not set)."""
+    """The JMSX properties Qpid JMS carries in AMQP message properties (None: not set), by
+    the names of those fields."""
 
     group_id: str | None = None
     group_sequence: int | None = None
@@ -316,7 +317,7 @@ def to_amqp(
     check_sendable(message)
     body, kind, content_type = body_of(message)
     annotations: dict[str, Any] = {MSG_TYPE_ANNOTATION: Byte(message._MSG_TYPE)}
-    jmsx = split_jmsx(properties)
+    jmsx = split_jmsx(properties)  # takes them out of the application properties
     amqp = AmqpMessage(
         body=body,
         body_kind=kind,
@@ -328,10 +329,7 @@ def to_amqp(
         subject=message.type,
         message_annotations=annotations,
         application_properties=properties,
-        group_id=jmsx.group_id,
-        group_sequence=jmsx.group_sequence,
-        user_id=jmsx.user_id,
-        reply_to_group_id=jmsx.reply_to_group_id,
+        **jmsx._asdict(),  # the JMSX properties are AMQP fields of the same names
         creation_time=message.timestamp,
         absolute_expiry_time=message.expiration,
     )
