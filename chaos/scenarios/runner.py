@@ -79,9 +79,12 @@ class Schedule:
     shuffle: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "faults", tuple(self.faults))  # a value, as frozen promises
         unknown = [name for name in self.faults if name not in FAULTS]
-        if unknown or not self.faults:
+        if unknown:
             raise ValueError(f"unknown faults {unknown} (known: {', '.join(FAULTS)})")
+        if not self.faults:
+            raise ValueError("a schedule needs at least one fault")
         if self.count is not None and self.duration is not None:
             raise ValueError("a schedule has a count or a duration, not both")
         for name, least in (("count", 1), ("per_round", 1), ("duration", 0), ("gap", 0)):
@@ -118,8 +121,10 @@ def run_matrix(
     served for the run), which exports every connection the workloads opened. ``on_fault``
     is told of each fault injected, ``on_connect`` of each connection opened."""
     unknown = [name for name in workloads if name not in WORKLOADS]
-    if unknown or not workloads:
+    if unknown:
         raise ValueError(f"unknown workloads {unknown} (known: {', '.join(WORKLOADS)})")
+    if not workloads:
+        raise ValueError("a run needs at least one workload")
     schedule = schedule or Schedule()
     rng = random.Random(schedule.seed)
     run = MatrixRun(workloads=list(workloads), seed=schedule.seed, started=time.time())
@@ -159,10 +164,10 @@ class _Rounds:
 
     def play(self, number: int, faults: list[str]) -> None:
         """Round ``number``: every workload on a fresh stream, ``faults`` injected meanwhile."""
-        stop = threading.Event()
+        stop, url = threading.Event(), self.bed.url()
         contexts = [
             WorkloadContext(
-                self.bed.url(),
+                url,
                 f"{name}-r{number}",
                 self.run.ledger,
                 stop,

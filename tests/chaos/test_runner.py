@@ -59,7 +59,7 @@ def test_a_schedule_counts_faults_over_whole_passes_and_keeps_the_order_when_not
     ("arguments", "message"),
     [
         ({"faults": ["meteor"]}, "unknown faults ['meteor']"),
-        ({"faults": []}, "unknown faults []"),
+        ({"faults": []}, "a schedule needs at least one fault"),
         ({"count": 3, "duration": 10.0}, "a count or a duration, not both"),
         ({"count": 0}, "count must be at least 1, not 0"),
         ({"per_round": 0}, "per_round must be at least 1, not 0"),
@@ -76,6 +76,13 @@ def test_a_schedule_out_of_range_is_refused_by_name(
     assert message in str(refused.value)
 
 
-def test_an_unknown_workload_is_refused_before_the_bed_is_touched() -> None:
-    with pytest.raises(ValueError, match="unknown workloads \\['ghost'\\]"):
-        run_matrix(object(), workloads=["ghost"])  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("workloads", "message"),
+    [(["ghost"], "unknown workloads ['ghost']"), ([], "a run needs at least one workload")],
+)
+def test_a_run_without_known_workloads_is_refused_before_the_bed_is_touched(
+    workloads: list[str], message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        run_matrix(object(), workloads=workloads)  # type: ignore[arg-type]
+    assert message in str(refused.value)
