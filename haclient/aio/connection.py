@@ -627,6 +627,11 @@ class ConnectionFactory:
         """The parsed URL."""
         return self._url
 
+    @property
+    def options(self) -> ConnectionOptions:
+        """The options its connections get (the URL's, overridden by keywords)."""
+        return self._options
+
     def create_connection(
         self,
         *,

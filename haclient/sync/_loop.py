@@ -1,84 +1,207 @@
-"""The threads behind the blocking API: a connection's event loop and a session's dispatcher.
+"""One blocking connection's way into its event loop: calls, the held connection, and stop.
 
-How this works: ``EventLoop`` runs one asyncio event loop in a thread of its own (an anyio
-blocking portal). ``EventLoop.run(fn, ...)`` submits ``fn`` as one task on that loop and blocks
-the calling thread until it finished. While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C)
-cancels the task, waits briefly until the task ended, and is raised again. The main thread waits
-in short slices, because an interrupt (``_thread.interrupt_main``, or a SIGINT delivered to
-another thread) does not wake a thread blocked on a lock; other threads never get
-``KeyboardInterrupt`` and simply block. A call from the loop thread itself raises
-``IllegalStateError`` at once (it would wait for itself forever).
+How this works: ``EventLoop`` is a connection's handle on a ``LoopThread`` (the process's shared
+one, or a private one). ``run(fn, ...)`` hands the coroutine ``fn(...)`` to the loop with one
+``call_soon_threadsafe``; on the loop it becomes one plain asyncio task, which stores its
+outcome and releases a lock the calling thread waits on. No portal task group, cancel scope,
+``concurrent.futures.Future`` or ``Condition`` per call: a blocking call costs one wake-up of
+the loop and one of the caller.
 
-``Dispatcher`` is a plain thread fed by a queue: a session's message listeners and completion
-callbacks run on it, one at a time, never on the loop thread. It remembers which consumer's
-listener it is running, so that a ``close()`` called from inside that listener can tell.
+While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C) cancels the task, waits briefly
+until it ended, and is raised again. The main thread waits in short slices, because an
+interrupt (``_thread.interrupt_main``, or a SIGINT delivered to another thread) does not wake a
+thread blocked on a lock; other threads never get ``KeyboardInterrupt`` and simply block. A
+call from the loop thread itself raises ``IllegalStateError`` at once (it would wait for itself
+forever).
+
+``enter(context)`` keeps an async context manager (the connection's ``async with
+aio.connect(...)``) entered in a task of the loop's host task group until ``stop()``, so what
+it starts is owned by that task. ``stop()`` leaves it, cancels this connection's calls still
+running (they raise ``ClosedError``) and, for a private loop, ends the loop thread.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import functools
-import inspect
-import itertools
-import logging
-import queue
 import threading
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, suppress
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import anyio
-import anyio.to_thread
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from haclient.errors import ClosedError, IllegalStateError
+from haclient.sync._runtime import LoopThread, log, shared_loop
 
-__all__ = ["Dispatcher", "EventLoop"]
-
-log = logging.getLogger("haclient.sync")
+__all__ = ["EventLoop", "partial_run"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 _POLL = 0.05
 """Seconds the main thread waits at a time, so that Ctrl-C is noticed promptly."""
-_ABANDON_CHECK = 0.5
-"""Seconds between a listener-waiting worker thread's checks that someone still waits."""
 _CANCEL_GRACE = 5.0
 """Seconds a Ctrl-C'd call waits for its cancelled task to end before re-raising."""
 
-_loop_numbers = itertools.count(1)
+
+class _Call(Generic[T]):
+    """One blocking call: a coroutine run as a task on the loop, its outcome, and the lock
+    the caller waits on (released once the outcome is stored)."""
+
+    __slots__ = ("_cancelled", "_coro", "_done", "_error", "_owner", "_task", "_value")
+
+    def __init__(self, owner: EventLoop, coro: Coroutine[Any, Any, T]) -> None:
+        self._owner = owner
+        self._coro = coro
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._cancelled = False
+
+    def start(self) -> None:
+        """On the loop: run the coroutine as a task of its own, unless cancelled first."""
+        if self._cancelled or (self._owner._stopped and self._owner._refuse_calls):
+            self._coro.close()
+            self._error = asyncio.CancelledError()
+            self._done.release()
+            return
+        self._task = task = asyncio.get_running_loop().create_task(self._run())
+        self._owner._tasks.add(task)
+
+    async def _run(self) -> None:
+        try:
+            self._value = await self._coro
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            if self._task is not None:
+                self._owner._tasks.discard(self._task)
+            self._done.release()
+
+    def cancel(self) -> None:
+        """On the loop: cancel the task (or, not started yet, never start it)."""
+        self._cancelled = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def wait(self) -> None:
+        """In the caller's thread: block until the outcome is stored."""
+        if threading.current_thread() is threading.main_thread():
+            while not self._done.acquire(timeout=_POLL):
+                pass
+        else:
+            self._done.acquire()
+
+    def wait_briefly(self, seconds: float) -> bool:
+        """Block at most ``seconds`` for the outcome; True when it is stored."""
+        return self._done.acquire(timeout=seconds)
+
+    def outcome(self) -> T:
+        """The coroutine's result, or raise what it raised (``ClosedError`` for a call that
+        the connection's close cancelled)."""
+        error = self._error
+        if error is None:
+            return self._value  # type: ignore[return-value]
+        self._error = None  # no cycle through the traceback
+        if isinstance(error, asyncio.CancelledError):
+            raise ClosedError("the connection was closed while the call was waiting") from None
+        raise error
+
+
+class _Holder:
+    """Keeps an async context manager entered in a host task until released."""
+
+    def __init__(self, context: AbstractAsyncContextManager[Any]) -> None:
+        self.context = context
+        self.entered = threading.Lock()
+        self.entered.acquire()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._cancelled = False
+        self._release: asyncio.Event | None = None
+        self.finished: asyncio.Event | None = None
+
+    async def hold(self) -> None:
+        """The host task: enter, tell the caller, wait for ``release()``, leave. Never raises
+        (an error would cancel the host task group, with every other connection's holder)."""
+        self._release, self.finished = asyncio.Event(), asyncio.Event()
+        try:
+            with anyio.CancelScope() as self._scope:
+                if self._cancelled:
+                    self._scope.cancel()
+                async with self.context as value:
+                    self.value = value
+                    self.entered.release()
+                    await self._release.wait()
+        except BaseException as exc:
+            if self.entered.locked():
+                self.error = exc
+            else:
+                log.debug("leaving a context on the loop failed", exc_info=True)
+        finally:
+            if self.entered.locked():
+                if self.error is None:
+                    self.error = ClosedError("the connection was closed while it opened")
+                self.entered.release()
+            self.finished.set()
+
+    def fail(self, error: BaseException) -> None:
+        """The host task could not be started."""
+        self.error = error
+        self.entered.release()
+
+    def cancel(self) -> None:
+        """On the loop: stop entering (Ctrl-C while entering)."""
+        self._cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def release(self) -> None:
+        """On the loop: leave the context and wait until it is left."""
+        if self._release is None or self.finished is None:  # never started
+            return
+        self._release.set()
+        await self.finished.wait()
 
 
 class EventLoop:
-    """An asyncio event loop in a thread of its own, and the blocking calls into it.
+    """A connection's handle on an event-loop thread, and the blocking calls into it.
 
     Thread-safety: every method may be called from any thread except the loop thread, where
-    ``run``/``call`` raise ``IllegalStateError``.
+    ``run``/``call``/``enter`` raise ``IllegalStateError``.
     """
 
-    def __init__(self) -> None:
-        self._cm: AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
-        self._thread: threading.Thread | None = None
+    def __init__(self, loop_thread: LoopThread, *, private: bool) -> None:
+        self._thread = loop_thread
+        self._private = private
         self._lock = threading.Lock()
         self._stopped = False
-        self._contexts: list[AbstractContextManager[Any]] = []
+        self._refuse_calls = False
+        self._holders: list[_Holder] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        """This connection's call tasks running now; only the loop thread touches it."""
 
     @classmethod
-    def start(cls) -> EventLoop:
-        """Start the loop thread and return once its loop runs."""
-        loop = cls()
-        cm = start_blocking_portal("asyncio", name=f"haclient-loop-{next(_loop_numbers)}")
-        loop._portal = cm.__enter__()
-        loop._cm = cm
-        loop._thread = loop._portal.call(threading.current_thread)
-        return loop
+    def start(cls, *, private: bool = False) -> EventLoop:
+        """A handle on the process's shared loop thread (started on first use), or on a loop
+        thread of its own with ``private=True`` (started now, ended by ``stop()``)."""
+        if private:
+            return cls(LoopThread.start(), private=True)
+        return cls(shared_loop(), private=False)
+
+    @property
+    def private(self) -> bool:
+        """True when this connection has its loop thread to itself."""
+        return self._private
 
     @property
     def thread_id(self) -> int | None:
         """The ident of the loop thread (None once stopped)."""
-        return None if self._stopped or self._thread is None else self._thread.ident
+        return None if self._stopped else self._thread.thread.ident
 
     @property
     def stopped(self) -> bool:
@@ -88,52 +211,54 @@ class EventLoop:
     def in_loop_thread(self) -> bool:
         """True when called from the loop thread (compared by thread object: the OS reuses
         the ident of a thread that ended for a new one)."""
-        return threading.current_thread() is self._thread
+        return self._thread.in_thread()
 
-    def _check_caller(self) -> BlockingPortal:
+    def _check_caller(self) -> None:
         if self._stopped:  # first: a closed connection is closed, whichever thread asks
             raise ClosedError("the connection is closed")
-        if self.in_loop_thread():
+        if self._thread.in_thread():
             raise IllegalStateError(
                 "a blocking haclient call was made from the connection's own event-loop thread, "
                 "where it would wait for itself forever: use haclient.aio on the loop, or make "
                 "the call from another thread"
             )
-        portal = self._portal
-        if self._stopped or portal is None:
-            raise ClosedError("the connection is closed")
-        return portal
 
     def run(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the coroutine function ``fn(*args, **kwargs)`` on the loop; block until it ends.
 
         Raises:
             IllegalStateError: called from the loop thread.
-            ClosedError: the loop was stopped (the connection is closed), before or during
-                the call.
+            ClosedError: the connection is closed, before or during the call.
             KeyboardInterrupt: Ctrl-C while waiting; the task was cancelled first.
             Whatever ``fn`` raised.
         """
-        portal = self._check_caller()
-        finished = threading.Event()
+        self._check_caller()
+        return self._run(_as_coroutine(fn(*args, **kwargs)))
 
-        async def task() -> T:
-            try:
-                return await fn(*args, **kwargs)
-            finally:
-                finished.set()
-
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        call = _Call(self, coro)
         try:
-            future = portal.start_task_soon(task)
-        except RuntimeError:  # the portal stopped meanwhile
+            self._thread.submit(call.start)
+        except RuntimeError:  # the loop stopped meanwhile
+            coro.close()
             raise ClosedError("the connection is closed") from None
-        return self._wait(future, finished)
+        try:
+            call.wait()
+        except KeyboardInterrupt:
+            try:
+                self._thread.submit(call.cancel)
+            except RuntimeError:
+                pass
+            else:
+                call.wait_briefly(_CANCEL_GRACE)
+            raise
+        return call.outcome()
 
     def run_close(
         self, fn: Callable[P, Awaitable[None]], /, *args: P.args, **kwargs: P.kwargs
     ) -> None:
-        """``run`` for a ``close()``: nothing to do (no error) once the loop stopped, before or
-        during the call, because the connection closed everything with it."""
+        """``run`` for a ``close()``: nothing to do (no error) once the connection is closed,
+        before or during the call, because it closed everything with it."""
         if self._stopped:
             return
         try:
@@ -141,26 +266,6 @@ class EventLoop:
         except ClosedError:
             if not self._stopped:
                 raise
-
-    def enter(self, context: AbstractAsyncContextManager[T]) -> T:
-        """Enter the async context manager ``context`` in a task of the loop that keeps it
-        open until ``stop()`` exits it (``BlockingPortal.wrap_async_context_manager``), so
-        that what it starts (a connection's task group) is owned by that task.
-
-        Raises:
-            As ``run``; a Ctrl-C while entering is raised, and ``stop()`` cancels the entry.
-        """
-        portal = self._check_caller()
-        wrapped = portal.wrap_async_context_manager(context)
-        try:
-            value = wrapped.__enter__()
-        except RuntimeError as exc:
-            if self._stopped:  # the portal stopped meanwhile
-                raise ClosedError("the connection is closed") from exc
-            raise
-        with self._lock:
-            self._contexts.append(wrapped)
-        return value
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.
@@ -175,9 +280,9 @@ class EventLoop:
         return self.run(task)
 
     def call_or_direct(self, fn: Callable[[], T]) -> T:
-        """``call(fn)`` while the loop runs; ``fn()`` in this thread once it stopped (nothing
-        runs on the loop any more) or when this is the loop thread."""
-        if self._stopped or self.in_loop_thread():
+        """``call(fn)`` while the connection is open; ``fn()`` in this thread once it is closed
+        (nothing of it runs on the loop any more) or when this is the loop thread."""
+        if self._stopped or self._thread.in_thread():
             return fn()
         try:
             return self.call(fn)
@@ -186,188 +291,110 @@ class EventLoop:
                 return fn()
             raise
 
-    def _wait(self, future: concurrent.futures.Future[T], finished: threading.Event) -> T:
-        try:
-            if threading.current_thread() is threading.main_thread():
-                while not future.done():
-                    concurrent.futures.wait([future], timeout=_POLL)
-            return future.result()
-        except KeyboardInterrupt:
-            if future.cancel():  # cancels the task on the loop (anyio's portal does)
-                finished.wait(_CANCEL_GRACE)
-            raise
-        except concurrent.futures.CancelledError:
-            raise ClosedError("the connection was closed while the call was waiting") from None
+    def enter(self, context: AbstractAsyncContextManager[T]) -> T:
+        """Enter the async context manager ``context`` in a task of the loop's host task group
+        that keeps it open until ``stop()`` leaves it, so that what it starts (a connection's
+        task group) is owned by that task.
 
-    def stop(self) -> None:
-        """Exit the contexts ``enter`` entered (newest first), cancel what still runs on the
-        loop, end the loop and join its thread. Idempotent.
+        Raises:
+            As ``run``; a Ctrl-C while entering cancels the entry and is raised.
+        """
+        self._check_caller()
+        holder = _Holder(context)
+        with self._lock:
+            self._holders.append(holder)
+        try:  # start_soon needs a task to call it from: one call task does it
+            self._thread.submit(_Call(self, self._host(holder)).start)
+        except RuntimeError:
+            raise ClosedError("the connection is closed") from None
+        try:
+            while not holder.entered.acquire(timeout=_POLL):
+                pass
+        except KeyboardInterrupt:
+            try:
+                self._thread.submit(holder.cancel)
+            except RuntimeError:
+                pass
+            else:
+                holder.entered.acquire(timeout=_CANCEL_GRACE)
+            raise
+        if holder.error is not None:
+            error, holder.error = holder.error, None
+            raise error
+        return holder.value  # type: ignore[no-any-return]
+
+    async def _host(self, holder: _Holder) -> None:
+        try:
+            self._thread.host(holder.hold, name="haclient connection holder")
+        except BaseException as exc:
+            holder.fail(ClosedError("the connection is closed") if self._stopped else exc)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Leave the contexts ``enter`` entered (newest first), cancel this connection's calls
+        still running on the loop and, for a private loop, end its thread. Idempotent. With
+        ``timeout``, waits at most that long for the contexts to be left, then drops them.
 
         Raises:
             IllegalStateError: called from the loop thread.
         """
-        self._check_caller_for_stop()
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        with self._lock:
-            contexts, self._contexts = self._contexts, []
-        for context in reversed(contexts):  # their tasks end before the loop does
-            try:
-                context.__exit__(None, None, None)
-            except Exception:
-                log.debug("leaving a context on the loop failed", exc_info=True)
-        cm, portal = self._cm, self._portal
-        self._cm = self._portal = None
-        if portal is not None:
-            with suppress(RuntimeError):  # already stopped
-                portal.call(portal.stop, True)
-        if cm is not None:
-            cm.__exit__(None, None, None)  # joins the thread
-
-    def _check_caller_for_stop(self) -> None:
-        if self.in_loop_thread() and not self._stopped:
+        if self._thread.in_thread() and not self._stopped:
             raise IllegalStateError(
                 "the connection cannot be closed from its own event-loop thread"
             )
-
-
-class Dispatcher:
-    """One thread that runs submitted jobs in order (a session's thread of control).
-
-    Started on the first ``submit``; ``stop()`` ends it after the jobs already queued.
-    Thread-safety: every method may be called from any thread.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stopped = False
-        self.current: object | None = None
-        """The consumer whose listener the dispatcher thread runs now (read it only from
-        that thread: see ``running``)."""
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The dispatcher thread, None until the first job."""
-        return self._thread
-
-    def is_current_thread(self) -> bool:
-        """True when called from the dispatcher thread."""
-        thread = self._thread
-        return thread is not None and thread.ident == threading.get_ident()
-
-    def running(self) -> object | None:
-        """The consumer whose listener runs in the calling thread (None when the caller is
-        not the dispatcher thread, or it runs no listener)."""
-        return self.current if self.is_current_thread() else None
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the dispatcher thread after the jobs queued before it. After ``stop``,
-        the job runs on a thread of its own (a completion callback is still owed)."""
-        with self._lock:
-            if self._stopped:
-                threading.Thread(target=self._guard, args=(job,), daemon=True).start()
-                return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
-                self._thread.start()
-            self._queue.put(job)
-
-    def _serve(self) -> None:
-        while (job := self._queue.get()) is not None:
-            self._guard(job)
-
-    @staticmethod
-    def _guard(job: Callable[[], None]) -> None:
-        try:
-            job()
-        except Exception:
-            log.exception("a callback run by the session's dispatcher thread raised")
-
-    def stop(self) -> None:
-        """Stop after the queued jobs; wait for that unless called from the dispatcher thread
-        itself. Idempotent."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            thread = self._thread
-            if thread is not None:
-                self._queue.put(None)
-        if thread is not None and thread.ident != threading.get_ident():
-            thread.join()
-
-
-def run_listener_job(
-    dispatcher: Dispatcher,
-    owner: object,
-    fn: Callable[..., object],
-    *args: Any,
-) -> concurrent.futures.Future[None]:
-    """Submit ``fn(*args)`` to ``dispatcher`` as the listener of ``owner``; the future completes
-    when it returned (or raised). A job whose future was cancelled before it started is skipped."""
-    future: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-    def job() -> None:
-        if not future.set_running_or_notify_cancel():
+        if not self._begin_stop():
             return
-        dispatcher.current = owner
+        call = _Call(self, self._shut_down())
         try:
-            result = fn(*args)
-            if inspect.isawaitable(result):
-                if inspect.iscoroutine(result):
-                    result.close()
-                raise TypeError(
-                    "a blocking message listener must be a plain function, not a coroutine "
-                    "function (use haclient.aio for async listeners)"
-                )
-        except Exception as exc:
-            future.set_exception(exc)
-        except BaseException as exc:  # SystemExit & co: report, do not kill the dispatcher
-            future.set_exception(RuntimeError(f"the listener raised {exc!r}"))
-        else:
-            future.set_result(None)
-        finally:
-            dispatcher.current = None
+            self._thread.submit(call.start)
+        except RuntimeError:  # the loop thread ended already
+            call._coro.close()
+            return
+        if timeout is None:
+            call.wait()
+        elif not call.wait_briefly(timeout):
+            log.warning("closing the connection took longer than %.1f s: dropped it", timeout)
+        if self._private:
+            self._thread.stop()
 
-    dispatcher.submit(job)
-    return future
+    def stop_soon(self) -> None:
+        """``stop()`` without waiting, from any thread (the garbage collector's ``__del__``)."""
+        if not self._begin_stop():
+            return
+        call = _Call(self, self._shut_down(end_private_loop=True))
+        try:
+            self._thread.submit(call.start)
+        except RuntimeError:
+            call._coro.close()
+
+    def _begin_stop(self) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            self._stopped = True
+            return True
+
+    async def _shut_down(self, *, end_private_loop: bool = False) -> None:
+        with self._lock:
+            holders, self._holders = self._holders, []
+        for holder in reversed(holders):  # their tasks end before the calls are cancelled
+            await holder.release()
+        self._refuse_calls = True
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        if end_private_loop and self._private:
+            self._thread.stop()
 
 
-async def wait_for_job(
-    future: concurrent.futures.Future[T], limiter: anyio.CapacityLimiter | None = None
-) -> T:
-    """On the loop, wait for ``future`` (completed by another thread, e.g. a dispatcher job)
-    without blocking the loop, on any anyio backend: a worker thread of ``limiter`` waits for
-    it. Cancelling the wait cancels the future, so a job that has not started is skipped, and
-    lets the worker go within a second even if the job never ends (worker threads are not
-    daemons: one stuck on a hung listener would keep the process from exiting).
+def _as_coroutine(awaitable: Awaitable[T]) -> Coroutine[Any, Any, T]:
+    if isinstance(awaitable, Coroutine):
+        return awaitable
 
-    Raises:
-        Whatever the job raised.
-    """
-    abandoned = threading.Event()
+    async def wrapper() -> T:
+        return await awaitable
 
-    def wait() -> T:
-        while True:
-            try:
-                return future.result(timeout=_ABANDON_CHECK)
-            except TimeoutError:
-                if future.done():
-                    raise  # the job's own TimeoutError
-                if abandoned.is_set():
-                    raise concurrent.futures.CancelledError from None
-
-    try:
-        return await anyio.to_thread.run_sync(wait, abandon_on_cancel=True, limiter=limiter)
-    except anyio.get_cancelled_exc_class():
-        abandoned.set()
-        future.cancel()
-        raise
+    return wrapper()
 
 
 def partial_run(loop: EventLoop, fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:

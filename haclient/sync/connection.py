@@ -1,16 +1,22 @@
 """The blocking ``Connection``, ``ConnectionFactory`` and ``connect()``.
 
-How this works: each connection owns an event-loop thread (``EventLoop``: an anyio blocking
-portal on asyncio) on which its ``haclient.aio.Connection`` lives, opened as ``async with
-aio.connect(...)`` in a portal task that holds it until the loop stops (so the connection's
-background tasks belong to that task); each blocking method is one call into that loop. The
-loop thread is stopped when the connection closes, also when opening it failed. Failover
-listeners are called on a thread of the connection's (never on the loop).
+How this works: a connection's ``haclient.aio.Connection`` lives on an event-loop thread
+(``EventLoop``): the process's shared one by default, or one of its own with
+``private_loop=True``. It is opened as ``async with aio.connect(...)`` in a task of that loop
+that holds it until the connection closes (so the connection's background tasks belong to
+that task); each blocking method is one call into that loop. Failover listeners are called on
+a thread of the connection's (started with the first event, never the loop's).
+
+A connection the application never closes does not keep the process alive: at interpreter
+exit it is closed within its ``close_timeout`` (``_runtime``'s exit hook), and when the
+garbage collector takes it, it is closed in the background; both warn with a
+``ResourceWarning`` naming it.
 """
 
 from __future__ import annotations
 
 import threading
+from contextlib import suppress
 from typing import Any
 
 from failover.manager import ConnectionState, FailoverListener
@@ -19,10 +25,13 @@ from haclient.aio.connection import Connection as AsyncConnection
 from haclient.aio.connection import ConnectionFactory as AsyncConnectionFactory
 from haclient.aio.connection import ConnectionStatistics
 from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
+from haclient.aio.options import ConnectionOptions
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.modes import AckMode
+from haclient.sync._dispatch import Dispatcher
 from haclient.sync._forward import Forwarded
-from haclient.sync._loop import Dispatcher, EventLoop
+from haclient.sync._loop import EventLoop
+from haclient.sync._runtime import register_for_exit, unregister_for_exit, warn_unclosed
 from haclient.sync.session import Session
 
 __all__ = ["Connection", "ConnectionFactory", "connect"]
@@ -69,14 +78,16 @@ class Connection:
     Every method may be called from any thread, ``close()`` also from inside a listener.
     """
 
-    def __init__(self, connection: AsyncConnection, loop: EventLoop) -> None:
+    def __init__(self, connection: AsyncConnection, loop: EventLoop, close_timeout: float) -> None:
         self._connection = connection
         self._loop = loop
+        self._close_timeout = close_timeout
         self._notifier = Dispatcher("haclient-failover-listeners")
         self._listeners: dict[int, _ThreadedFailoverListener] = {}
         self._sessions: set[Session] = set()
         self._lock = threading.Lock()
         self._closing = threading.Lock()
+        register_for_exit(self)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -201,7 +212,24 @@ class Connection:
                     session._connection_closed()
                 self._notifier.stop()
             finally:
+                unregister_for_exit(self)
                 self._closing.release()
+
+    def _close_at_exit(self) -> None:
+        """At interpreter exit, for a connection still open: warn, then close it within
+        ``close_timeout`` (plus a second), or drop it. Threads are not waited for."""
+        if self._loop.stopped:
+            return
+        warn_unclosed(self)
+        with suppress(Exception):  # the exit goes on whatever happens here
+            self._loop.stop(timeout=self._close_timeout + 1)
+
+    def __del__(self) -> None:
+        loop = getattr(self, "_loop", None)  # absent when __init__ failed
+        if loop is None or loop.stopped:
+            return
+        warn_unclosed(self, source=self)
+        loop.stop_soon()
 
     def __enter__(self) -> Connection:
         return self
@@ -215,16 +243,22 @@ class Connection:
 
 class ConnectionFactory:
     """Makes blocking connections to one URL with one set of options (JMS
-    ``ConnectionFactory``); the options are those of ``haclient.aio.ConnectionFactory``.
+    ``ConnectionFactory``); the options are those of ``haclient.aio.ConnectionFactory``, plus
+    ``private_loop``: True gives each connection an event-loop thread of its own instead of
+    the one the process's blocking connections share (isolation at the price of a thread).
 
     Raises:
         ConfigurationError: from the constructor, for an invalid URL or option.
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, private_loop: bool = False, **options: Any) -> None:
         self._factory = AsyncConnectionFactory(url, **options)
+        self._private_loop = private_loop
 
     url = Forwarded[FailoverURL]("_factory", "The parsed URL.")
+    options = Forwarded[ConnectionOptions](
+        "_factory", "The options its connections get (the URL's, overridden by keywords)."
+    )
 
     def create_connection(
         self,
@@ -233,12 +267,13 @@ class ConnectionFactory:
         username: str | None = None,
         password: str | None = None,
     ) -> Connection:
-        """Open a connection (see ``connect()``), with its own event-loop thread.
+        """Open a connection (see ``connect()``) on the shared event-loop thread, or on one of
+        its own with ``private_loop``.
 
         Raises:
             As ``connect()``.
         """
-        loop = EventLoop.start()
+        loop = EventLoop.start(private=self._private_loop)
         try:
             # Entered (and later left, by loop.stop()) in a task of the loop's own: the
             # connection's background tasks belong to that task, not to a free-standing one.
@@ -250,7 +285,7 @@ class ConnectionFactory:
         except BaseException:
             loop.stop()
             raise
-        return Connection(connection, loop)
+        return Connection(connection, loop, self._factory.options.close_timeout)
 
 
 def connect(
@@ -259,12 +294,16 @@ def connect(
     client_id: str | None = None,
     username: str | None = None,
     password: str | None = None,
+    private_loop: bool = False,
     **options: Any,
 ) -> Connection:
     """Open a blocking connection to the brokers of ``url`` (a failover URL or a plain
     ``amqp://`` URL); keyword options override the URL's (see ``ConnectionOptions``).
 
-    The connection is not started: call ``start()`` before expecting messages.
+    The connection is not started: call ``start()`` before expecting messages. The blocking
+    connections of a process share one event-loop thread; ``private_loop=True`` gives this
+    one a thread of its own. Close it (or use ``with``): one left open is closed at
+    interpreter exit within ``close_timeout``, with a ``ResourceWarning``.
 
     Raises:
         ConfigurationError: the URL or an option is invalid (named in the message).
@@ -273,6 +312,6 @@ def connect(
         ClientIdInUseError: another connection uses ``client_id``.
         KeyboardInterrupt: Ctrl-C while connecting (the attempt is cancelled).
     """
-    return ConnectionFactory(url, **options).create_connection(
+    return ConnectionFactory(url, private_loop=private_loop, **options).create_connection(
         client_id=client_id, username=username, password=password
     )

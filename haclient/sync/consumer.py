@@ -20,8 +20,9 @@ from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.destination import Destination
 from haclient.message import Message
 from haclient.modes import AckMode
+from haclient.sync._dispatch import run_listener_job, wait_for_job
 from haclient.sync._forward import Forwarded
-from haclient.sync._loop import EventLoop, partial_run, run_listener_job, wait_for_job
+from haclient.sync._loop import EventLoop, partial_run
 
 if TYPE_CHECKING:
     from haclient.sync.session import Session

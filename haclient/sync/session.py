@@ -11,8 +11,8 @@ from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.aio.session import Session as AsyncSession
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from haclient.modes import AckConfirmation, AckMode
+from haclient.sync._dispatch import Dispatcher
 from haclient.sync._forward import Forwarded
-from haclient.sync._loop import Dispatcher
 from haclient.sync.browser import QueueBrowser
 from haclient.sync.consumer import MessageConsumer
 from haclient.sync.producer import MessageProducer

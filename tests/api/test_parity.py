@@ -100,15 +100,25 @@ def test_producer_defaults_are_properties_that_forward() -> None:
         assert member.fset is not None, name
 
 
+BLOCKING_ONLY = {"private_loop"}
+"""The blocking API's own keyword: which event-loop thread a connection runs on."""
+
+
+def blocking_parameters(fn: object) -> dict[str, inspect.Parameter]:
+    parameters = dict(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+    for name in BLOCKING_ONLY:
+        assert parameters.pop(name).kind is inspect.Parameter.KEYWORD_ONLY
+    return parameters
+
+
 def test_connect_functions_take_the_same_parameters() -> None:
-    assert inspect.signature(aio.connect).parameters.keys() == (
-        inspect.signature(sync.connect).parameters.keys()
-    )
-    assert [p.kind for p in inspect.signature(aio.connect).parameters.values()] == [
-        p.kind for p in inspect.signature(sync.connect).parameters.values()
-    ]
+    """The same parameters, plus the blocking API's keyword-only ``private_loop``."""
+    async_parameters = inspect.signature(aio.connect).parameters
+    sync_parameters = blocking_parameters(sync.connect)
+    assert async_parameters.keys() == sync_parameters.keys()
+    assert [p.kind for p in async_parameters.values()] == [p.kind for p in sync_parameters.values()]
     assert inspect.signature(aio.ConnectionFactory).parameters.keys() == (
-        inspect.signature(sync.ConnectionFactory).parameters.keys()
+        blocking_parameters(sync.ConnectionFactory).keys()
     )
 
 

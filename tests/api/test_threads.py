@@ -223,8 +223,6 @@ def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(
 ) -> None:
     session = conn.create_session()
     consumer = session.create_consumer(queue)
-    portal = conn._loop._portal
-    assert portal is not None
 
     def on_the_loop() -> BaseException | None:
         try:
@@ -233,7 +231,7 @@ def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(
             return exc
         return None
 
-    error = portal.call(on_the_loop)
+    error = conn._loop.call(on_the_loop)
     assert isinstance(error, IllegalStateError)
     assert "event-loop thread" in str(error)
     assert consumer.receive_nowait() is None  # still usable from a normal thread
@@ -330,14 +328,32 @@ def test_connection_factory_and_producer_defaults(broker: BrokerThread, queue: Q
         conn.create_session()
 
 
-def test_a_failed_connect_stops_its_loop_thread() -> None:
+@pytest.mark.parametrize("private_loop", [False, True], ids=["shared loop", "private loop"])
+def test_a_failed_connect_leaves_no_thread_behind(private_loop: bool) -> None:
+    """A private loop's thread ends with the failed connect; on the shared loop nothing but
+    the process's one loop thread (started on first use) remains."""
+    with pytest.raises(haclient.ConnectionFailedError):  # starts the shared loop if need be
+        haclient.connect("amqp://127.0.0.1:1?failover.method=nofailover")
     before = {t.ident for t in threading.enumerate()}
     with pytest.raises(haclient.ConnectionFailedError):
-        haclient.connect("amqp://127.0.0.1:1?failover.method=nofailover")
+        haclient.connect("amqp://127.0.0.1:1?failover.method=nofailover", private_loop=private_loop)
     deadline = time.monotonic() + HANG
     while {t.ident for t in threading.enumerate()} - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert {t.ident for t in threading.enumerate()} - before == set()
+
+
+def test_blocking_connections_share_one_loop_thread_unless_private(broker: BrokerThread) -> None:
+    with haclient.connect(broker.url) as first, haclient.connect(broker.url) as second:
+        assert loop_thread(first) == loop_thread(second)
+        with haclient.connect(broker.url, private_loop=True) as private:
+            assert loop_thread(private) != loop_thread(first)
+            private_thread = next(
+                t for t in threading.enumerate() if t.ident == loop_thread(private)
+            )
+        private_thread.join(HANG)
+        assert not private_thread.is_alive()
+        assert first.create_session() is not None  # the shared loop is not affected
 
 
 def test_close_is_idempotent_and_callable_from_many_threads_at_once(
@@ -402,18 +418,18 @@ def test_C1_calls_on_a_closed_connection_from_new_threads_raise_closed(
         assert isinstance(error, haclient.ClosedError), repr(error)
 
 
-def test_the_blocking_connection_tasks_are_owned_by_its_portal(conn: haclient.Connection) -> None:
-    """No free-standing task: every task on the loop descends from the portal's own, through
-    the portal task that holds the connection open (``wrap_async_context_manager``)."""
-    portal = conn._loop._portal
-    assert portal is not None
-    tasks = portal.call(anyio.get_running_tasks)
-    ids = {task.id for task in tasks}
-    roots = [task for task in tasks if task.parent_id not in ids]
-    assert len(roots) == 1, roots  # the portal's own task
+def test_the_blocking_connection_tasks_are_owned_by_the_loops_host(
+    conn: haclient.Connection,
+) -> None:
+    """No free-standing connection task: the connection's tasks descend from the loop
+    thread's main task, through the host task that holds the connection open."""
+    tasks = conn._loop.call(anyio.get_running_tasks)
+    by_id = {task.id: task for task in tasks}
     host = next(task for task in tasks if task.name == "haclient connection tasks")
-    holder = next(task for task in tasks if task.id == host.parent_id)
-    assert holder.parent_id == roots[0].id
+    holder = by_id[host.parent_id]
+    assert holder.name == "haclient connection holder"
+    main = by_id[holder.parent_id]
+    assert main.parent_id not in by_id  # the loop's main task (anyio.run's)
 
 
 def test_a_listener_that_raises_timeout_error_is_redelivered_not_waited_for_forever(

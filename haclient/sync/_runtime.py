@@ -1,0 +1,201 @@
+"""The event-loop threads behind the blocking API, and what happens to them at exit.
+
+How this works: a ``LoopThread`` runs one asyncio event loop (under ``anyio.run``) in a daemon
+thread. Its main task holds a task group, the *host*, in which long-lived tasks are started
+(each blocking connection's ``async with aio.connect(...)`` holder), so that none is
+free-standing. By default every blocking connection of the process lives on one shared
+``LoopThread`` (``shared_loop()``, started on first use); a connection opened with
+``private_loop=True`` gets one of its own, stopped when it closes.
+
+At interpreter exit the connections an application never closed must not keep the process
+alive. The loop threads are daemons, so they never hold up the exit themselves, and an exit
+hook (``threading._register_atexit``: it runs before the interpreter waits for non-daemon
+threads, so a thread blocked in ``receive()`` is released too) closes every connection still
+open, each bounded by its ``close_timeout``, with a ``ResourceWarning`` naming it, as unclosed
+files and sockets get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextvars
+import itertools
+import logging
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Coroutine
+from contextlib import suppress
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+__all__ = ["LoopThread", "register_for_exit", "shared_loop"]
+
+log = logging.getLogger("haclient.sync")
+
+_numbers = itertools.count(1)
+_STOP_WAIT = 5.0
+"""Seconds ``LoopThread.stop`` waits for the loop thread to end."""
+
+
+class LoopThread:
+    """An asyncio event loop running in a daemon thread, with a task group to host tasks.
+
+    Thread-safety: ``submit`` and ``stop`` may be called from any thread.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._host: TaskGroup | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._context = contextvars.Context()
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    @classmethod
+    def start(cls, name: str | None = None) -> LoopThread:
+        """Start a loop thread; return once its loop runs."""
+        loop_thread = cls(name or f"haclient-loop-{next(_numbers)}")
+        loop_thread.thread.start()
+        loop_thread._ready.wait()
+        if loop_thread._failure is not None:
+            raise RuntimeError("the haclient event loop did not start") from loop_thread._failure
+        return loop_thread
+
+    def _main(self) -> None:
+        try:
+            anyio.run(self._serve, backend="asyncio")
+        except BaseException as exc:
+            self._failure = exc
+            if self._ready.is_set():
+                log.exception("the haclient event loop %s ended with an error", self.name)
+        finally:
+            self.loop = None
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._context = contextvars.copy_context()  # anyio's: where the backend is known
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with anyio.create_task_group() as host:
+            self._host = host
+            self._ready.set()
+            await self._stop.wait()
+            host.cancel_scope.cancel()
+        self._host = None
+
+    @property
+    def running(self) -> bool:
+        """True while the loop runs (False once ``stop()`` was called or the thread ended)."""
+        return self.loop is not None and self._stop is not None and not self._stop.is_set()
+
+    def in_thread(self) -> bool:
+        """True when called from the loop thread."""
+        return threading.current_thread() is self.thread
+
+    def submit(self, callback: Callable[..., object], *args: Any) -> None:
+        """Run the plain function ``callback(*args)`` on the loop thread soon.
+
+        Raises:
+            RuntimeError: the loop has stopped.
+        """
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("the event loop has stopped")
+        # In the loop's own context, not the caller's (where anyio finds no event loop); the
+        # tasks the callback creates get copies of it.
+        loop.call_soon_threadsafe(callback, *args, context=self._context)
+
+    def host(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        """Start the coroutine function ``fn`` as a task of the host task group; call only on
+        the loop thread."""
+        assert self._host is not None, "the loop is stopping"
+        self._host.start_soon(fn, name=name)
+
+    def stop(self) -> None:
+        """Cancel what the host holds, end the loop and wait for its thread (bounded).
+        Idempotent; from the loop thread itself it only asks the loop to end."""
+        loop, stop = self.loop, self._stop
+        if loop is not None and stop is not None:
+            with suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(stop.set)
+        if not self.in_thread():
+            self.thread.join(_STOP_WAIT)
+
+
+_shared: LoopThread | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_loop() -> LoopThread:
+    """The process's shared loop thread, started on first use (and again if it was stopped)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or not _shared.running:
+            _shared = LoopThread.start("haclient-loop")
+            _register_exit_hook()
+        return _shared
+
+
+class ClosableAtExit(Protocol):
+    """What the exit hook needs of a blocking connection."""
+
+    def _close_at_exit(self) -> None: ...
+
+
+_open: weakref.WeakSet[ClosableAtExit] = weakref.WeakSet()
+_hook_registered = False
+
+
+def register_for_exit(connection: ClosableAtExit) -> None:
+    """Have ``connection`` closed at interpreter exit unless it was closed (or collected)
+    before; ``connection._close_at_exit()`` warns and closes it. Weakly held."""
+    _register_exit_hook()
+    _open.add(connection)
+
+
+def unregister_for_exit(connection: ClosableAtExit) -> None:
+    """``connection`` was closed: nothing to do for it at exit."""
+    _open.discard(connection)
+
+
+def _register_exit_hook() -> None:
+    global _hook_registered
+    if _hook_registered:
+        return
+    _hook_registered = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError
+        register(_at_exit)
+    except RuntimeError:  # no such hook, or the interpreter is already shutting down
+        atexit.register(_at_exit)
+
+
+def _at_exit() -> None:
+    """Close every connection still open, then stop the shared loop."""
+    for connection in list(_open):
+        try:
+            connection._close_at_exit()
+        except Exception:
+            log.debug("closing %r at exit failed", connection, exc_info=True)
+    _open.clear()
+    shared = _shared
+    if shared is not None:
+        shared.stop()
+
+
+def warn_unclosed(connection: object, source: object = None) -> None:
+    """The ``ResourceWarning`` for a connection the application never closed."""
+    warnings.warn(
+        f"unclosed haclient connection {connection!r}: call close(), or use it in a with block",
+        ResourceWarning,
+        stacklevel=2,
+        source=source,
+    )
