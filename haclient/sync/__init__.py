@@ -1,7 +1,9 @@
 """The blocking JMS-style API: ``haclient.aio`` driven from threads (re-exported by ``haclient``).
 
-Each connection runs its ``haclient.aio`` connection on an event loop in a thread of its own;
-every blocking method is one call into that loop, and Ctrl-C during a blocking call cancels it.
+The connections of a process run their ``haclient.aio`` connections on one event loop in a
+daemon thread (``private_loop=True``: one of its own); every blocking method is one call into
+that loop, and Ctrl-C during a blocking call cancels it. A connection never closed is closed at
+interpreter exit (C6).
 Message listeners and ``send_async`` completion callbacks run on the session's dispatcher
 thread, never on the loop. Calling the blocking API from the loop thread raises
 ``IllegalStateError``. ``close()`` may be called from any thread, also from inside a listener.

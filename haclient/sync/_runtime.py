@@ -25,6 +25,7 @@ import logging
 import threading
 import warnings
 import weakref
+from _thread import get_ident
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any, Protocol
@@ -95,8 +96,9 @@ class LoopThread:
         return self.loop is not None and self._stop is not None and not self._stop.is_set()
 
     def in_thread(self) -> bool:
-        """True when called from the loop thread."""
-        return threading.current_thread() is self.thread
+        """True when called from the loop thread (an ident the OS reused for a new thread
+        after the loop thread ended does not count)."""
+        return get_ident() == self.thread.ident and self.thread.is_alive()
 
     def submit(self, callback: Callable[..., object], *args: Any) -> None:
         """Run the plain function ``callback(*args)`` on the loop thread soon.

@@ -1,4 +1,4 @@
-"""A blocking connection the application never closed does not keep the process alive.
+"""C6: a blocking connection the application never closed does not keep the process alive.
 
 Each case runs a small script in a subprocess against the reference broker (run in this
 process on a free loopback port) and checks that the process ends by itself, with the exit
@@ -102,7 +102,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_an_unclosed_connection_does_not_keep_the_process_alive(
+def test_C6_an_unclosed_connection_does_not_keep_the_process_alive(
     broker: BrokerThread, case: str
 ) -> None:
     body, status = CASES[case]
@@ -112,7 +112,7 @@ def test_an_unclosed_connection_does_not_keep_the_process_alive(
     assert "Traceback" not in result.stderr or status == 1, result.stderr
 
 
-def test_after_connection_failed_error_the_process_exits() -> None:
+def test_C6_after_connection_failed_error_the_process_exits() -> None:
     """The broker went away and failover gave up: the uncaught ``ConnectionFailedError``
     ends the script, and the failed connection does not hold it."""
     with BrokerThread() as own:
@@ -149,7 +149,7 @@ def test_after_connection_failed_error_the_process_exits() -> None:
     assert UNCLOSED in stderr, stderr
 
 
-def test_a_connection_collected_by_the_garbage_collector_is_closed(broker: BrokerThread) -> None:
+def test_C6_a_connection_collected_by_the_garbage_collector_is_closed(broker: BrokerThread) -> None:
     """Dropped without ``close()``: the collector's ``__del__`` warns and closes it (the
     broker sees the connection end while the process still runs)."""
     body = """
