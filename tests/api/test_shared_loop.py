@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import suppress
 
 import pytest
 
@@ -86,51 +87,51 @@ def test_a_slow_listener_does_not_hold_up_another_connection(
 
 
 def test_a_connection_failing_over_does_not_hold_up_another(queue: Queue) -> None:
-    with BrokerThread() as steady, BrokerThread() as lost:
-        with (
-            haclient.connect(steady.url) as other,
-            haclient.connect(lost.url) as failing,
-        ):
-            other.start()
-            failing.create_session()
-            lost.kill()  # `failing` retries against a port that refuses, on the shared loop
-            deadline = time.monotonic() + HANG
-            while failing.state.name == "CONNECTED" and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert failing.state.name != "CONNECTED"
-            assert round_trip(other, queue, "during failover") == "during failover"
-            blocked = threading.Thread(target=lambda: _swallow(failing.create_session))
-            blocked.start()  # waits at the gate of `failing`
-            assert round_trip(other, queue, "while one waits") == "while one waits"
-            failing.close()  # releases the blocked call
-            blocked.join(HANG)
-            assert not blocked.is_alive()
+    with (
+        BrokerThread() as steady,
+        BrokerThread() as lost,
+        haclient.connect(steady.url) as other,
+        haclient.connect(lost.url) as failing,
+    ):
+        other.start()
+        failing.create_session()
+        lost.kill()  # `failing` retries against a port that refuses, on the shared loop
+        deadline = time.monotonic() + HANG
+        while failing.state.name == "CONNECTED" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert failing.state.name != "CONNECTED"
+        assert round_trip(other, queue, "during failover") == "during failover"
+        blocked = threading.Thread(target=lambda: _swallow(failing.create_session))
+        blocked.start()  # waits at the gate of `failing`
+        assert round_trip(other, queue, "while one waits") == "while one waits"
+        failing.close()  # releases the blocked call
+        blocked.join(HANG)
+        assert not blocked.is_alive()
 
 
-def _swallow(call: object) -> None:
-    try:
-        call()  # type: ignore[operator]
-    except haclient.HAClientError:
-        pass
+def _swallow(call: Callable[[], object]) -> None:
+    with suppress(haclient.HAClientError):
+        call()
 
 
 def test_a_broker_that_does_not_answer_does_not_hold_up_another_connection(
     broker: BrokerThread, queue: Queue
 ) -> None:
-    with BrokerThread() as silent:
-        with haclient.connect(broker.url) as other, haclient.connect(silent.url) as stuck:
-            other.start()
-            session = stuck.create_session()
-            silent.pause()  # reads and writes nothing from now on
-            try:
-                waiting = threading.Thread(
-                    target=lambda: _swallow(lambda: session.create_producer(queue, timeout=HANG))
-                )
-                waiting.start()  # its attach is never answered
-                assert round_trip(other, queue, "beside a silent broker") == (
-                    "beside a silent broker"
-                )
-            finally:
-                silent.resume()
-            waiting.join(HANG)
-            assert not waiting.is_alive()
+    with (
+        BrokerThread() as silent,
+        haclient.connect(broker.url) as other,
+        haclient.connect(silent.url) as stuck,
+    ):
+        other.start()
+        session = stuck.create_session()
+        silent.pause()  # reads and writes nothing from now on
+        try:
+            waiting = threading.Thread(
+                target=lambda: _swallow(lambda: session.create_producer(queue, timeout=HANG))
+            )
+            waiting.start()  # its attach is never answered
+            assert round_trip(other, queue, "beside a silent broker") == ("beside a silent broker")
+        finally:
+            silent.resume()
+        waiting.join(HANG)
+        assert not waiting.is_alive()
