@@ -4,8 +4,12 @@ which checks the statuses that package does not map and honours ``TOXIPROXY_URL`
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -188,3 +192,31 @@ def test_without_TOXIPROXY_URL_an_embedded_server_runs_for_the_block(
         assert client.version() == "2.12.0"
     with pytest.raises(ToxiproxyUnreachable):
         client.version()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_item10_these_tests_run_against_the_server_TOXIPROXY_URL_names() -> None:
+    """A server in another process stands for a real Toxiproxy: a test of a deliberate
+    difference is skipped, the others run against it."""
+    module = Path(__file__).with_name("test_api_http.py")
+    tests = [
+        f"{module}::test_item8_a_missing_listen_binds_loopback_only",
+        f"{module}::test_item9_populate_and_update_resolve_listen_before_comparing",
+    ]
+    command = [sys.executable, "-m", "chaos.toxiproxy.cli", "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT) as server:
+        try:
+            assert server.stdout is not None
+            url = server.stdout.readline().split(" on ", 1)[1].strip()
+            env = {**os.environ, TOXIPROXY_URL: url}
+            run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+            done = subprocess.run(
+                run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+            )
+            assert "1 passed, 1 skipped" in done.stdout, done.stdout
+            assert ToxiproxyClient(url).proxies() == {}  # the tests cleaned up there
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
