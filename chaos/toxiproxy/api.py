@@ -136,8 +136,8 @@ class Api:
         return Response(204)
 
     async def populate(self, request: Request) -> Response:
-        """201 ``{"proxies": [...]}``, or the error with the proxies done before it; every
-        answer is JSON, and no proxy is ``null`` (as the real server writes an empty list)."""
+        """201 ``{"proxies": [...]}``, or the error with the proxies done before it, always as
+        JSON (errors included); no proxies is ``null``, as the real server writes it."""
         try:
             done, failure = await self.registry.populate(decode_body(request.body))
         except ApiError as exc:
