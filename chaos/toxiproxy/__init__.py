@@ -4,8 +4,10 @@ Start it with ``haclient-toxiproxy --host 127.0.0.1 --port 8474`` (``chaos.toxip
 ``async with ToxiproxyServer(port=0) as server`` on a loop (or ``ToxiproxyServer.serving()``),
 or with ``with ToxiproxyServer.running(port=0) as server`` from blocking code (its own loop in a
 thread); ``server.url`` is the API. Drive it like the real one, through ``toxiproxy-python``;
-``chaos.toxiproxy.client.ToxiproxyClient`` wraps that package and checks every status, and
-``open_toxiproxy()`` uses ``$TOXIPROXY_URL`` (a real Toxiproxy) when set, else this server.
+``chaos.toxiproxy.client.ToxiproxyClient`` returns that package's objects, updates with PATCH
+and checks every status, and ``open_toxiproxy()`` uses ``$TOXIPROXY_URL`` (a real Toxiproxy)
+when set, else this server. ``tests/toxiproxy`` runs against ``$TOXIPROXY_URL`` too, skipping
+the tests of the differences below.
 
 How it works:
     - ``http``: a compact HTTP/1.1 server side (keep-alive, Content-Length or chunked bodies).
@@ -19,16 +21,15 @@ How it works:
       looked up afresh for every chunk, so changes reach open connections at once.
     - ``toxics``: what each toxic type does to a chunk or to the close; ``server`` and ``cli``.
 
-What differs from the real server (everything a client can observe is otherwise the same, see
-``../shared/TOXIPROXY-API.md``):
+What differs from the real server (everything a client can observe is otherwise the same):
     - Loopback only: a ``listen`` (or ``--host``) that is not 127.0.0.0/8, ``::1`` or
-      ``localhost`` is refused with a 500 naming the rule; an empty ``listen``, which the real
-      server binds on every interface, is refused too.
+      ``localhost`` is refused with a 500 naming the rule, for a disabled proxy too (``:PORT``
+      included); an empty or missing ``listen``, which the real server binds on every
+      interface, binds ``127.0.0.1:0``.
     - Input that crashes the real server gets 400: a negative bandwidth ``rate``, a slicer
-      ``average_size`` of 0 or less.
+      ``average_size`` of 0 or less. Request bodies are limited to 16 MiB (400 beyond).
     - Go-specific texts differ in detail: JSON syntax errors say ``bad request body: invalid
       JSON: ...``, bind errors ``listen tcp ADDR: bind: <OS error>``.
-    - ``/populate`` answers the existing proxy, not a fresh unstarted copy, for an entry it keeps.
     - No ``/metrics``, ``/events`` or ``Logger`` key; ``/version`` says ``2.12.0``.
     - When one side closes, what the other link's toxics hold is still delivered before its
       socket closes (the real server drains the same way; a reply still on its way from the

@@ -1,11 +1,12 @@
-"""Drive a Toxiproxy, ours or the real one, through the ``toxiproxy-python`` package.
+"""Drive a Toxiproxy, ours or the real one, with results as ``toxiproxy-python``'s objects.
 
 That package maps only 400, 404 and 409 to exceptions, and lets any other error status through
-to surface later as a ``KeyError``; its address is a class-level global. ``ToxiproxyClient``
-sends every request through the package's own ``APIConsumer`` (under a lock, with the client's
-address), checks each status against the one the API promises, and raises ``ToxiproxyError``
-subclasses that carry the status and the server's message. Results are the package's ``Proxy``
-and ``Toxic`` objects.
+to surface later as a ``KeyError``; its address is a class-level global; it has no PATCH, the
+method the real server wants for updates (it logs every update by POST as deprecated).
+``ToxiproxyClient`` therefore sends its requests itself (``requests``, to its own address),
+updates with PATCH, checks each status against the one the API promises, and raises
+``ToxiproxyError`` subclasses that carry the status and the server's message. Results are the
+package's ``Proxy`` and ``Toxic`` objects.
 
 ``open_toxiproxy()`` gives a client for ``$TOXIPROXY_URL`` (a real Toxiproxy, say) when it is
 set, and otherwise starts the embedded server for the ``with`` block.
@@ -15,15 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
-from toxiproxy.api import APIConsumer
-from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 from toxiproxy.proxy import Proxy
 from toxiproxy.toxic import Toxic
 
@@ -44,8 +42,6 @@ TOXIPROXY_URL = "TOXIPROXY_URL"
 """The environment variable naming an external Toxiproxy (``http://host:8474``)."""
 
 REQUEST_TIMEOUT = 10.0
-
-_address_lock = threading.Lock()  # APIConsumer's host and port are class-level globals
 
 
 class ToxiproxyError(RuntimeError):
@@ -78,7 +74,6 @@ _CLASSES: dict[int, type[ToxiproxyError]] = {
     404: ToxiproxyNotFound,
     409: ToxiproxyConflict,
 }
-_PACKAGE_ERRORS = {InvalidToxic: 400, NotFound: 404, ProxyExists: 409}
 
 
 def _error(status: int, content: bytes) -> ToxiproxyError:
@@ -107,24 +102,18 @@ class ToxiproxyClient:
         return cls(url) if url else None
 
     def _call(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
-        """Send one request through ``APIConsumer``; the decoded JSON answer (None if empty).
+        """Send one request; the decoded JSON answer (None if empty).
 
         Raises:
             ToxiproxyError: any status but ``expect`` (a subclass for 400, 404, 409), or
                 ``ToxiproxyUnreachable`` when the server does not answer.
         """
-        kwargs: dict[str, Any] = {"timeout": REQUEST_TIMEOUT}
-        if body is not None:
-            kwargs["json"] = body
-        with _address_lock:
-            APIConsumer.host, APIConsumer.port = self.host, self.port
-            try:
-                response = getattr(APIConsumer, method)(path, **kwargs)
-            except tuple(_PACKAGE_ERRORS) as exc:
-                content = exc.args[0] if exc.args else b""
-                raise _error(_PACKAGE_ERRORS[type(exc)], content) from exc
-            except requests.RequestException as exc:
-                raise ToxiproxyUnreachable(0, f"no answer from {self.url}: {exc}") from exc
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        url = f"http://{host}:{self.port}{path}"
+        try:
+            response = requests.request(method, url, json=body, timeout=REQUEST_TIMEOUT)
+        except requests.RequestException as exc:
+            raise ToxiproxyUnreachable(0, f"no answer from {self.url}: {exc}") from exc
         if response.status_code != expect:
             raise _error(response.status_code, response.content)
         return response.json() if response.content else None
@@ -133,15 +122,15 @@ class ToxiproxyClient:
 
     def version(self) -> str:
         """The server's version string."""
-        return str(self._call("get", "/version")["version"])
+        return str(self._call("GET", "/version")["version"])
 
     def proxies(self) -> dict[str, Proxy]:
         """Every proxy by name."""
-        return {name: Proxy(**fields) for name, fields in self._call("get", "/proxies").items()}
+        return {name: Proxy(**fields) for name, fields in self._call("GET", "/proxies").items()}
 
     def proxy(self, name: str) -> Proxy:
         """One proxy. Raises ``ToxiproxyNotFound``."""
-        return Proxy(**self._call("get", f"/proxies/{name}"))
+        return Proxy(**self._call("GET", f"/proxies/{name}"))
 
     def create_proxy(
         self, name: str, upstream: str, listen: str = "127.0.0.1:0", *, enabled: bool = True
@@ -153,11 +142,11 @@ class ToxiproxyClient:
             ToxiproxyError: 500 when the address cannot be bound.
         """
         body = {"name": name, "upstream": upstream, "listen": listen, "enabled": enabled}
-        return Proxy(**self._call("post", "/proxies", body, expect=201))
+        return Proxy(**self._call("POST", "/proxies", body, expect=201))
 
     def update_proxy(self, name: str, **fields: Any) -> Proxy:
         """Change ``listen``, ``upstream`` or ``enabled``; a new address drops connections."""
-        return Proxy(**self._call("post", f"/proxies/{name}", fields))
+        return Proxy(**self._call("PATCH", f"/proxies/{name}", fields))
 
     def enable(self, name: str) -> Proxy:
         """Listen again (on the same address)."""
@@ -178,22 +167,22 @@ class ToxiproxyClient:
 
     def delete_proxy(self, name: str) -> None:
         """Delete a proxy, closing its connections."""
-        self._call("delete", f"/proxies/{name}", expect=204)
+        self._call("DELETE", f"/proxies/{name}", expect=204)
 
     def populate(self, proxies: list[dict[str, Any]]) -> list[Proxy]:
         """Create or replace the given proxies (same listen and upstream: kept with toxics)."""
-        answer = self._call("post", "/populate", proxies, expect=201)
-        return [Proxy(**fields) for fields in answer["proxies"]]
+        answer = self._call("POST", "/populate", proxies, expect=201)
+        return [Proxy(**fields) for fields in answer["proxies"] or []]  # null when empty
 
     def reset(self) -> None:
         """Enable every proxy and remove every toxic."""
-        self._call("post", "/reset", expect=204)
+        self._call("POST", "/reset", expect=204)
 
     # --- toxics -------------------------------------------------------------------------------
 
     def toxics(self, proxy: str) -> list[Toxic]:
         """The toxics of a proxy, upstream ones first."""
-        return [Toxic(**fields) for fields in self._call("get", f"/proxies/{proxy}/toxics")]
+        return [Toxic(**fields) for fields in self._call("GET", f"/proxies/{proxy}/toxics")]
 
     def add_toxic(
         self,
@@ -214,7 +203,7 @@ class ToxiproxyClient:
             "toxicity": toxicity,
             "attributes": attributes,
         }
-        return Toxic(**self._call("post", f"/proxies/{proxy}/toxics", body))
+        return Toxic(**self._call("POST", f"/proxies/{proxy}/toxics", body))
 
     def update_toxic(
         self, proxy: str, name: str, *, toxicity: float | None = None, **attributes: int
@@ -223,11 +212,11 @@ class ToxiproxyClient:
         body: dict[str, Any] = {"attributes": attributes}
         if toxicity is not None:
             body["toxicity"] = toxicity
-        return Toxic(**self._call("post", f"/proxies/{proxy}/toxics/{name}", body))
+        return Toxic(**self._call("PATCH", f"/proxies/{proxy}/toxics/{name}", body))
 
     def remove_toxic(self, proxy: str, name: str) -> None:
         """Remove a toxic."""
-        self._call("delete", f"/proxies/{proxy}/toxics/{name}", expect=204)
+        self._call("DELETE", f"/proxies/{proxy}/toxics/{name}", expect=204)
 
     @contextmanager
     def toxic(self, proxy: str, type: str, **options: Any) -> Iterator[Toxic]:

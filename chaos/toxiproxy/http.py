@@ -5,6 +5,7 @@ stream. Keep-alive (HTTP/1.1 default, HTTP/1.0 on request), bodies by Content-Le
 from __future__ import annotations
 
 import email.utils
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -17,6 +18,7 @@ __all__ = ["Request", "Response", "serve_http"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Response:
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+BAD_REQUEST = Response(400, b"400 Bad Request", "text/plain; charset=utf-8")
+
 
 class _Malformed(Exception):
     pass
@@ -56,7 +60,10 @@ def _parse_head(head: bytes) -> Request:
             name, sep, value = line.partition(":")
             if not sep or not name or name != name.strip():
                 raise _Malformed(line)
-            headers[name.lower()] = value.strip()
+            name, value = name.lower(), value.strip()
+            if name == "content-length" and headers.get(name, value) != value:
+                raise _Malformed("conflicting Content-Length headers")  # Go refuses them too
+            headers[name] = value
     except ValueError as exc:
         raise _Malformed(str(exc)) from exc
     if not version.startswith("HTTP/1."):
@@ -68,13 +75,18 @@ async def _read_chunked(reader: BufferedByteReceiveStream) -> bytes:
     body = bytearray()
     while True:
         size_line = await reader.receive_until(b"\r\n", 1024)
-        size = int(size_line.split(b";")[0], 16)
+        size_text = size_line.split(b";")[0]
+        if not _HEX.fullmatch(size_text):
+            raise _Malformed("chunk size")
+        size = int(size_text, 16)
+        if len(body) + size > MAX_BODY:  # before reading it: one chunk may claim any size
+            raise _Malformed("body too large")
         if size == 0:
             while await reader.receive_until(b"\r\n", MAX_HEAD):  # trailers, then a blank line
                 pass
             return bytes(body)
         body += await reader.receive_exactly(size)
-        if len(body) > MAX_BODY or await reader.receive_exactly(2) != b"\r\n":
+        if await reader.receive_exactly(2) != b"\r\n":
             raise _Malformed("chunk")
 
 
@@ -85,9 +97,10 @@ async def _read_body(
         await stream.send(b"HTTP/1.1 100 Continue\r\n\r\n")
     if request.headers.get("transfer-encoding", "").lower() == "chunked":
         return await _read_chunked(reader)
-    length = int(request.headers.get("content-length", "0"))
-    if not 0 <= length <= MAX_BODY:
+    length_text = request.headers.get("content-length", "0")
+    if not length_text.isdigit() or int(length_text) > MAX_BODY:
         raise _Malformed("content-length")
+    length = int(length_text)
     return await reader.receive_exactly(length) if length else b""
 
 
@@ -125,7 +138,7 @@ async def serve_http(stream: ByteStream, handler: Handler) -> None:
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                 return
             except (_Malformed, ValueError, anyio.DelimiterNotFound):
-                await stream.send(encode(Response(400, b"400 Bad Request"), keep_alive=False))
+                await stream.send(encode(BAD_REQUEST, keep_alive=False))
                 return
             response = await handler(request)
             keep_alive = _keep_alive(request)

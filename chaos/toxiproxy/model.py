@@ -16,10 +16,13 @@ __all__ = [
     "ApiError",
     "Toxic",
     "decode_body",
+    "format_address",
     "json_kind",
+    "listen_address",
     "loopback_address",
     "new_toxic",
     "proxy_fields",
+    "resolved_listen",
     "update_toxic",
 ]
 
@@ -60,27 +63,63 @@ def bad_body(detail: str) -> ApiError:
     return ApiError(400, f"bad request body: {detail}")
 
 
+class _Literal(float):
+    """A JSON number as a float that remembers how it was written (for error texts)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _Literal:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"invalid character {name[0]!r} looking for beginning of value")
+
+
+_DECODER = json.JSONDecoder(parse_float=_Literal, parse_constant=_no_constant)
+
+
 def decode_body(raw: bytes) -> Any:
     """The first JSON value of a request body (the rest is ignored, as Go's decoder does).
 
+    ``NaN`` and ``Infinity`` are not JSON and are refused, as Go refuses them.
+
     Raises:
-        ApiError: 400 on an empty or malformed body.
+        ApiError: 400 on an empty, malformed or too deeply nested body.
     """
     text = raw.decode("utf-8", "replace").lstrip()
     if not text:
         raise bad_body("EOF")
     try:
-        value, _ = json.JSONDecoder().raw_decode(text)
+        value, _ = _DECODER.raw_decode(text)
     except json.JSONDecodeError as exc:
         raise bad_body(f"invalid JSON: {exc.msg}") from exc
+    except ValueError as exc:  # NaN, Infinity
+        raise bad_body(f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        raise bad_body("invalid JSON: nested too deeply") from None
     return value
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+INT64 = range(-(2**63), 2**63)
+
+
+def _fits_number(value: int | float, kind: type) -> bool:
+    """Whether a JSON number fits the Go type: int64 for ints, a finite float32 for floats."""
+    if kind is int:
+        return value in INT64
+    return abs(value) <= FLOAT32_MAX  # false for inf (1e999) and NaN too
 
 
 def typed(body: Any, struct: str, key: str, kind: type, default: Any) -> Any:
     """``body[key]`` if it has the Go field's type, ``default`` if absent or null.
 
     Raises:
-        ApiError: 400 when the value has another JSON type (ints pass for floats, not bools).
+        ApiError: 400 when the value has another JSON type (ints pass for floats, not bools),
+            or is a number the Go type cannot hold (above int64, beyond float32).
     """
     if not isinstance(body, dict):
         raise bad_body(f"json: cannot unmarshal {json_kind(body)} into Go value of type {struct}")
@@ -90,11 +129,11 @@ def typed(body: Any, struct: str, key: str, kind: type, default: Any) -> Any:
     fits = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
     if kind is float:
         fits = isinstance(value, int | float) and not isinstance(value, bool)
+    where = f"into Go struct field {struct}.{key} of type {_GO_TYPES[kind]}"
     if not fits:
-        raise bad_body(
-            f"json: cannot unmarshal {json_kind(value)} into Go struct field "
-            f"{struct}.{key} of type {_GO_TYPES[kind]}"
-        )
+        raise bad_body(f"json: cannot unmarshal {json_kind(value)} {where}")
+    if kind in (int, float) and not _fits_number(value, kind):
+        raise bad_body(f"json: cannot unmarshal number {getattr(value, 'text', value)} {where}")
     return float(value) if kind is float else value
 
 
@@ -188,26 +227,58 @@ def update_toxic(toxic: Toxic, body: Any) -> None:
     toxic.version += 1
 
 
-def loopback_address(listen: str) -> tuple[str, int]:
-    """Host and port to bind for a ``listen`` string; ``localhost`` means ``127.0.0.1``.
+ANY_PORT = ("127.0.0.1", 0)
+"""Where an empty ``listen`` binds: any free port (the real server also binds every interface)."""
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """Host and port of a ``listen`` string, resolved as the real server resolves it before
+    binding: ``localhost`` is ``127.0.0.1``, IP addresses are written the standard way, and an
+    empty ``listen`` is ``127.0.0.1:0``. Host names other than ``localhost`` are kept as given.
 
     Raises:
-        ApiError: 500 (the real server's status for address errors) when the address is
-            malformed or not a loopback address: this server never binds anything else.
+        ApiError: 500 (the real server's status for address errors) when malformed.
     """
+    if not listen:
+        return ANY_PORT
     host, sep, port_text = listen.rpartition(":")
-    if listen and (not sep or not port_text.isdigit() or int(port_text) > 65535):
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
         raise ApiError(500, f"listen tcp: address {listen}: missing or invalid port")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    host = "127.0.0.1" if host == "localhost" else host
+    if host.lower() == "localhost":
+        return "127.0.0.1", int(port_text)
+    try:
+        return str(ipaddress.ip_address(host)), int(port_text)
+    except ValueError:
+        return host, int(port_text)
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, IPv6 hosts in brackets (as the API shows a bound ``listen``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def resolved_listen(listen: str) -> str:
+    """``listen`` written as the real server compares it with a proxy's bound address."""
+    return format_address(*listen_address(listen))
+
+
+def loopback_address(listen: str) -> tuple[str, int]:
+    """Host and port to bind for a ``listen`` string (see ``listen_address``).
+
+    Raises:
+        ApiError: 500 when the address is malformed or not a loopback address: this server
+            never binds anything else, whether the proxy is enabled or not.
+    """
+    host, port = listen_address(listen)
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback:  # an empty listen: the real server binds every interface
+    if not loopback:  # ":PORT" too: the real server binds every interface for it
         raise ApiError(
             500,
             f"listen tcp {listen}: refused: this Toxiproxy binds loopback addresses only "
             "(127.0.0.0/8, ::1 or localhost)",
         )
-    return host, int(port_text)
+    return host, port

@@ -22,6 +22,7 @@ from chaos.toxiproxy.model import (
     TOXIC_NOT_FOUND,
     ApiError,
     Toxic,
+    format_address,
     loopback_address,
     new_toxic,
 )
@@ -54,10 +55,12 @@ class Proxy:
         return {**fields, "toxics": [toxic.to_json() for toxic in self.all_toxics()]}
 
     async def start(self) -> None:
-        """Listen on ``listen`` (rewritten to the bound address). Does nothing if enabled.
+        """Listen on ``listen`` (rewritten to the bound address; empty: ``127.0.0.1:0``). Does
+        nothing if enabled.
 
         Raises:
-            ApiError: 500 if the address is malformed, not loopback, or cannot be bound.
+            ApiError: 500 if the address is malformed, not loopback, or cannot be bound (the
+                error names the resolved address, as the real server's does).
         """
         if self.enabled:
             return
@@ -66,9 +69,9 @@ class Proxy:
             listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
-            raise ApiError(500, f"listen tcp {self.listen}: bind: {reason}") from exc
+            raise ApiError(500, f"listen tcp {format_address(host, port)}: bind: {reason}") from exc
         port = int(listener.extra(SocketAttribute.local_port))
-        self.listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.listen = format_address(host, port)
         self.enabled = True
         self._scope = anyio.CancelScope()
         self._stopped = anyio.Event()

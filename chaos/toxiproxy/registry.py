@@ -14,7 +14,9 @@ from chaos.toxiproxy.model import (
     ApiError,
     bad_body,
     json_kind,
+    loopback_address,
     proxy_fields,
+    resolved_listen,
 )
 from chaos.toxiproxy.proxy import Proxy
 
@@ -27,6 +29,16 @@ def _missing(fields: dict[str, Any], suffix: str = "") -> None:
     for key in ("name", "upstream"):
         if not fields[key]:
             raise ApiError(400, f"missing required field: {key}{suffix}")
+
+
+def _differs(proxy: Proxy, fields: dict[str, Any]) -> bool:
+    """Whether ``fields`` name another address than ``proxy``'s: its listen compared once
+    resolved (``localhost:7070`` is ``127.0.0.1:7070``), as the real server compares.
+
+    Raises:
+        ApiError: 500 when the given listen is malformed.
+    """
+    return (resolved_listen(fields["listen"]), fields["upstream"]) != (proxy.listen, proxy.upstream)
 
 
 class Registry:
@@ -64,6 +76,19 @@ class Registry:
         _missing(fields)
         if fields["name"] in self.proxies:
             raise PROXY_EXISTS
+        return await self._add(fields)
+
+    async def _add(self, fields: dict[str, Any], replacing: Proxy | None = None) -> Proxy:
+        """Make, start unless disabled, and keep a proxy; ``replacing`` is stopped first, and
+        stays (stopped) if the new one cannot listen, as in the real server.
+
+        Raises:
+            ApiError: 500 for a listen address this server refuses (checked even when the
+                proxy is disabled: ``/reset`` would bind it), or that cannot be bound.
+        """
+        loopback_address(fields["listen"])
+        if replacing is not None:
+            await replacing.stop()
         proxy = Proxy(fields["name"], fields["listen"], fields["upstream"], self._task_group)
         if fields["enabled"]:
             await proxy.start()
@@ -72,13 +97,18 @@ class Registry:
 
     async def update(self, name: str, body: Any) -> Proxy:
         """Partially update ``listen``, ``upstream`` and ``enabled``; a changed address restarts
-        the listener and drops the connections."""
+        the listener and drops the connections.
+
+        Raises:
+            ApiError: 400 (bad body), 500 (a listen address refused or that cannot be bound).
+        """
         async with self._lock:
             return await self._update(self.get(name), body)
 
     async def _update(self, proxy: Proxy, body: Any) -> Proxy:
         fields = proxy_fields(body, proxy.to_json())
-        if (fields["listen"], fields["upstream"]) != (proxy.listen, proxy.upstream):
+        if _differs(proxy, fields):
+            loopback_address(fields["listen"])
             await proxy.stop()
             proxy.listen, proxy.upstream = fields["listen"], fields["upstream"]
         if fields["enabled"] and not proxy.enabled:
@@ -98,8 +128,9 @@ class Registry:
 
     async def populate(self, body: Any) -> tuple[list[Proxy], ApiError | None]:
         """Create or replace the proxies of a list: the ones done, and the error that stopped
-        the rest (if any). Entries whose listen and upstream match an existing proxy keep it
-        (with its toxics); proxies not named are left alone.
+        the rest (if any). Entries whose listen (once resolved: ``localhost:7070`` is
+        ``127.0.0.1:7070``) and upstream match an existing proxy keep it, with its toxics and
+        connections; proxies not named are left alone.
 
         Raises:
             ApiError: 400 before anything changed, for a bad body or a missing field.
@@ -117,13 +148,11 @@ class Registry:
         done: list[Proxy] = []
         for fields in entries:
             existing = self.proxies.get(fields["name"])
-            if existing is not None:
-                if (existing.listen, existing.upstream) == (fields["listen"], fields["upstream"]):
-                    done.append(existing)
-                    continue
-                await self._delete(existing)
             try:
-                done.append(await self._create(fields))
+                if existing is not None and not _differs(existing, fields):
+                    done.append(existing)
+                else:
+                    done.append(await self._add(fields, replacing=existing))
             except ApiError as exc:
                 return done, exc
         return done, None

@@ -1,12 +1,16 @@
-"""Fixtures of the Toxiproxy tests: one embedded server per module, cleaned between tests, an
-echo server to proxy to, and API clients (raw HTTP and ours over toxiproxy-python)."""
+"""Fixtures of the Toxiproxy tests: the server under test, cleaned between tests, an echo server
+to proxy to, and API clients (raw HTTP and ours).
+
+The server is an embedded one per module, or with ``TOXIPROXY_URL`` set, that Toxiproxy (a real
+one, say): the same tests then hold the embedded server to it, and the tests of deliberate
+differences (``toxikit.deliberate``) are skipped."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from toxikit import Http, echo
+from toxikit import EXTERNAL_URL, Endpoint, Http, echo
 
 from chaos.net import TcpServer
 from chaos.toxiproxy import ToxiproxyServer
@@ -14,14 +18,18 @@ from chaos.toxiproxy.client import ToxiproxyClient
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ToxiproxyServer]:
-    """The embedded server on a free port, in a thread, for one test module."""
+def server() -> Iterator[Endpoint]:
+    """``TOXIPROXY_URL``'s server, else the embedded one on a free port (in a thread) for one
+    test module."""
+    if EXTERNAL_URL:
+        yield Endpoint.of(EXTERNAL_URL)
+        return
     with ToxiproxyServer.running(port=0) as running:
-        yield running
+        yield Endpoint(running.host, running.port)
 
 
 @pytest.fixture
-def client(server: ToxiproxyServer) -> Iterator[ToxiproxyClient]:
+def client(server: Endpoint) -> Iterator[ToxiproxyClient]:
     """Our client; every proxy is deleted after the test."""
     toxi = ToxiproxyClient(server.url)
     yield toxi
@@ -30,7 +38,7 @@ def client(server: ToxiproxyServer) -> Iterator[ToxiproxyClient]:
 
 
 @pytest.fixture
-def api(server: ToxiproxyServer, client: ToxiproxyClient) -> Iterator[Http]:
+def api(server: Endpoint, client: ToxiproxyClient) -> Iterator[Http]:
     """Raw HTTP to the server (cleaned after the test like ``client``)."""
     raw = Http(server.host, server.port)
     yield raw

@@ -1,12 +1,14 @@
-"""The HTTP API through raw http.client: every path, status code, JSON shape and error body of
-the real Toxiproxy 2.x (../shared/TOXIPROXY-API.md)."""
+"""The HTTP API through raw http.client: every path, status code, header, JSON shape and error
+body of the real Toxiproxy 2.x (its API tests' facts, checked against a real 2.12 server)."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 
 import pytest
-from toxikit import Http, port_of
+from toxikit import Endpoint, Http, connect, deliberate, port_of, round_trip
 
 from chaos.net import TcpServer
 
@@ -22,7 +24,7 @@ def make(api: Http, name: str = "p", **fields: object) -> dict[str, object]:
 def test_version_answers_json_and_a_newline(api: Http) -> None:
     response = api.call("GET", "/version")
     assert response.status == 200
-    assert response.getheader("Content-Type") == "application/json"
+    assert response.getheader("Content-Type") == "application/json;charset=utf-8"  # item 10
     assert response.data == b'{"version": "2.12.0"}\n'  # type: ignore[attr-defined]
 
 
@@ -65,6 +67,7 @@ def test_a_bind_failure_is_500_and_creates_nothing(api: Http) -> None:
     api.error("GET", "/proxies/p", None, 404, "proxy not found")
 
 
+@deliberate("the real server binds any address; this one binds loopback only")
 @pytest.mark.parametrize("listen", ["0.0.0.0:0", ":0", "10.1.2.3:0", "example.com:0"])
 def test_only_loopback_addresses_are_bound(api: Http, listen: str) -> None:
     response = api.call("POST", "/proxies", {"name": "p", "upstream": UP, "listen": listen})
@@ -130,6 +133,7 @@ def test_toxic_errors(api: Http) -> None:
     assert wrong.status == 400 and b"bad request body" in wrong.data  # type: ignore[attr-defined]
 
 
+@deliberate("the real server crashes on these")
 @pytest.mark.parametrize(
     ("kind", "attributes"),
     [("bandwidth", {"rate": -1}), ("slicer", {"average_size": 0}), ("slicer", {})],
@@ -176,16 +180,26 @@ def test_populate_keeps_replaces_and_leaves_alone(api: Http) -> None:
     assert proxies["other"] == other
 
 
-def test_populate_errors_change_nothing(api: Http) -> None:
+def populate_error(api: Http, body: object, status: int, message: str) -> None:
+    """Assert a ``/populate`` error: JSON with ``proxies`` null, no newline (unlike others)."""
+    response = api.call("POST", "/populate", body)
+    assert response.status == status
+    assert response.getheader("Content-Type") == "application/json"
+    expected = {"error": message, "status": status, "proxies": None}
+    assert response.data == json.dumps(expected, separators=(",", ":")).encode()  # type: ignore[attr-defined]
+
+
+def test_item10_populate_errors_are_json_and_change_nothing(api: Http) -> None:
     good = {"name": "a", "listen": "127.0.0.1:0", "upstream": UP}
-    api.error("POST", "/populate", [good, {"listen": "127.0.0.1:0", "upstream": UP}], 400,
-              "missing required field: name at proxy 2")  # fmt: skip
-    api.error("POST", "/populate", [good, {"name": "b"}], 400,
-              "missing required field: upstream at proxy 2")  # fmt: skip
-    api.error("POST", "/populate", b"", 400, "bad request body: EOF")
+    populate_error(api, [good, {"listen": "127.0.0.1:0", "upstream": UP}], 400,
+                   "missing required field: name at proxy 2")  # fmt: skip
+    populate_error(api, [good, {"name": "b"}], 400, "missing required field: upstream at proxy 2")
+    populate_error(api, b"", 400, "bad request body: EOF")
     response = api.call("POST", "/populate", good)
     assert response.status == 400 and b"bad request body" in response.data  # type: ignore[attr-defined]
+    assert response.getheader("Content-Type") == "application/json"
     assert api.json("GET", "/proxies") == {}
+    assert api.json("POST", "/populate", [], expect=201) == {"proxies": None}  # Go's empty list
 
 
 def test_reset_enables_every_proxy_and_removes_every_toxic(api: Http) -> None:
@@ -209,10 +223,6 @@ def test_unknown_paths_wrong_methods_and_browsers(api: Http) -> None:
     for method, path in (("GET", "/reset"), ("PUT", "/proxies"), ("DELETE", "/version")):
         response = api.call(method, path)
         assert response.status == 405 and response.data == b""  # type: ignore[attr-defined]
-    browser = {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64)"}
-    response = api.call("GET", "/proxies", headers=browser)
-    assert response.status == 403
-    assert response.data == b'{"error":"User agent not allowed","status":403}\n'  # type: ignore[attr-defined]
 
 
 def test_keep_alive_and_connection_close(api: Http) -> None:
@@ -222,11 +232,11 @@ def test_keep_alive_and_connection_close(api: Http) -> None:
     assert response.status == 200 and response.getheader("Connection") == "close"
 
 
-def test_chunked_bodies_expect_continue_and_malformed_requests(server: object, api: Http) -> None:
-    port: int = server.port  # type: ignore[attr-defined]
+def test_chunked_bodies_expect_continue_and_malformed_requests(server: Endpoint, api: Http) -> None:
+    port = server.port
     body = b'{"name": "c", "upstream": "127.0.0.1:9", "listen": "127.0.0.1:0"}'
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+    with socket.create_connection((server.host, port), timeout=5) as sock:
         head = b"POST /proxies HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
         sock.sendall(head + b"Expect: 100-continue\r\n\r\n")
         assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -238,11 +248,11 @@ def test_chunked_bodies_expect_continue_and_malformed_requests(server: object, a
     assert api.json("GET", "/proxies/c")["name"] == "c"
 
 
-def test_concurrent_creates_of_one_name_make_one_proxy(api: Http, server: object) -> None:
+def test_concurrent_creates_of_one_name_make_one_proxy(api: Http, server: Endpoint) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     def create(_: int) -> int:
-        raw = Http("127.0.0.1", server.port)  # type: ignore[attr-defined]
+        raw = Http(server.host, server.port)
         try:
             body = {"name": "one", "upstream": UP, "listen": "127.0.0.1:0"}
             return raw.call("POST", "/proxies", body).status
@@ -252,3 +262,159 @@ def test_concurrent_creates_of_one_name_make_one_proxy(api: Http, server: object
     with ThreadPoolExecutor(8) as pool:
         statuses = sorted(pool.map(create, range(8)))
     assert statuses == [201] + [409] * 7
+
+
+# --- issue 27: what independent trials found against the real server -------------------------
+
+
+@pytest.mark.parametrize("body", [{}, {"listen": ""}], ids=["missing", "empty"])
+def test_item8_a_missing_or_empty_listen_binds_a_free_port(
+    api: Http, echo_server: TcpServer, body: dict[str, str]
+) -> None:
+    proxy = api.json(
+        "POST", "/proxies", {"name": "p", "upstream": echo_server.address, **body}, 201
+    )
+    assert port_of(str(proxy["listen"])) > 0 and proxy["enabled"] is True
+    assert round_trip(port_of(str(proxy["listen"]))) < 5
+    populated = api.json("POST", "/populate", [{"name": "q", "upstream": UP, **body}], 201)
+    assert port_of(populated["proxies"][0]["listen"]) > 0
+
+
+@deliberate("the real server binds every interface for an empty listen")
+def test_item8_a_missing_listen_binds_loopback_only(api: Http) -> None:
+    proxy = api.json("POST", "/proxies", {"name": "p", "upstream": UP}, expect=201)
+    assert str(proxy["listen"]).startswith("127.0.0.1:")
+
+
+def test_item9_populate_and_update_resolve_listen_before_comparing(
+    api: Http, echo_server: TcpServer
+) -> None:
+    proxy = make(api, upstream=echo_server.address)
+    port = port_of(str(proxy["listen"]))
+    api.json("POST", "/proxies/p/toxics", {"type": "noop"})
+    with connect(port) as sock:
+        sock.sendall(b"one")
+        assert sock.recv(3) == b"one"
+        same = [{"name": "p", "listen": f"localhost:{port}", "upstream": echo_server.address}]
+        answer = api.json("POST", "/populate", same, expect=201)
+        assert answer["proxies"][0]["listen"] == f"127.0.0.1:{port}"
+        assert [t["name"] for t in answer["proxies"][0]["toxics"]] == ["noop_downstream"]
+        updated = api.json("PATCH", "/proxies/p", {"listen": f"localhost:{port}"})
+        assert updated["listen"] == f"127.0.0.1:{port}" and updated["toxics"]
+        sock.sendall(b"two")  # the connection was kept through both
+        assert sock.recv(3) == b"two"
+
+
+REQUEST_ID = re.compile(r"[0-9a-v]{20}")
+
+
+def test_item10_routed_answers_carry_a_request_id(api: Http) -> None:
+    ids = set()
+    for method, path in (("GET", "/version"), ("GET", "/proxies"), ("GET", "/proxies/nope")):
+        response = api.call(method, path)
+        request_id = response.getheader("X-Toxiproxy-Request-Id") or ""
+        assert REQUEST_ID.fullmatch(request_id), (path, request_id)
+        ids.add(request_id)
+    assert len(ids) == 3
+    assert api.call("GET", "/nope").getheader("X-Toxiproxy-Request-Id") is None  # no route
+
+
+def test_item10_a_port_conflict_names_the_resolved_address(api: Http) -> None:
+    port = port_of(str(make(api, listen="localhost:0")["listen"]))
+    body = {"name": "q", "upstream": UP, "listen": f"localhost:{port}"}
+    api.error("POST", "/proxies", body, 500,
+              f"listen tcp 127.0.0.1:{port}: bind: address already in use")  # fmt: skip
+
+
+def test_item10_browsers_get_plain_text_403_on_known_routes_only(api: Http) -> None:
+    browser = {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64)"}
+    response = api.call("GET", "/proxies", headers=browser)
+    assert response.status == 403
+    assert response.getheader("Content-Type") == "text/plain; charset=utf-8"
+    assert response.data == b"User agent not allowed\n"  # type: ignore[attr-defined]
+    assert api.call("GET", "/nope", headers=browser).status == 404
+    assert api.call("PUT", "/proxies", headers=browser).status == 405
+
+
+@deliberate("the real server stores a disabled proxy with any listen (and /reset then fails)")
+def test_item11_a_non_loopback_listen_is_refused_even_disabled(api: Http) -> None:
+    body = {"name": "p", "upstream": UP, "listen": "0.0.0.0:0", "enabled": False}
+    response = api.call("POST", "/proxies", body)
+    assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
+    make(api, "q", enabled=False)
+    response = api.call("PATCH", "/proxies/q", {"listen": "0.0.0.0:0"})
+    assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
+    response = api.call("POST", "/populate", [body])
+    assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
+    assert list(api.json("GET", "/proxies")) == ["q"]
+    assert api.json("GET", "/proxies/q")["listen"] == "127.0.0.1:0"
+    assert api.call("POST", "/reset").status == 204
+    assert api.json("GET", "/proxies/q")["enabled"] is True
+
+
+def strict_json(data: bytes) -> object:
+    """Decode as a strict JSON parser does: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(data, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("toxicity", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"1e39"])
+def test_item12_toxicity_must_be_a_finite_float32(api: Http, toxicity: bytes) -> None:
+    make(api)
+    body = b'{"type": "noop", "toxicity": %s}' % toxicity
+    response = api.call("POST", "/proxies/p/toxics", body)
+    assert response.status == 400 and b"bad request body" in response.data  # type: ignore[attr-defined]
+    api.json("POST", "/proxies/p/toxics", {"type": "noop"})
+    response = api.call(
+        "PATCH", "/proxies/p/toxics/noop_downstream", b'{"toxicity": %s}' % toxicity
+    )
+    assert response.status == 400
+    proxies = strict_json(api.call("GET", "/proxies").data)  # type: ignore[attr-defined]
+    assert proxies["p"]["toxics"][0]["toxicity"] == 1.0  # type: ignore[index]
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**400])
+def test_item12_integer_attributes_must_fit_int64(api: Http, value: int) -> None:
+    make(api)
+    body = {"type": "latency", "attributes": {"latency": value}}
+    response = api.call("POST", "/proxies/p/toxics", body)
+    assert response.status == 400 and b"bad request body" in response.data  # type: ignore[attr-defined]
+    api.json("POST", "/proxies/p/toxics", {"type": "latency", "attributes": {"latency": 2**63 - 1}})
+    path = "/proxies/p/toxics/latency_downstream"
+    assert api.call("PATCH", path, {"attributes": {"latency": value}}).status == 400
+    assert api.json("GET", path)["attributes"]["latency"] == 2**63 - 1
+
+
+def test_item12_deeply_nested_json_is_400(api: Http) -> None:
+    for body in (b"[" * 100_000, b'{"a":' * 100_000):
+        response = api.call("POST", "/proxies", body)
+        assert response.status == 400 and b"bad request body" in response.data  # type: ignore[attr-defined]
+    assert api.call("GET", "/version").status == 200
+
+
+def raw_answer(server: Endpoint, request: bytes) -> bytes:
+    """What the server answers to raw ``request`` bytes, read until it closes."""
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+def test_item12_conflicting_content_lengths_are_400(server: Endpoint, api: Http) -> None:
+    body = b'{"name": "c", "upstream": "127.0.0.1:9"}'
+    head = b"POST /proxies HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n"
+    answer = raw_answer(server, head % (len(body), len(body) + 100) + body)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    api.error("GET", "/proxies/c", None, 404, "proxy not found")
+
+
+@deliberate("this server limits request bodies to 16 MiB; the real one has no limit")
+def test_item12_a_chunk_beyond_the_body_limit_is_400_at_once(server: Endpoint) -> None:
+    head = b"POST /proxies HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    answer = raw_answer(server, head + b"%x\r\n" % (16 * 1024 * 1024 + 1))  # and no data
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")

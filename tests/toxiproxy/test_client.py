@@ -3,17 +3,22 @@ which checks the statuses that package does not map and honours ``TOXIPROXY_URL`
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import requests
 import toxiproxy
-from toxikit import port_of, round_trip
-from toxiproxy.api import APIConsumer
+from toxikit import Endpoint, deliberate, embedded, port_of, round_trip
+from toxiproxy.api import APIConsumer, validate_response
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from chaos.net import TcpServer
-from chaos.toxiproxy import ToxiproxyServer
 from chaos.toxiproxy.client import (
     TOXIPROXY_URL,
     ToxiproxyBadRequest,
@@ -27,7 +32,7 @@ from chaos.toxiproxy.client import (
 
 
 @pytest.fixture
-def package(server: ToxiproxyServer, client: ToxiproxyClient) -> Iterator[toxiproxy.Toxiproxy]:
+def package(server: Endpoint, client: ToxiproxyClient) -> Iterator[toxiproxy.Toxiproxy]:
     """toxiproxy-python's own entry point, pointed at the server (class-level globals)."""
     saved = APIConsumer.host, APIConsumer.port
     toxi = toxiproxy.Toxiproxy()
@@ -107,16 +112,56 @@ def test_our_client_toxics_and_proxies(client: ToxiproxyClient, echo_server: Tcp
     with client.down("p"), pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5)
     assert client.proxy("p").enabled is True
-    entry = {"name": "r", "upstream": "127.0.0.1:9", "listen": ":0", "enabled": False}
+    entry = {"name": "r", "upstream": "127.0.0.1:9", "listen": "127.0.0.1:0", "enabled": False}
     populated = client.populate([entry])
     assert [p.name for p in populated] == ["r"] and populated[0].enabled is False
-    with pytest.raises(ToxiproxyError, match="loopback addresses only") as failed:
-        client.populate([{"name": "s", "upstream": "127.0.0.1:9"}])  # the real one: any interface
-    assert failed.value.status == 500
-    client.delete_proxy("r")  # reset() would try to bind it
+    assert client.populate([]) == []  # the server answers "proxies": null
     client.reset()
+    assert client.proxy("r").enabled is True
     client.delete_proxy("p")
     assert client.version() == "2.12.0"
+
+
+@deliberate("the real server binds every interface for these")
+def test_our_client_reports_a_refused_listen(client: ToxiproxyClient) -> None:
+    for listen in (":0", "0.0.0.0:0"):
+        with pytest.raises(ToxiproxyError, match="loopback addresses only") as failed:
+            client.populate([{"name": "s", "upstream": "127.0.0.1:9", "listen": listen}])
+        assert failed.value.status == 500
+    assert client.proxies() == {}
+
+
+def test_item8_the_packages_own_test_proxy_exists(
+    server: Endpoint, client: ToxiproxyClient
+) -> None:
+    """toxiproxy-python's ``test_proxy_exists``: a create without ``listen``, then a duplicate."""
+    url = f"{server.url}/proxies"
+    body = {"upstream": "localhost:3306", "name": "test_mysql_service"}
+    validate_response(requests.post(url, json=body, timeout=10))
+    with pytest.raises(ProxyExists):
+        validate_response(requests.post(url, json=body, timeout=10))
+    assert port_of(client.proxy("test_mysql_service").listen) > 0
+
+
+@embedded("reads the server's log, where the real one warns of updates by POST")
+def test_item10_our_client_updates_with_patch(
+    client: ToxiproxyClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.create_proxy("p", "127.0.0.1:9")
+    client.add_toxic("p", "latency", latency=10)
+    with caplog.at_level(logging.WARNING, logger="chaos.toxiproxy"):
+        client.disable("p")
+        client.enable("p")
+        client.update_toxic("p", "latency_downstream", latency=20)
+        with client.down("p"):
+            pass
+        assert not caplog.records
+        # toxiproxy-python updates by POST, which the server (like the real one) warns of
+        requests.post(f"{client.url}/proxies/p", json={"enabled": True}, timeout=10)
+    assert [r.getMessage() for r in caplog.records] == [
+        "ProxyUpdate: HTTP method POST is deprecated. Use HTTP PATCH instead."
+    ]
+    assert client.toxics("p")[0].attributes["latency"] == 20
 
 
 def test_our_client_reports_an_absent_server() -> None:
@@ -128,7 +173,7 @@ def test_our_client_reports_an_absent_server() -> None:
 
 
 def test_TOXIPROXY_URL_selects_an_external_server(
-    server: ToxiproxyServer, monkeypatch: pytest.MonkeyPatch
+    server: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(TOXIPROXY_URL, server.url)
     with open_toxiproxy() as client:
@@ -139,7 +184,7 @@ def test_TOXIPROXY_URL_selects_an_external_server(
 
 
 def test_without_TOXIPROXY_URL_an_embedded_server_runs_for_the_block(
-    server: ToxiproxyServer, monkeypatch: pytest.MonkeyPatch
+    server: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(TOXIPROXY_URL, raising=False)
     with open_toxiproxy() as client:
@@ -147,3 +192,31 @@ def test_without_TOXIPROXY_URL_an_embedded_server_runs_for_the_block(
         assert client.version() == "2.12.0"
     with pytest.raises(ToxiproxyUnreachable):
         client.version()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_item10_these_tests_run_against_the_server_TOXIPROXY_URL_names() -> None:
+    """A server in another process stands for a real Toxiproxy: a test of a deliberate
+    difference is skipped, the others run against it."""
+    module = Path(__file__).with_name("test_api_http.py")
+    tests = [
+        f"{module}::test_item8_a_missing_listen_binds_loopback_only",
+        f"{module}::test_item9_populate_and_update_resolve_listen_before_comparing",
+    ]
+    command = [sys.executable, "-m", "chaos.toxiproxy.cli", "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT) as server:
+        try:
+            assert server.stdout is not None
+            url = server.stdout.readline().split(" on ", 1)[1].strip()
+            env = {**os.environ, TOXIPROXY_URL: url}
+            run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+            done = subprocess.run(
+                run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+            )
+            assert "1 passed, 1 skipped" in done.stdout, done.stdout
+            assert ToxiproxyClient(url).proxies() == {}  # the tests cleaned up there
+        finally:
+            server.terminate()
+            server.wait(timeout=20)

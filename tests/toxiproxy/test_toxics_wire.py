@@ -4,6 +4,7 @@ generous and only catch hangs."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from toxikit import (
     connect,
+    deliberate,
     greet_and_close,
     port_of,
     recv_exactly,
@@ -236,3 +238,17 @@ def test_a_toxicity_update_re_rolls_on_open_connections(client: ToxiproxyClient,
             assert recv_exactly(sock, 1) == b"x"
             assert (time.monotonic() - start >= 0.3) is expected_delay
             client.update_toxic("p", "latency_downstream", toxicity=1.0)
+
+
+# Values above int64 are refused (issue 27 item 12); the largest one accepted works.
+@deliberate("the real server's delay overflows at this latency and sends at once")
+def test_the_largest_latency_holds_data_without_an_error(
+    client: ToxiproxyClient, port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.add_toxic("p", "latency", latency=2**63 - 1, jitter=2**63 - 1)
+    with caplog.at_level(logging.ERROR, logger="chaos.toxiproxy"), connect(port) as sock:
+        sock.sendall(b"late")
+        assert_held(sock, 0.5)
+        client.remove_toxic("p", "latency_downstream")
+        assert recv_exactly(sock, 4) == b"late"
+    assert not caplog.records

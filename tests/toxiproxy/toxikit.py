@@ -1,17 +1,57 @@
-"""Helpers of the Toxiproxy tests: what the loopback servers they proxy to do (each a
+"""Helpers of the Toxiproxy tests: the server under test (the embedded one, or a real Toxiproxy
+given by ``TOXIPROXY_URL``), what the loopback servers they proxy to do (each a
 ``chaos.net.TcpServer``), raw HTTP calls, and timing on the client's side of a proxy."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
 
 TIMEOUT = 10.0
+
+EXTERNAL_URL = os.environ.get("TOXIPROXY_URL", "").strip()
+"""A Toxiproxy to test instead of the embedded server (a real one, to hold ours to it)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the API under test answers."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def of(cls, url: str) -> Endpoint:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        assert parts.hostname is not None, f"not a Toxiproxy URL: {url!r}"
+        return cls(parts.hostname, parts.port or 8474)
+
+
+def deliberate(why: str) -> pytest.MarkDecorator:
+    """Mark a test of a deliberate difference from the real Toxiproxy (``why``): it is skipped
+    when the tests run against an external server."""
+    return pytest.mark.skipif(
+        bool(EXTERNAL_URL), reason=f"deliberate difference from the real Toxiproxy: {why}"
+    )
+
+
+def embedded(why: str) -> pytest.MarkDecorator:
+    """Mark a test that looks inside the embedded server (``why``): skipped against another."""
+    return pytest.mark.skipif(bool(EXTERNAL_URL), reason=f"embedded server only: {why}")
 
 
 def echo(sock: socket.socket) -> None:
