@@ -15,6 +15,7 @@ once over HTTP (``MatrixRun.metrics``), and the report plots failover durations 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -66,7 +67,7 @@ class Schedule:
 
     Raises:
         ValueError: an unknown or no fault, ``count`` together with ``duration``, or a number
-            out of range (the message names it).
+            out of range or not finite (the message names it).
     """
 
     faults: Sequence[str] = tuple(FAULTS)
@@ -93,6 +94,10 @@ class Schedule:
                 raise ValueError(f"{name} must be at least {least}, not {value}")
         if self.drain < 0:
             raise ValueError(f"drain must be at least 0, not {self.drain}")
+        for name in ("duration", "gap", "drain"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number of seconds, not {value}")
 
     def rounds(self, rng: random.Random) -> list[list[str]]:
         """The faults of each round, drawn with ``rng``; with a ``duration``, more than fit."""
