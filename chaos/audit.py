@@ -158,7 +158,8 @@ class Violation:
 
 @dataclass
 class StreamSummary:
-    """What happened on one stream."""
+    """What happened on one stream (``accepted``: sends accepted, or committed by the
+    producer)."""
 
     stream: str
     mode: str
@@ -233,10 +234,10 @@ class _Stream:
         sent = {i for e in self._of("sent") if e.actor in producer_side for i in e.ids}
         self.summary.sent = len(sent)
         expected = {i for e in self._of("accepted") for i in e.ids}
-        self.summary.accepted = len(expected)
         for event in self._of("committed"):
             if event.actor in producer_side:
                 expected.update(event.ids)
+        self.summary.accepted = len(expected)  # accepted, or committed by the producer
         received = self._receptions()
         left = self._left()
         self.summary.left = sum(left.values())
