@@ -134,8 +134,8 @@ def _stream_rows(streams: list[StreamSummary]) -> list[str]:
     """One row per workload and consumer mode, summed over its rounds."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0] * len(STREAM_COLUMNS))
     for s in streams:
-        row = (s.sent, s.accepted, s.consumed, s.duplicates, s.left, s.lost_allowed)
-        row += (s.rolled_back, s.in_doubt)
+        row = [s.sent, s.accepted, s.consumed, s.duplicates, s.left, s.lost_allowed]
+        row += [s.rolled_back, s.in_doubt]
         if not s.mode and not any(row):
             continue  # a stream whose workload died before its first message (see the errors)
         key = f"{_workload(s.stream)} ({s.mode})"
