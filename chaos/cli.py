@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    run.set_defaults(command_parser=run)  # so that main() says "haclient-chaos run: error"
     amount = run.add_mutually_exclusive_group()
     amount.add_argument(
         "--count", type=int, metavar="N", help="faults to inject (default: each of --faults once)"
@@ -169,7 +170,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     )
     toxiproxy = args.toxiproxy or os.environ.get(TOXIPROXY_URL, "").strip() or None
     if toxiproxy is not None:
-        _check_toxiproxy(toxiproxy)
+        _check_toxiproxy(toxiproxy, "--toxiproxy" if args.toxiproxy else f"${TOXIPROXY_URL}")
     try:
         bed = Bed(
             broker_urls=args.broker,
@@ -182,15 +183,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return _Plan(schedule, bed, _out_directory(args.out))
 
 
-def _check_toxiproxy(url: str) -> None:
-    """A Toxiproxy answers at ``url``. Raises ValueError naming it when none does."""
+def _check_toxiproxy(url: str, given_by: str) -> None:
+    """A Toxiproxy answers at ``url``. Raises ValueError naming it (and ``given_by``, where
+    the URL came from) when none does."""
     try:
         ToxiproxyClient(url).version()
     except ValueError as exc:
-        raise ValueError(f"--toxiproxy: {exc}") from None
+        raise ValueError(f"{given_by}: {exc}") from None
     except ToxiproxyError as exc:
         said = "no answer" if exc.status == 0 else f"answered {exc.status} {exc.message}"
-        raise ValueError(f"--toxiproxy: no Toxiproxy at {url} ({said})") from None
+        raise ValueError(f"{given_by}: no Toxiproxy at {url} ({said})") from None
 
 
 def _out_directory(path: Path) -> Path:
@@ -254,8 +256,8 @@ def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
 def main(argv: list[str] | None = None) -> int:
     """Run the command; the exit status says whether every promise held (see the module
     docstring)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
+    parser: argparse.ArgumentParser = args.command_parser
     if args.password is not None and args.username is None:
         parser.error("--password needs --username")
     try:

@@ -67,6 +67,15 @@ def test_item14_a_toxiproxy_that_does_not_answer_is_named(
     assert f"--toxiproxy: no Toxiproxy at {url} (no answer)" in _refused(argv, capsys)
 
 
+def test_item14_a_toxiproxy_url_from_the_environment_is_checked_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("TOXIPROXY_URL", url)
+    argv = ["run", "--out", str(tmp_path)]
+    assert f"$TOXIPROXY_URL: no Toxiproxy at {url} (no answer)" in _refused(argv, capsys)
+
+
 def test_item14_an_out_directory_below_a_file_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
