@@ -141,7 +141,7 @@ def _stream_rows(streams: list[StreamSummary]) -> list[str]:
         key = f"{_workload(s.stream)} ({s.mode})"
         totals[key] = [a + b for a, b in zip(totals[key], row, strict=True)]
     header = "| workload (consumer mode) | " + " | ".join(c for c, _ in STREAM_COLUMNS) + " |"
-    lines = [header, "|---" * (len(STREAM_COLUMNS) + 1) + "|"]
+    lines = [header, "|---" + "|---:" * len(STREAM_COLUMNS) + "|"]  # numbers to the right
     lines += [f"| {k} | {' | '.join(map(str, v))} |" for k, v in sorted(totals.items())]
     lines += ["", *(f"- *{column}*: {meaning}" for column, meaning in STREAM_COLUMNS)]
     return lines
@@ -161,7 +161,7 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
         "## Faults",
         "",
         "| fault | what it does | injected |",
-        "|---|---|---|",
+        "|---|---|---:|",
         *(f"| {n} | {FAULT_MEANINGS.get(n, '')} | {c} |" for n, c in sorted(faults.items())),
         "",
         "## Streams",
@@ -173,7 +173,7 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
         "## Promises",
         "",
         "| promise | rules (docs/semantics.md) | broken |",
-        "|---|---|---|",
+        "|---|---|---:|",
         *(f"| {p} | {PROMISES[p]} | {n} |" for p, n in result.by_promise().items()),
     ]
     if result.violations:
@@ -288,7 +288,6 @@ _PAGE = """<!doctype html>
 body {{ font-family: sans-serif; max-width: 70em; margin: auto; padding: 0 1em; }}
 table {{ border-collapse: collapse; margin: 0.5em 0; }}
 th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; }}
-td {{ text-align: right; }} td:first-child {{ text-align: left; }}
 th {{ background: #f3f3f3; }} img {{ max-width: 100%; }}
 </style></head><body>
 {body}
