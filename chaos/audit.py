@@ -14,7 +14,8 @@ lost               F11,A* an accepted (or committed) message was never consumed:
                           NO_ACK may lose prefetched messages (A5): counted, not a failure.
 duplicate          A1-A4  a message consumed again after it was consumed, unless DUPS_OK (A3),
                    F11    its send was cut off by a failover and re-sent (F11), or one of the
-                          consumptions was in doubt (F7, F8).
+                          consumptions was in doubt (F7, F8). A copy left on the queue at the
+                          end of the run (``left``) counts as one more consumption.
 phantom            F11    a message received that nobody sent (or a reply to no request).
 rolled_back_seen   F7     a message of a transaction reported rolled back was received.
 in_doubt_partial   F7     an in-doubt transaction was applied in part.
@@ -78,9 +79,10 @@ class Event:
 
     ``kind`` is one of: sent, accepted, received, acknowledged, ack_failed, committed,
     rolled_back, error, call, failover_started, failover_completed, fault, reply, unanswered,
-    hung. ``actor`` is producer, consumer, requester or server; ``mode`` the session's
-    acknowledge mode (AUTO, CLIENT, DUPS_OK, NO_ACK, INDIVIDUAL, TRANSACTED). ``t`` is when it
-    ended; ``duration`` how long its call took; ``deadline`` the longest it was allowed.
+    hung, left (taken off the stream's queue by the drain at the end of the run). ``actor``
+    is producer, consumer, requester, server or drain; ``mode`` the session's acknowledge mode
+    (AUTO, CLIENT, DUPS_OK, NO_ACK, INDIVIDUAL, TRANSACTED). ``t`` is when it ended;
+    ``duration`` how long its call took; ``deadline`` the longest it was allowed.
     """
 
     kind: str
@@ -156,7 +158,8 @@ class Violation:
 
 @dataclass
 class StreamSummary:
-    """What happened on one stream."""
+    """What happened on one stream (``accepted``: sends accepted, or committed by the
+    producer)."""
 
     stream: str
     mode: str
@@ -167,6 +170,8 @@ class StreamSummary:
     lost_allowed: int = 0
     rolled_back: int = 0
     in_doubt: int = 0
+    left: int = 0
+    """Messages the drain found on the queue at the end of the run."""
 
 
 @dataclass
@@ -229,22 +234,25 @@ class _Stream:
         sent = {i for e in self._of("sent") if e.actor in producer_side for i in e.ids}
         self.summary.sent = len(sent)
         expected = {i for e in self._of("accepted") for i in e.ids}
-        self.summary.accepted = len(expected)
         for event in self._of("committed"):
             if event.actor in producer_side:
                 expected.update(event.ids)
+        self.summary.accepted = len(expected)  # accepted, or committed by the producer
         received = self._receptions()
-        self._check_phantoms(received, sent)
+        left = self._left()
+        self.summary.left = sum(left.values())
+        self._check_phantoms(received.keys() | left.keys(), sent)
         self._check_transactions(received)
         consumptions = self._consumptions()
         self.summary.consumed = len(consumptions)
         missing = sorted(expected - set(consumptions))
-        if self.mode == "NO_ACK":
-            self.summary.lost_allowed = len(missing)
+        if self.mode == "NO_ACK":  # what was left on the queue is not lost
+            self.summary.lost_allowed = len([i for i in missing if i not in left])
         else:
             for message_id in missing:
-                self.fail("lost", f"{message_id} accepted, never consumed ({self.mode})")
-        self._check_duplicates(consumptions)
+                where = ", left on the queue" if message_id in left else ""
+                self.fail("lost", f"{message_id} accepted, never consumed ({self.mode}{where})")
+        self._check_duplicates(consumptions, left)
         self._check_failover_windows(received)
         self._check_replies()
 
@@ -255,6 +263,14 @@ class _Stream:
                 for message_id in event.ids:
                     times[message_id].append(event.t)
         return times
+
+    def _left(self) -> dict[str, int]:
+        """How many copies of each id the drain took off the queue at the end."""
+        copies: dict[str, int] = defaultdict(int)
+        for event in self._of("left"):
+            for message_id in event.ids:
+                copies[message_id] += 1
+        return copies
 
     def _consumptions(self) -> dict[str, list[Event]]:
         """Each consumed id and the events that consumed it, by the stream's mode."""
@@ -290,7 +306,7 @@ class _Stream:
             if event.kind == "hung":
                 self.fail("hung", f"{event.actor} did not finish: {event.message}")
 
-    def _check_phantoms(self, received: dict[str, list[float]], sent: set[str]) -> None:
+    def _check_phantoms(self, received: Iterable[str], sent: set[str]) -> None:
         for message_id in sorted(set(received) - sent):
             self.fail("phantom", f"{message_id} received, never sent")
 
@@ -316,15 +332,18 @@ class _Stream:
                     return True
         return False
 
-    def _check_duplicates(self, consumptions: dict[str, list[Event]]) -> None:
+    def _check_duplicates(self, consumptions: dict[str, list[Event]], left: dict[str, int]) -> None:
+        """A message consumed twice, or consumed with a copy left on the queue at the end."""
         for message_id, events in consumptions.items():
-            if len(events) < 2:
+            copies = len(events) + left.get(message_id, 0)
+            if copies < 2:
                 continue
             self.summary.duplicates += 1
             in_doubt = any(e.in_doubt for e in events)
             if self.mode == "DUPS_OK" or in_doubt or self._resent(message_id):
                 continue
-            self.fail("duplicate", f"{message_id} consumed {len(events)} times ({self.mode})")
+            where = f", {left[message_id]} left on the queue" if message_id in left else ""
+            self.fail("duplicate", f"{message_id} consumed {copies} times ({self.mode}{where})")
 
     def _windows(self, actor: str) -> list[tuple[float, float]]:
         windows = []

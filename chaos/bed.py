@@ -8,7 +8,8 @@ killed broker comes back with its durable messages). External (``broker_urls=...
 puts proxies in front of the given brokers. Either way each broker gets a proxy on a free
 loopback port of the Toxiproxy at ``toxiproxy_url`` (else ``$TOXIPROXY_URL``, else an embedded
 ``chaos.toxiproxy`` server), driven only through ``ToxiproxyClient``, so a real Toxiproxy runs
-the same faults; ``bed.url()`` is a ``failover:`` URL over the proxies.
+the same faults; ``bed.url()`` is a ``failover:`` URL over the proxies, with each broker's
+user and password (``amqp://user:password@host:port`` given, or ``username``/``password``).
 
 Faults are methods (``kill``, ``stop``, ``pause``, ``blackhole``, ``reset_peer``, ``latency``,
 ``bandwidth``, ``slicer``, ``limit_data``, ``flap``); each blocks for the fault's duration, undoes
@@ -38,6 +39,8 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from chaos.broker import Broker
 from chaos.net import free_port
 from chaos.toxiproxy.client import ToxiproxyClient, ToxiproxyNotFound, open_toxiproxy
+from failover.url import BrokerURL, parse_url
+from haclient.errors import ConfigurationError
 
 __all__ = ["Bed", "FaultRecord", "Member"]
 
@@ -67,7 +70,8 @@ class FaultRecord:
 
 @dataclass
 class Member:
-    """One broker of the bed and the proxy in front of it."""
+    """One broker of the bed and the proxy in front of it; ``scheme``, ``username``,
+    ``password`` and ``options`` are how clients reach the broker behind the proxy."""
 
     name: str
     upstream: str
@@ -75,11 +79,19 @@ class Member:
     listen: str = ""
     broker: Broker | None = None
     tasks: list[Future[Any]] = field(default_factory=list)
+    scheme: str = "amqp"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    options: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
-        """The broker as clients reach it: through the proxy."""
-        return f"amqp://{self.listen}"
+        """The broker as clients reach it: through the proxy, with its user and password."""
+        host, _, port = self.listen.rpartition(":")
+        through = BrokerURL(
+            self.scheme, host, int(port), self.username, self.password, self.options
+        )
+        return through.to_string(include_secrets=True)
 
 
 class Bed:
@@ -88,7 +100,11 @@ class Bed:
     Args:
         brokers: How many embedded brokers (ignored with ``ha``: a pair).
         ha: Run a shared-store HA pair instead of independent brokers.
-        broker_urls: External brokers (``amqp://host:port``): nothing embedded is started.
+        broker_urls: External brokers (``amqp://[user:password@]host:port``): nothing
+            embedded is started.
+        username: The user clients log in as (SASL PLAIN) where a broker URL names none; the
+            embedded brokers then accept only this user.
+        password: That user's password.
         toxiproxy_url: An external Toxiproxy; default ``$TOXIPROXY_URL`` or the embedded one.
         poll_interval: How often a standby tries the store's lock (seconds).
         broker_idle_timeout: The embedded brokers' idle timeout (seconds): a broker drops a
@@ -106,15 +122,29 @@ class Bed:
         toxiproxy_url: str | None = None,
         poll_interval: float = 0.02,
         broker_idle_timeout: float | None = 1.0,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
+        """Check the arguments (no I/O).
+
+        Raises:
+            ConfigurationError: A broker URL that is not one ``amqp[s]://`` broker, or a
+                password without a user name.
+        """
+        if password is not None and username is None:
+            raise ConfigurationError("a password without a user name", option="username")
+        self.username = username
+        self.password = password
+        self._prefix = f"bed-{uuid.uuid4().hex[:6]}"
+        self._external_members = [
+            self._external_member(i, url) for i, url in enumerate(broker_urls or [])
+        ]
         self.ha = ha and not broker_urls
         self.external = bool(broker_urls)
         self.poll_interval = poll_interval
         self.broker_idle_timeout = broker_idle_timeout
         self._count = 2 if self.ha else (len(broker_urls) if broker_urls else brokers)
-        self._broker_urls = broker_urls or []
         self._toxiproxy_url = toxiproxy_url
-        self._prefix = f"bed-{uuid.uuid4().hex[:6]}"
         self.members: list[Member] = []
         self.faults: list[FaultRecord] = []
         self.client: ToxiproxyClient | None = None
@@ -132,9 +162,7 @@ class Bed:
                 self._stack.callback(self._stop_brokers)
                 self._start_brokers(tmp)
             else:
-                for i, url in enumerate(self._broker_urls):
-                    upstream = url.split("://", 1)[-1].split("/")[0].split("@")[-1]
-                    self.members.append(Member(f"broker-{i}", upstream, f"{self._prefix}-{i}"))
+                self.members.extend(self._external_members)
             self._stack.callback(self._delete_proxies)
             for member in self.members:
                 proxy = self.client.create_proxy(member.proxy, member.upstream)
@@ -147,16 +175,45 @@ class Bed:
     def __exit__(self, *exc_info: object) -> None:
         self._stack.close()
 
+    def _external_member(self, index: int, text: str) -> Member:
+        """The member for external broker ``text``: the proxy changes the address clients use,
+        not their login, so its user and password are kept."""
+        url = parse_url(text)
+        if len(url.brokers) != 1 or text.strip().lower().startswith("failover:"):
+            raise ConfigurationError(
+                f"one broker per URL (amqp://host:port), not {url}", option="broker_urls"
+            )
+        broker = url.brokers[0]
+        host = f"[{broker.host}]" if ":" in broker.host else broker.host
+        username = broker.username if broker.username is not None else self.username
+        password = broker.password if broker.username is not None else self.password
+        return Member(
+            f"broker-{index}",
+            f"{host}:{broker.port}",
+            f"{self._prefix}-{index}",
+            scheme=broker.scheme,
+            username=username,
+            password=password,
+            options=dict(broker.options),
+        )
+
     def _start_brokers(self, tmp: Path) -> None:
         for i in range(self._count):
             store = tmp / ("ha.db" if self.ha else f"broker-{i}.db")
             broker = Broker(
                 port=free_port(),
+                users=None if self.username is None else {self.username: self.password or ""},
                 store=store,
                 ha_poll_interval=self.poll_interval,
                 idle_timeout=self.broker_idle_timeout,
             )
-            member = Member(f"broker-{i}", f"127.0.0.1:{broker.port}", f"{self._prefix}-{i}")
+            member = Member(
+                f"broker-{i}",
+                f"127.0.0.1:{broker.port}",
+                f"{self._prefix}-{i}",
+                username=self.username,
+                password=self.password,
+            )
             member.broker = broker
             self.members.append(member)
             member.tasks.append(self.portal.start_task_soon(_serve, broker))
@@ -245,13 +302,19 @@ class Bed:
 
     def _take_down(self, name: str, down: float, *, graceful: bool) -> FaultRecord:
         if self.external:
-            with self._record(name, f"all proxies down {down:.2f} s") as record:
+            with self._record(name, f"every proxy disabled for {down:.2f} s") as record:
                 self._all_down(down)
             return record
         member = self.master()
         broker = member.broker
         assert broker is not None
-        with self._record(name, f"{member.name} for {down:.2f} s") as record:
+        detail = (
+            f"{member.name} down; the standby took over; {member.name} back as the new "
+            f"standby after {down:.2f} s"
+            if self.ha
+            else f"{member.name} down for {down:.2f} s, then restarted"
+        )
+        with self._record(name, detail) as record:
             self.portal.call(broker.stop if graceful else broker.kill)
             if self.ha:
                 standby = next(m.broker for m in self.members if m is not member)

@@ -3,34 +3,73 @@
     haclient-chaos run --count 50 --seed 7 --out chaos-report
     haclient-chaos run --duration 600 --faults kill,blackhole --workloads client,transacted
     haclient-chaos run --broker amqp://10.0.0.1:5672 --broker amqp://10.0.0.2:5672 \\
-        --toxiproxy http://127.0.0.1:8474
+        --username app --password secret --toxiproxy http://127.0.0.1:8474
 
 Embedded by default: a shared-store HA pair of reference brokers behind an embedded Toxiproxy
 (``chaos.bed``); ``--broker`` (twice or more) and ``--toxiproxy`` (or ``$TOXIPROXY_URL``) use
-real ones. Exit status: 0 when every promise held, 1 when one broke, 2 on bad arguments.
+real ones. Every argument is checked, the Toxiproxy asked for its version and the brokers
+connected to once through the proxies before any fault: what fails there is a set-up failure,
+never a broken promise. Exit status: 0 when every promise held, 1 when one broke, 2 on a bad
+argument or a failed set-up (nothing was judged).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+import haclient
+from chaos.args import positive_seconds
 from chaos.audit import audit
 from chaos.bed import Bed, FaultRecord
 from chaos.faults import FAULTS
 from chaos.report import write_report
-from chaos.scenarios.runner import Schedule, run_matrix
+from chaos.scenarios.runner import MatrixRun, Schedule, run_matrix
 from chaos.scenarios.workloads import WORKLOADS
+from chaos.toxiproxy.client import TOXIPROXY_URL, ToxiproxyClient, ToxiproxyError
+from haclient.errors import HAClientError
 
 __all__ = ["main"]
+
+DESCRIPTION = "Run a matrix of faults x workloads, write a report, and judge every promise."
+EPILOG = """\
+examples:
+  haclient-chaos run --count 50 --seed 7 --out chaos-report
+  haclient-chaos run --duration 600 --faults kill,blackhole --workloads client,transacted
+  haclient-chaos run --broker amqp://10.0.0.1:5672 --broker amqp://10.0.0.2:5672 \\
+      --username app --password secret --toxiproxy http://127.0.0.1:8474
+
+Without --broker: a shared-store HA pair of reference brokers behind an embedded Toxiproxy.
+Exit status: 0 every promise held, 1 a promise broke, 2 a bad argument or a failed set-up.
+"""
+PREFLIGHT_ATTACH_TIMEOUT = 10.0
+
+
+class SetupFailed(Exception):
+    """The bed could not be set up (a Toxiproxy or broker that does not answer, credentials
+    refused): nothing was run, so nothing can be judged."""
+
+
+@dataclass
+class _Plan:
+    """What the arguments asked for, checked, before anything starts."""
+
+    schedule: Schedule
+    bed: Bed
+    out: Path
 
 
 def _names(text: str, known: Mapping[str, object], what: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"name at least one {what} (known: {', '.join(known)})")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise argparse.ArgumentTypeError(
@@ -40,70 +79,199 @@ def _names(text: str, known: Mapping[str, object], what: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="haclient-chaos", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="haclient-chaos",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run a matrix of faults x workloads")
+    run = commands.add_parser(
+        "run",
+        help="run a matrix of faults x workloads",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.set_defaults(command_parser=run)  # so that main() says "haclient-chaos run: error"
     amount = run.add_mutually_exclusive_group()
-    amount.add_argument("--count", type=int, help="faults to inject (default: one of each)")
-    amount.add_argument("--duration", type=float, help="inject faults for this many seconds")
-    run.add_argument("--seed", type=int, default=0, help="makes the run repeatable (default 0)")
+    amount.add_argument(
+        "--count", type=int, metavar="N", help="faults to inject (default: each of --faults once)"
+    )
+    amount.add_argument(
+        "--duration",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="inject faults for this many seconds",
+    )
+    run.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="makes the run repeatable (default: 0)"
+    )
     run.add_argument(
         "--faults",
         type=lambda t: _names(t, FAULTS, "fault"),
         default=list(FAULTS),
-        help=f"comma-separated (default all: {','.join(FAULTS)})",
+        metavar="NAMES",
+        help=f"comma-separated (default: all: {', '.join(FAULTS)})",
     )
     run.add_argument(
         "--workloads",
         type=lambda t: _names(t, WORKLOADS, "workload"),
         default=list(WORKLOADS),
-        help=f"comma-separated (default all: {','.join(WORKLOADS)})",
+        metavar="NAMES",
+        help=f"comma-separated (default: all: {', '.join(WORKLOADS)})",
     )
     run.add_argument(
-        "--per-round", type=int, default=10, help="faults per round (fresh queues each)"
+        "--per-round",
+        type=int,
+        default=10,
+        metavar="N",
+        help="faults per round, fresh queues each (default: 10)",
     )
-    run.add_argument("--broker", action="append", help="an external broker URL (repeat)")
     run.add_argument(
-        "--toxiproxy", help="an external Toxiproxy API URL (else $TOXIPROXY_URL or embedded)"
+        "--broker",
+        action="append",
+        metavar="URL",
+        help="an external broker, amqp://[user:password@]host:port (repeat; default: embedded)",
     )
-    run.add_argument("--out", type=Path, default=Path("chaos-report"), help="report directory")
+    run.add_argument(
+        "--username",
+        metavar="NAME",
+        help="the user to log in as where a --broker URL names none (default: none)",
+    )
+    run.add_argument("--password", metavar="SECRET", help="that user's password")
+    run.add_argument(
+        "--toxiproxy",
+        metavar="URL",
+        help=f"an external Toxiproxy API (default: ${TOXIPROXY_URL}, else an embedded one)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("chaos-report"),
+        metavar="DIR",
+        help="report directory (default: %(default)s)",
+    )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command; the exit status says whether every promise held."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    try:
-        schedule = Schedule(
-            args.faults,
-            seed=args.seed,
-            count=args.count,
-            duration=args.duration,
-            per_round=args.per_round,
-        )
-    except ValueError as exc:
-        parser.error(str(exc))  # exits with status 2
-    total = None if schedule.duration else schedule.count or len(schedule.faults)
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Check every argument, without starting anything.
+
+    Raises:
+        ValueError: naming the argument at fault.
+    """
+    schedule = Schedule(
+        args.faults,
+        seed=args.seed,
+        count=args.count,
+        duration=args.duration,
+        per_round=args.per_round,
     )
-    with (
-        Progress(*columns) as progress,
-        Bed(broker_urls=args.broker, toxiproxy_url=args.toxiproxy) as bed,
-    ):
+    toxiproxy = args.toxiproxy or os.environ.get(TOXIPROXY_URL, "").strip() or None
+    if toxiproxy is not None:
+        _check_toxiproxy(toxiproxy, "--toxiproxy" if args.toxiproxy else f"${TOXIPROXY_URL}")
+    try:
+        bed = Bed(
+            broker_urls=args.broker,
+            toxiproxy_url=toxiproxy,
+            username=args.username,
+            password=args.password,
+        )
+    except HAClientError as exc:
+        raise ValueError(f"--broker: {exc}") from None
+    return _Plan(schedule, bed, _out_directory(args.out))
+
+
+def _check_toxiproxy(url: str, given_by: str) -> None:
+    """A Toxiproxy answers at ``url``. Raises ValueError naming it (and ``given_by``, where
+    the URL came from) when none does."""
+    try:
+        ToxiproxyClient(url).version()
+    except ValueError as exc:
+        raise ValueError(f"{given_by}: {exc}") from None
+    except ToxiproxyError as exc:
+        said = "no answer" if exc.status == 0 else f"answered {exc.status} {exc.message}"
+        raise ValueError(f"{given_by}: no Toxiproxy at {url} ({said})") from None
+
+
+def _out_directory(path: Path) -> Path:
+    """``path`` created, and writable. Raises ValueError naming it when it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out: cannot create {str(path)!r}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--out: cannot write to {str(path)!r}")
+    return path
+
+
+def _one_line(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0] if first else '(no detail)'}"
+
+
+def _preflight(bed: Bed) -> None:
+    """Connect once through the proxies, as the workloads will (one pass over the brokers).
+
+    Raises:
+        SetupFailed: no broker answered, or it refused the login.
+    """
+    try:
+        with haclient.connect(
+            bed.url(**{"startup.cyclecount": 1}),
+            attach_timeout=PREFLIGHT_ATTACH_TIMEOUT,
+            close_timeout=1.0,
+        ):
+            pass
+    except HAClientError as exc:
+        reason = f"cannot connect to the brokers through the proxies: {_one_line(exc)}"
+        raise SetupFailed(reason) from exc
+
+
+def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
+    """Set the bed up, check it serves, then run the matrix with a progress bar.
+
+    Raises:
+        SetupFailed: the bed could not be set up.
+    """
+    schedule = plan.schedule
+    total = None if schedule.duration else schedule.count or len(schedule.faults)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with ExitStack() as stack:
+        try:
+            bed = stack.enter_context(plan.bed)
+        except (ToxiproxyError, OSError, TimeoutError) as exc:
+            raise SetupFailed(f"cannot start the bed: {_one_line(exc)}") from exc
+        _preflight(bed)
+        progress = stack.enter_context(Progress(*columns, TimeElapsedColumn()))
         task = progress.add_task("injecting faults", total=total)
 
         def advance(record: FaultRecord) -> None:
             progress.update(task, advance=1, description=f"{record.name:<11}")
 
-        run = run_matrix(bed, schedule, workloads=args.workloads, on_fault=advance)
+        return run_matrix(bed, schedule, workloads=workloads, on_fault=advance)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; the exit status says whether every promise held (see the module
+    docstring)."""
+    args = _parser().parse_args(argv)
+    parser: argparse.ArgumentParser = args.command_parser
+    if args.password is not None and args.username is None:
+        parser.error("--password needs --username")
+    try:
+        plan = _plan(args)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits with status 2
+    try:
+        run = _run(plan, args.workloads)
+    except SetupFailed as exc:
+        print(f"haclient-chaos: set-up failed, nothing was run: {exc}", file=sys.stderr)
+        return 2
     result = audit(run.ledger.snapshot())
-    page = write_report(run, result, args.out)
-    print((args.out / "report.md").read_text())
+    page = write_report(run, result, plan.out)
+    print((plan.out / "report.md").read_text())
     print(f"report: {page}")
     return 0 if result.ok else 1
 

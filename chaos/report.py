@@ -1,35 +1,109 @@
-"""The report of a chaos run: a Markdown summary and an HTML page with PNG plots.
+"""The report of a chaos run: a Markdown summary, the same rendered as an HTML page, and plots.
 
-Plots (matplotlib, Agg backend, no display needed): messages consumed per second with the
-faults marked, failover durations (the ``haclient_failover_duration_seconds`` histogram, as the
-run scraped it from its ``haclient.metrics`` endpoint), and how long the calls that blocked took
-(every call over 50 ms, from the ledger). The summary gives the failovers both ways: counted by
-the metrics (buckets) and reported to the failover listener (F14, exact durations); the two
-counts agree. ``write_report`` writes ``report.md``, ``report.html``, the plots, the final
-scrape (``metrics.txt``) and ``ledger.jsonl`` into one directory.
+Every figure comes from the ledger (``Figures``, which the demo's terminal summary uses too, so
+the two never disagree) and says what it counts. The metrics endpoint's scrape is only checked
+against it: its failover count must equal the listeners' (F14). Plots (matplotlib, Agg
+backend): messages received per second with the faults shaded, the downtime of each failover
+in milliseconds, and how long the calls that blocked took (every call over 50 ms).
+``write_report`` writes ``report.md``, ``report.html`` (rendered by markdown-it-py: headings and
+tables), the plots, the final scrape (``metrics.txt``) and ``ledger.jsonl`` into one directory.
 """
 
 from __future__ import annotations
 
-import html
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from markdown_it import MarkdownIt
 from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from chaos.audit import PROMISES, AuditResult, Event
+from chaos.audit import PROMISES, AuditResult, Event, StreamSummary
 from chaos.scenarios.runner import MatrixRun
-from chaos.scrape import DurationHistogram
 
-FAILOVER_DURATIONS = "haclient_failover_duration_seconds"
+__all__ = [
+    "FAULT_MEANINGS",
+    "Figures",
+    "figures",
+    "ms",
+    "render_html",
+    "summary_markdown",
+    "write_report",
+]
 
-__all__ = ["summary_markdown", "write_report"]
+FAILOVERS = "haclient_failovers_total"
+
+FAULT_MEANINGS = {
+    "kill": "the serving broker killed (no goodbye); the standby takes over",
+    "stop": "the serving broker stopped (Close frames); the standby takes over",
+    "pause": "the serving broker silent; clients notice by their idle timeout",
+    "blackhole": "the proxies hold every byte the brokers send",
+    "reset_peer": "connections reset (TCP RST)",
+    "latency": "every byte from the brokers delayed",
+    "bandwidth": "the brokers' output squeezed to a few KB/s",
+    "slicer": "data both ways cut into slices of a few bytes",
+    "limit_data": "each connection cut after a few hundred bytes, mid-frame",
+    "flap": "every proxy down and up again a few times",
+}
+"""What each fault does, in a reader's words (the ledger's ``fault`` events give the details)."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The run's headline figures, each computed from the ledger.
+
+    Failovers are those each connection's failover listener reported (F14), with the downtime
+    it measured; transactions and acknowledges count the calls that raised or returned.
+    """
+
+    failovers: int
+    downtime_median: float | None
+    """Seconds; the median of every failover's downtime (the mean of the middle two when
+    their number is even)."""
+    downtime_max: float | None
+    committed: int
+    rolled_back: int
+    """Transactions whose ``commit()`` raised ``TransactionRolledBackError``, nothing applied."""
+    in_doubt: int
+    """Transactions whose ``commit()`` raised in doubt: the broker may have applied them."""
+    acknowledges_refused: int
+    questions_answered: int
+    questions_asked_again: int
+
+
+def figures(events: list[Event]) -> Figures:
+    """The headline figures of a ledger (see ``Figures``)."""
+    downtimes = [e.duration for e in events if e.kind == "failover_completed"]
+    transactions = [e for e in events if e.actor == "producer" and e.mode == "TRANSACTED"]
+    kinds = Counter((e.kind, e.actor) for e in events)
+    return Figures(
+        failovers=len(downtimes),
+        downtime_median=statistics.median(downtimes) if downtimes else None,
+        downtime_max=max(downtimes, default=None),
+        committed=sum(1 for e in transactions if e.kind == "committed"),
+        rolled_back=sum(1 for e in transactions if e.kind == "rolled_back" and not e.in_doubt),
+        in_doubt=sum(1 for e in transactions if e.kind == "rolled_back" and e.in_doubt),
+        acknowledges_refused=kinds["ack_failed", "consumer"],
+        questions_answered=kinds["reply", "requester"],
+        questions_asked_again=kinds["sent", "requester"] - kinds["reply", "requester"],
+    )
+
+
+def ms(seconds: float | None) -> str:
+    """``453 ms`` (``-`` for None)."""
+    return "-" if seconds is None else f"{1000 * seconds:.0f} ms"
+
+
+def _workload(stream: str) -> str:
+    return stream.rsplit("-r", 1)[0]
 
 
 def _failovers(events: list[Event]) -> list[float]:
@@ -44,53 +118,64 @@ def _blocked(events: list[Event]) -> dict[str, list[float]]:
     return calls
 
 
+STREAM_COLUMNS = (
+    ("sent", "messages the producer (or requester) sent"),
+    ("accepted or committed", "sends the broker accepted, or that a commit covered"),
+    ("consumed", "distinct messages consumed (received, acknowledged or committed by mode)"),
+    ("duplicates", "messages consumed more than once, or left on the queue as well"),
+    ("left on the queue", "messages the drain found on the queue at the end of the run"),
+    ("lost (allowed)", "NO_ACK only: accepted, never received (A5)"),
+    ("tx rolled back", "producer commits that raised: nothing applied"),
+    ("tx in doubt", "producer commits that raised in doubt: perhaps applied"),
+)
+
+
+def _stream_rows(streams: list[StreamSummary]) -> list[str]:
+    """One row per workload and consumer mode, summed over its rounds."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0] * len(STREAM_COLUMNS))
+    for s in streams:
+        row = [s.sent, s.accepted, s.consumed, s.duplicates, s.left, s.lost_allowed]
+        row += [s.rolled_back, s.in_doubt]
+        if not s.mode and not any(row):
+            continue  # a stream whose workload died before its first message (see the errors)
+        key = f"{_workload(s.stream)} ({s.mode})"
+        totals[key] = [a + b for a, b in zip(totals[key], row, strict=True)]
+    header = "| workload (consumer mode) | " + " | ".join(c for c, _ in STREAM_COLUMNS) + " |"
+    lines = [header, "|---" + "|---:" * len(STREAM_COLUMNS) + "|"]  # numbers to the right
+    lines += [f"| {k} | {' | '.join(map(str, v))} |" for k, v in sorted(totals.items())]
+    lines += ["", *(f"- *{column}*: {meaning}" for column, meaning in STREAM_COLUMNS)]
+    return lines
+
+
 def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
-    """The Markdown summary: verdict, counts, per-promise and per-workload tables."""
+    """The Markdown summary: verdict, faults, streams, failovers, transactions, promises."""
     events = run.ledger.snapshot()
-    failovers = sorted(_failovers(events))
     faults = Counter(f.name for f in run.faults)
     lines = [
         "# haclient chaos run",
         "",
         f"**Verdict: {'every promise kept' if result.ok else 'PROMISES BROKEN'}** "
-        f"(seed {run.seed}, {len(run.faults)} faults injected, "
+        f"(run {run.run_id or '-'}, seed {run.seed}, {len(run.faults)} faults injected, "
         f"{run.ended - run.started:.0f} s, workloads: {', '.join(run.workloads)})",
         "",
-        "| fault | injected |",
-        "|---|---|",
-        *(f"| {name} | {count} |" for name, count in sorted(faults.items())),
+        "## Faults",
         "",
-        "| workload stream mode | sent | accepted | consumed | duplicates | lost (allowed) | "
-        "tx rolled back | tx in doubt |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fault | what it does | injected |",
+        "|---|---|---:|",
+        *(f"| {n} | {FAULT_MEANINGS.get(n, '')} | {c} |" for n, c in sorted(faults.items())),
+        "",
+        "## Streams",
+        "",
+        *_stream_rows(result.streams),
+        *_drain_lines(run),
+        *_figure_lines(run, figures(events)),
+        "",
+        "## Promises",
+        "",
+        "| promise | rules (docs/semantics.md) | broken |",
+        "|---|---|---:|",
+        *(f"| {p} | {PROMISES[p]} | {n} |" for p, n in result.by_promise().items()),
     ]
-    totals: dict[str, list[int]] = defaultdict(lambda: [0] * 7)
-    for s in result.streams:
-        name = s.stream.rsplit("-r", 1)[0]
-        row = (
-            s.sent,
-            s.accepted,
-            s.consumed,
-            s.duplicates,
-            s.lost_allowed,
-            s.rolled_back,
-            s.in_doubt,
-        )
-        if not s.mode and not any(row):
-            continue  # a stream whose workload died before its first message (see the errors)
-        totals[f"{name} {s.mode}"] = [
-            a + b for a, b in zip(totals[f"{name} {s.mode}"], row, strict=True)
-        ]
-    lines += [f"| {k} | {' | '.join(map(str, v))} |" for k, v in sorted(totals.items())]
-    lines += ["", "| promise | rule | broken |", "|---|---|---|"]
-    lines += [f"| {p} | {PROMISES[p]} | {n} |" for p, n in result.by_promise().items()]
-    if failovers:
-        lines += [
-            "",
-            f"Failovers (listener): {len(failovers)}, median "
-            f"{1000 * failovers[len(failovers) // 2]:.0f} ms, max {1000 * failovers[-1]:.0f} ms.",
-        ]
-    lines += _metrics_lines(run)
     if result.violations:
         lines += ["", "## Broken promises (first 50)", ""]
         lines += [
@@ -99,26 +184,46 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _metrics_lines(run: MatrixRun) -> list[str]:
-    """The failover figures of the run's metrics endpoint."""
-    if run.metrics is None:
+def _drain_lines(run: MatrixRun) -> list[str]:
+    if not run.drain_error:
         return []
-    durations = run.metrics.histogram(FAILOVER_DURATIONS)
-    failed = run.metrics.total("haclient_failovers_total", outcome="failed")
-    line = (
-        f"Failovers (metrics endpoint): {durations.count} completed, {failed:g} failed, "
-        f"{durations.total_seconds:.1f} s of downtime summed over the connections"
-    )
-    if durations.count:
-        line += (
-            f", median <= {_ms(durations.quantile_bound(0.5))}, "
-            f"99th percentile <= {_ms(durations.quantile_bound(0.99))} (bucket bounds)"
+    return [
+        "",
+        f"**The drain at the end failed** ({run.drain_error}): messages left on the queues are "
+        "not accounted for.",
+    ]
+
+
+def _figure_lines(run: MatrixRun, f: Figures) -> list[str]:
+    lines = [
+        "",
+        "## Failovers",
+        "",
+        f"- Failovers the connections' listeners reported (ledger): {f.failovers}",
+        f"- Downtime per failover, from its start to the gate opening again: median "
+        f"{ms(f.downtime_median)}, max {ms(f.downtime_max)}",
+    ]
+    if run.metrics is not None:
+        completed = run.metrics.total(FAILOVERS, outcome="completed")
+        failed = run.metrics.total(FAILOVERS, outcome="failed")
+        agree = "agrees with" if completed == f.failovers else "DISAGREES with"
+        lines.append(
+            f"- Counted by the metrics endpoint (`{FAILOVERS}`): {completed:g} completed "
+            f"({agree} the listeners), {failed:g} failed"
         )
-    return ["", line + "."]
-
-
-def _ms(seconds: float) -> str:
-    return "+Inf" if seconds == float("inf") else f"{1000 * seconds:g} ms"
+    return [
+        *lines,
+        "",
+        "## Transactions, acknowledges, requests",
+        "",
+        f"- Producer transactions: {f.committed} committed, {f.rolled_back} rolled back "
+        f"(F7: commit() said so, nothing applied), {f.in_doubt} in doubt (F7: perhaps applied, "
+        "all or nothing)",
+        f"- Acknowledges refused after a failover: {f.acknowledges_refused} (F8: the consumer "
+        "called recover() and got the messages again)",
+        f"- Questions answered: {f.questions_answered}; asked again: "
+        f"{f.questions_asked_again} (F6: a reply to a temporary queue a failover replaced)",
+    ]
 
 
 def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
@@ -128,7 +233,7 @@ def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
     per_workload: dict[str, Counter[int]] = defaultdict(Counter)
     for event in events:
         if event.kind == "received":
-            per_workload[event.stream.rsplit("-r", 1)[0]][int((event.t - t0) / width)] += 1
+            per_workload[_workload(event.stream)][int((event.t - t0) / width)] += 1
     bins = range(int((run.ended - t0) / width) + 1)
     for name, counts in sorted(per_workload.items()):
         rates = [counts.get(b, 0) / width for b in bins]
@@ -136,24 +241,30 @@ def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
     for fault in run.faults:
         end = max(fault.end, fault.start + 0.05)
         ax.axvspan(fault.start - t0, end - t0, color="red", alpha=0.15)
-    ax.set_xlabel("seconds (faults shaded red)")
+    ax.set_xlabel("seconds since the start (faults shaded red)")
     ax.set_ylabel("messages received / s")
-    ax.legend(fontsize=7, ncol=4)
+    if per_workload:
+        ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
 @contextmanager
-def _counts_figure(width: float, xlabel: str, path: Path) -> Iterator[Axes]:
-    """Axes for a plot of counts (log scale), saved to ``path`` when the block ends; an empty
+def _counts_figure(xlabel: str, path: Path) -> Iterator[Axes]:
+    """Axes for a histogram of counts, saved to ``path`` when the block ends. The count axis
+    is logarithmic (the long tail is what matters) but labelled in plain numbers; an empty
     plot says "none"."""
-    fig, ax = plt.subplots(figsize=(width, 3.5))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
     yield ax
     if ax.has_data():
-        ax.set_yscale("log")  # the long tail is what matters
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     else:
         ax.text(0.5, 0.5, "none", ha="center", va="center")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=10))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("count")
     fig.tight_layout()
@@ -162,21 +273,38 @@ def _counts_figure(width: float, xlabel: str, path: Path) -> Iterator[Axes]:
 
 
 def _plot_histogram(values: dict[str, list[float]], xlabel: str, path: Path) -> None:
+    """Durations (seconds) per label as a stacked histogram in milliseconds."""
     data = {k: [1000 * v for v in vs] for k, vs in values.items() if vs}
-    with _counts_figure(6, xlabel, path) as ax:
+    with _counts_figure(xlabel, path) as ax:
         if data:
             ax.hist(list(data.values()), bins=30, label=list(data), stacked=True)
-            ax.legend(fontsize=7)
+            if len(data) > 1:
+                ax.legend(fontsize=7)
 
 
-def _plot_buckets(histogram: DurationHistogram | None, xlabel: str, path: Path) -> None:
-    """A histogram as Prometheus keeps it: one bar per bucket, labelled with its upper bound."""
-    with _counts_figure(8, xlabel, path) as ax:
-        if histogram is not None and histogram.count:
-            counts = histogram.per_bucket()
-            labels = [_ms(bound).removesuffix(" ms") for bound in histogram.bounds]
-            ax.bar(range(len(counts)), counts)
-            ax.set_xticks(range(len(counts)), labels, rotation=60, fontsize=7)
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>haclient chaos run</title>
+<style>
+body {{ font-family: sans-serif; max-width: 70em; margin: auto; padding: 0 1em; }}
+table {{ border-collapse: collapse; margin: 0.5em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; }}
+th {{ background: #f3f3f3; }} img {{ max-width: 100%; }}
+</style></head><body>
+{body}
+<h2>Throughput, faults shaded</h2><img src="throughput.png" alt="messages received per second">
+<h2>Failover downtime</h2><img src="failovers.png" alt="failover downtime in ms">
+<h2>Blocked calls</h2><img src="blocked.png" alt="blocked call durations in ms">
+<p>The whole ledger: <a href="ledger.jsonl">ledger.jsonl</a>; the final scrape of the metrics
+endpoint: <a href="metrics.txt">metrics.txt</a>.</p>
+</body></html>
+"""
+
+
+def render_html(markdown: str) -> str:
+    """The page: ``markdown`` as HTML (headings, tables; raw HTML in it escaped), then the
+    plots."""
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    return _PAGE.format(body=body)
 
 
 def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
@@ -185,10 +313,9 @@ def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
     events = run.ledger.snapshot()
     run.ledger.save(directory / "ledger.jsonl")
     _plot_throughput(run, events, directory / "throughput.png")
-    durations = None if run.metrics is None else run.metrics.histogram(FAILOVER_DURATIONS)
-    _plot_buckets(
-        durations,
-        f"failover duration, bucket upper bound in ms ({FAILOVER_DURATIONS})",
+    _plot_histogram(
+        {"failovers": _failovers(events)},
+        "downtime of each failover (ms), as the failover listeners reported it",
         directory / "failovers.png",
     )
     if run.metrics is not None:
@@ -197,15 +324,5 @@ def write_report(run: MatrixRun, result: AuditResult, directory: Path) -> Path:
     markdown = summary_markdown(run, result)
     (directory / "report.md").write_text(markdown)
     page = directory / "report.html"
-    page.write_text(
-        "<!doctype html><html><head><meta charset='utf-8'><title>haclient chaos run</title>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-        "pre{white-space:pre-wrap}</style></head><body>"
-        f"<pre>{html.escape(markdown)}</pre>"
-        "<h2>Throughput, faults marked</h2><img src='throughput.png'>"
-        "<h2>Failover durations (from the metrics endpoint)</h2><img src='failovers.png'>"
-        "<h2>Blocked calls</h2><img src='blocked.png'>"
-        "<p>The whole ledger: <a href='ledger.jsonl'>ledger.jsonl</a>; the final scrape of the "
-        "metrics: <a href='metrics.txt'>metrics.txt</a></p></body></html>\n"
-    )
+    page.write_text(render_html(markdown))
     return page

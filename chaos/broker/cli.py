@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
+from chaos.args import LOG_LEVELS, log_level, port, positive_seconds, store
 from chaos.broker.server import Broker
 from chaos.broker.state import BrokerMode
 from chaos.broker.topology import parse_peer
@@ -38,6 +39,17 @@ def _limit(text: str) -> int:
     return limit
 
 
+def _frame_size(text: str) -> int:
+    """A maximum frame size: an integer of at least 512 bytes (AMQP 1.0's minimum)."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes, got {text!r}") from None
+    if size < 512:
+        raise argparse.ArgumentTypeError(f"at least 512 bytes (AMQP 1.0's minimum), not {size}")
+    return size
+
+
 def _queue_policy(text: str) -> tuple[str, int]:
     name, sep, limit = text.rpartition("=")
     if not sep or not name:
@@ -51,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="haclient-broker", description="Run the haclient reference AMQP 1.0 broker."
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=5672, help="TCP port (0: any free port)")
+    parser.add_argument("--port", type=port, default=5672, help="TCP port (0: any free port)")
     parser.add_argument(
         "--user",
         action="append",
@@ -60,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME:PASS",
         help="accept this SASL PLAIN login (repeatable); without any, ANONYMOUS is allowed",
     )
-    parser.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS")
-    parser.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES")
+    parser.add_argument("--idle-timeout", type=positive_seconds, default=None, metavar="SECONDS")
+    parser.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES")
     parser.add_argument("--tls-cert", default=None, help="certificate chain file (PEM)")
     parser.add_argument("--tls-key", default=None, help="private key file (PEM)")
     parser.add_argument(
@@ -100,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--store",
+        type=store,
         default=None,
         help="SQLite store file for durable messages; two brokers on one store form an HA pair",
     )
@@ -110,7 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="a peer broker's amqp[s]://host:port, announced to clients (repeatable)",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        default="INFO",
+        metavar="LEVEL",
+        help=f"one of {', '.join(LOG_LEVELS)}",
+    )
     return parser
 
 
@@ -146,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``haclient-broker``; returns the exit status."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if (args.tls_cert is None) != (args.tls_key is None):
         print("--tls-cert and --tls-key go together", file=sys.stderr)
@@ -182,9 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error is None:
             raise
         reason = error.strerror or str(error)
-        print(
-            f"haclient-broker: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr
+        where = (
+            f"cannot open {error.filename}"  # the store or its lock, not the port
+            if error.filename
+            else f"cannot listen on {args.host}:{args.port}"
         )
+        print(f"haclient-broker: {where}: {reason}", file=sys.stderr)
         return 2
     return 0
 

@@ -59,6 +59,12 @@ class WorkloadContext:
     producer_done: bool = False
     on_connect: Callable[[aio.Connection], None] | None = None
     """Told of every connection the workload opens (the demo gives them to its metrics)."""
+    queue: str = ""
+    """The stream's queue on the broker (default: the stream's name). The runner names it per
+    run, so that no run finds what another left behind."""
+
+    def __post_init__(self) -> None:
+        self.queue = self.queue or self.stream
 
     def record(self, kind: str, actor: str, mode: str, **fields: Any) -> None:
         """Write one event of this stream."""
@@ -151,7 +157,7 @@ async def produce(context: WorkloadContext) -> None:
     """PERSISTENT sends until stopped; each returns once the broker accepted it (F11)."""
     async with await context.connect("producer") as connection:
         session = await connection.create_session(AckMode.AUTO)
-        producer = await session.create_producer(Queue(context.stream))
+        producer = await session.create_producer(Queue(context.queue))
         while not context.stop.is_set():
             message = TextMessage("payload")
             start = time.time()
@@ -172,7 +178,7 @@ async def produce_transacted(context: WorkloadContext) -> None:
     """Transactions of ``BATCH`` sends, each committed or reported rolled back (F7)."""
     async with await context.connect("producer") as connection:
         session = await connection.create_session(AckMode.TRANSACTED)
-        producer = await session.create_producer(Queue(context.stream))
+        producer = await session.create_producer(Queue(context.queue))
         while not context.stop.is_set():
             ids: list[str] = []
             try:
@@ -222,7 +228,7 @@ async def consume(context: WorkloadContext, mode: AckMode) -> None:
         context.drain = min(context.drain, 1.5)
     async with await context.connect("consumer") as connection:
         session = await connection.create_session(mode)
-        consumer = await session.create_consumer(Queue(context.stream))
+        consumer = await session.create_consumer(Queue(context.queue))
         pending: list[Message] = []
         last_progress = time.time()
         while not context.draining_done(last_progress):
@@ -313,7 +319,7 @@ async def serve(context: WorkloadContext) -> None:
     """Answer requests (AUTO) to each one's reply-to until drained."""
     async with await context.connect("server") as connection:
         session = await connection.create_session(AckMode.AUTO)
-        requests = await session.create_consumer(Queue(context.stream))
+        requests = await session.create_consumer(Queue(context.queue))
         replies = await session.create_producer()
         last_progress = time.time()
         while not context.draining_done(last_progress):
@@ -339,7 +345,7 @@ async def ask(context: WorkloadContext) -> None:
         session = await connection.create_session(AckMode.AUTO)
         inbox = await session.create_temporary_queue()
         answers = await session.create_consumer(inbox)
-        producer = await session.create_producer(Queue(context.stream))
+        producer = await session.create_producer(Queue(context.queue))
         question = 0
         while not context.stop.is_set():
             question += 1

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from chaos.args import port
 from chaos.toxiproxy.server import ToxiproxyServer
 
 __all__ = ["build_parser", "main"]
@@ -21,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a server that speaks Toxiproxy 2.x's HTTP API (loopback only).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8474, help="API port (8474; 0: any)")
+    parser.add_argument("--port", type=port, default=8474, help="API port (8474; 0: any)")
     return parser
 
 

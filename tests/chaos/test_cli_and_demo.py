@@ -53,11 +53,12 @@ def test_run_writes_the_report_and_exits_0_when_the_audit_holds(tmp_path: Path) 
         assert (tmp_path / "report" / name).stat().st_size > 0, name
     summary = (tmp_path / "report" / "report.md").read_text()
     assert "every promise kept" in summary
-    assert "Failovers (metrics endpoint): " in summary
+    assert "- Counted by the metrics endpoint (`haclient_failovers_total`): " in summary
     assert (
         "haclient_failover_duration_seconds_bucket" in (tmp_path / "report/metrics.txt").read_text()
     )
-    assert "| latency | 1 |" in summary and "| bandwidth | 1 |" in summary
+    assert "| latency | every byte from the brokers delayed | 1 |" in summary
+    assert "| bandwidth | the brokers' output squeezed to a few KB/s | 1 |" in summary
     assert "report.html" in done.stdout
 
 

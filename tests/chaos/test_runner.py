@@ -31,7 +31,7 @@ def test_the_report_has_no_row_for_a_stream_whose_workload_died_before_its_first
         "error", stream="request_reply-r1", actor="workload", mode="", call="run", error="E"
     )
     rows = summary_markdown(run, audit(run.ledger.snapshot())).splitlines()
-    assert "| auto AUTO | 1 | 1 | 1 | 0 | 0 | 0 | 0 |" in rows
+    assert "| auto (AUTO) | 1 | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in rows
     assert not any(row.startswith("| request_reply ") for row in rows)
     assert any("request_reply-r1" in row and "unexpected_error" in row for row in rows)
 
