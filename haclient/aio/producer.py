@@ -27,6 +27,7 @@ import anyio
 from failover.manager import RestoreOrder
 from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
 from haclient.aio.gate import Connected, deadline_after
+from haclient.aio.posted import PostedSends, Schedule
 from haclient.aio.termini import producer_target
 from haclient.amqp.endpoints import Delivery, Sender
 from haclient.amqp.types import Accepted, Outcome, Rejected, TransactionalState
@@ -84,6 +85,14 @@ class MessageProducer:
         self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
         self._failure: HAClientError | None = None
         self._encoder = OutgoingEncoder()
+        self._posted = PostedSends(
+            self._posted_at_once,
+            lambda destination, message: self._send_until_done(
+                destination, message, wait=None, deadline=deadline_after(None)
+            ),
+            context.start_soon,
+            lambda: self._closed,
+        )
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0.0
@@ -237,7 +246,7 @@ class MessageProducer:
             FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
         """
         self._check_open()
-        self._raise_pipelined_failure()
+        await self._after_posted()
         deadline = deadline_after(timeout)
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
@@ -246,6 +255,60 @@ class MessageProducer:
         if self._pipelined_at_once(destination, message):
             return
         await self._send_until_done(destination, message, wait=None, deadline=deadline)
+
+    def post(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None = None,
+        *,
+        delivery_mode: DeliveryMode | None = None,
+        priority: int | None = None,
+        time_to_live: float | None = None,
+        delivery_delay: float | None = None,
+        schedule: Schedule,
+    ) -> bool:
+        """From a thread other than the event loop's: ``send()`` of a message that pipelines
+        (NON_PERSISTENT, outside a transaction), without waiting for the loop. The message is
+        stamped here (its headers are set on return, as ``send`` sets them) and queued; the
+        loop sends the queued messages in order (``PostedSends``), waiting out a failover as
+        ``send`` does. ``schedule`` runs a function on the loop (``call_soon_threadsafe``).
+
+        Returns False, having done nothing, for a send that does not pipeline, or while
+        ``_MAX_PIPELINED`` messages are queued already: then call ``send()`` on the loop
+        (which goes after the queued ones).
+
+        Raises:
+            As ``send`` for what is found before anything is queued, and the failure of an
+            earlier pipelined send not reported yet.
+        """
+        self._check_open()
+        self._posted.raise_failure()
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        if (
+            mode != DeliveryMode.NON_PERSISTENT
+            or self._context.ack_mode is AckMode.TRANSACTED
+            or len(self._posted) >= _MAX_PIPELINED
+        ):
+            return False
+        destination, message = self._resolve(destination_or_message, message)
+        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        self._posted.post(destination, message, schedule)
+        return True
+
+    def _posted_at_once(self, destination: Destination, message: Message) -> bool:
+        """``_pipelined_at_once`` for a posted send, after forgetting the settled sends at the
+        head of the pipeline (their refusals are raised by the producer's next call)."""
+        try:
+            self._raise_pipelined_failure()
+        except HAClientError as exc:
+            self._posted.note_failure(exc)
+        return self._pipelined_at_once(destination, message)
+
+    async def _after_posted(self) -> None:
+        """Wait for the posted sends, then raise the first refusal of a pipelined send."""
+        await self._posted.wait_drained()
+        self._posted.raise_failure()
+        self._raise_pipelined_failure()
 
     def _buffered(self, send: Callable[[], BufferedSend]) -> bool:
         """Hold ``send()`` until commit when transactions are emulated; False otherwise."""
@@ -356,7 +419,7 @@ class MessageProducer:
         2.0's ``CompletionListener``). Errors found before anything was sent are raised here.
         """
         self._check_open()
-        self._raise_pipelined_failure()
+        await self._after_posted()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
         buffered = lambda: BufferedSend(  # noqa: E731 - built only in an emulated transaction
@@ -466,6 +529,8 @@ class MessageProducer:
 
     async def flush(self) -> None:
         """Wait until the broker settled every message sent so far; raise the first refusal."""
+        await self._posted.wait_drained()
+        self._posted.raise_failure()
         while self._unconfirmed:
             await self._confirm_oldest()
         self._raise_pipelined_failure()

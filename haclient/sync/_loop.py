@@ -216,7 +216,13 @@ class EventLoop:
         the ident of a thread that ended for a new one)."""
         return self._thread.in_thread()
 
-    def _check_caller(self) -> None:
+    def check_caller(self) -> None:
+        """Raise unless a blocking call may be made from this thread now.
+
+        Raises:
+            ClosedError: the connection is closed.
+            IllegalStateError: this is the loop thread.
+        """
         if self._stopped:  # first: a closed connection is closed, whichever thread asks
             raise ClosedError("the connection is closed")
         if self._thread.in_thread():
@@ -235,7 +241,7 @@ class EventLoop:
             KeyboardInterrupt: Ctrl-C while waiting; the task was cancelled first.
             Whatever ``fn`` raised.
         """
-        self._check_caller()
+        self.check_caller()
         return self._run(_as_coroutine(fn(*args, **kwargs)))
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -282,6 +288,19 @@ class EventLoop:
 
         return self.run(task)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run the plain function ``callback()`` on the loop thread soon; never waits.
+
+        Raises:
+            ClosedError: the connection is closed.
+        """
+        if self._stopped:
+            raise ClosedError("the connection is closed")
+        try:
+            self._thread.submit(callback)
+        except RuntimeError:
+            raise ClosedError("the connection is closed") from None
+
     def call_or_direct(self, fn: Callable[[], T]) -> T:
         """``call(fn)`` while the connection is open; ``fn()`` in this thread once it is closed
         (nothing of it runs on the loop any more) or when this is the loop thread."""
@@ -302,7 +321,7 @@ class EventLoop:
         Raises:
             As ``run``; a Ctrl-C while entering cancels the entry and is raised.
         """
-        self._check_caller()
+        self.check_caller()
         holder = _Holder(context)
         with self._lock:
             self._holders.append(holder)

@@ -82,7 +82,10 @@ class MessageProducer:
 
         The message's headers are set as JMS says (id, timestamp, destination ...). A
         PERSISTENT message returns once the broker accepted it (F11: re-sent after a failover,
-        same id); NON_PERSISTENT once queued for the socket. In a transacted session the
+        same id). A NON_PERSISTENT one outside a transaction returns once queued, without
+        waiting for the event loop: the loop sends the queued messages in order, waiting out
+        a failover, and a refusal is raised by a later call of this producer; at most 10,000
+        wait in that queue, after which ``send`` waits for room. In a transacted session the
         message becomes visible on commit. ``timeout`` bounds the wait while the connection
         fails over (None: ``failover.timeout``, else until failover ends).
 
@@ -95,6 +98,17 @@ class MessageProducer:
             KeyboardInterrupt: Ctrl-C while waiting (the send is cancelled; it may have
                 reached the broker).
         """
+        self._loop.check_caller()
+        if self._producer.post(
+            destination_or_message,
+            message,
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+            delivery_delay=delivery_delay,
+            schedule=self._loop.call_soon,
+        ):
+            return
         self._loop.run(
             self._producer.send,
             destination_or_message,

@@ -34,8 +34,9 @@ RENAMED = {
     "__anext__": "__next__",
 }
 
-NOT_API = {"restore", "connection_lost", "restore_order"}
-"""The async objects' hooks for the failover manager, which the application never calls."""
+NOT_API = {"restore", "connection_lost", "restore_order", "post"}
+"""The async objects' hooks for the failover manager, which the application never calls, and
+the async producer's ``post`` (a send from another thread: what the blocking ``send`` uses)."""
 
 
 def api(cls: type) -> dict[str, object]:
@@ -62,7 +63,9 @@ def instance_attributes(cls: type) -> set[str]:
     I/O there): the blocking producer has them as properties."""
     if cls is aio.MessageProducer:
         # __init__ only asks the session's context for message ids: a stand-in will do.
-        context = SimpleNamespace(connection=SimpleNamespace(message_ids=MessageIdGenerator))
+        context = SimpleNamespace(
+            connection=SimpleNamespace(message_ids=MessageIdGenerator), start_soon=None
+        )
         producer = aio.MessageProducer(context, None)  # type: ignore[arg-type]
         return {name for name in vars(producer) if not name.startswith("_")}
     return set()
