@@ -13,6 +13,8 @@ DEMO_STAMP := $(VENV)/.installed-demo
 PROJECTS := pyproject.toml chaos/pyproject.toml
 # Non-root users on Debian have no /usr/sbin on PATH, where rabbitmq-server lives.
 export PATH := $(PATH):/usr/sbin
+# mkdocs-material's banner about its successor, printed on every build.
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: test demo docs bench lint setup rabbitmq prometheus clean distclean
 
