@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import queue
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -134,8 +136,9 @@ def client_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def bed_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv with both wheels: the client and the test bed."""
-    wheels = [_wheel(dist, "haclient"), _wheel(dist, "haclient_chaos")]
+    """A virtualenv with both wheels: the client with its metrics extra, and the test bed (as
+    ``pip install 'haclient[metrics]'`` and ``pip install haclient-chaos`` in the README)."""
+    wheels = [f"{_wheel(dist, 'haclient')}[metrics]", _wheel(dist, "haclient_chaos")]
     return _venv(tmp_path_factory.mktemp("bed") / "venv", *wheels)
 
 
@@ -291,5 +294,27 @@ def test_item1_the_test_bed_brings_its_fixtures_and_changes_no_other_run(
     (project / "test_user.py").write_text(USER_TEST)
     out = _check([bed_venv.parent / "pytest", "-q", "-p", "no:cacheprovider"], cwd=project)
     assert "1 passed" in out
+    _check([bed_venv, "-I", "-c", "import haclient.metrics, chaos.bed"], cwd=tmp_path)
     for command in ("haclient-broker", "haclient-toxiproxy", "haclient-chaos"):
         assert "usage:" in _check([bed_venv.parent / command, "--help"], cwd=tmp_path)
+
+
+def test_item3_the_docs_install_lines_are_the_ones_these_venvs_mirror() -> None:
+    """The ``pip install`` lines of the docs install what the virtualenvs above install from
+    the built wheels: the client alone, the client with ``metrics``, the test bed."""
+    blocks = [
+        block
+        for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+        for block in re.findall(r"^```sh\n(.*?)^```", path.read_text(), re.M | re.S)
+    ]
+    lines = {
+        shlex.join(shlex.split(line, comments=True))
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("pip install")
+    }
+    assert lines == {
+        "pip install haclient",
+        "pip install 'haclient[metrics]'",
+        "pip install haclient-chaos",
+    }
