@@ -1,26 +1,38 @@
 # haclient: set-up, checks, tests and the demo.
 #
 # `make test` and `make demo` do all the set-up on a fresh Debian machine (as root): the
-# virtualenv in .venv, `pip install -e '.[dev,spark]'` (again only when pyproject.toml
-# changes) and Debian's rabbitmq-server and prometheus when they are missing.
+# virtualenv in .venv and, again only when a pyproject.toml changes, the client and the test bed
+# (`pip install -e . -e ./chaos`) for the demo, everything (the dev, docs, metrics and spark
+# extras too) for the tests; and Debian's rabbitmq-server and prometheus when they are missing.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+PROJECTS := pyproject.toml chaos/pyproject.toml
 # Non-root users on Debian have no /usr/sbin on PATH, where rabbitmq-server lives.
 export PATH := $(PATH):/usr/sbin
+# mkdocs-material's banner about its successor, printed on every build.
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: test demo bench lint setup rabbitmq prometheus clean distclean
+.PHONY: test demo docs bench lint setup rabbitmq prometheus clean distclean
 
+# tests/packaging builds the wheels and installs them into a fresh virtualenv (slow marker).
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 	$(BIN)/pytest
 
-demo: setup
+# The demo needs the client and the test bed only: no Spark, no test tools.
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m chaos.demo
+
+# The documentation site, served on http://127.0.0.1:8000 while its sources change.
+docs: $(STAMP)
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 bench: setup
 	$(BIN)/python -m bench.throughput --messages 20000 --repeat 5 --json bench/results.json
@@ -46,9 +58,13 @@ $(BIN)/python:
 	fi
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev,spark]'
+$(DEMO_STAMP): $(PROJECTS) | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -e . -e ./chaos
 	touch $@
+
+$(STAMP): $(PROJECTS) | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev,spark]' -e ./chaos
+	touch $@ $(DEMO_STAMP)
 
 # $(call apt_install,COMMAND,PACKAGE,WHAT SKIPS WITHOUT IT): install a Debian package unless its
 # command is on PATH; without root, say what will skip instead.
@@ -72,7 +88,8 @@ prometheus:
 	@$(call apt_install,prometheus,prometheus,its test will skip)
 
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info $(STAMP)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info $(STAMP) \
+		$(DEMO_STAMP) chaos/build chaos/*.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -41,12 +41,12 @@ import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketListener, SocketStream, TaskGroup
 
 import haclient.amqp.codec as codec
+from chaos.amqp_server import server_engine
 from haclient.amqp import Accepted, Declared, ErrorCondition, Outcome, Rejected, Terminus
 from haclient.amqp import events as ev
 from haclient.amqp.config import EngineConfig, Role
 from haclient.amqp.driver import Driver
 from haclient.amqp.endpoints import Link, Receiver, Sender
-from haclient.amqp.engine import Engine
 from haclient.errors import MessageFormatError
 
 __all__ = ["Expectation", "PeerConnection", "ScriptedPeer", "describe", "facts"]
@@ -121,7 +121,7 @@ class PeerConnection(ByteStream):
 
     def __init__(self, peer: ScriptedPeer, number: int, stream: SocketStream) -> None:
         self.number = number
-        self.engine = Engine(peer.config)
+        self.engine = server_engine(peer.config)
         self.driver = Driver(self.engine, self, lambda events: peer._handle(self, events))
         self.steps = peer._blocks[number - 1]
         self.position = 0

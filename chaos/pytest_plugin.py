@@ -1,8 +1,11 @@
 """Pytest fixtures for your own failover tests: a broker, an HA pair, a bed, a proxy with faults.
 
-Installed with haclient (entry point ``pytest11``: ``haclient_chaos``), so the fixtures are there
-in any project that has haclient installed; ``-p no:haclient_chaos`` turns them off. Everything
-runs on loopback, on free ports, and is stopped at the end of the test.
+Installed with the test bed (the ``haclient-chaos`` distribution, entry point ``pytest11``:
+``haclient_chaos``), so the fixtures are there in any project that installs it;
+``-p no:haclient_chaos`` turns them off. The plugin itself imports only pytest: a fixture imports
+the bed (and what it needs: toxiproxy-python, requests ...) when a test uses it, so the plugin
+never changes a test run that does not. Everything runs on loopback, on free ports, and is
+stopped at the end of the test.
 
 - ``chaos_broker``: a reference broker (``chaos.broker.BrokerThread``); ``.url`` to connect,
   ``.kill()``, ``.restart()``, ``.pause()``, ``.queue_depth(name)`` ...
@@ -30,13 +33,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from chaos.bed import Bed
-from chaos.broker import BrokerThread
-from chaos.toxiproxy.client import ToxiproxyClient, ToxiproxyNotFound, open_toxiproxy
+if TYPE_CHECKING:  # imported by the fixtures that use them, when a test asks for one
+    from chaos.bed import Bed
+    from chaos.broker import BrokerThread
+    from chaos.toxiproxy.client import ToxiproxyClient
 
 __all__ = ["Proxied"]
 
@@ -66,6 +70,8 @@ class Proxied:
 @pytest.fixture
 def chaos_broker() -> Iterator[BrokerThread]:
     """A reference AMQP 1.0 broker on a free loopback port, stopped after the test."""
+    from chaos.broker import BrokerThread
+
     with BrokerThread() as broker:
         yield broker
 
@@ -73,6 +79,8 @@ def chaos_broker() -> Iterator[BrokerThread]:
 @pytest.fixture
 def chaos_ha_pair() -> Iterator[Bed]:
     """A shared-store HA pair of reference brokers behind proxies (a ``chaos.bed.Bed``)."""
+    from chaos.bed import Bed
+
     with Bed(ha=True) as bed:
         yield bed
 
@@ -80,6 +88,8 @@ def chaos_ha_pair() -> Iterator[Bed]:
 @pytest.fixture
 def chaos_bed() -> Iterator[Bed]:
     """Two independent reference brokers behind proxies (a ``chaos.bed.Bed``)."""
+    from chaos.bed import Bed
+
     with Bed(brokers=2, ha=False) as bed:
         yield bed
 
@@ -87,6 +97,8 @@ def chaos_bed() -> Iterator[Bed]:
 @pytest.fixture(scope="session")
 def chaos_toxiproxy() -> Iterator[ToxiproxyClient]:
     """A Toxiproxy client: ``$TOXIPROXY_URL`` when set, else an embedded server."""
+    from chaos.toxiproxy.client import open_toxiproxy
+
     with open_toxiproxy() as client:
         yield client
 
@@ -94,6 +106,8 @@ def chaos_toxiproxy() -> Iterator[ToxiproxyClient]:
 @pytest.fixture
 def chaos_proxy(chaos_toxiproxy: ToxiproxyClient) -> Iterator[Callable[[str], Proxied]]:
     """A factory of proxies: ``chaos_proxy("host:port")``; each is deleted after the test."""
+    from chaos.toxiproxy.client import ToxiproxyNotFound
+
     made: list[str] = []
 
     def make(upstream: str) -> Proxied:

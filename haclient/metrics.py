@@ -39,14 +39,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
+from haclient._extras import missing_extra
+
+try:
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as exc:  # installed without the metrics extra
+    raise missing_extra(__name__, "metrics", exc) from exc
 
 from failover.states import ConnectionState
 from haclient.aio.connection import ConnectionStatistics

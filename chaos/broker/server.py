@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
 
+from chaos.amqp_server import server_engine
 from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
 from chaos.broker.router import Router
@@ -44,7 +45,6 @@ from chaos.broker.topology import Topology
 from chaos.net import Acceptor
 from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
 from haclient.amqp.driver import Driver
-from haclient.amqp.engine import Engine
 from haclient.amqp.types import ErrorCondition
 
 __all__ = ["OFFERED_CAPABILITIES", "Broker"]
@@ -403,7 +403,7 @@ class Broker:
             return
         _set_nodelay(stream)
         try:
-            engine = Engine(self.engine_config)
+            engine = server_engine(self.engine_config)
         except Exception:  # e.g. unreadable TLS files: refuse this socket, keep serving
             log.exception("cannot set up a connection")
             await stream.aclose()

@@ -19,8 +19,8 @@ Thread-safety: none; an engine belongs to one event-loop thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import cproton
 import proton
@@ -42,14 +42,39 @@ from haclient.amqp.events import (
     SessionRemoteOpen,
     TransportClosed,
 )
-from haclient.amqp.server_layers import SaslServerLayer, TlsServerLayer
 from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
+from haclient.errors import ConfigurationError
 
-__all__ = ["Engine"]
+__all__ = ["ByteLayer", "Engine"]
 
 log = logging.getLogger("haclient.amqp")
 
 _LOCAL_CLOSED = proton.Endpoint.LOCAL_CLOSED
+
+
+class ByteLayer(Protocol):
+    """A byte layer below proton's AMQP transport, such as a server's TLS or SASL exchange.
+
+    ``receive`` turns bytes from the socket side (``b""``: EOF) into bytes for the layer above;
+    ``send`` turns bytes from above into bytes for the socket side. The client's wheel has none:
+    the reference broker's (``chaos.amqp_server``) are given to its engines.
+    """
+
+    error: ErrorCondition | None
+    """Set when the layer refused the stream (a failed handshake or login): it must end."""
+    eof: bool
+    """True once the peer ended the stream at this layer."""
+    user: str | None
+    """The identity the layer authenticated, if any."""
+
+    def receive(self, data: bytes) -> bytes: ...
+
+    def send(self, data: bytes) -> bytes: ...
+
+    @property
+    def has_output(self) -> bool:
+        """True when ``send(b"")`` would return bytes."""
+        ...
 
 
 class Engine:
@@ -57,13 +82,24 @@ class Engine:
 
     Args:
         config: Identity, limits, SASL and TLS settings (validated when built).
+        layers: Byte layers below the AMQP transport, the socket's side first. The server
+            role's SASL (``server_auth``) and TLS (``TlsServerOptions``) run in such layers;
+            without them a server engine speaks bare AMQP (no SASL).
+
+    Raises:
+        ConfigurationError: A server's ``server_auth`` or TLS was configured without layers.
 
     A client calls ``open()`` at once; a server calls it when ``ConnectionRemoteOpen`` arrives
     (or ``close(error)`` to refuse).
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, layers: Sequence[ByteLayer] = ()) -> None:
+        if not layers and (config.server_auth or isinstance(config.tls, TlsServerOptions)):
+            raise ConfigurationError(
+                "a server engine's server_auth and TLS run in byte layers: pass them as layers="
+            )
         self.config = config
+        self._layers = tuple(layers)
         self._events: list[EngineEvent] = []
         self._finished = False
         self.unsettled: dict[Any, Delivery] = {}
@@ -87,12 +123,9 @@ class Engine:
             )
         self._collector = Collector()
         self._connection.collect(self._collector)
-        self._sasl_layer: SaslServerLayer | None = None
         self._sasl: SASL | None = None  # the client role's SASL, when it logs in
-        self._tls_layer: TlsServerLayer | None = None
         if config.role is Role.SERVER:
             self._transport = Transport(Transport.SERVER)
-            self._setup_server_layers()
         else:
             self._transport = Transport()
             self._setup_client_security()
@@ -133,12 +166,6 @@ class Engine:
             peer_name = tls.peer_name or config.hostname
             if peer_name:
                 ssl.peer_hostname = peer_name
-
-    def _setup_server_layers(self) -> None:
-        config = self.config
-        self._sasl_layer = SaslServerLayer(config.server_auth)
-        if isinstance(config.tls, TlsServerOptions):
-            self._tls_layer = TlsServerLayer(config.tls)
 
     # The connection ----------------------------------------------------------------------------
 
@@ -196,26 +223,20 @@ class Engine:
 
     @property
     def user(self) -> str | None:
-        """The authenticated SASL user (server role), if any."""
-        return self._sasl_layer.user if self._sasl_layer else None
+        """The user a layer authenticated (the server role's SASL), if any."""
+        return next((layer.user for layer in self._layers if layer.user), None)
 
     # Bytes -------------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the socket; ``b""`` means the peer closed its end (EOF)."""
         eof = not data
-        if self._tls_layer is not None:
-            data = self._tls_layer.receive(data)
-            if self._tls_layer.error is not None:
-                self._fail_layer(self._tls_layer.error)
+        for layer in self._layers:
+            data = layer.receive(data)
+            if layer.error is not None:
+                self._fail_layer(layer.error)
                 return
-            eof = eof or self._tls_layer.eof
-        if self._sasl_layer is not None:
-            data = self._sasl_layer.receive(data)
-            if self._sasl_layer.failed:
-                assert self._sasl_layer.error is not None
-                self._fail_layer(self._sasl_layer.error)
-                return
+            eof = eof or layer.eof
         self._push(data)
         self._eof_pending = self._eof_pending or eof
         self._close_tail_when_drained()
@@ -264,10 +285,8 @@ class Engine:
             transport.pop(pending)
         else:
             out = b""
-        if self._sasl_layer is not None:
-            out = self._sasl_layer.send(out)
-        if self._tls_layer is not None:
-            out = self._tls_layer.send(out)
+        for layer in reversed(self._layers):
+            out = layer.send(out)
         if self._backlog:
             self._push(b"")
             self._close_tail_when_drained()
@@ -286,8 +305,7 @@ class Engine:
         waits for room). Cheap: asks proton how much output is pending."""
         if self._transport.pending() != 0 or self._backlog:
             return True
-        sasl, tls = self._sasl_layer, self._tls_layer
-        return (sasl is not None and sasl.has_output) or (tls is not None and tls.has_output)
+        return any(layer.has_output for layer in self._layers)
 
     def tick(self, now: float) -> float | None:
         """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).

@@ -16,6 +16,13 @@ and ``reader`` (the stream reader's driver-side buffer), ``source`` (the ``DataS
 
 from __future__ import annotations
 
+from haclient._extras import missing_extra
+
+try:
+    import pyspark  # noqa: F401  (every data-source module needs it: fail here, saying why)
+except ModuleNotFoundError as exc:  # installed without the spark extra
+    raise missing_extra(__name__, "spark", exc) from exc
+
 from haclient.spark.options import SparkOptions
 from haclient.spark.source import HAClientDataSource
 

@@ -1,6 +1,6 @@
 """The pytest plugin, as a user's project sees it: a tiny test file using each fixture, run by
 pytest in a subprocess with the plugin loaded (``-p chaos.pytest_plugin``, what the ``pytest11``
-entry point does once haclient is installed)."""
+entry point does once haclient-chaos is installed)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from chaos.amqp_server import server_engine
 from haclient.amqp import ClientAuth, Engine, EngineConfig, EngineEvent, Role
 
 
@@ -53,7 +54,7 @@ def make_pair(
     client_config: EngineConfig | None = None, server_config: EngineConfig | None = None
 ) -> Pair:
     client = Engine(client_config or EngineConfig(container_id="client", auth=ClientAuth()))
-    server = Engine(server_config or EngineConfig(container_id="server", role=Role.SERVER))
+    server = server_engine(server_config or EngineConfig(container_id="server", role=Role.SERVER))
     return Pair(client, server)
 
 

@@ -152,10 +152,11 @@ async def test_nothing_listening_is_a_lost_connection() -> None:
 
 async def test_the_driver_detects_a_silent_peer_through_heartbeats() -> None:
     """A peer that opens and then says nothing is found dead within ~2 idle timeouts (F13)."""
-    from haclient.amqp import ConnectionRemoteOpen, Engine, Role
+    from chaos.amqp_server import server_engine
+    from haclient.amqp import ConnectionRemoteOpen, Role
 
     async def open_then_fall_silent(client: SocketStream) -> None:
-        server = Engine(EngineConfig(container_id="silent", role=Role.SERVER))
+        server = server_engine(EngineConfig(container_id="silent", role=Role.SERVER))
         async with client:
             while not any(isinstance(e, ConnectionRemoteOpen) for e in server.events()):
                 server.receive_data(await client.receive())
@@ -185,10 +186,11 @@ async def test_a_reset_socket_is_the_cause_of_the_lost_connection() -> None:
     import socket
     import struct
 
-    from haclient.amqp import ConnectionRemoteOpen, Engine, Role
+    from chaos.amqp_server import server_engine
+    from haclient.amqp import ConnectionRemoteOpen, Role
 
     async def open_then_reset(client: SocketStream) -> None:
-        server = Engine(EngineConfig(container_id="resetting", role=Role.SERVER))
+        server = server_engine(EngineConfig(container_id="resetting", role=Role.SERVER))
         while not any(isinstance(e, ConnectionRemoteOpen) for e in server.events()):
             server.receive_data(await client.receive())
             await client.send(server.data_to_send())

@@ -1,4 +1,8 @@
-"""Byte layers the server role puts below proton's AMQP transport: TLS, then SASL.
+"""The server side of the engine: the byte layers a broker puts below proton's AMQP transport
+(TLS, then SASL), and ``server_engine`` that gives a server-role ``Engine`` its layers.
+
+Only the test bed serves AMQP, so this lives here and not in the client's wheel; the engine
+takes the layers through its ``layers`` argument (``haclient.amqp.engine.ByteLayer``).
 
 Why our own: proton's built-in SASL (the Python wheel has no Cyrus) can only *offer* ANONYMOUS
 and EXTERNAL, so a broker that checks PLAIN logins must run the SASL exchange itself. Because that
@@ -17,10 +21,11 @@ import struct
 
 from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, ulong
 
-from haclient.amqp.config import ServerAuth, TlsServerOptions
+from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
+from haclient.amqp.engine import ByteLayer, Engine
 from haclient.amqp.types import TLS_FAILED, ErrorCondition
 
-__all__ = ["SaslServerLayer", "TlsServerLayer"]
+__all__ = ["SaslServerLayer", "TlsServerLayer", "server_engine"]
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -63,6 +68,7 @@ class SaslServerLayer:
         self._held = b""
         self.user: str | None = None
         self.error: ErrorCondition | None = None
+        self.eof = False  # EOF passes through; TLS below reports it
 
     @property
     def failed(self) -> bool:
@@ -187,6 +193,7 @@ class TlsServerLayer:
         self._pending_plain = b""
         self.error: ErrorCondition | None = None
         self.eof = False
+        self.user: str | None = None  # the login is SASL's
 
     def receive(self, data: bytes) -> bytes:
         """Decrypt what arrived; sets ``eof`` when the peer ended the TLS stream."""
@@ -232,3 +239,21 @@ class TlsServerLayer:
             else:
                 self._pending_plain += data
         return self._outgoing.read()
+
+
+def server_engine(config: EngineConfig) -> Engine:
+    """A server-role engine with its layers: TLS when ``config.tls`` is set, then SASL.
+
+    SASL accepts ``config.server_auth``'s mechanisms (ANONYMOUS, or a plain AMQP header,
+    without one).
+
+    Raises:
+        ValueError: ``config`` is a client's.
+    """
+    if config.role is not Role.SERVER:
+        raise ValueError("server_engine needs a server-role EngineConfig")
+    layers: list[ByteLayer] = []
+    if isinstance(config.tls, TlsServerOptions):
+        layers.append(TlsServerLayer(config.tls))
+    layers.append(SaslServerLayer(config.server_auth))
+    return Engine(config, layers)

@@ -1,0 +1,98 @@
+"""A mkdocs hook: guide pages take sections of the README (and other files) instead of copies.
+
+A line ``<!-- include README.md "Metrics" -->`` in a page becomes the body of the section headed
+``Metrics`` in ``README.md`` (a path from the repository's root): everything after that heading
+up to the next heading of the same or a higher level, its subheadings raised one level (the page's
+own title stands for the section's). Without a title the whole file is taken (a file that is not
+Markdown, as a Python code block). Links are rewritten
+for the page: a link into ``docs/`` points at that page of the site, any other file of the
+repository at its source (``repo_url``). A missing file or section fails the build.
+
+It also lets a docstring's ``Raises:`` entry be prose, such as "As ``connect()``." (it raises
+what that call raises) or "The broker's refusal of a pipelined send": griffe wants
+``Error: description`` pairs there and warns, which ``--strict`` would make fatal; those warnings
+are logged as INFO. Every other warning stays one.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = "docs/"
+_INCLUDE = re.compile(r'^<!-- include (\S+)(?: "([^"]+)")? -->$', re.M)
+_HEADING = re.compile(r"^(#{1,6}) (.+)$")
+_LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")
+_FENCE = re.compile(r"^```")
+
+
+class _ProseRaises(logging.Filter):
+    """Logs griffe's complaint about a ``Raises:`` entry without an exception name as INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Failed to get 'exception: description' pair from" in record.getMessage():
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def on_config(config: Any) -> Any:
+    """Install the filter on griffe's logger (as mkdocs names it)."""
+    griffe = logging.getLogger("mkdocs.plugins.griffe")
+    if not any(isinstance(f, _ProseRaises) for f in griffe.filters):
+        griffe.addFilter(_ProseRaises())
+    return config
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Replace every include line of ``page`` with the section it names."""
+    page_dir = posixpath.dirname(page.file.src_uri)
+    repo_url = str(config.get("repo_url") or "").rstrip("/")
+
+    def include(match: re.Match[str]) -> str:
+        source, title = match.group(1), match.group(2)
+        if not source.endswith(".md"):  # a program: shown whole, as code
+            return f"```python\n{(ROOT / source).read_text().rstrip()}\n```"
+        text = section(source, title) if title else (ROOT / source).read_text()
+        return relink(text, source, page_dir, repo_url)
+
+    return _INCLUDE.sub(include, markdown)
+
+
+def section(source: str, title: str) -> str:
+    """The body of the section headed ``title`` in ``source``, subheadings raised one level."""
+    lines = (ROOT / source).read_text().splitlines()
+    level, body, in_fence = 0, [], False
+    for line in lines:
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        heading = None if in_fence else _HEADING.match(line)
+        if level == 0:
+            if heading and heading.group(2).strip() == title:
+                level = len(heading.group(1))
+            continue
+        if heading and len(heading.group(1)) <= level:
+            break
+        body.append(line[1:] if heading else line)
+    if level == 0:
+        raise ValueError(f"{source} has no section headed {title!r}")
+    return "\n".join(body).strip("\n") + "\n"
+
+
+def relink(text: str, source: str, page_dir: str, repo_url: str) -> str:
+    """Links of ``text``, written relative to ``source``, made relative to the page."""
+    source_dir = posixpath.dirname(source)
+
+    def fix(match: re.Match[str]) -> str:
+        target, anchor = match.group(1), match.group(2) or ""
+        if re.match(r"[a-z]+:", target):  # http:, mailto: ...
+            return match.group(0)
+        path = posixpath.normpath(posixpath.join(source_dir, target))
+        if path.startswith(DOCS):
+            return f"]({posixpath.relpath(path[len(DOCS) :], page_dir or '.')}{anchor})"
+        return f"]({repo_url}/blob/main/{path}{anchor})"
+
+    return _LINK.sub(fix, text)

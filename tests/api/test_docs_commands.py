@@ -1,0 +1,192 @@
+"""Every command line in the documentation is run by a test (issue 26, item 5).
+
+A command line is a line of a ``sh`` code block in README.md or under docs/ (a ``\\`` at the end
+of a line continues it). ``RUNNERS`` says which test runs each kind of line, and
+``test_every_command_line_in_the_docs_is_run_by_a_test`` fails for a line no runner takes, so
+a new command in the docs needs its test. The runners read their lines from the docs, so what
+they run is what the docs say (on free ports and temporary files instead of the fixed ones).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from chaos.cli import _parser
+from chaos.net import free_port
+from chaos.rabbitmq import _PLUGINS
+from chaos.scenarios.runner import Schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TIMEOUT = 60.0
+
+# A pattern of command lines -> the test that runs them.
+RUNNERS = {
+    r"make (demo|test|docs)": "test_the_make_targets_run_what_the_docs_say (here)",
+    r"pip install .+": "tests/packaging/test_distributions.py (the built wheels)",
+    r"\.venv/bin/haclient-broker --port \d+ --user .+": "tests/api/test_readme_commands.py",
+    r"\.venv/bin/python examples/.+": "tests/api/test_readme_commands.py",
+    r"\.venv/bin/haclient-toxiproxy .+": "test_the_toxiproxy_command_line_serves_the_api (here)",
+    r"\.venv/bin/haclient-chaos run.*": "test_the_chaos_run_command_lines_are_valid (here)",
+    r"rabbitmq-plugins enable rabbitmq_amqp1_0": "test_the_rabbitmq_plugin_command (here)",
+    r"\.venv/bin/haclient-broker .*--tls-cert .+": "tests/api/test_tls_guide.py",
+    r"SSL_CERT_FILE=\S+ python .+": "tests/api/test_tls_guide.py",
+}
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip, or fail under ``HACLIENT_REQUIRE_BROKERS=1`` (as tests/conftest.py's
+    ``skip_or_fail``, which a test module cannot import by name when other conftests load)."""
+    if os.environ.get("HACLIENT_REQUIRE_BROKERS") == "1":
+        pytest.fail(f"{reason}, and HACLIENT_REQUIRE_BROKERS=1 forbids skipping", pytrace=False)
+    pytest.skip(reason)
+
+
+def doc_files() -> list[Path]:
+    """README.md and every Markdown file under docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def command_lines(pattern: str | None = None) -> list[str]:
+    """Every command line of the docs (continuations joined), or those matching ``pattern``."""
+    lines: list[str] = []
+    for path in doc_files():
+        blocks = re.findall(r"^```sh\n(.*?)^```", path.read_text(), re.M | re.S)
+        for block in blocks:
+            joined = re.sub(r"\\\n\s*", "", block)
+            lines += [line.strip() for line in joined.splitlines() if line.strip()]
+    if pattern is None:
+        return lines
+    return [line for line in lines if re.fullmatch(pattern, _code(line))]
+
+
+def _code(line: str) -> str:
+    """The line without its trailing comment."""
+    return shlex.join(shlex.split(line, comments=True)) if "#" in line else line
+
+
+def test_every_command_line_in_the_docs_is_run_by_a_test() -> None:
+    lines = command_lines()
+    assert lines, "no sh blocks found"
+    orphans = [line for line in lines if not any(re.fullmatch(p, _code(line)) for p in RUNNERS)]
+    assert orphans == [], "command lines no test runs: add a runner to RUNNERS"
+    unused = [pattern for pattern in RUNNERS if not command_lines(pattern)]
+    assert unused == [], "runners whose command lines are gone from the docs"
+
+
+def test_the_make_targets_run_what_the_docs_say() -> None:
+    """``make -n`` prints the recipes without running them."""
+    expected = {
+        "demo": ["pip install", "-e . -e ./chaos", "python -m chaos.demo"],
+        "test": ["mypy", "mkdocs build --strict", "pytest"],
+        "docs": ["mkdocs serve --dev-addr 127.0.0.1:8000"],
+    }
+    targets = [line.split()[1] for line in command_lines(r"make (demo|test|docs)")]
+    assert sorted(targets) == sorted(expected)
+    for target in targets:
+        env = {**os.environ, "MAKEFLAGS": ""}
+        done = subprocess.run(
+            ["make", "-n", "-B", target], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        for text in expected[target]:
+            assert text in done.stdout, (target, text, done.stdout)
+    demo = subprocess.run(["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True)
+    assert "spark" not in demo.stdout  # the demo installs no Spark
+
+
+def test_the_toxiproxy_command_line_serves_the_api() -> None:
+    (line,) = command_lines(r"\.venv/bin/haclient-toxiproxy .+")
+    argv = shlex.split(line.replace("8474", str(free_port())))
+    argv[0] = str(BIN / argv[0].removeprefix(".venv/bin/"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env) as process:
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            assert first.startswith("haclient-toxiproxy: API on http://127.0.0.1:"), first
+            url = first.split(" on ", 1)[1].strip()
+            with urllib.request.urlopen(f"{url}/version", timeout=TIMEOUT) as answer:
+                assert answer.status == 200
+        finally:
+            os.kill(process.pid, signal.SIGINT)
+            assert process.wait(timeout=TIMEOUT) == 0
+
+
+def test_the_chaos_run_command_lines_are_valid() -> None:
+    """Each ``haclient-chaos run`` line parses and makes a valid fault schedule, as the command
+    does before it starts; running them (up to 24 minutes each) is the chaos tests' part."""
+    lines = command_lines(r"\.venv/bin/haclient-chaos run.*")
+    assert len(lines) >= 3, lines
+    for line in lines:
+        args = _parser().parse_args(shlex.split(line, comments=True)[1:])
+        schedule = Schedule(
+            args.faults,
+            seed=args.seed,
+            count=args.count,
+            duration=args.duration,
+            per_round=args.per_round,
+        )
+        assert schedule.faults, line
+
+
+def test_the_rabbitmq_plugin_command(tmp_path: Path) -> None:
+    """The README's ``rabbitmq-plugins`` line enables the plugin the test nodes run with (on a
+    private plugins file here: the node is not running, so the change is made offline)."""
+    program = shutil.which("rabbitmq-plugins", path=f"{os.environ['PATH']}:/usr/sbin")
+    if program is None:
+        skip_or_fail("RabbitMQ is not installed: no rabbitmq-plugins on PATH or in /usr/sbin")
+    (line,) = command_lines(r"rabbitmq-plugins enable rabbitmq_amqp1_0")
+    argv = [str(program), *shlex.split(line)[1:]]
+    plugins = tmp_path / "enabled_plugins"
+    env = {
+        **os.environ,
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins),
+        "RABBITMQ_NODENAME": f"docs-{os.getpid()}@localhost",
+        "RABBITMQ_MNESIA_BASE": str(tmp_path / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(tmp_path / "log"),
+        "RABBITMQ_CONFIG_FILE": str(tmp_path / "none"),
+    }
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert plugins.read_text().strip() == "[rabbitmq_amqp1_0]."
+    assert _PLUGINS.strip() == "[rabbitmq_amqp1_0]."  # what the test nodes run with
+
+
+def _help_options(command: str, *args: str) -> set[str]:
+    done = subprocess.run(
+        [str(BIN / command), *args, "--help"], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", done.stdout)) - {"--help"}
+
+
+def test_the_api_command_lines_section_lists_every_command_and_option() -> None:
+    """docs/api.md's "Command lines": every installed command, each with all its options."""
+    section = (ROOT / "docs" / "api.md").read_text().split("## Command lines", 1)[1]
+    scripts = tomllib.loads((ROOT / "chaos" / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "scripts" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for command, args in {
+        "haclient-broker": (),
+        "haclient-toxiproxy": (),
+        "haclient-chaos": ("run",),
+    }.items():
+        assert command in scripts
+        entry = section.split(f"- `{command}", 1)[1].split("\n- ", 1)[0]
+        missing = {option for option in _help_options(command, *args) if f"`{option}" not in entry}
+        assert missing == set(), command
+    assert len(scripts) == 3
+    listed = set(re.findall(r"`bench\.(\w+)`", section))
+    runnable = {p.stem for p in (ROOT / "bench").glob("*.py") if "__main__" in p.read_text()}
+    assert runnable - listed == set()
