@@ -41,7 +41,8 @@ from haclient.errors import (
     MessageFormatError,
     error_from_condition,
 )
-from haclient.message import DeliveryMode, Message
+from haclient.mapping import check_sendable
+from haclient.message import DeliveryMode, Message, checked_properties
 from haclient.modes import AckMode
 from haclient.outgoing import OutgoingEncoder
 
@@ -292,6 +293,8 @@ class MessageProducer:
             return False
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        checked_properties(message.properties)  # what fails to encode fails here, not later
+        check_sendable(message)
         self._posted.post(destination, message, schedule)
         return True
 
