@@ -336,14 +336,17 @@ class TransactionRolledBackError(HAClientError):
 
 
 class AcknowledgeFailedError(HAClientError):
-    """An acknowledge (or recover) could not be done; the broker will redeliver (F8).
+    """An acknowledge (or recover) could not be done; drop the messages: nothing is lost (F8).
 
     Raised in CLIENT_ACKNOWLEDGE mode when a failover came between the delivery and the
-    acknowledge, and for a broker that lost the delivery's lock.
+    acknowledge, and for a broker that lost the delivery's lock. Then nothing was acknowledged
+    and the session was recovered: every message it had not acknowledged is delivered again.
 
     Attributes:
         in_doubt: True when the connection ended with the acknowledgement on its way: the
-            broker may have applied it (then it does not redeliver those messages) or not.
+            broker may have applied it (then it does not redeliver those messages) or not (then
+            it does, and the duplicate window suppresses the copies). Either way treat the
+            messages as acknowledged.
     """
 
     def __init__(
