@@ -646,7 +646,8 @@ class ConnectionFactory:
     ) -> Connection:
         options = replace(
             self._options,
-            client_id=client_id or self._options.client_id,
+            # an empty client id is refused (by the options' check), not taken for "none given"
+            client_id=self._options.client_id if client_id is None else client_id,
             username=username or self._options.username,
             password=password or self._options.password,
         )

@@ -87,7 +87,11 @@ class ConnectionOptions:
         if self.client_id is not None and (
             not isinstance(self.client_id, str) or not self.client_id
         ):
-            raise ConfigurationError("client_id must be a non-empty str", option="client_id")
+            raise ConfigurationError(
+                f"client_id must be a non-empty str (or None for a generated id), "
+                f"not {self.client_id!r}",
+                option="client_id",
+            )
         if (
             not isinstance(self.prefetch, int)
             or isinstance(self.prefetch, bool)
