@@ -177,18 +177,21 @@ class Connection:
     async def _open(self, owner: TaskGroup | None = None) -> None:
         self._host = await TaskHost.open(owner)
         self._stop_manager = anyio.Event()
+        failure: BaseException | None = None
         try:
             await self._host.task_group.start(self._run_manager)
         except BaseException as exc:
             self._context.closed = True
             await self._host.close()
             inner = _only_exception(exc)
-            refused = _refusal(inner)
-            if refused is not None:  # a refused login or client id: say so, not "gave up"
-                raise refused from None
-            if inner is exc:
+            # a refused login or client id: say so, not "gave up"; and ours, not anyio's group
+            failure = _refusal(inner) or inner
+            if failure is exc:
                 raise
-            raise inner from inner.__cause__  # not anyio's ExceptionGroup: ours, as documented
+        if failure is not None:
+            # Raised outside the handler, so that Python does not chain the group it came in
+            # (or the error that wrapped it) as its context: a cycle that loops chain walkers.
+            raise failure
         self._manager.register(self._temporaries)
 
     async def _run_manager(self, *, task_status: TaskStatus[None]) -> None:

@@ -74,6 +74,31 @@ async def test_F4_a_wrong_password_raises_authentication_error_and_is_not_retrie
             pass  # the right password gets in
 
 
+def _chain(error: BaseException, path: tuple[BaseException, ...] = ()) -> list[BaseException]:
+    """Every exception reachable from ``error`` (causes, contexts, group members); a cycle
+    fails the test instead of looping forever as a tool walking the chain would."""
+    assert all(error is not e for e in path), f"cyclic exception chain at {error!r}"
+    linked = [e for e in (error.__cause__, error.__context__) if e is not None]
+    if isinstance(error, BaseExceptionGroup):
+        linked += error.exceptions
+    return [error, *(e for link in linked for e in _chain(link, (*path, error)))]
+
+
+async def test_item3_a_refused_login_has_a_finite_chain_naming_broker_and_user(
+    api: Api,
+) -> None:
+    with (
+        BrokerThread(users={"app": "secret"}) as broker,
+        anyio.fail_after(BOUND),
+        pytest.raises(AuthenticationError) as refused,
+    ):
+        await api.connect(broker.url, username="app", password="w(r)ong")
+    text = str(refused.value)
+    assert f"127.0.0.1:{broker.port}" in text and "'app'" in text, text
+    for error in _chain(refused.value):
+        assert "w(r)ong" not in f"{error} {error!r}"
+
+
 async def test_F4_credentials_in_the_url_log_in(api: Api) -> None:
     with BrokerThread(users={"app": "s3cret"}) as broker:
         url = broker.url.replace("amqp://", "amqp://app:s3cret@")
