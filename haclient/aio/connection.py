@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -129,6 +129,61 @@ class ConnectionStatistics:
     temporaries_restored: int
     resources_not_restored: int
     duplicates_suppressed: int
+
+    def __repr__(self) -> str:
+        """A summary: where the connection is, its traffic, and the counters that are not 0
+        (a histogram as its count and mean; the fields hold the whole snapshot)."""
+        downtime = "" if self.last_downtime is None else f" (last {self.last_downtime:.3f} s)"
+        parts = [
+            f"state={self.state.name}",
+            f"broker={self.broker!r}",
+            f"failovers={self.failovers}{downtime}",
+            f"sessions={self.sessions}, producers={self.producers}, consumers={self.consumers}",
+            f"sent={self.messages_sent}, received={self.messages_received}, "
+            f"acknowledged={self.messages_acknowledged}",
+        ]
+        for name in _SUMMED:
+            value = getattr(self, name)
+            if isinstance(value, HistogramSnapshot):
+                parts += [f"{name}={_summary(value)}"] if value.count else []
+            elif isinstance(value, Mapping):
+                used = {key: n for key, n in value.items() if _used(n)}
+                parts += [f"{name}={_mapping_summary(used)}"] if used else []
+            elif value:
+                parts.append(f"{name}={value}")
+        return f"ConnectionStatistics({', '.join(parts)})"
+
+
+_SUMMED: Final = (
+    "failovers_failed",
+    "failover_durations",
+    "calls_blocked",
+    "blocked_durations",
+    "acknowledgements",
+    "ack_latency",
+    "transactions",
+    "messages_resent",
+    "messages_redelivered",
+    "temporaries_restored",
+    "resources_not_restored",
+    "duplicates_suppressed",
+)
+
+
+def _used(value: object) -> bool:
+    return value.count > 0 if isinstance(value, HistogramSnapshot) else bool(value)
+
+
+def _summary(histogram: HistogramSnapshot) -> str:
+    return f"{histogram.count} x {histogram.sum / histogram.count * 1000:.1f} ms mean"
+
+
+def _mapping_summary(values: Mapping[str, object]) -> str:
+    shown = (
+        f"{key}: {_summary(v) if isinstance(v, HistogramSnapshot) else v}"
+        for key, v in values.items()
+    )
+    return "{" + ", ".join(shown) + "}"
 
 
 class Connection:
