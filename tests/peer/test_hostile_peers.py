@@ -18,6 +18,7 @@ import haclient.aio as aio
 from chaos.hostile import (
     HostilePeer,
     Script,
+    amqp_0_9_1,
     bad_frame_size,
     garbage,
     half_frame,
@@ -31,7 +32,15 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 # Generous: the slowest outcome is one idle timeout or one attach_timeout (2 s each here).
 BOUND = 20.0
-SCRIPTS = [silent, garbage, half_header, half_frame, bad_frame_size, symbolic_descriptors]
+SCRIPTS = [
+    silent,
+    garbage,
+    half_header,
+    half_frame,
+    bad_frame_size,
+    symbolic_descriptors,
+    amqp_0_9_1,
+]
 
 
 async def _connect(api: str, url: str) -> None:
@@ -83,3 +92,13 @@ async def test_garbage_is_quoted_as_a_short_escaped_excerpt() -> None:
     assert "\x1b" not in text and "\x00" not in text
     assert "\\x1b" in text  # the junk is shown escaped ...
     assert "more characters" in text  # ... and cut short
+
+
+@pytest.mark.parametrize("api", ["aio", "blocking"])
+async def test_item18_a_broker_speaking_amqp_0_9_1_gets_the_plugin_hint(api: str) -> None:
+    async with HostilePeer(amqp_0_9_1) as peer:
+        with anyio.fail_after(BOUND), pytest.raises(HAClientError) as raised:
+            await _connect(api, peer.url)
+    text = str(raised.value)
+    assert "AMQP 0-9-1" in text and "rabbitmq-plugins enable rabbitmq_amqp1_0" in text, text
+    assert "Unknown protocol" not in text
