@@ -111,6 +111,7 @@ CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
         "jms.selectors": _one_of("auto", "broker", "client"),
         "jms.dedupWindow": _int_at_least(0),
         "jms.dedupAge": _int_at_least(1),  # ms
+        "jms.connectTimeout": _int_at_least(1),  # ms
     }
 )
 
@@ -325,12 +326,14 @@ def parse_url(text: str) -> FailoverURL:
     except ConfigurationError as exc:
         if not _shows_secret(text, str(exc)):
             raise
-        error = exc  # said again below, outside the handler: the original quotes the secret
+        option = exc.option  # said again below, outside the handler: exc quotes the secret
+    if option is None or _shows_secret(text, option):
+        option = "url"
     raise ConfigurationError(
-        f"invalid URL {_mask_malformed(text.strip())!r} ({error.option}): write a '/', '?', "
+        f"invalid URL {_mask_malformed(text.strip())!r} ({option}): write a '/', '?', "
         "'#', ',', '(', ')' or '@' in a user name or password percent-encoded (%2F, %3F, %23, "
         "%2C, %28, %29, %40)",
-        option=error.option,
+        option=option,
     )
 
 
@@ -354,8 +357,8 @@ _PASSWORD_OPTION = re.compile(r"(jms\.password=)[^&]*")
 
 
 def _mask_malformed(text: str) -> str:
-    text = _USERINFO_SECRET.sub(lambda m: f"{m.group(1)}{_MASK}@", text, count=1)
-    return _PASSWORD_OPTION.sub(lambda m: f"{m.group(1)}{_MASK}", text)
+    text = _PASSWORD_OPTION.sub(lambda m: f"{m.group(1)}{_MASK}", text)
+    return _USERINFO_SECRET.sub(lambda m: f"{m.group(1)}{_MASK}@", text, count=1)
 
 
 def _shows_secret(text: str, message: str) -> bool:
