@@ -163,7 +163,7 @@ async def _run(
     physical: PhysicalConnection | None = None
     try:
         async with open_connection(
-            host, port, config, connect_timeout=options.attach_timeout
+            host, port, config, connect_timeout=options.connect_timeout
         ) as amqp:
             physical = PhysicalConnection(amqp, broker, options.ack_confirmation)
             task_status.started(physical)

@@ -19,7 +19,7 @@ from haclient.message import TextMessage
 
 pytestmark = pytest.mark.anyio
 
-# Generous: the silent broker costs one attach_timeout; this only catches a hang.
+# Generous: the silent broker costs one connect_timeout; this only catches a hang.
 BOUND = 20.0
 
 
@@ -29,7 +29,7 @@ async def test_F5_a_silent_broker_first_in_the_list_is_skipped_at_connect(api: A
             started = time.monotonic()
             with anyio.fail_after(BOUND):
                 url = failover_url(hung, good)
-                async with await api.connect(url, attach_timeout=1) as connection:
+                async with await api.connect(url, connect_timeout=1) as connection:
                     assert port_of(str(connection.broker)) == good.port
                     session = await connection.create_session()
                     producer = await session.create_producer(Queue("hung-first"))
@@ -44,7 +44,7 @@ async def test_F5_a_failover_whose_next_broker_is_silent_moves_on(api: Api) -> N
         async with HostilePeer(silent) as hung:
             recorder = Recorder()
             url = failover_url(first, hung, last)
-            async with await api.connect(url, attach_timeout=1) as connection:
+            async with await api.connect(url, connect_timeout=1) as connection:
                 await connection.add_listener(recorder)
                 assert port_of(str(connection.broker)) == first.port
                 session = await connection.create_session()
@@ -66,7 +66,7 @@ async def test_F4_a_wrong_password_raises_authentication_error_and_is_not_retrie
         async with HostilePeer(silent) as next_broker:
             url = failover_url(broker, next_broker)
             with anyio.fail_after(BOUND), pytest.raises(AuthenticationError) as refused:
-                await api.connect(url, username="app", password="wrong", attach_timeout=1)
+                await api.connect(url, username="app", password="wrong", connect_timeout=1)
             assert refused.value.condition == "amqp:unauthorized-access"
             assert not refused.value.retriable
             assert next_broker.connections == 0  # given up at once: nothing else was tried
