@@ -240,6 +240,8 @@ class ConnectionFailedError(HAClientError):
 
     Attributes:
         cause: The last failure that failover saw (also set as ``__cause__``), if any.
+        failures: The last failure of each broker that the last connect or failover tried,
+            by broker (as text, password masked); the message names each.
     """
 
     def __init__(
@@ -247,14 +249,22 @@ class ConnectionFailedError(HAClientError):
         message: str = "",
         *,
         cause: BaseException | None = None,
+        failures: Mapping[str, BaseException] | None = None,
         **fields: Unpack[_ConditionFields],
     ) -> None:
         self.cause = cause
+        self.failures: dict[str, BaseException] = dict(failures or {})
         super().__init__(message, **fields)
         if cause is not None:
             self.__cause__ = cause
 
     def _default_message(self) -> str:
+        if len(self.failures) > 1:
+            each = "; ".join(f"{broker}: {error}" for broker, error in self.failures.items())
+            text = f"failover gave up; the last failure of each broker: {each}"
+            if self.cause is not None and all(e is not self.cause for e in self.failures.values()):
+                text += f"; last failure: {self.cause}"
+            return text
         if self.cause is not None:
             return f"failover gave up; last failure: {self.cause}"
         return "failover gave up"

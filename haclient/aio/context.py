@@ -96,7 +96,7 @@ class ConnectionContext:
         if self.closed or self.manager.state is ConnectionState.CLOSED:
             raise ClosedError("the connection is closed")
         if self.manager.state is ConnectionState.FAILED:
-            raise ConnectionFailedError(cause=self.manager.failure)
+            raise ConnectionFailedError(cause=self.manager.failure, failures=self.manager.failures)
 
     def physical(self) -> PhysicalConnection:
         """The physical connection in use (during restore: the new one)."""

@@ -14,7 +14,7 @@ from failoverkit import Recorder, brokers, failover_url, port_of
 from chaos.broker import BrokerThread
 from chaos.hostile import HostilePeer, silent
 from haclient.destination import Queue
-from haclient.errors import AuthenticationError, ClientIdInUseError
+from haclient.errors import AuthenticationError, ClientIdInUseError, ConnectionFailedError
 from haclient.message import TextMessage
 
 pytestmark = pytest.mark.anyio
@@ -116,3 +116,21 @@ async def test_F4_a_client_id_in_use_raises_client_id_in_use_at_connect(api: Api
         async with await api.connect(broker.url, client_id="only-once"):
             with pytest.raises(ClientIdInUseError):
                 await api.connect(broker.url, client_id="only-once")
+
+
+async def test_item18_with_every_broker_down_the_error_names_each_brokers_failure(
+    api: Api,
+) -> None:
+    with brokers(1) as (stopped,):
+        stopped.kill()  # refuses connections from now on
+        async with HostilePeer(silent) as hung:
+            hung_port, url = hung.port, failover_url(stopped, hung, cyclecount=1)
+            with anyio.fail_after(BOUND), pytest.raises(ConnectionFailedError) as gave_up:
+                await api.connect(url, connect_timeout=1)
+    text = str(gave_up.value)
+    assert f"127.0.0.1:{stopped.port}: cannot connect" in text, text
+    assert f"127.0.0.1:{hung_port} accepted the TCP connection but sent nothing" in text, text
+    assert set(gave_up.value.failures) == {
+        f"amqp://127.0.0.1:{stopped.port}",
+        f"amqp://127.0.0.1:{hung_port}",
+    }
