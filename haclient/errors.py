@@ -638,10 +638,24 @@ _CLIENT_ID_IN_USE: Final = ConditionRule(
 )
 
 
-def _rule(condition: str, info: Mapping[str, Any] | None) -> ConditionRule | None:
-    """The rule for ``condition``, refined by ``info`` where the table alone cannot decide."""
+# ActiveMQ 5.x rejects a transfer to a temporary destination that no longer exists (its
+# connection failed over or closed) with its catch-all condition ``failed`` and a description
+# naming the ``temp-queue://`` (or ``temp-topic://``) address: the JMS meaning is ``not-found``.
+_TEMPORARY_GONE: Final = ConditionRule(
+    InvalidDestinationError, False, "the temporary destination no longer exists"
+)
+_TEMPORARY_SCHEMES: Final = ("temp-queue://", "temp-topic://")
+
+
+def _rule(
+    condition: str, info: Mapping[str, Any] | None, description: str | None = None
+) -> ConditionRule | None:
+    """The rule for ``condition``, refined by ``info`` or ``description`` where the table
+    alone cannot decide."""
     if condition == "amqp:invalid-field" and info and info.get("invalid-field") == "container-id":
         return _CLIENT_ID_IN_USE
+    if condition == "failed" and any(s in (description or "") for s in _TEMPORARY_SCHEMES):
+        return _TEMPORARY_GONE
     return CONDITIONS.get(condition)
 
 
@@ -666,7 +680,7 @@ def error_from_condition(
         condition not in the table), carrying ``condition``, ``description``, ``info`` and the
         rule's ``retriable``. It is returned, not raised.
     """
-    rule = _rule(condition, info)
+    rule = _rule(condition, info, description)
     error = AMQPError if rule is None else rule.error
     text = description or (rule.summary if rule is not None else None)
     return error(
