@@ -426,6 +426,14 @@ def test_item4_url_errors_never_show_the_password(url: str) -> None:
     assert "s3" not in mask_secrets(url) and "cret" not in mask_secrets(url)
 
 
+def test_item4_connect_with_a_malformed_url_never_shows_the_password() -> None:
+    import haclient
+
+    with pytest.raises(ConfigurationError) as caught:
+        haclient.connect("amqp//app:s3cret@127.0.0.1:5672")
+    assert "s3cret" not in str(caught.value) and "app:******@" in str(caught.value)
+
+
 @given(st.text(alphabet="/?#,()@:&= %x", min_size=0, max_size=8))
 def test_item4_any_password_is_masked_in_errors_and_by_the_masker(middle: str) -> None:
     secret = f"QQQ{middle}ZZZ"
