@@ -31,6 +31,7 @@ __all__ = [
     "SASL_HEADER",
     "HostilePeer",
     "Script",
+    "amqp_0_9_1",
     "bad_frame_size",
     "garbage",
     "half_frame",
@@ -78,6 +79,13 @@ async def half_header(stream: SocketStream) -> None:
     """Send the first half of the protocol header the client asked for, then keep silent."""
     await stream.send((await _header(stream))[:4])
     await _hold(stream)
+
+
+async def amqp_0_9_1(stream: SocketStream) -> None:
+    """Answer as RabbitMQ without its AMQP 1.0 plugin does: the AMQP 0-9-1 protocol header,
+    then hang up."""
+    await _header(stream)
+    await stream.send(b"AMQP\x00\x00\x09\x01")
 
 
 def _frame(body: bytes, frame_type: int = 0) -> bytes:

@@ -66,9 +66,9 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 import anyio
 from anyio.abc import TaskGroup
@@ -336,6 +336,12 @@ class ConnectionManager(Supervisor[P]):
     def failure(self) -> BaseException | None:
         """The last failure (the cause ``ConnectionFailedError`` carries once FAILED)."""
         return self._failure
+
+    @property
+    def failures(self) -> Mapping[str, BaseException]:
+        """The last failure of each broker the last connect or failover tried, by broker (as
+        text, password masked), in the order they failed first."""
+        return MappingProxyType(dict(self._failures))
 
     @property
     def policy(self) -> FailoverPolicy:

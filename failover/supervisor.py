@@ -99,6 +99,7 @@ class Supervisor(Generic[P]):
         self._epoch = 0
         self._link: _Link[P] | None = None  # the current physical connection
         self._failure: BaseException | None = None  # the last cause (F4)
+        self._failures: dict[str, BaseException] = {}  # broker -> its last, in the last walk
         self._resources: dict[int, Resource[P]] = {}  # id -> resource, in registration order
         self._listeners: list[FailoverListener] = []
         self._lost_at = 0.0
@@ -123,7 +124,7 @@ class Supervisor(Generic[P]):
             if state is ConnectionState.CONNECTED and link is not None:
                 return link.connection, link.epoch
             if state is ConnectionState.FAILED:
-                raise ConnectionFailedError(cause=self._failure)
+                raise ConnectionFailedError(cause=self._failure, failures=self._failures)
             if state is ConnectionState.CLOSED:
                 raise ClosedError("the connection is closed")
             settled = self._settled
@@ -194,6 +195,7 @@ class Supervisor(Generic[P]):
         time budget counted from ``began`` (of ``clock``). False when the plan ran out, the
         budget was spent, or a failure no reconnect can fix came up; ``self._failure`` says
         what failed last."""
+        self._failures = {}
         try:
             return await self._walk_plan(attempts, watchers, began)
         finally:
@@ -228,6 +230,7 @@ class Supervisor(Generic[P]):
                 self._transition(ManagerEvent.RESTORED)
                 return True
             await close_quietly(link.connection)  # lost during restore: the next attempt
+            self._failures[str(attempt.broker)] = self._cause()
             if not self._retriable(self._cause()):
                 return False
         return False
@@ -238,7 +241,7 @@ class Supervisor(Generic[P]):
         try:
             return await self._connector(attempt.broker)
         except Exception as exc:  # the connector's failure is the cause F4 reports
-            self._failure = exc
+            self._failure = self._failures[str(attempt.broker)] = exc
             return None
 
     def _open(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> _Link[P]:

@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_PORTS",
     "BrokerURL",
     "FailoverURL",
+    "mask_secrets",
     "merge_broker_lists",
     "parse_url",
 ]
@@ -110,6 +111,7 @@ CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
         "jms.selectors": _one_of("auto", "broker", "client"),
         "jms.dedupWindow": _int_at_least(0),
         "jms.dedupAge": _int_at_least(1),  # ms
+        "jms.connectTimeout": _int_at_least(1),  # ms
     }
 )
 
@@ -314,10 +316,60 @@ def parse_url(text: str) -> FailoverURL:
         The frozen ``FailoverURL``.
 
     Raises:
-        ConfigurationError: Naming the option or the part at fault (``option`` attribute).
+        ConfigurationError: Naming the option or the part at fault (``option`` attribute);
+            its message never shows a password, whatever the URL's shape.
     """
     if not isinstance(text, str):
         raise ConfigurationError(f"a URL must be a str, not {type(text).__name__}", option="url")
+    try:
+        return _parse(text)
+    except ConfigurationError as exc:
+        if not _shows_secret(text, str(exc)):
+            raise
+        option = exc.option  # said again below, outside the handler: exc quotes the secret
+    if option is None or _shows_secret(text, option):
+        option = "url"
+    raise ConfigurationError(
+        f"invalid URL {_mask_malformed(text.strip())!r} ({option}): write a '/', '?', "
+        "'#', ',', '(', ')' or '@' in a user name or password percent-encoded (%2F, %3F, %23, "
+        "%2C, %28, %29, %40)",
+        option=option,
+    )
+
+
+def mask_secrets(url: str) -> str:
+    """``url`` as it may be shown in errors, logs and reprs: every password masked.
+
+    A URL that parses prints as ``FailoverURL`` prints it (``amqp://user:******@host:5672``);
+    any other text (a malformed URL) is masked from the first ``user:`` to the last ``@``, and
+    every ``jms.password`` value: more than the password, never less.
+    """
+    try:
+        return str(parse_url(url))
+    except ConfigurationError:
+        return _mask_malformed(url.strip() if isinstance(url, str) else repr(url))
+
+
+# ``user:`` at the start, after ``//``, ``(`` or ``,``, then anything up to the last ``@``; a
+# scheme (``amqp:`` before ``//``, ``failover:`` before ``(``) is not a user.
+_USERINFO_SECRET = re.compile(r"((?:^|//|[(,])[^:/@?#,()]*:)(?!//|\().*@", re.DOTALL)
+_PASSWORD_OPTION = re.compile(r"(jms\.password=)[^&]*")
+
+
+def _mask_malformed(text: str) -> str:
+    text = _PASSWORD_OPTION.sub(lambda m: f"{m.group(1)}{_MASK}", text)
+    return _USERINFO_SECRET.sub(lambda m: f"{m.group(1)}{_MASK}@", text, count=1)
+
+
+def _shows_secret(text: str, message: str) -> bool:
+    """Whether ``message`` (a parse error of ``text``) may quote a piece of a password."""
+    secrets = [m.group(0)[len(m.group(1)) : -1] for m in _USERINFO_SECRET.finditer(text)]
+    secrets += [m.group(0)[len(m.group(1)) :] for m in _PASSWORD_OPTION.finditer(text)]
+    pieces = (p for secret in secrets for p in re.split(r"[/?#,()@&=:\s]", secret))
+    return any(piece in message for piece in pieces if piece)
+
+
+def _parse(text: str) -> FailoverURL:
     text = text.strip()
     if not text:
         raise ConfigurationError("the URL is empty", option="url")
@@ -342,7 +394,8 @@ def _parse_failover(rest: str) -> FailoverURL:
         raise ConfigurationError("unbalanced parentheses in the URL", option="parentheses")
     if tail and not tail.startswith("?"):
         raise ConfigurationError(
-            f"unexpected text after the broker list: {tail!r}", option="parentheses"
+            f"unexpected text after the broker list: {_mask_malformed(tail)!r}",
+            option="parentheses",
         )
     options = _parse_query(tail[1:]) if tail else {}
     brokers: list[BrokerURL] = []
@@ -397,7 +450,8 @@ def _split_broker(text: str) -> tuple[BrokerURL, dict[str, str]]:
     scheme, sep, rest = text.partition("://")
     if not sep:
         raise ConfigurationError(
-            f"not a broker URL (expected amqp://host:port): {text!r}", option="scheme"
+            f"not a broker URL (expected amqp://host:port): {_mask_malformed(text)!r}",
+            option="scheme",
         )
     scheme = scheme.lower()
     if scheme not in DEFAULT_PORTS:

@@ -188,7 +188,10 @@ class _TemporaryDestination:
         return (_restore_temporary, (type(self), self._key, self._node.address))
 
     def __str__(self) -> str:
-        return f"{self._scheme}://{self._node.address}"
+        address = self._node.address
+        if address.startswith(f"{self._scheme}://"):  # ActiveMQ's addresses carry it
+            return address
+        return f"{self._scheme}://{address}"
 
     def __repr__(self) -> str:
         if self._key == self._node.address:

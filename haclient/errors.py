@@ -240,6 +240,8 @@ class ConnectionFailedError(HAClientError):
 
     Attributes:
         cause: The last failure that failover saw (also set as ``__cause__``), if any.
+        failures: The last failure of each broker that the last connect or failover tried,
+            by broker (as text, password masked); the message names each.
     """
 
     def __init__(
@@ -247,14 +249,22 @@ class ConnectionFailedError(HAClientError):
         message: str = "",
         *,
         cause: BaseException | None = None,
+        failures: Mapping[str, BaseException] | None = None,
         **fields: Unpack[_ConditionFields],
     ) -> None:
         self.cause = cause
+        self.failures: dict[str, BaseException] = dict(failures or {})
         super().__init__(message, **fields)
         if cause is not None:
             self.__cause__ = cause
 
     def _default_message(self) -> str:
+        if len(self.failures) > 1:
+            each = "; ".join(f"{broker}: {error}" for broker, error in self.failures.items())
+            text = f"failover gave up; the last failure of each broker: {each}"
+            if self.cause is not None and all(e is not self.cause for e in self.failures.values()):
+                text += f"; last failure: {self.cause}"
+            return text
         if self.cause is not None:
             return f"failover gave up; last failure: {self.cause}"
         return "failover gave up"
@@ -336,14 +346,17 @@ class TransactionRolledBackError(HAClientError):
 
 
 class AcknowledgeFailedError(HAClientError):
-    """An acknowledge (or recover) could not be done; the broker will redeliver (F8).
+    """An acknowledge (or recover) could not be done; drop the messages: nothing is lost (F8).
 
     Raised in CLIENT_ACKNOWLEDGE mode when a failover came between the delivery and the
-    acknowledge, and for a broker that lost the delivery's lock.
+    acknowledge, and for a broker that lost the delivery's lock. Then nothing was acknowledged
+    and the session was recovered: every message it had not acknowledged is delivered again.
 
     Attributes:
         in_doubt: True when the connection ended with the acknowledgement on its way: the
-            broker may have applied it (then it does not redeliver those messages) or not.
+            broker may have applied it (then it does not redeliver those messages) or not (then
+            it does, and the duplicate window suppresses the copies). Either way treat the
+            messages as acknowledged.
     """
 
     def __init__(
@@ -625,10 +638,24 @@ _CLIENT_ID_IN_USE: Final = ConditionRule(
 )
 
 
-def _rule(condition: str, info: Mapping[str, Any] | None) -> ConditionRule | None:
-    """The rule for ``condition``, refined by ``info`` where the table alone cannot decide."""
+# ActiveMQ 5.x rejects a transfer to a temporary destination that no longer exists (its
+# connection failed over or closed) with its catch-all condition ``failed`` and a description
+# naming the ``temp-queue://`` (or ``temp-topic://``) address: the JMS meaning is ``not-found``.
+_TEMPORARY_GONE: Final = ConditionRule(
+    InvalidDestinationError, False, "the temporary destination no longer exists"
+)
+_TEMPORARY_SCHEMES: Final = ("temp-queue://", "temp-topic://")
+
+
+def _rule(
+    condition: str, info: Mapping[str, Any] | None, description: str | None = None
+) -> ConditionRule | None:
+    """The rule for ``condition``, refined by ``info`` or ``description`` where the table
+    alone cannot decide."""
     if condition == "amqp:invalid-field" and info and info.get("invalid-field") == "container-id":
         return _CLIENT_ID_IN_USE
+    if condition == "failed" and any(s in (description or "") for s in _TEMPORARY_SCHEMES):
+        return _TEMPORARY_GONE
     return CONDITIONS.get(condition)
 
 
@@ -653,7 +680,7 @@ def error_from_condition(
         condition not in the table), carrying ``condition``, ``description``, ``info`` and the
         rule's ``retriable``. It is returned, not raised.
     """
-    rule = _rule(condition, info)
+    rule = _rule(condition, info, description)
     error = AMQPError if rule is None else rule.error
     text = description or (rule.summary if rule is not None else None)
     return error(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from chaos.broker.browsing import BrowserLink
 from chaos.broker.filters import Matcher
 from chaos.broker.nodes import Node, Queue, StoredMessage
-from chaos.broker.router import NodeNotFoundError
+from chaos.broker.router import ACTIVEMQ_TEMPORARY_SCHEMES, NodeNotFoundError
 from chaos.broker.subscriptions import SubscriptionQueue
 from chaos.broker.wire import WireError, read_routing
 from haclient.amqp.codec import Declare, decode_coordinator_request
@@ -200,9 +200,9 @@ class ProducerLink:
             if node is None:
                 node = self._relay_node(message)
         except NodeNotFoundError as exc:
-            return Rejected(_condition("amqp:not-found", str(exc)))
+            return Rejected(self._not_found(exc.address, str(exc)))
         if node.deleted:
-            return Rejected(_condition("amqp:not-found", f"{node.name} was deleted"))
+            return Rejected(self._not_found(node.name, f"{node.name} was deleted"))
         state = delivery.remote_outcome
         if isinstance(state, TransactionalState):
             txn = self.connection.transactions.get(state.txn_id)
@@ -214,6 +214,13 @@ class ProducerLink:
             return TransactionalState(state.txn_id, ACCEPTED)
         router.route(node, message)
         return ACCEPTED
+
+    def _not_found(self, address: str | None, description: str) -> ErrorCondition:
+        """``amqp:not-found``; in ActiveMQ mode, for a temporary destination, what ActiveMQ 5.x
+        says instead: its catch-all condition ``failed`` naming the address."""
+        if self.connection.activemq and (address or "").startswith(ACTIVEMQ_TEMPORARY_SCHEMES):
+            return _condition("failed", f"Cannot publish to a deleted Destination: {address}")
+        return _condition("amqp:not-found", description)
 
     def _relay_node(self, message: StoredMessage) -> Node:
         """The node a message on an anonymous relay link goes to (its ``to``)."""

@@ -4,8 +4,9 @@ How this works: every node lives in one namespace keyed by its name. An address 
 either plainly (a queue unless the terminus capabilities say ``topic``) or with a ``queue://`` /
 ``topic://`` prefix (ActiveMQ's convention), so ``queue://orders`` and ``orders`` with the
 ``queue`` capability are the same node. Nodes are created on first use, except temporary ones:
-their names start with ``TEMPORARY_PREFIX`` and only ``create_temporary`` makes them, so an
-address of a deleted temporary node is ``amqp:not-found``.
+their names start with ``TEMPORARY_PREFIX`` (``temp-queue://`` or ``temp-topic://`` when named as
+ActiveMQ names them) and only ``create_temporary`` makes them, so an address of a deleted
+temporary node is ``amqp:not-found``.
 
 Topics are ``SubscriptionTopic``s and their subscriptions live in ``subscriptions`` (a
 ``SubscriptionRegistry``, see ``chaos.broker.subscriptions``): subscription queues are not nodes
@@ -31,14 +32,30 @@ from chaos.broker.subscriptions import (
 from chaos.broker.topology import FAILOVER_TOPIC
 from chaos.broker.wire import parse_header
 
-__all__ = ["TEMPORARY_PREFIX", "NodeNotFoundError", "Router", "kind_of"]
+__all__ = [
+    "ACTIVEMQ_TEMPORARY_SCHEMES",
+    "TEMPORARY_PREFIX",
+    "NodeNotFoundError",
+    "Router",
+    "kind_of",
+]
 
 TEMPORARY_PREFIX = "haclient.tmp."
+ACTIVEMQ_TEMPORARY_SCHEMES = ("temp-queue://", "temp-topic://")
+"""How ActiveMQ's dynamic addresses begin (``temp-queue://ID:host-port-time-n:1:1``)."""
 _PREFIXES = (("queue://", "queue"), ("topic://", "topic"))
 
 
 class NodeNotFoundError(LookupError):
-    """No node has this address and none may be created for it."""
+    """No node has this address and none may be created for it.
+
+    Attributes:
+        address: The address looked up, when there was one.
+    """
+
+    def __init__(self, message: str, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
 
 
 def kind_of(address: str, capabilities: Iterable[str] = ()) -> tuple[str, str | None]:
@@ -63,6 +80,8 @@ class Router:
         policy: Timers, expiry and redelivery limits, passed to every queue the router creates
             (temporary ones, the dead-letter queue and subscription queues included); default:
             a ``NodePolicy()`` (no timers, no expiry address, no redelivery limit).
+        activemq_names: Name temporary nodes as ActiveMQ does (``temp-queue://ID:...``, the
+            scheme inside the address) instead of ``TEMPORARY_PREFIX``.
     """
 
     def __init__(
@@ -71,7 +90,9 @@ class Router:
         dead_letter_queue: str = "DLQ",
         *,
         policy: NodePolicy | None = None,
+        activemq_names: bool = False,
     ) -> None:
+        self.activemq_names = activemq_names
         self.persistence = persistence or MemoryPersistence()
         self.dead_letter_queue = dead_letter_queue
         self.policy = policy if policy is not None else NodePolicy()
@@ -159,15 +180,20 @@ class Router:
         node = self.nodes.get(name)
         if node is not None:
             return node
-        if not name or name.startswith((TEMPORARY_PREFIX, SUBSCRIPTION_PREFIX)):
-            raise NodeNotFoundError(f"no node {address!r}")
+        if not name or name.startswith(
+            (TEMPORARY_PREFIX, SUBSCRIPTION_PREFIX, *ACTIVEMQ_TEMPORARY_SCHEMES)
+        ):
+            raise NodeNotFoundError(f"no node {address!r}", address)
         if kind == "topic" or (kind is None and name == FAILOVER_TOPIC):
             return self._topic(name)
         return self._queue(name)
 
     def create_temporary(self, kind: str, owner: int) -> Node:
         """A new uniquely named temporary queue or topic owned by connection ``owner``."""
-        name = f"{TEMPORARY_PREFIX}{kind}.{uuid.uuid4().hex}"
+        if self.activemq_names:
+            name = f"temp-{kind}://ID:haclient-broker-{uuid.uuid4().hex}:1:1"
+        else:
+            name = f"{TEMPORARY_PREFIX}{kind}.{uuid.uuid4().hex}"
         node: Node
         if kind == "topic":
             node = SubscriptionTopic(name, temporary=True, owner=owner)

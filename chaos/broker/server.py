@@ -355,7 +355,12 @@ class Broker:
             max_delivery_count=self.max_delivery_count,
             queue_policies=self.queue_policies,
         )
-        router = Router(self.persistence, self.dead_letter_queue, policy=policy)
+        router = Router(
+            self.persistence,
+            self.dead_letter_queue,
+            policy=policy,
+            activemq_names=self.mode is BrokerMode.ACTIVEMQ,
+        )
         policy.expire = expire_to(router, self.expiry_address)
         recovered = router.recover()
         self._state = BrokerState(

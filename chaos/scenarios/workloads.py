@@ -73,7 +73,11 @@ class WorkloadContext:
     async def connect(self, actor: str) -> aio.Connection:
         """A connection whose failover listener writes to the ledger as ``actor``."""
         connection = await aio.connect(
-            self.url, idle_timeout=self.idle_timeout, attach_timeout=2.0, close_timeout=1.0
+            self.url,
+            idle_timeout=self.idle_timeout,
+            attach_timeout=2.0,
+            connect_timeout=2.0,
+            close_timeout=1.0,
         )
         connection.add_listener(_Listener(self, actor))
         if self.on_connect is not None:

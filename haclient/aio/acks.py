@@ -32,7 +32,7 @@ import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import anyio
 
@@ -267,17 +267,22 @@ class ClientAck(_Tracked):
             self._unreported = {"acknowledge", "recover"}
         super().connection_lost()
 
-    def _check_kept(self, call: str) -> None:
-        """F8: raise if the connection failed over with deliveries unacknowledged and ``call``
-        (acknowledge or recover) has not said so yet."""
-        if call in self._unreported:
-            self._unreported.discard(call)
-            if call == "recover":
-                self._unreported.clear()
-            raise AcknowledgeFailedError(
-                "the connection failed over after messages were delivered and before they were "
-                "acknowledged: the broker will deliver them again"
-            )
+    def _failed_over(self, call: str) -> bool:
+        """F8: whether the connection failed over with deliveries unacknowledged and ``call``
+        (acknowledge or recover) has not said so yet (then it must, once)."""
+        if call not in self._unreported:
+            return False
+        self._unreported.discard(call)
+        if call == "recover":
+            self._unreported.clear()
+        return True
+
+    async def _recover_and_raise(self, taken: Iterable[PendingAck] = ()) -> NoReturn:
+        """F8: give back ``taken`` and every tracked delivery, so that the broker delivers each
+        message this session has not acknowledged again; then raise."""
+        await self._host.give_back([*taken, *self.take_pending()])
+        self.detach_settled_lingerers()
+        raise AcknowledgeFailedError(_RECOVERED)
 
     def _check_session(self) -> None:
         if self._host.is_closed:
@@ -296,10 +301,13 @@ class ClientAck(_Tracked):
         acknowledge (F8: raise, and take nothing)."""
 
         async def settle(at: Connected) -> None:
-            self._check_kept("acknowledge")
+            if self._failed_over("acknowledge"):
+                await self._recover_and_raise()
             acks = take()
             try:
                 await self._host.settle_acks(acks)
+            except StaleDeliveryError:  # nothing was settled: they all come again
+                await self._recover_and_raise(acks)
             finally:  # confirmed, or in doubt: their duplicates are suppressed
                 self._host.consumed(ack for ack in acks if ack.sent)
 
@@ -308,8 +316,9 @@ class ClientAck(_Tracked):
         self.detach_settled_lingerers()
 
     async def _recover_on(self, at: Connected) -> None:
-        self._check_kept("recover")
         await super()._recover_on(at)
+        if self._failed_over("recover"):
+            raise AcknowledgeFailedError(_RECOVERED)
 
 
 class IndividualAck(ClientAck):
@@ -401,12 +410,24 @@ def ack_strategy(
     return simple[mode](host)
 
 
+_RECOVERED = (
+    "a failover came after messages were delivered and before they were acknowledged, so "
+    "none of them was acknowledged; the session was recovered: drop them, every message this "
+    "session had not acknowledged is delivered again (marked redelivered)"
+)
+
+_IN_DOUBT = (
+    "the connection was lost before the broker confirmed the acknowledgement, so it may have "
+    "applied it or not; nothing is lost either way: treat the messages as acknowledged, since "
+    "the broker delivers again (marked redelivered) those it did not apply, and the duplicate "
+    "window suppresses such copies"
+)
+
+
 def _acknowledge_failed(exc: HAClientError) -> Any:
-    raise AcknowledgeFailedError(
-        "the connection was lost before the broker confirmed the acknowledgement: it will "
-        "deliver the messages again",
-        in_doubt=not isinstance(exc, StaleDeliveryError),
-    ) from exc
+    if isinstance(exc, StaleDeliveryError):  # nothing went out: the next broker redelivers
+        raise AcknowledgeFailedError(_RECOVERED) from exc
+    raise AcknowledgeFailedError(_IN_DOUBT, in_doubt=True) from exc
 
 
 async def settle(

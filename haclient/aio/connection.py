@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -130,6 +130,61 @@ class ConnectionStatistics:
     resources_not_restored: int
     duplicates_suppressed: int
 
+    def __repr__(self) -> str:
+        """A summary: where the connection is, its traffic, and the counters that are not 0
+        (a histogram as its count and mean; the fields hold the whole snapshot)."""
+        downtime = "" if self.last_downtime is None else f" (last {self.last_downtime:.3f} s)"
+        parts = [
+            f"state={self.state.name}",
+            f"broker={self.broker!r}",
+            f"failovers={self.failovers}{downtime}",
+            f"sessions={self.sessions}, producers={self.producers}, consumers={self.consumers}",
+            f"sent={self.messages_sent}, received={self.messages_received}, "
+            f"acknowledged={self.messages_acknowledged}",
+        ]
+        for name in _SUMMED:
+            value = getattr(self, name)
+            if isinstance(value, HistogramSnapshot):
+                parts += [f"{name}={_summary(value)}"] if value.count else []
+            elif isinstance(value, Mapping):
+                used = {key: n for key, n in value.items() if _used(n)}
+                parts += [f"{name}={_mapping_summary(used)}"] if used else []
+            elif value:
+                parts.append(f"{name}={value}")
+        return f"ConnectionStatistics({', '.join(parts)})"
+
+
+_SUMMED: Final = (
+    "failovers_failed",
+    "failover_durations",
+    "calls_blocked",
+    "blocked_durations",
+    "acknowledgements",
+    "ack_latency",
+    "transactions",
+    "messages_resent",
+    "messages_redelivered",
+    "temporaries_restored",
+    "resources_not_restored",
+    "duplicates_suppressed",
+)
+
+
+def _used(value: object) -> bool:
+    return value.count > 0 if isinstance(value, HistogramSnapshot) else bool(value)
+
+
+def _summary(histogram: HistogramSnapshot) -> str:
+    return f"{histogram.count} x {histogram.sum / histogram.count * 1000:.1f} ms mean"
+
+
+def _mapping_summary(values: Mapping[str, object]) -> str:
+    shown = (
+        f"{key}: {_summary(v) if isinstance(v, HistogramSnapshot) else v}"
+        for key, v in values.items()
+    )
+    return "{" + ", ".join(shown) + "}"
+
 
 class Connection:
     """A logical connection to a list of brokers (JMS ``Connection``). Open it with ``connect()``.
@@ -177,18 +232,21 @@ class Connection:
     async def _open(self, owner: TaskGroup | None = None) -> None:
         self._host = await TaskHost.open(owner)
         self._stop_manager = anyio.Event()
+        failure: BaseException | None = None
         try:
             await self._host.task_group.start(self._run_manager)
         except BaseException as exc:
             self._context.closed = True
             await self._host.close()
             inner = _only_exception(exc)
-            refused = _refusal(inner)
-            if refused is not None:  # a refused login or client id: say so, not "gave up"
-                raise refused from None
-            if inner is exc:
+            # a refused login or client id: say so, not "gave up"; and ours, not anyio's group
+            failure = _refusal(inner) or inner
+            if failure is exc:
                 raise
-            raise inner from inner.__cause__  # not anyio's ExceptionGroup: ours, as documented
+        if failure is not None:
+            # Raised outside the handler, so that Python does not chain the group it came in
+            # (or the error that wrapped it) as its context: a cycle that loops chain walkers.
+            raise failure
         self._manager.register(self._temporaries)
 
     async def _run_manager(self, *, task_status: TaskStatus[None]) -> None:
@@ -651,7 +709,8 @@ class ConnectionFactory:
     ) -> Connection:
         options = replace(
             self._options,
-            client_id=client_id or self._options.client_id,
+            # an empty client id is refused (by the options' check), not taken for "none given"
+            client_id=self._options.client_id if client_id is None else client_id,
             username=username or self._options.username,
             password=password or self._options.password,
         )

@@ -96,7 +96,7 @@ class ConnectionContext:
         if self.closed or self.manager.state is ConnectionState.CLOSED:
             raise ClosedError("the connection is closed")
         if self.manager.state is ConnectionState.FAILED:
-            raise ConnectionFailedError(cause=self.manager.failure)
+            raise ConnectionFailedError(cause=self.manager.failure, failures=self.manager.failures)
 
     def physical(self) -> PhysicalConnection:
         """The physical connection in use (during restore: the new one)."""
@@ -234,14 +234,16 @@ class SessionContext:
 
     async def give_back(self, acks: list[PendingAck]) -> None:
         """Return delivered messages (marked redelivered), and the prefetched ones behind them,
-        so that the broker hands them out again in order."""
+        so that the broker hands them out again in order. A delivery of a connection that
+        failover replaced is skipped: the next broker delivers it again anyway."""
         current = self.connection.current
         if current is None or not current.amqp.is_open:
             return
         amqp = current.amqp
         failed, untouched = self.give_back_outcomes()
         for ack in acks:
-            amqp.settle(ack.raw, failed)
+            if ack.raw.delivery.link.engine is amqp.engine:
+                amqp.settle(ack.raw, failed)
         for receiver in self._prefetched():
             if not receiver.is_closed:
                 for raw in amqp.take_all(receiver):

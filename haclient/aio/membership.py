@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from failover.url import BrokerURL, parse_url
+from failover.url import BrokerURL, mask_secrets, parse_url
 from haclient.aio.physical import PhysicalConnection
 from haclient.amqp.codec import MessageView
 from haclient.amqp.types import Accepted, Terminus
@@ -78,7 +78,7 @@ def membership_brokers(urls: Any) -> list[BrokerURL]:
 
 def _one(url: str) -> tuple[BrokerURL, ...]:
     if url.lower().startswith("failover:"):
-        raise ConfigurationError(f"a membership entry must be one broker: {url!r}")
+        raise ConfigurationError(f"a membership entry must be one broker: {mask_secrets(url)!r}")
     return parse_url(url).brokers
 
 

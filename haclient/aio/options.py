@@ -26,6 +26,7 @@ _URL_OPTIONS: Final[dict[str, tuple[str, Callable[[str], Any]]]] = {
     "jms.selectors": ("selectors", str),
     "jms.dedupWindow": ("dedup_window", int),
     "jms.dedupAge": ("dedup_age", lambda ms: int(ms) / 1000),
+    "jms.connectTimeout": ("connect_timeout", lambda ms: int(ms) / 1000),
     "amqp.idleTimeout": ("idle_timeout", lambda ms: int(ms) / 1000 or None),
     "amqp.maxFrameSize": ("max_frame_size", int),
 }
@@ -53,7 +54,9 @@ class ConnectionOptions:
         max_frame_size: The largest frame accepted; None: proton's default.
         transactions: ``native`` (the broker's coordinator) or ``emulate`` (E3).
         selectors: ``auto``, ``broker`` or ``client`` (E1).
-        attach_timeout: Seconds to wait for the broker to answer an attach, a begin or an open.
+        attach_timeout: Seconds to wait for the broker to answer an attach or a begin.
+        connect_timeout: Seconds to wait for a broker's TCP connection, protocol header, login
+            and Open: a port that accepts and says nothing fails after this (F4).
         dups_ok_batch: DUPS_OK flushes acknowledgements after this many messages ...
         dups_ok_interval: ... or this many seconds after the oldest unflushed one (A3).
         close_timeout: Seconds ``close()`` waits for the broker's answer before dropping the socket.
@@ -76,6 +79,7 @@ class ConnectionOptions:
     transactions: str = "native"
     selectors: str = "auto"
     attach_timeout: float = 30.0
+    connect_timeout: float = 10.0
     dups_ok_batch: int = 100
     dups_ok_interval: float = 0.1
     close_timeout: float = 5.0
@@ -87,7 +91,11 @@ class ConnectionOptions:
         if self.client_id is not None and (
             not isinstance(self.client_id, str) or not self.client_id
         ):
-            raise ConfigurationError("client_id must be a non-empty str", option="client_id")
+            raise ConfigurationError(
+                f"client_id must be a non-empty str (or None for a generated id), "
+                f"not {self.client_id!r}",
+                option="client_id",
+            )
         if (
             not isinstance(self.prefetch, int)
             or isinstance(self.prefetch, bool)
@@ -114,7 +122,13 @@ class ConnectionOptions:
             )
         if not isinstance(self.dedup_window, int) or self.dedup_window < 0:
             raise ConfigurationError("dedup_window must be an int >= 0", option="dedup_window")
-        for name in ("attach_timeout", "dups_ok_interval", "close_timeout", "dedup_age"):
+        for name in (
+            "attach_timeout",
+            "connect_timeout",
+            "dups_ok_interval",
+            "close_timeout",
+            "dedup_age",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number", option=name)

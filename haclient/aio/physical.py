@@ -27,7 +27,7 @@ from haclient.aio.options import ConnectionOptions
 from haclient.amqp.config import ClientAuth, EngineConfig, TlsClientOptions
 from haclient.amqp.connection import AmqpConnection, open_connection
 from haclient.destination import DestinationPrefixes
-from haclient.errors import HAClientError
+from haclient.errors import AuthenticationError, HAClientError
 
 __all__ = ["PhysicalConnection", "open_physical"]
 
@@ -163,11 +163,15 @@ async def _run(
     physical: PhysicalConnection | None = None
     try:
         async with open_connection(
-            host, port, config, connect_timeout=options.attach_timeout
+            host, port, config, connect_timeout=options.connect_timeout
         ) as amqp:
             physical = PhysicalConnection(amqp, broker, options.ack_confirmation)
             task_status.started(physical)
             await physical._serve()
+    except AuthenticationError as exc:
+        if physical is None:  # say whose login which broker refused (never the password)
+            raise _refused_login(exc, broker, config) from None
+        log.debug("connection to %s ended with an error", broker, exc_info=True)
     except Exception:
         if physical is None:
             raise  # the open failed: tg.start() raises it to the caller
@@ -175,3 +179,13 @@ async def _run(
     finally:
         if physical is not None:
             physical._done.set()
+
+
+def _refused_login(exc: AuthenticationError, broker: BrokerURL, config: EngineConfig) -> Exception:
+    """``exc`` said again with the broker and the user it refused (the password masked)."""
+    user = config.auth.username if config.auth is not None else None
+    who = f"the login of user {user!r}" if user else "an anonymous login"
+    text = f"{broker} refused {who}: {exc} (check the user name and password)"
+    return AuthenticationError(
+        text, condition=exc.condition, description=exc.description, info=exc.info
+    )

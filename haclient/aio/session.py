@@ -488,8 +488,9 @@ class Session:
         Raises:
             IllegalStateError: the session is closed.
             AcknowledgeFailedError: a failover came after messages were delivered and before
-                this acknowledge, or cut this one off (F8; ``in_doubt`` when the broker may
-                have applied it); the broker delivers the messages again.
+                this acknowledge: nothing was acknowledged and the session was recovered, so
+                every unacknowledged message comes again; or the failover cut this one off
+                (``in_doubt``: treat the messages as acknowledged). Either way drop them (F8).
         """
         await self._context.acks.acknowledge(deadline_after(timeout))
 
@@ -500,7 +501,7 @@ class Session:
         Raises:
             IllegalStateError: the session is transacted (use ``rollback``) or closed.
             AcknowledgeFailedError: CLIENT: a failover came after messages were delivered and
-                before an acknowledge (F8); the broker delivers them again anyway.
+                before an acknowledge (F8); the session is recovered all the same.
         """
         self._check_open()
         if self._ack_mode is AckMode.TRANSACTED:

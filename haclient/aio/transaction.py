@@ -37,6 +37,7 @@ from haclient.errors import (
     AMQPError,
     ConnectionLostError,
     HAClientError,
+    NotImplementedByBrokerError,
     TransactionRolledBackError,
 )
 
@@ -162,15 +163,19 @@ class NativeTransaction(SessionTransaction):
         """Attach the coordinator link.
 
         Raises:
-            NotImplementedByBrokerError: the broker has no transaction coordinator.
+            NotImplementedByBrokerError: the broker has no transaction coordinator (the
+                message names ``jms.transactions=emulate``).
         """
-        self._coordinator = await amqp.open_sender(
-            Terminus.coordinator(),
-            session=session,
-            name=self._link_name,
-            source=Terminus(outcomes=("amqp:accepted:list", "amqp:rejected:list")),
-            timeout=timeout,
-        )
+        try:
+            self._coordinator = await amqp.open_sender(
+                Terminus.coordinator(),
+                session=session,
+                name=self._link_name,
+                source=Terminus(outcomes=("amqp:accepted:list", "amqp:rejected:list")),
+                timeout=timeout,
+            )
+        except NotImplementedByBrokerError as exc:
+            raise _no_transactions(exc) from exc
         self._amqp = amqp
         self._txn_id, self._dirty = None, False
 
@@ -240,3 +245,15 @@ class NativeTransaction(SessionTransaction):
         if not isinstance(outcome, Accepted):
             self.counters.rolled_back += 1
             raise TransactionRolledBackError(f"the broker answered the commit with {outcome!r}")
+
+
+def _no_transactions(exc: NotImplementedByBrokerError) -> NotImplementedByBrokerError:
+    """The broker's refusal of a coordinator, with the way out (E3)."""
+    return NotImplementedByBrokerError(
+        f"the broker does not implement transactions ({exc}): connect with "
+        "jms.transactions=emulate (transactions='emulate') to have haclient emulate them",
+        feature="transactions",
+        condition=exc.condition,
+        description=exc.description,
+        info=exc.info,
+    )

@@ -698,13 +698,25 @@ class AmqpConnection:
         self._ended.set(self._end_error)
 
 
+def _unanswered(host: str, port: int, engine: Engine, timeout: float) -> str:
+    """Why an open timed out, naming what was awaited."""
+    if not engine.head:
+        awaited = (
+            "accepted the TCP connection but sent nothing back (awaited: its AMQP protocol "
+            "header; is this an AMQP 1.0 broker's port?)"
+        )
+    else:
+        awaited = "did not answer the AMQP Open (awaited: its login outcome and Open)"
+    return f"{host}:{port} {awaited} within {timeout:g} s"
+
+
 @asynccontextmanager
 async def open_connection(
     host: str,
     port: int,
     config: EngineConfig,
     *,
-    connect_timeout: float = 30.0,
+    connect_timeout: float = 10.0,
 ) -> AsyncIterator[AmqpConnection]:
     """Connect to ``host:port``, exchange Open frames, and yield the open connection.
 
@@ -736,9 +748,7 @@ async def open_connection(
             with anyio.move_on_after(connect_timeout):
                 await connection._opened.wait()
             if not connection._opened.done:
-                raise OpenTimeoutError(
-                    f"{host}:{port} did not answer the AMQP Open within {connect_timeout:g} s"
-                )
+                raise OpenTimeoutError(_unanswered(host, port, engine, connect_timeout))
             yield connection
         except Exception as exc:
             # Re-raised below, outside the task group, so callers see it unwrapped rather

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import cproton
 import proton
@@ -106,6 +106,8 @@ class Engine:
         """Our deliveries not yet settled here, by proton's C delivery (how an event finds its
         ``Delivery``; cffi's pointers hash and compare by the address they hold)."""
         self._backlog = b""  # input proton had no room for yet
+        self.head = b""
+        """The first 8 bytes the peer sent (its protocol header), fewer until they came."""
         self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
         self._connection = Connection()
         self._connection.container = config.container_id
@@ -237,6 +239,8 @@ class Engine:
                 self._fail_layer(layer.error)
                 return
             eof = eof or layer.eof
+        if len(self.head) < 8:  # the peer's protocol header (a client has no byte layers)
+            self.head += data[: 8 - len(self.head)]
         self._push(data)
         self._eof_pending = self._eof_pending or eof
         self._close_tail_when_drained()
@@ -456,12 +460,32 @@ class Engine:
             # proton names a refused login or an EOF after it, depending on which it read
             # first in one batch of bytes: the refusal is the reason either way.
             error = ErrorCondition("amqp:unauthorized-access", "the SASL login was refused")
-        self._events.append(TransportClosed(_ending_condition(error, remote_closed)))
+        ending = _other_protocol(self.head) or _ending_condition(error, remote_closed)
+        self._events.append(TransportClosed(ending))
 
     def _sasl_refused(self) -> bool:
         """Whether the peer answered our SASL login with a failure outcome."""
         sasl = self._sasl
         return sasl is not None and sasl.outcome is not None and sasl.outcome != SASL.OK
+
+
+FRAMING_ERROR: Final = "amqp:connection:framing-error"
+_AMQP_1_0_HEADERS: Final = tuple(b"AMQP%c\x01\x00\x00" % protocol for protocol in (0, 2, 3))
+_AMQP_0_9_1_HINT: Final = (
+    "the broker speaks AMQP 0-9-1, not AMQP 1.0: enable its AMQP 1.0 plugin "
+    "(rabbitmq-plugins enable rabbitmq_amqp1_0)"
+)
+
+
+def _other_protocol(head: bytes) -> ErrorCondition | None:
+    """The ending when the peer answered with another AMQP version's header (RabbitMQ without
+    its AMQP 1.0 plugin answers ``AMQP 0-0-9-1``), where proton says only "Unknown protocol"."""
+    if len(head) < 8 or not head.startswith(b"AMQP") or head in _AMQP_1_0_HEADERS:
+        return None
+    if head[5:8] == b"\x00\x09\x01":
+        return ErrorCondition(FRAMING_ERROR, _AMQP_0_9_1_HINT)
+    version = ".".join(str(b) for b in head[5:8])
+    return ErrorCondition(FRAMING_ERROR, f"the broker speaks AMQP {version}, not AMQP 1.0")
 
 
 def _ending_condition(error: ErrorCondition | None, remote_closed: bool) -> ErrorCondition | None:

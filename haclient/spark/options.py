@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 import haclient
+from failover.url import mask_secrets
 from haclient.destination import Destination, Queue, Topic
 from haclient.errors import ConfigurationError
 
@@ -23,11 +24,6 @@ __all__ = ["BODY_FORMATS", "SparkOptions"]
 
 BODY_FORMATS: Final = ("text", "bytes", "json")
 _WRITE_MODES: Final = ("transacted", "auto")
-
-
-def _masked(url: str) -> str:
-    """``url`` with the password of every ``user:password@`` replaced by ``***``."""
-    return re.sub(r"(//[^:/@,()]+:)[^@/,()]*@", r"\1***@", url)
 
 
 def _flag(value: str) -> bool:
@@ -169,7 +165,7 @@ class SparkOptions:
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "password"}
-        shown["url"] = _masked(self.url)
+        shown["url"] = mask_secrets(self.url)
         return "SparkOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     @property

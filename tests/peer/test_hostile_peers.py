@@ -18,6 +18,7 @@ import haclient.aio as aio
 from chaos.hostile import (
     HostilePeer,
     Script,
+    amqp_0_9_1,
     bad_frame_size,
     garbage,
     half_frame,
@@ -29,18 +30,26 @@ from haclient.errors import HAClientError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
-# Generous: the slowest outcome is one idle timeout or one attach_timeout (2 s each here).
+# Generous: the slowest outcome is one idle timeout or one connect_timeout (2 s each here).
 BOUND = 20.0
-SCRIPTS = [silent, garbage, half_header, half_frame, bad_frame_size, symbolic_descriptors]
+SCRIPTS = [
+    silent,
+    garbage,
+    half_header,
+    half_frame,
+    bad_frame_size,
+    symbolic_descriptors,
+    amqp_0_9_1,
+]
 
 
 async def _connect(api: str, url: str) -> None:
     """Connect through ``api`` and close again (the peers make sure it does not get that far)."""
     if api == "aio":
-        connection = await aio.connect(url, attach_timeout=2)
+        connection = await aio.connect(url, connect_timeout=2)
         await connection.close()
         return
-    connect = functools.partial(haclient.connect, url, attach_timeout=2)
+    connect = functools.partial(haclient.connect, url, connect_timeout=2)
     connection: Any = await anyio.to_thread.run_sync(connect, abandon_on_cancel=True)
     await anyio.to_thread.run_sync(connection.close)
 
@@ -78,8 +87,27 @@ async def test_F4_a_hostile_peer_gives_a_library_error_in_bounded_time(
 async def test_garbage_is_quoted_as_a_short_escaped_excerpt() -> None:
     async with HostilePeer(garbage) as peer:
         with anyio.fail_after(BOUND), pytest.raises(HAClientError) as raised:
-            await aio.connect(peer.url, attach_timeout=2)
+            await aio.connect(peer.url, connect_timeout=2)
     text = str(raised.value)
     assert "\x1b" not in text and "\x00" not in text
     assert "\\x1b" in text  # the junk is shown escaped ...
     assert "more characters" in text  # ... and cut short
+
+
+@pytest.mark.parametrize("api", ["aio", "blocking"])
+async def test_item18_a_broker_speaking_amqp_0_9_1_gets_the_plugin_hint(api: str) -> None:
+    async with HostilePeer(amqp_0_9_1) as peer:
+        with anyio.fail_after(BOUND), pytest.raises(HAClientError) as raised:
+            await _connect(api, peer.url)
+    text = str(raised.value)
+    assert "AMQP 0-9-1" in text and "rabbitmq-plugins enable rabbitmq_amqp1_0" in text, text
+    assert "Unknown protocol" not in text
+
+
+async def test_item18_a_silent_port_fails_connect_within_10_s_by_default_naming_the_wait() -> None:
+    async with HostilePeer(silent) as peer:
+        with anyio.fail_after(BOUND), pytest.raises(HAClientError) as raised:
+            await aio.connect(peer.url)  # the default connect_timeout
+    text = str(raised.value)
+    assert "sent nothing back (awaited: its AMQP protocol header" in text, text
+    assert "within 10 s" in text, text

@@ -13,7 +13,7 @@ from chaos.broker import Broker, BrokerThread
 from chaos.broker.cli import build_parser
 from chaos.broker.state import BrokerMode
 from haclient.destination import Queue, Topic
-from haclient.errors import ClientIdInUseError
+from haclient.errors import ClientIdInUseError, InvalidDestinationError
 from haclient.message import TextMessage
 from haclient.modes import AckConfirmation, AckMode
 
@@ -97,3 +97,21 @@ def test_the_command_line_switch_selects_the_mode() -> None:
     assert Broker().mode is BrokerMode.REFERENCE
     with pytest.raises(ValueError):
         Broker(mode="artemis")
+
+
+async def test_item19_a_reply_to_a_temporary_queue_that_is_gone_is_an_invalid_destination(
+    activemq_broker: BrokerThread,
+) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with await aio.connect(activemq_broker.url) as replier:
+            replies = await (await replier.create_session()).create_producer()
+            requester = await aio.connect(activemq_broker.url)
+            inbox = await (await requester.create_session()).create_temporary_queue()
+            assert inbox.address.startswith("temp-queue://ID:")  # as ActiveMQ names it
+            assert str(inbox) == inbox.address  # the scheme once
+            await replies.send(inbox, TextMessage("in time"))
+            await requester.close()  # the queue goes with its connection, as in a failover
+            with pytest.raises(InvalidDestinationError) as gone:
+                await replies.send(inbox, TextMessage("too late"))
+    assert gone.value.condition == "failed"  # ActiveMQ 5.x's words, not amqp:not-found
+    assert inbox.address in str(gone.value)

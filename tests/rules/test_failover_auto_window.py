@@ -21,6 +21,7 @@ from failoverkit import Recorder
 from chaos.peer import ScriptedPeer
 from haclient.amqp import Accepted
 from haclient.destination import Queue
+from haclient.errors import AcknowledgeFailedError
 from haclient.mapping import to_amqp
 from haclient.message import Message, TextMessage
 from haclient.modes import AckMode
@@ -147,4 +148,30 @@ async def test_A1_without_the_window_the_copy_is_handed_out_too_and_both_are_fla
     assert first.message_id == copy.message_id == FIRST_ID  # type: ignore[union-attr]
     assert first.ack_in_doubt and first.redelivered  # type: ignore[union-attr]
     assert copy.redelivered and not copy.ack_in_doubt  # type: ignore[union-attr]
+    assert peer.failures == []
+
+
+async def test_F8_a_client_acknowledge_cut_off_in_flight_says_what_to_do_and_loses_nothing(
+    api: Api,
+) -> None:
+    peer = _script(window=True)
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving() as port:
+            connection = await api.connect(_url(port))
+            await connection.start()
+            session = await connection.create_session(AckMode.CLIENT)
+            consumer = await session.create_consumer(Queue("orders"))
+            first = await consumer.receive(TIMEOUT)
+            with pytest.raises(AcknowledgeFailedError) as cut_off:
+                await api.acknowledge(first)  # type: ignore[arg-type]
+            second = await consumer.receive(TIMEOUT)  # M's copy is suppressed: it counts as done
+            await api.acknowledge(second)  # type: ignore[arg-type]
+            assert await consumer.receive(0.3) is None
+            await connection.close()
+            await peer.wait_script_done()
+    assert cut_off.value.in_doubt
+    text = str(cut_off.value)
+    assert "treat the messages as acknowledged" in text
+    assert "will deliver the messages again" not in text  # the old text said both
+    assert _texts([first, second]) == ["M", "N"]  # type: ignore[list-item]
     assert peer.failures == []

@@ -13,8 +13,9 @@ from failoverkit import Recorder
 
 from chaos.peer import PeerConnection, ScriptedPeer
 from haclient.amqp.codec import decode_message
+from haclient.amqp.types import ErrorCondition
 from haclient.destination import Queue
-from haclient.errors import TransactionRolledBackError
+from haclient.errors import NotImplementedByBrokerError, TransactionRolledBackError
 from haclient.message import TextMessage
 from haclient.modes import AckMode
 
@@ -144,4 +145,24 @@ async def test_F11_a_persistent_send_waits_for_the_brokers_accept(api: Api) -> N
             assert returned.is_set()
             await connection.close()
             await peer.wait_script_done()
+    assert peer.failures == []
+
+
+async def test_item18_a_broker_without_transactions_is_told_to_use_emulate(api: Api) -> None:
+    peer = ScriptedPeer()
+    _opened(peer)
+    peer.expect_attach(coordinator=True).refuse(
+        ErrorCondition("amqp:not-implemented", "Transactions not supported")
+    )
+    peer.expect_close().respond()
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving() as port:
+            connection = await api.connect(_url(port))
+            with pytest.raises(NotImplementedByBrokerError) as refused:
+                await connection.create_session(AckMode.TRANSACTED)
+            await connection.close()
+            await peer.wait_script_done()
+    assert refused.value.feature == "transactions"
+    assert refused.value.condition == "amqp:not-implemented"
+    assert "jms.transactions=emulate" in str(refused.value), str(refused.value)
     assert peer.failures == []

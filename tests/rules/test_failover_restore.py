@@ -95,6 +95,36 @@ async def test_F8_the_standby_redelivers_what_failover_left_unacknowledged(
     assert pair.call(lambda: pair.master.unacked_count("f8")) == 0
 
 
+@pytest.mark.parametrize("mode", [AckMode.CLIENT, AckMode.INDIVIDUAL])
+async def test_F8_dropping_the_batch_after_the_error_loses_nothing_delivered_since_failover(
+    api: Api, pair: HaPair, mode: AckMode
+) -> None:
+    await send_to(pair.master.url, "f8b", "one", "two")
+    recorder = Recorder()
+    async with await connected(api, failover_url(*pair.members), recorder) as connection:
+        session = await connection.create_session(mode)
+        consumer = await session.create_consumer(Queue("f8b"))
+        assert text_of(await consumer.receive(TIMEOUT)) == "one"
+        pair.kill_master()
+        await recorder.wait_for("completed")
+        batch = [await consumer.receive(TIMEOUT) for _ in range(2)]  # on the new connection
+        assert [text_of(m) for m in batch] == ["one", "two"]
+        with pytest.raises(AcknowledgeFailedError) as failed:
+            await api.acknowledge(batch[1])  # type: ignore[arg-type]
+        assert failed.value.in_doubt is False
+        assert "drop them" in str(failed.value) and "delivered again" in str(failed.value)
+        # The application drops its batch, as the error invites: the session was recovered,
+        # so every message it had not acknowledged comes again.
+        again = [await consumer.receive(TIMEOUT) for _ in range(2)]
+        assert [text_of(m) for m in again] == ["one", "two"]
+        assert all(m is not None and m.redelivered for m in again)
+        for message in again:
+            await api.acknowledge(message)  # type: ignore[arg-type]
+        assert await consumer.receive(0.2) is None
+    assert pair.queue_depth("f8b") == 0
+    assert pair.call(lambda: pair.master.unacked_count("f8b")) == 0
+
+
 async def test_F5_roundrobin_makes_retries_attempts_per_broker_for_cyclecount_passes(
     api: Api,
 ) -> None:

@@ -50,7 +50,7 @@ def test_credentials_are_never_shown() -> None:
 
     shown = repr(SparkOptions.parse({"url": URL, "address": "q", "password": "hunter2"}))
     assert "secret" not in shown and "hunter2" not in shown
-    assert "app:***@127.0.0.1:1" in shown
+    assert "app:******@127.0.0.1:1" in shown
 
 
 def test_rows_become_messages_in_each_format() -> None:

@@ -211,3 +211,10 @@ def test_destination_from_capabilities(
     capabilities: tuple[str, ...], expected: Destination
 ) -> None:
     assert destination_from_capabilities("dyn", capabilities) == expected
+
+
+def test_item19_str_of_a_temporary_destination_shows_its_scheme_once() -> None:
+    activemq = "temp-queue://ID:host-39455-1764100000000-1:1:1"  # ActiveMQ's dynamic address
+    assert str(TemporaryQueue(activemq)) == activemq
+    assert str(TemporaryTopic("temp-topic://ID:h-1:1:1")) == "temp-topic://ID:h-1:1:1"
+    assert str(TemporaryQueue("amq.tmp.q1")) == "temp-queue://amq.tmp.q1"

@@ -494,3 +494,15 @@ def test_errors_pickle_with_their_attributes(exc: HAClientError) -> None:
     for attr in (*attrs, "feature"):
         assert getattr(copy, attr, None) == getattr(exc, attr, None)
     assert str(getattr(copy, "cause", None)) == str(getattr(exc, "cause", None))
+
+
+def test_item19_activemqs_failed_naming_a_temporary_address_is_an_invalid_destination() -> None:
+    gone = "Cannot publish to a deleted Destination: temp-queue://ID:host-1-2-3:1:1"
+    error = error_from_condition("failed", gone, context="while sending")
+    assert isinstance(error, InvalidDestinationError) and not error.retriable
+    assert "temp-queue://ID:host-1-2-3:1:1" in str(error)
+    assert isinstance(
+        error_from_condition("failed", gone.replace("queue", "topic")), InvalidDestinationError
+    )
+    other = error_from_condition("failed", "java.io.IOException: disk full")
+    assert type(other) is AMQPError  # ActiveMQ's catch-all stays what it was otherwise

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from failover.policy import FailoverMethod, FailoverPolicy
-from failover.url import BrokerURL, FailoverURL, merge_broker_lists, parse_url
+from failover.url import BrokerURL, FailoverURL, mask_secrets, merge_broker_lists, parse_url
 from haclient.errors import ConfigurationError
 
 # --- Valid URLs ----------------------------------------------------------------------------------
@@ -397,3 +397,66 @@ def test_F12_merge_refuses_a_downgrade_to_plain_amqp() -> None:
     plain, tls = BrokerURL("amqp", "x"), BrokerURL("amqps", "x")
     assert merge_broker_lists(seed, [plain, tls], secure=True) == (tls, seed[0])
     assert merge_broker_lists(seed, [plain], secure=False) == (plain, seed[0])
+
+
+# --- Item 4: no password in any error or repr, malformed URLs included -------------------------
+
+_MALFORMED_WITH_SECRETS = [
+    "amqp//app:s3cret@127.0.0.1:5672",
+    "amqp:/app:s3cret@127.0.0.1:5672",
+    "app:s3cret@127.0.0.1:5672",
+    "bogus://app:s3cret@127.0.0.1:5672",
+    "amqp://app:s3/cret@127.0.0.1:5672",
+    "amqp://app:s3?cret@127.0.0.1:5672",
+    "amqp://app:s3#cret@127.0.0.1:5672",
+    "failover:(amqp://app:s3,cret@127.0.0.1:5672)",
+    "failover:(amqp://app:s3)cret@127.0.0.1:5672)",
+    "failover:(amqp://a:5672)x?jms.password=s3cret",
+    "amqp://app:s3cret@127.0.0.1:99999",
+]
+
+
+@pytest.mark.parametrize("url", _MALFORMED_WITH_SECRETS)
+def test_item4_url_errors_never_show_the_password(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_url(url)
+    chained = (caught.value.__cause__, caught.value.__context__)
+    for text in (str(caught.value), repr(caught.value), *(repr(e) for e in chained if e)):
+        assert "s3" not in text and "cret" not in text, text
+    assert "s3" not in mask_secrets(url) and "cret" not in mask_secrets(url)
+
+
+def test_item4_connect_with_a_malformed_url_never_shows_the_password() -> None:
+    import haclient
+
+    with pytest.raises(ConfigurationError) as caught:
+        haclient.connect("amqp//app:s3cret@127.0.0.1:5672")
+    assert "s3cret" not in str(caught.value) and "app:******@" in str(caught.value)
+
+
+@given(st.text(alphabet="/?#,()@:&= %x", min_size=0, max_size=8))
+def test_item4_any_password_is_masked_in_errors_and_by_the_masker(middle: str) -> None:
+    secret = f"QQQ{middle}ZZZ"
+    for url in (
+        f"amqp://app:{secret}@127.0.0.1:5672",
+        f"failover:(amqp://app:{secret}@127.0.0.1:5672,amqp://b:5673)?jms.prefetch=1",
+        f"amqp//app:{secret}@127.0.0.1:5672",
+        # an '&' ends a query value whatever it meant: only there must it be encoded
+        f"failover:(amqp://h:1)?jms.password={secret.replace('&', '%26')}&jms.prefetch=1",
+    ):
+        try:
+            shown = str(parse_url(url))
+        except ConfigurationError as exc:
+            shown = f"{exc} {exc!r} {exc.option}"
+        shown += mask_secrets(url)
+        assert "QQQ" not in shown and "ZZZ" not in shown, (url, shown)
+
+
+@pytest.mark.parametrize("password", ["QQ)ZZ", "QQ(ZZ", "QQ,ZZ", "QQ@ZZ", "QQ/ZZ"])
+def test_item4_spark_options_repr_masks_as_parse_url_does(password: str) -> None:
+    from haclient.spark.options import SparkOptions
+
+    url = f"amqp://u:{password}@h:5672"
+    shown = repr(SparkOptions.parse({"url": url, "address": "q"}))
+    assert "QQ" not in shown and "ZZ" not in shown, shown
+    assert mask_secrets(url) in shown

@@ -64,3 +64,50 @@ def test_counters_report_every_transaction_outcome_and_every_mode() -> None:
     assert set(counters.acknowledgements()) == {
         "transacted", "auto", "client", "dups_ok", "no_ack", "individual"
     }  # fmt: skip
+
+
+def test_item18_the_statistics_repr_reads_as_a_summary() -> None:
+    from haclient.aio.connection import ConnectionStatistics
+
+    durations = Histogram()
+    durations.observe(0.2)
+    durations.observe(0.4)
+    idle = Histogram().snapshot()
+    statistics = ConnectionStatistics(
+        state=ConnectionState.CONNECTED,
+        broker="amqp://127.0.0.1:5672",
+        client_id=None,
+        container_id="ID:x",
+        epoch=1,
+        failovers=1,
+        last_downtime=0.25,
+        sessions=1,
+        producers=1,
+        consumers=2,
+        messages_sent=10,
+        messages_received=9,
+        messages_acknowledged=8,
+        method="roundrobin",
+        broker_address="127.0.0.1:5672",
+        connection_attempts={"127.0.0.1:5672": 2},
+        failovers_failed=0,
+        failover_durations=durations.snapshot(),
+        calls_blocked=0,
+        blocked_durations=idle,
+        acknowledgements={"auto": 8, "client": 0},
+        ack_latency={"auto": durations.snapshot(), "client": idle},
+        transactions={"committed": 0, "in_doubt": 0},
+        messages_resent=1,
+        messages_redelivered=0,
+        temporaries_restored=0,
+        resources_not_restored=0,
+        duplicates_suppressed=0,
+    )
+    shown = repr(statistics)
+    assert shown.startswith("ConnectionStatistics(state=CONNECTED, broker='amqp://127.0.0.1:5672'")
+    assert "failovers=1 (last 0.250 s)" in shown and "sent=10, received=9" in shown
+    assert "failover_durations=2 x 300.0 ms mean" in shown
+    assert "acknowledgements={auto: 8}" in shown and "messages_resent=1" in shown
+    assert "bounds" not in shown and "counts" not in shown  # no histogram tuples
+    assert "transactions" not in shown and "blocked_durations" not in shown  # nothing there
+    assert len(shown) < 400, shown
