@@ -70,7 +70,7 @@ from typing import Any
 import anyio
 
 import haclient
-from bench.broker import BrokerProcess
+from bench.broker import BrokerProcess, broker_cpu
 from bench.failover import FAILOVER_TIMEOUT, KILL_BROKER, Hosts, RestoreResult, measure_restore
 from bench.failover_ha import HaMember, wait_accepting
 from bench.throughput import HOST, PASSWORD, USER, BenchError, Progress, check, machine_info
@@ -289,6 +289,13 @@ class FailoverResult:
     """Seconds from the kill to each connection's failover completing (those that did)."""
     not_completed: int = 0
     threads_after: int = 0
+    client_cpu: float | None = None
+    """This process's CPU seconds from the kill to the last completion."""
+    standby_cpu: float | None = None
+    """The new master's CPU seconds from the kill to the last completion."""
+    attempts: dict[str, int] = field(default_factory=dict)
+    """Connection attempts the connections made during the failover, by broker ``host:port``
+    (``statistics().connection_attempts``, after minus before)."""
     sent: int = 0
     send_errors: list[str] = field(default_factory=list)
     received: int = 0
@@ -332,7 +339,10 @@ def measure_failover(
             try:
                 time.sleep(send_before)
                 check(sender.sent, f"no PERSISTENT send completed in {send_before:g} s")
+                before = _attempts(clients)
                 _kill_and_watch(clients, master, standby, result, log)
+                after = _attempts(clients)
+                result.attempts = {k: v - before.get(k, 0) for k, v in sorted(after.items())}
                 time.sleep(send_before)  # sends on the new master
             finally:
                 sender.stop(FAILOVER_TIMEOUT)
@@ -353,6 +363,7 @@ def _kill_and_watch(
     """Kill the master; measure the takeover, then sweep the connections until each is
     connected to the standby (or the bound passes)."""
     offset = time.time() - time.monotonic()
+    cpu0, standby_cpu0 = time.process_time(), broker_cpu(standby.proc and standby.proc.pid)
     t_kill = master.kill()
     result.kill_wall = t_kill + offset
     opened = wait_accepting(standby.port, FAILOVER_TIMEOUT)
@@ -375,6 +386,10 @@ def _kill_and_watch(
         progress.update(len(done))
         time.sleep(SWEEP_EVERY)
     progress.close()
+    result.client_cpu = time.process_time() - cpu0
+    standby_cpu = broker_cpu(standby.proc and standby.proc.pid)
+    if standby_cpu is not None and standby_cpu0 is not None:
+        result.standby_cpu = standby_cpu - standby_cpu0
     result.completions = sorted(done.values())
     result.not_completed = len(clients) - len(done)
     if result.completions:
@@ -383,6 +398,15 @@ def _kill_and_watch(
             f"{max(result.completions):.3f} s after the kill",
             file=log,
         )
+
+
+def _attempts(clients: Sequence[Client]) -> dict[str, int]:
+    """Connection attempts so far by broker, summed over ``clients``."""
+    total: dict[str, int] = {}
+    for client in clients:
+        for broker, n in client.connection.statistics().connection_attempts.items():
+            total[broker] = total.get(broker, 0) + n
+    return total
 
 
 def _check_sent(standby: HaMember, queue: str, sent: Sequence[int], result: FailoverResult) -> None:
@@ -560,7 +584,10 @@ def _failover_lines(fo: FailoverResult) -> list[str]:
         f"(= {fo.peak_opens_per_window / WINDOW:,.0f}/s)",
         f"  PERSISTENT sends: {fo.sent} returned, {len(fo.send_errors)} raised; received "
         f"{fo.received}: lost {fo.lost}, duplicates {fo.duplicates}",
-        f"  threads after the failover: {fo.threads_after}",
+        "  connection attempts during the failover: "
+        + (", ".join(f"{k} {v:,}" for k, v in fo.attempts.items()) or "-"),
+        f"  CPU from the kill to the last completion: this process {_s(fo.client_cpu)}, the new "
+        f"master {_s(fo.standby_cpu)}; threads after the failover: {fo.threads_after}",
     ]
     if fo.send_errors:
         lines.append(f"  send errors: {fo.send_errors[:3]}")
