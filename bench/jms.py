@@ -107,6 +107,21 @@ class Receive:
     def test(self) -> str:
         return f"receive {self.mode.name}" + (" each" if self.every == 1 else "")
 
+    def due(self, n: int, message: Any, session: Any) -> Callable[[], Any] | None:
+        """What to call after the ``n``-th message (from 1): ``message.acknowledge`` (CLIENT)
+        or ``session.commit`` (TRANSACTED) every ``every`` messages, else None. Both APIs
+        have these names; the async caller awaits what the call returns."""
+        if not self.every or n % self.every:
+            return None
+        return message.acknowledge if self.mode is AckMode.CLIENT else session.commit
+
+    def last(self, total: int, session: Any) -> Callable[[], Any] | None:
+        """What to call after the last of ``total`` messages, for those after the last
+        ``due`` call (``session.acknowledge`` or ``session.commit``), else None."""
+        if not self.every or total % self.every == 0:
+            return None
+        return session.acknowledge if self.mode is AckMode.CLIENT else session.commit
+
 
 RECEIVES = (
     Receive(AckMode.AUTO, blocking=True),
@@ -295,11 +310,10 @@ async def ha_receive(
     last ``acknowledge()``/``commit()`` included; DUPS_OK: its lazy flush is not)."""
     clock = Clock(target.pid)
     texts: list[str] = []
-    mode, every = receive.mode, receive.every
     label = f"haclient {receive.test}"
     async with await _connect(target, prefetch=settings.prefetch) as conn:
         await conn.start()
-        async with await conn.create_session(mode) as session:
+        async with await conn.create_session(receive.mode) as session:
             consumer = await session.create_consumer(Queue(queue))
             with anyio.fail_after(settings.timeout):
                 for n in range(1, total + 1):
@@ -309,16 +323,10 @@ async def ha_receive(
                     if message is None:
                         raise BenchError(f"{label}: closed after {n - 1}")
                     texts.append(message.text)  # type: ignore[attr-defined]
-                    if every and n % every == 0:
-                        if mode is AckMode.CLIENT:
-                            await message.acknowledge()
-                        else:
-                            await session.commit()
-                if every and total % every:
-                    if mode is AckMode.CLIENT:
-                        await session.acknowledge()
-                    else:
-                        await session.commit()
+                    if call := receive.due(n, message, session):
+                        await call()
+                if call := receive.last(total, session):
+                    await call()
                 clock.stop()
             confirmation = session.ack_confirmation.value
             extra = await consumer.receive(timeout=0.2)
@@ -398,11 +406,10 @@ def bl_receive(
     """``ha_receive`` through the blocking API."""
     clock = Clock(target.pid)
     texts: list[str] = []
-    mode, every = receive.mode, receive.every
     label = f"blocking {receive.test}"
     with _blocking_connection(target, settings.timeout, prefetch=settings.prefetch) as conn:
         conn.start()
-        with conn.create_session(mode) as session:
+        with conn.create_session(receive.mode) as session:
             consumer = session.create_consumer(Queue(queue))
             for n in range(1, total + 1):
                 if n == settings.warmup + 1:
@@ -411,16 +418,10 @@ def bl_receive(
                 if message is None:
                     raise BenchError(f"{label}: closed after {n - 1}")
                 texts.append(message.text)  # type: ignore[attr-defined]
-                if every and n % every == 0:
-                    if mode is AckMode.CLIENT:
-                        message.acknowledge()
-                    else:
-                        session.commit()
-            if every and total % every:
-                if mode is AckMode.CLIENT:
-                    session.acknowledge()
-                else:
-                    session.commit()
+                if call := receive.due(n, message, session):
+                    call()
+            if call := receive.last(total, session):
+                call()
             clock.stop()
             confirmation = session.ack_confirmation.value
             extra = consumer.receive(timeout=0.2)
