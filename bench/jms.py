@@ -146,6 +146,8 @@ AUTO_CPU_GOAL_US = 150.0
 BLOCKING_CPU_GOAL = 1.15
 """Sync send: the blocking API's CPU per message at most this many times the async API's."""
 EMPTY_WAIT = 0.3
+WATCHDOG = "bench-jms-watchdog"
+"""The name of the thread that closes a blocking phase's connection when it takes too long."""
 
 
 # Brokers and workload ----------------------------------------------------------------------------
@@ -360,7 +362,7 @@ def _blocking_connection(target: Target, timeout: float, **options: Any) -> Iter
         conn.close()
 
     watchdog = threading.Timer(timeout, expire)
-    watchdog.daemon = True
+    watchdog.name, watchdog.daemon = WATCHDOG, True
     watchdog.start()
     try:
         with conn:
@@ -379,11 +381,12 @@ def bl_send(
     warmup: int,
     mode: DeliveryMode,
     timeout: float,
+    **options: Any,
 ) -> Clock:
-    """``ha_send`` through the blocking API."""
+    """``ha_send`` through the blocking API (``options``: ``haclient.connect``'s)."""
     clock = Clock(target.pid)
     with (
-        _blocking_connection(target, timeout) as conn,
+        _blocking_connection(target, timeout, **options) as conn,
         conn.create_session(AckMode.AUTO) as session,
     ):
         producer = session.create_producer(Queue(queue))
@@ -401,13 +404,19 @@ def bl_send(
 
 
 def bl_receive(
-    target: Target, queue: str, settings: Settings, total: int, receive: Receive
+    target: Target,
+    queue: str,
+    settings: Settings,
+    total: int,
+    receive: Receive,
+    **options: Any,
 ) -> tuple[Clock, list[str], str]:
-    """``ha_receive`` through the blocking API."""
+    """``ha_receive`` through the blocking API (``options``: ``haclient.connect``'s)."""
     clock = Clock(target.pid)
     texts: list[str] = []
     label = f"blocking {receive.test}"
-    with _blocking_connection(target, settings.timeout, prefetch=settings.prefetch) as conn:
+    options.setdefault("prefetch", settings.prefetch)
+    with _blocking_connection(target, settings.timeout, **options) as conn:
         conn.start()
         with conn.create_session(receive.mode) as session:
             consumer = session.create_consumer(Queue(queue))
@@ -958,37 +967,61 @@ def goal_line(broker: str, goal: dict[str, Any]) -> str:
 # Profile -----------------------------------------------------------------------------------------
 
 
-def profile(runner: Runner, target: Target, test: str, top: int) -> None:
-    """One more haclient phase of ``test`` under cProfile (the receive queue is filled first,
-    outside the profile); print the top functions."""
+def profile(runner: Runner, target: Target, test: str, impl: str, top: int) -> None:
+    """One more phase of ``test`` under cProfile (the receive queue is filled first, outside
+    the profile); print the top functions. ``impl`` blocking: the connection gets a private
+    event-loop thread (``private_loop=True``), started while ``threading.setprofile`` is set so
+    that it profiles itself too, and each thread's profile is printed."""
     s = runner.settings
-    queue = runner.queue(target, f"profile-{test}", HACLIENT, 0)
+    queue = runner.queue(target, f"profile-{test}", impl, 0)
     total = s.warmup + s.count
-    if test.startswith("receive"):
+    receive = next((r for r in RECEIVES if r.test == test), None)
+    if receive is not None:
         run_async(lambda: ha_fill(target, queue, runner.sync_bodies[:total]))
+    bodies = runner.pipelined_bodies if test == PIPELINED_SEND else runner.sync_bodies
+    mode = DeliveryMode.NON_PERSISTENT if test == PIPELINED_SEND else DeliveryMode.PERSISTENT
 
-    async def call() -> Any:
-        if test == SYNC_SEND:
-            return await ha_send(
-                target, queue, runner.sync_bodies, s.warmup, DeliveryMode.PERSISTENT
-            )
-        if test == PIPELINED_SEND:
-            bodies = runner.pipelined_bodies
-            return await ha_send(target, queue, bodies, s.warmup, DeliveryMode.NON_PERSISTENT)
-        receive = next(r for r in RECEIVES if r.test == test)
+    async def call_async() -> Any:
+        if receive is None:
+            return await ha_send(target, queue, bodies, s.warmup, mode)
         return await ha_receive(target, queue, s, total, receive)
 
-    profiler = cProfile.Profile()
-    profiler.enable()
-    run_async(call)
-    profiler.disable()
-    for key in ("tottime", "cumulative"):
-        stream = io.StringIO()
-        stats = pstats.Stats(profiler, stream=stream)
-        stats.sort_stats(key).print_stats(top)
-        text = stream.getvalue()
-        print(f"\n== profile: haclient {test} on {target.name}, top {top} by {key}")
-        print(text[text.find("   ncalls") :].rstrip())
+    def call_blocking() -> Any:
+        if receive is None:
+            return bl_send(target, queue, bodies, s.warmup, mode, s.timeout, private_loop=True)
+        return bl_receive(target, queue, s, total, receive, private_loop=True)
+
+    profilers = {threading.current_thread().name: cProfile.Profile()}
+
+    def profile_new_thread(frame: object, event: str, arg: object) -> None:
+        sys.setprofile(None)
+        profilers[threading.current_thread().name] = profiler = cProfile.Profile()
+        profiler.enable()
+
+    main = profilers[threading.current_thread().name]
+    if impl == BLOCKING:
+        threading.setprofile(profile_new_thread)
+    main.enable()
+    try:
+        if impl == HACLIENT:
+            run_async(call_async)
+        else:
+            call_blocking()
+    finally:
+        main.disable()
+        threading.setprofile(None)
+    for thread, profiler in profilers.items():
+        if thread == WATCHDOG:
+            continue
+        for key in ("tottime", "cumulative"):
+            stream = io.StringIO()
+            stats = pstats.Stats(profiler, stream=stream)
+            stats.sort_stats(key).print_stats(top)
+            text = stream.getvalue()
+            print(
+                f"\n== profile: {impl} {test} on {target.name}, thread {thread}, top {top} by {key}"
+            )
+            print(text[text.find("   ncalls") :].rstrip())
 
 
 # Orchestration -----------------------------------------------------------------------------------
@@ -1035,6 +1068,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TEST",
         choices=TESTS,
         help=f"afterwards, one haclient phase under cProfile: {', '.join(TESTS)}",
+    )
+    parser.add_argument(
+        "--profile-impl",
+        choices=(HACLIENT, BLOCKING),
+        default=HACLIENT,
+        help="the API --profile profiles (blocking: each of its threads)",
     )
     parser.add_argument("--profile-top", type=int, default=25)
     return parser
@@ -1108,7 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for rnd in range(args.rounds):
                 runner.round(target, rnd)
             if args.profile and n == 0:
-                profile(runner, target, args.profile, args.profile_top)
+                profile(runner, target, args.profile, args.profile_impl, args.profile_top)
             print(f"stopping the {target.name} broker ...", file=log)
     text, summary = table(runner.results, names, runner.unsupported)
     print(
