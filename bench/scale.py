@@ -138,10 +138,11 @@ def raise_fd_limit(connections: int) -> str:
     if soft >= need:
         return f"open files limit {soft}"
     new = need if hard == resource.RLIM_INFINITY else min(need, hard)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-    note = f"open files limit raised from {soft} to {new}"
+    if new > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    note = f"open files limit {new}" + (f" (raised from {soft})" if new > soft else "")
     if new < need:
-        note += f" (the hard limit; {need} wanted)"
+        note += f", the hard limit: {need} wanted"
     return note
 
 
@@ -646,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     signal.signal(signal.SIGTERM, _interrupt)
     log = sys.stderr
-    print(raise_fd_limit(max(args.connections, args.consumers)), file=log)
+    print(raise_fd_limit(args.connections), file=log)  # the restore part uses one socket
     run_id = uuid.uuid4().hex[:6]
     machine = machine_info()
     idle = fo = restore = None
