@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python -m bench.jms --count 5000 --pipelined-count 20000 --rounds 3
 	$(BIN)/python -m bench.payload
 	$(BIN)/python -m bench.failover
+	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.metrics
 	$(BIN)/python -m bench.spark --rows 10000 --rounds 2
 

@@ -83,7 +83,7 @@ import anyio
 import anyio.to_thread
 
 import haclient.aio as aio
-from bench.throughput import HOST, BenchError, _process_jiffies, check, machine_info
+from bench.throughput import HOST, BenchError, Progress, _process_jiffies, check, machine_info
 from chaos.net import free_port
 from haclient.destination import Queue, TemporaryQueue
 from haclient.message import DeliveryMode, TextMessage
@@ -692,6 +692,7 @@ async def measure_restore(
         named: list[tuple[aio.MessageConsumer, Queue]] = []
         temporary: list[tuple[aio.MessageConsumer, TemporaryQueue]] = []
         all_sessions = [await conn.create_session(AckMode.AUTO) for _ in range(sessions)]
+        progress = Progress("restore set-up: consumers", consumers)
         for n in range(consumers):
             session = all_sessions[n % sessions]
             if n < temp_queues:
@@ -700,6 +701,8 @@ async def measure_restore(
             else:
                 queue = Queue(f"restore-{run_id}-{n:05d}")
                 named.append((await session.create_consumer(queue), queue))
+            progress.update(n + 1)
+        progress.close()
         check_session = await conn.create_session(AckMode.AUTO)
         producer = await check_session.create_producer(None)
         producer.delivery_mode = DeliveryMode.NON_PERSISTENT

@@ -52,12 +52,14 @@ PROBE_EVERY = 0.001
 
 
 class HaMember:
-    """One ``haclient-broker --store`` process on a fixed port; stopped by its pid."""
+    """One ``haclient-broker --store`` process on a fixed port; stopped by its pid. Its log
+    (at ``log_level``) goes to ``log_path``."""
 
-    def __init__(self, name: str, store: Path, work_dir: Path) -> None:
+    def __init__(self, name: str, store: Path, work_dir: Path, log_level: str = "WARNING") -> None:
         self.name = name
         self.port = free_port(HOST)
         self.store = store
+        self.log_level = log_level
         self.log_path = work_dir / f"ha-{name}-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -69,7 +71,7 @@ class HaMember:
         """Start the process and wait until it says it serves (``master``) or waits on the
         store's lock (``standby``)."""
         argv = [sys.executable, "-m", "chaos.broker.cli", "--host", HOST, "--port"]
-        argv += [str(self.port), "--store", str(self.store), "--log-level", "WARNING"]
+        argv += [str(self.port), "--store", str(self.store), "--log-level", self.log_level]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
         assert self.proc.stdout is not None

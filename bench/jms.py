@@ -1,4 +1,5 @@
-"""The JMS-style async API (``haclient.aio``) against python-qpid-proton, same broker, same run.
+"""haclient's JMS-style APIs, async (``haclient.aio``) and blocking (``import haclient``), against
+python-qpid-proton, same broker, same run.
 
 Run from the repository root::
 
@@ -8,7 +9,9 @@ One run starts the reference broker (``python -m chaos.broker.cli`` in its own p
 loopback port, stopped by its pid at the end), the reference broker in ActiveMQ mode (the same
 with ``--activemq``: receiver settle mode ``second`` granted as ``first``, ``queue://`` prefixes,
 as ActiveMQ 5.x's AMQP transport) and, when it is installed, a private RabbitMQ node
-(``chaos.rabbitmq.RabbitMQNode``). On each broker, in each round, it measures:
+(``chaos.rabbitmq.RabbitMQNode``). On each broker, in each round, it measures the async API
+(impl ``haclient``), the blocking API (impl ``blocking``: ``haclient.connect``, the same calls
+without ``await``, on the process's shared event-loop thread) and proton:
 
 1. sync send: ``MessageProducer.send`` of PERSISTENT text messages (each send returns once the
    broker accepted it) against ``proton.utils.BlockingConnection``'s sender (``send`` waits for
@@ -20,13 +23,18 @@ as ActiveMQ 5.x's AMQP transport) and, when it is installed, a private RabbitMQ 
    TRANSACTED committing every 100; NO_ACK) against ``BlockingConnection.create_receiver(addr,
    credit=prefetch)`` + ``receive()`` + ``accept()``. Goals (issue 17): AUTO (acknowledgements
    confirmed by the broker) >= 0.9x haclient's own sync send rate on the same broker, and
-   <= 150 us of this process's CPU per message.
+   <= 150 us of this process's CPU per message. ``receive CLIENT each`` acknowledges every
+   message (``message.acknowledge()``, one round trip each).
+
+The blocking API runs sync send, pipelined send, receive AUTO and receive CLIENT each. Its goals
+(issue 25), on each broker: sync send >= 1.2x ``BlockingConnection``; pipelined send >= 1.5x the
+``Container``; receive AUTO >= 0.9x its own sync send; CPU per sync send <= 1.15x the async API's.
 
 Every phase first moves ``--warmup`` messages on the same link (not timed), then times
 ``--count`` (``--pipelined-count`` for the pipelined sends) more; the queues for the receive
 phases are filled beforehand (not timed), and the send phases' queues are emptied afterwards
 (not timed; what they held is checked, in order). Each round uses new queue names; the order
-of haclient and proton alternates between rounds; each timed interval starts after a full
+of the implementations rotates from round to round; each timed interval starts after a full
 garbage collection (``Clock.start``). The brokers are measured one at a time, each stopped
 before the next starts. The table shows the median over ``--rounds`` rounds.
 Every phase checks itself (all accepted; every message received once, in order, with its text;
@@ -46,10 +54,11 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +70,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
 
+import haclient
 import haclient.aio as aio
 from bench.broker import ActiveMQModeBroker, BrokerProcess, broker_cpu
 from bench.throughput import HOST, PASSWORD, USER, BenchError, check, machine_info
@@ -69,18 +79,62 @@ from haclient.destination import Queue
 from haclient.errors import NotImplementedByBrokerError
 from haclient.message import DeliveryMode, TextMessage
 from haclient.modes import AckMode
+from haclient.sync import Connection
 
 REFERENCE = "reference"
 ACTIVEMQ_MODE = "activemq-mode"
 RABBITMQ = "rabbitmq"
 HACLIENT = "haclient"
+"""The async API, ``haclient.aio``."""
+BLOCKING = "blocking"
+"""The blocking API, ``import haclient``."""
 PROTON = "proton"
-IMPLS = (HACLIENT, PROTON)
+IMPLS = (HACLIENT, BLOCKING, PROTON)
 ACK_EVERY = 100
-RECEIVE_MODES = (AckMode.AUTO, AckMode.CLIENT, AckMode.DUPS_OK, AckMode.TRANSACTED, AckMode.NO_ACK)
+
+
+@dataclass(frozen=True)
+class Receive:
+    """A receive phase: its acknowledge mode, how often the application acknowledges (CLIENT:
+    ``message.acknowledge()``) or commits (TRANSACTED), 0 for never, and whether the blocking
+    API runs it too."""
+
+    mode: AckMode
+    every: int = 0
+    blocking: bool = False
+
+    @property
+    def test(self) -> str:
+        return f"receive {self.mode.name}" + (" each" if self.every == 1 else "")
+
+    def due(self, n: int, message: Any, session: Any) -> Callable[[], Any] | None:
+        """What to call after the ``n``-th message (from 1): ``message.acknowledge`` (CLIENT)
+        or ``session.commit`` (TRANSACTED) every ``every`` messages, else None. Both APIs
+        have these names; the async caller awaits what the call returns."""
+        if not self.every or n % self.every:
+            return None
+        return message.acknowledge if self.mode is AckMode.CLIENT else session.commit
+
+    def last(self, total: int, session: Any) -> Callable[[], Any] | None:
+        """What to call after the last of ``total`` messages, for those after the last
+        ``due`` call (``session.acknowledge`` or ``session.commit``), else None."""
+        if not self.every or total % self.every == 0:
+            return None
+        return session.acknowledge if self.mode is AckMode.CLIENT else session.commit
+
+
+RECEIVES = (
+    Receive(AckMode.AUTO, blocking=True),
+    Receive(AckMode.CLIENT, ACK_EVERY),
+    Receive(AckMode.CLIENT, 1, blocking=True),
+    Receive(AckMode.DUPS_OK),
+    Receive(AckMode.TRANSACTED, ACK_EVERY),
+    Receive(AckMode.NO_ACK),
+)
 SYNC_SEND = "sync send"
 PIPELINED_SEND = "pipelined send"
-TESTS = (SYNC_SEND, PIPELINED_SEND, *(f"receive {m.name}" for m in RECEIVE_MODES))
+RECEIVE_AUTO = RECEIVES[0].test
+TESTS = (SYNC_SEND, PIPELINED_SEND, *(r.test for r in RECEIVES))
 PIPELINED_GOAL = 1.5
 """Pipelined send: haclient at least this many times proton's ``Container``."""
 SYNC_SEND_GOAL = 1.2
@@ -89,7 +143,11 @@ AUTO_OVER_SYNC_GOAL = 0.9
 """Receive AUTO: at least this share of haclient's own sync send rate on the same broker."""
 AUTO_CPU_GOAL_US = 150.0
 """Receive AUTO: at most this much of this process's CPU per message (us)."""
+BLOCKING_CPU_GOAL = 1.15
+"""Sync send: the blocking API's CPU per message at most this many times the async API's."""
 EMPTY_WAIT = 0.3
+WATCHDOG = "bench-jms-watchdog"
+"""The name of the thread that closes a blocking phase's connection when it takes too long."""
 
 
 # Brokers and workload ----------------------------------------------------------------------------
@@ -247,16 +305,17 @@ async def ha_drain(target: Target, queue: str, bodies: Sequence[str], timeout: f
 
 
 async def ha_receive(
-    target: Target, queue: str, settings: Settings, total: int, mode: AckMode
+    target: Target, queue: str, settings: Settings, total: int, receive: Receive
 ) -> tuple[Clock, list[str], str]:
-    """Receive ``total`` messages in ``mode``; the clock runs after the warm-up, up to the last
-    message handed out and acknowledged as the mode says (CLIENT and TRANSACTED: the last
-    ``acknowledge()``/``commit()`` included; DUPS_OK: its lazy flush is not)."""
+    """Receive ``total`` messages as ``receive`` says; the clock runs after the warm-up, up to
+    the last message handed out and acknowledged as the mode says (CLIENT and TRANSACTED: the
+    last ``acknowledge()``/``commit()`` included; DUPS_OK: its lazy flush is not)."""
     clock = Clock(target.pid)
     texts: list[str] = []
+    label = f"haclient {receive.test}"
     async with await _connect(target, prefetch=settings.prefetch) as conn:
         await conn.start()
-        async with await conn.create_session(mode) as session:
+        async with await conn.create_session(receive.mode) as session:
             consumer = await session.create_consumer(Queue(queue))
             with anyio.fail_after(settings.timeout):
                 for n in range(1, total + 1):
@@ -264,27 +323,120 @@ async def ha_receive(
                         clock.start()
                     message = await consumer.receive()
                     if message is None:
-                        raise BenchError(f"haclient receive {mode.name}: closed after {n - 1}")
+                        raise BenchError(f"{label}: closed after {n - 1}")
                     texts.append(message.text)  # type: ignore[attr-defined]
-                    if n % ACK_EVERY == 0:
-                        if mode is AckMode.CLIENT:
-                            await message.acknowledge()
-                        elif mode is AckMode.TRANSACTED:
-                            await session.commit()
-                if mode is AckMode.CLIENT:
-                    await session.acknowledge()
-                elif mode is AckMode.TRANSACTED:
-                    await session.commit()
+                    if call := receive.due(n, message, session):
+                        await call()
+                if call := receive.last(total, session):
+                    await call()
                 clock.stop()
             confirmation = session.ack_confirmation.value
             extra = await consumer.receive(timeout=0.2)
-            check(extra is None, f"haclient receive {mode.name}: more messages than were sent")
+            check(extra is None, f"{label}: more messages than were sent")
             await consumer.close()
     return clock, texts, confirmation
 
 
 def run_async(fn: Callable[[], Awaitable[Any]]) -> Any:
     return anyio.run(fn, backend="asyncio")
+
+
+# The blocking API (import haclient) -------------------------------------------------------------
+# The same phases as the async ones above, call for call, without ``await``; a watchdog closes
+# the connection if a phase outlives the timeout (a blocked call then returns or raises).
+
+
+@contextmanager
+def _blocking_connection(target: Target, timeout: float, **options: Any) -> Iterator[Connection]:
+    conn = haclient.connect(
+        target.url,
+        client_id=f"bench-jms-{uuid.uuid4().hex[:8]}",
+        username=USER,
+        password=PASSWORD,
+        **options,
+    )
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        conn.close()
+
+    watchdog = threading.Timer(timeout, expire)
+    watchdog.name, watchdog.daemon = WATCHDOG, True
+    watchdog.start()
+    try:
+        with conn:
+            yield conn
+    finally:
+        watchdog.cancel()
+        watchdog.join()
+        if expired.is_set():  # what the phase raised (the closed connection) says less
+            raise BenchError(f"{target.name}: a blocking phase outlived {timeout:g} s")
+
+
+def bl_send(
+    target: Target,
+    queue: str,
+    bodies: Sequence[str],
+    warmup: int,
+    mode: DeliveryMode,
+    timeout: float,
+    **options: Any,
+) -> Clock:
+    """``ha_send`` through the blocking API (``options``: ``haclient.connect``'s)."""
+    clock = Clock(target.pid)
+    with (
+        _blocking_connection(target, timeout, **options) as conn,
+        conn.create_session(AckMode.AUTO) as session,
+    ):
+        producer = session.create_producer(Queue(queue))
+        producer.delivery_mode = mode
+        for body in bodies[:warmup]:
+            producer.send(TextMessage(body))
+        producer.flush()
+        clock.start()
+        for body in bodies[warmup:]:
+            producer.send(TextMessage(body))
+        producer.flush()
+        clock.stop()
+        producer.close()
+    return clock
+
+
+def bl_receive(
+    target: Target,
+    queue: str,
+    settings: Settings,
+    total: int,
+    receive: Receive,
+    **options: Any,
+) -> tuple[Clock, list[str], str]:
+    """``ha_receive`` through the blocking API (``options``: ``haclient.connect``'s)."""
+    clock = Clock(target.pid)
+    texts: list[str] = []
+    label = f"blocking {receive.test}"
+    options.setdefault("prefetch", settings.prefetch)
+    with _blocking_connection(target, settings.timeout, **options) as conn:
+        conn.start()
+        with conn.create_session(receive.mode) as session:
+            consumer = session.create_consumer(Queue(queue))
+            for n in range(1, total + 1):
+                if n == settings.warmup + 1:
+                    clock.start()
+                message = consumer.receive()
+                if message is None:
+                    raise BenchError(f"{label}: closed after {n - 1}")
+                texts.append(message.text)  # type: ignore[attr-defined]
+                if call := receive.due(n, message, session):
+                    call()
+            if call := receive.last(total, session):
+                call()
+            clock.stop()
+            confirmation = session.ack_confirmation.value
+            extra = consumer.receive(timeout=0.2)
+            check(extra is None, f"{label}: more messages than were sent")
+            consumer.close()
+    return clock, texts, confirmation
 
 
 # proton ------------------------------------------------------------------------------------------
@@ -437,9 +589,10 @@ def assert_queue_empty(target: Target, address: str, label: str) -> None:
 
 
 class Runner:
-    def __init__(self, settings: Settings, run_id: str) -> None:
+    def __init__(self, settings: Settings, run_id: str, impls: Sequence[str] = IMPLS) -> None:
         self.settings = settings
         self.run_id = run_id
+        self.impls = tuple(impls)
         self.results: list[Measurement] = []
         self.unsupported: dict[tuple[str, str], str] = {}
         self.sync_bodies = settings.bodies(settings.count)
@@ -492,45 +645,56 @@ class Runner:
             )
 
     def round(self, target: Target, rnd: int) -> None:
-        order = (HACLIENT, PROTON) if rnd % 2 == 0 else (PROTON, HACLIENT)
+        shift = rnd % len(self.impls)
+        order = self.impls[shift:] + self.impls[:shift]
         for impl in order:
             self.sync_send(target, impl, rnd)
         for impl in order:
             self.pipelined_send(target, impl, rnd)
-        receivers: list[AckMode | None] = [*RECEIVE_MODES, None]  # None: proton
+        receivers: list[tuple[str, Receive | None]] = [
+            (impl, receive)
+            for receive in RECEIVES
+            for impl in order
+            if impl == HACLIENT or (impl == BLOCKING and receive.blocking)
+        ]
+        receivers.append((PROTON, None))  # proton's one receiver, the baseline of every mode
         if rnd % 2:
             receivers.reverse()
-        for mode in receivers:
-            self.receive(target, mode, rnd)
+        for impl, receive in receivers:
+            self.receive(target, impl, receive, rnd)
+
+    def send(
+        self, impl: str, target: Target, queue: str, bodies: Sequence[str], mode: DeliveryMode
+    ) -> Clock:
+        """One haclient send phase, async or blocking."""
+        s = self.settings
+        if impl == BLOCKING:
+            return bl_send(target, queue, bodies, s.warmup, mode, s.timeout)
+        return run_async(lambda: ha_send(target, queue, bodies, s.warmup, mode))
 
     def sync_send(self, target: Target, impl: str, rnd: int) -> None:
         s = self.settings
         queue = self.queue(target, "sync", impl, rnd)
-        if impl == HACLIENT:
-            clock = run_async(
-                lambda: ha_send(target, queue, self.sync_bodies, s.warmup, DeliveryMode.PERSISTENT)
-            )
-        else:
+        if impl == PROTON:
             clock = proton_sync_send(
                 target, target.proton_address(queue), self.sync_bodies, s.warmup
             )
+        else:
+            clock = self.send(impl, target, queue, self.sync_bodies, DeliveryMode.PERSISTENT)
         self.record(target, SYNC_SEND, impl, rnd, s.count, clock)
         self.drain(target, queue, self.sync_bodies)
 
     def pipelined_send(self, target: Target, impl: str, rnd: int) -> None:
         s = self.settings
         queue = self.queue(target, "pipelined", impl, rnd)
-        if impl == HACLIENT:
-            clock = run_async(
-                lambda: ha_send(
-                    target, queue, self.pipelined_bodies, s.warmup, DeliveryMode.NON_PERSISTENT
-                )
-            )
-        else:
+        if impl == PROTON:
             sender = ProtonPipelinedSender(
                 target, target.proton_address(queue), self.pipelined_bodies, s.warmup
             )
             clock = sender.measure()
+        else:
+            bodies = self.pipelined_bodies
+            clock = self.send(impl, target, queue, bodies, DeliveryMode.NON_PERSISTENT)
         self.record(target, PIPELINED_SEND, impl, rnd, s.pipelined_count, clock)
         self.drain(target, queue, self.pipelined_bodies)
 
@@ -542,35 +706,38 @@ class Runner:
         run_async(lambda: ha_drain(target, queue, bodies, timeout))
         assert_queue_empty(target, target.proton_address(queue), f"{target.name} {queue}")
 
-    def receive(self, target: Target, mode: AckMode | None, rnd: int) -> None:
+    def receive(self, target: Target, impl: str, receive: Receive | None, rnd: int) -> None:
+        """One receive phase of ``impl``; ``receive`` None: proton's receiver, the baseline
+        of every receive test."""
         s = self.settings
-        impl = PROTON if mode is None else HACLIENT
-        test = "receive" if mode is None else f"receive {mode.name}"
+        test = "receive" if receive is None else receive.test
         queue = self.queue(target, test, impl, rnd)
         total = s.warmup + s.count
         bodies = self.sync_bodies[:total]
         run_async(lambda: ha_fill(target, queue, bodies))
         label = f"{target.name} {test} {impl}"
-        if mode is None:
-            clock, texts = proton_receive(target, target.proton_address(queue), s, total)
-            confirmation = None
-        else:
-            try:
+        confirmation = None
+        try:
+            if receive is None:
+                clock, texts = proton_receive(target, target.proton_address(queue), s, total)
+            elif impl == BLOCKING:
+                clock, texts, confirmation = bl_receive(target, queue, s, total, receive)
+            else:
                 clock, texts, confirmation = run_async(
-                    lambda: ha_receive(target, queue, s, total, mode)
+                    lambda: ha_receive(target, queue, s, total, receive)
                 )
-            except NotImplementedByBrokerError as exc:  # RabbitMQ 3.x: no transactions
-                print(f"round {rnd + 1} {label}: not supported: {exc}", file=sys.stderr)
-                self.unsupported[(target.name, test)] = str(exc)
-                return
+        except NotImplementedByBrokerError as exc:  # RabbitMQ 3.x: no transactions
+            print(f"round {rnd + 1} {label}: not supported: {exc}", file=sys.stderr)
+            self.unsupported[(target.name, test)] = str(exc)
+            return
         self.check_texts(label, texts, total)
         assert_queue_empty(target, target.proton_address(queue), label)
-        if mode is None:  # proton's one receiver is the baseline of every mode
-            for m in RECEIVE_MODES:
-                quiet = m is not RECEIVE_MODES[0]
-                self.record(target, f"receive {m.name}", PROTON, rnd, s.count, clock, quiet=quiet)
+        if receive is None:
+            for other in RECEIVES:
+                quiet = other is not RECEIVES[0]
+                self.record(target, other.test, PROTON, rnd, s.count, clock, quiet=quiet)
         else:
-            self.record(target, test, HACLIENT, rnd, s.count, clock, confirmation)
+            self.record(target, test, impl, rnd, s.count, clock, confirmation)
 
 
 # Results -----------------------------------------------------------------------------------------
@@ -646,9 +813,13 @@ def _confirmation(results: Sequence[Measurement], broker: str, test: str) -> str
     seen = {
         m.ack_confirmation
         for m in results
-        if m.broker == broker and m.test == test and m.impl == HACLIENT and m.ack_confirmation
+        if m.broker == broker and m.test == test and m.impl != PROTON and m.ack_confirmation
     }
     return ",".join(sorted(seen)) or "-"
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return ours / theirs if ours and theirs else None
 
 
 def table(
@@ -657,46 +828,62 @@ def table(
     unsupported: dict[tuple[str, str], str],
 ) -> tuple[str, dict[str, Any]]:
     lines = [
-        "msgs/s: median over the rounds; CPU: this process's CPU per message (us), median",
-        f"{'broker':<14}{'test':<21}{'haclient':>10}{'proton':>10}{'ratio':>7}"
-        f"{'ha CPU':>8}{'pr CPU':>8}  ack confirmation",
+        "msgs/s: median over the rounds; CPU: this process's CPU per message (us), median;",
+        "haclient = the async API (haclient.aio), blocking = the blocking API (import haclient);",
+        "ha/pr, bl/pr: msgs/s over proton's; bl-ha: blocking CPU - async CPU per message (us)",
+        f"{'broker':<14}{'test':<21}{'haclient':>10}{'blocking':>10}{'proton':>10}"
+        f"{'ha/pr':>7}{'bl/pr':>7}{'ha CPU':>8}{'bl CPU':>8}{'pr CPU':>8}{'bl-ha':>7}"
+        "  ack confirmation",
     ]
     summary: dict[str, Any] = {}
     for broker in brokers:
         cells: dict[str, Any] = {}
         for test in TESTS:
-            ours = median_rate(results, broker, test, HACLIENT)
-            theirs = median_rate(results, broker, test, PROTON)
-            if ours is None and theirs is None:
+            rate = {impl: median_rate(results, broker, test, impl) for impl in IMPLS}
+            cpu = {impl: median_cpu(results, broker, test, impl) for impl in IMPLS}
+            if not any(rate.values()):
                 continue
-            ratio = ours / theirs if ours and theirs else None
+            ratio = _ratio(rate[HACLIENT], rate[PROTON])
+            blocking_ratio = _ratio(rate[BLOCKING], rate[PROTON])
+            extra_cpu = (
+                cpu[BLOCKING] - cpu[HACLIENT]
+                if cpu[BLOCKING] is not None and cpu[HACLIENT] is not None
+                else None
+            )
             confirmation = _confirmation(results, broker, test) if "receive" in test else ""
             if (broker, test) in unsupported:
                 confirmation = "not supported by the broker"
             cells[test] = {
-                "haclient_msgs_per_s": ours,
-                "proton_msgs_per_s": theirs,
+                "haclient_msgs_per_s": rate[HACLIENT],
+                "blocking_msgs_per_s": rate[BLOCKING],
+                "proton_msgs_per_s": rate[PROTON],
                 "ratio": ratio,
+                "blocking_ratio": blocking_ratio,
+                "blocking_extra_cpu_us": extra_cpu,
                 "ack_confirmation": confirmation or None,
             }
             lines.append(
-                f"{broker:<14}{test:<21}{_fmt(ours):>10}{_fmt(theirs):>10}"
-                f"{_fmt(ratio, '.2f'):>7}{_fmt(median_cpu(results, broker, test, HACLIENT)):>8}"
-                f"{_fmt(median_cpu(results, broker, test, PROTON)):>8}  {confirmation}"
+                f"{broker:<14}{test:<21}{_fmt(rate[HACLIENT]):>10}{_fmt(rate[BLOCKING]):>10}"
+                f"{_fmt(rate[PROTON]):>10}{_fmt(ratio, '.2f'):>7}{_fmt(blocking_ratio, '.2f'):>7}"
+                f"{_fmt(cpu[HACLIENT]):>8}{_fmt(cpu[BLOCKING]):>8}{_fmt(cpu[PROTON]):>8}"
+                f"{_fmt(extra_cpu, '+.0f'):>7}  {confirmation}"
             )
-        auto = median_rate(results, broker, "receive AUTO", HACLIENT)
+        auto = median_rate(results, broker, RECEIVE_AUTO, HACLIENT)
         for other in ("NO_ACK", "DUPS_OK"):
-            rate = median_rate(results, broker, f"receive {other}", HACLIENT)
-            if auto and rate:
-                cells[f"auto_over_{other.lower()}"] = auto / rate
+            rate_other = median_rate(results, broker, f"receive {other}", HACLIENT)
+            if auto and rate_other:
+                cells[f"auto_over_{other.lower()}"] = auto / rate_other
                 lines.append(
-                    f"{broker:<14}cost of confirmed acks: AUTO/{other} = {auto / rate:.2f}"
+                    f"{broker:<14}cost of confirmed acks: AUTO/{other} = {auto / rate_other:.2f}"
                 )
         summary[broker] = cells
         lines.append("")
     for broker in brokers:
         summary[broker]["goals"] = goals = broker_goals(results, broker, summary[broker])
-        lines.extend(goal_line(broker, goal) for goal in goals)
+        summary[broker]["blocking_goals"] = blocking = blocking_goals(
+            results, broker, summary[broker]
+        )
+        lines.extend(goal_line(broker, goal) for goal in [*goals, *blocking])
     for broker in brokers:
         summary[broker]["pipelined_ceiling"] = ceiling = pipelined_ceiling(results, broker)
         if ceiling is not None:
@@ -707,24 +894,60 @@ def table(
 def broker_goals(
     results: Sequence[Measurement], broker: str, cells: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Issue 17's goals on one broker, from the medians: each with its value and verdict."""
-    sync_rate = median_rate(results, broker, SYNC_SEND, HACLIENT)
-    auto_rate = median_rate(results, broker, "receive AUTO", HACLIENT)
-    auto_over_sync = auto_rate / sync_rate if auto_rate and sync_rate else None
-    goals = [
-        ("pipelined send haclient/Container", ">=", PIPELINED_GOAL, "x", "ratio", PIPELINED_SEND),
-        ("sync send haclient/BlockingConnection", ">=", SYNC_SEND_GOAL, "x", "ratio", SYNC_SEND),
+    """Issue 17's goals for the async API on one broker, from the medians: each with its value
+    and verdict."""
+    auto_cpu = median_cpu(results, broker, RECEIVE_AUTO, HACLIENT)
+    return [
+        *_goals(results, broker, cells, HACLIENT),
+        _goal("receive AUTO CPU per message", "<=", AUTO_CPU_GOAL_US, " us", auto_cpu),
     ]
-    out = [
-        _goal(name, op, goal, unit, cells.get(test, {}).get(key))
-        for name, op, goal, unit, key, test in goals
-    ]
-    out.append(
-        _goal("receive AUTO / haclient sync send", ">=", AUTO_OVER_SYNC_GOAL, "x", auto_over_sync)
+
+
+def blocking_goals(
+    results: Sequence[Measurement], broker: str, cells: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Issue 25's goals for the blocking API on one broker (none when it was not measured):
+    those of the async API, against its own sync send, and its CPU per sync send against the
+    async API's."""
+    if not any(m.broker == broker and m.impl == BLOCKING for m in results):
+        return []
+    cpu = _ratio(
+        median_cpu(results, broker, SYNC_SEND, BLOCKING),
+        median_cpu(results, broker, SYNC_SEND, HACLIENT),
     )
-    auto_cpu = median_cpu(results, broker, "receive AUTO", HACLIENT)
-    out.append(_goal("receive AUTO CPU per message", "<=", AUTO_CPU_GOAL_US, " us", auto_cpu))
-    return out
+    return [
+        *_goals(results, broker, cells, BLOCKING),
+        _goal("sync send CPU per message blocking/haclient", "<=", BLOCKING_CPU_GOAL, "x", cpu),
+    ]
+
+
+def _goals(
+    results: Sequence[Measurement], broker: str, cells: dict[str, Any], impl: str
+) -> list[dict[str, Any]]:
+    """The goals the async and the blocking API share: against proton, and AUTO against the
+    API's own sync send."""
+    key = "ratio" if impl == HACLIENT else "blocking_ratio"
+    auto_over_sync = _ratio(
+        median_rate(results, broker, RECEIVE_AUTO, impl),
+        median_rate(results, broker, SYNC_SEND, impl),
+    )
+    return [
+        _goal(
+            f"pipelined send {impl}/Container",
+            ">=",
+            PIPELINED_GOAL,
+            "x",
+            cells.get(PIPELINED_SEND, {}).get(key),
+        ),
+        _goal(
+            f"sync send {impl}/BlockingConnection",
+            ">=",
+            SYNC_SEND_GOAL,
+            "x",
+            cells.get(SYNC_SEND, {}).get(key),
+        ),
+        _goal(f"receive AUTO / {impl} sync send", ">=", AUTO_OVER_SYNC_GOAL, "x", auto_over_sync),
+    ]
 
 
 def _goal(name: str, op: str, goal: float, unit: str, value: float | None) -> dict[str, Any]:
@@ -735,7 +958,7 @@ def _goal(name: str, op: str, goal: float, unit: str, value: float | None) -> di
 def goal_line(broker: str, goal: dict[str, Any]) -> str:
     """``goal reference: sync send haclient/BlockingConnection >= 1.2x: 1.06 -> MISSED``."""
     cpu = goal["unit"] == " us"
-    target = f"{goal['goal']:{'.0f' if cpu else '.1f'}}{goal['unit']}"
+    target = f"{goal['goal']:g}{goal['unit']}"
     verdict = {None: "-", True: "MET", False: "MISSED"}[goal["met"]]
     value = _fmt(goal["value"], ".0f" if cpu else ".2f")
     return f"goal {broker}: {goal['name']} {goal['op']} {target}: {value} -> {verdict}"
@@ -744,36 +967,61 @@ def goal_line(broker: str, goal: dict[str, Any]) -> str:
 # Profile -----------------------------------------------------------------------------------------
 
 
-def profile(runner: Runner, target: Target, test: str, top: int) -> None:
-    """One more haclient phase of ``test`` under cProfile (the receive queue is filled first,
-    outside the profile); print the top functions."""
+def profile(runner: Runner, target: Target, test: str, impl: str, top: int) -> None:
+    """One more phase of ``test`` under cProfile (the receive queue is filled first, outside
+    the profile); print the top functions. ``impl`` blocking: the connection gets a private
+    event-loop thread (``private_loop=True``), started while ``threading.setprofile`` is set so
+    that it profiles itself too, and each thread's profile is printed."""
     s = runner.settings
-    queue = runner.queue(target, f"profile-{test}", HACLIENT, 0)
+    queue = runner.queue(target, f"profile-{test}", impl, 0)
     total = s.warmup + s.count
-    if test.startswith("receive"):
+    receive = next((r for r in RECEIVES if r.test == test), None)
+    if receive is not None:
         run_async(lambda: ha_fill(target, queue, runner.sync_bodies[:total]))
+    bodies = runner.pipelined_bodies if test == PIPELINED_SEND else runner.sync_bodies
+    mode = DeliveryMode.NON_PERSISTENT if test == PIPELINED_SEND else DeliveryMode.PERSISTENT
 
-    async def call() -> Any:
-        if test == SYNC_SEND:
-            return await ha_send(
-                target, queue, runner.sync_bodies, s.warmup, DeliveryMode.PERSISTENT
+    async def call_async() -> Any:
+        if receive is None:
+            return await ha_send(target, queue, bodies, s.warmup, mode)
+        return await ha_receive(target, queue, s, total, receive)
+
+    def call_blocking() -> Any:
+        if receive is None:
+            return bl_send(target, queue, bodies, s.warmup, mode, s.timeout, private_loop=True)
+        return bl_receive(target, queue, s, total, receive, private_loop=True)
+
+    profilers = {threading.current_thread().name: cProfile.Profile()}
+
+    def profile_new_thread(frame: object, event: str, arg: object) -> None:
+        sys.setprofile(None)
+        profilers[threading.current_thread().name] = profiler = cProfile.Profile()
+        profiler.enable()
+
+    main = profilers[threading.current_thread().name]
+    if impl == BLOCKING:
+        threading.setprofile(profile_new_thread)
+    main.enable()
+    try:
+        if impl == HACLIENT:
+            run_async(call_async)
+        else:
+            call_blocking()
+    finally:
+        main.disable()
+        threading.setprofile(None)
+    for thread, profiler in profilers.items():
+        if thread == WATCHDOG:
+            continue
+        for key in ("tottime", "cumulative"):
+            stream = io.StringIO()
+            stats = pstats.Stats(profiler, stream=stream)
+            stats.sort_stats(key).print_stats(top)
+            text = stream.getvalue()
+            print(
+                f"\n== profile: {impl} {test} on {target.name}, thread {thread}, top {top} by {key}"
             )
-        if test == PIPELINED_SEND:
-            bodies = runner.pipelined_bodies
-            return await ha_send(target, queue, bodies, s.warmup, DeliveryMode.NON_PERSISTENT)
-        return await ha_receive(target, queue, s, total, AckMode[test.split()[1]])
-
-    profiler = cProfile.Profile()
-    profiler.enable()
-    run_async(call)
-    profiler.disable()
-    for key in ("tottime", "cumulative"):
-        stream = io.StringIO()
-        stats = pstats.Stats(profiler, stream=stream)
-        stats.sort_stats(key).print_stats(top)
-        text = stream.getvalue()
-        print(f"\n== profile: haclient {test} on {target.name}, top {top} by {key}")
-        print(text[text.find("   ncalls") :].rstrip())
+            print(text[text.find("   ncalls") :].rstrip())
 
 
 # Orchestration -----------------------------------------------------------------------------------
@@ -811,12 +1059,21 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the reference broker in ActiveMQ mode (--activemq)",
     )
+    parser.add_argument(
+        "--no-blocking", action="store_true", help="skip the blocking API (import haclient)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--profile",
         metavar="TEST",
         choices=TESTS,
         help=f"afterwards, one haclient phase under cProfile: {', '.join(TESTS)}",
+    )
+    parser.add_argument(
+        "--profile-impl",
+        choices=(HACLIENT, BLOCKING),
+        default=HACLIENT,
+        help="the API --profile profiles (blocking: each of its threads)",
     )
     parser.add_argument("--profile-top", type=int, default=25)
     return parser
@@ -865,7 +1122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         size=args.size,
         timeout=60.0 + max(args.count, args.pipelined_count) / 100,
     )
-    runner = Runner(settings, uuid.uuid4().hex[:6])
+    impls = [impl for impl in IMPLS if not (args.no_blocking and impl == BLOCKING)]
+    runner = Runner(settings, uuid.uuid4().hex[:6], impls)
     machine = machine_info()
     log = sys.stderr
     starters = [
@@ -889,7 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for rnd in range(args.rounds):
                 runner.round(target, rnd)
             if args.profile and n == 0:
-                profile(runner, target, args.profile, args.profile_top)
+                profile(runner, target, args.profile, args.profile_impl, args.profile_top)
             print(f"stopping the {target.name} broker ...", file=log)
     text, summary = table(runner.results, names, runner.unsupported)
     print(
