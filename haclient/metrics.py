@@ -51,6 +51,7 @@ from prometheus_client.registry import Collector
 from failover.states import ConnectionState
 from haclient.aio.connection import ConnectionStatistics
 from haclient.aio.stats import HistogramSnapshot
+from haclient.errors import ConfigurationError
 
 __all__ = ["METRICS", "HAClientCollector", "MetricSpec", "MetricsServer", "serve"]
 
@@ -230,7 +231,11 @@ class MetricsServer:
     ) -> None:
         self.collector = collector
         self.registry = registry
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:  # a bare "[Errno 98] Address already in use" names no port
+            reason = exc.strerror or str(exc)
+            raise OSError(exc.errno, f"cannot serve metrics on {host}:{port}: {reason}") from None
         self.host = host
         self.port: int = self._server.server_address[1]
         shown = f"[{host}]" if ":" in host else host
@@ -261,8 +266,13 @@ def serve(
     Binds loopback by default; pass ``host="0.0.0.0"`` to be scraped from elsewhere.
 
     Raises:
-        OSError: the address is in use or cannot be bound.
+        ConfigurationError: ``port`` is not a whole number from 0 to 65535.
+        OSError: the address is in use or cannot be bound (the message names it).
     """
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigurationError(
+            f"port must be a whole number from 0 to 65535, not {port!r}", option="port"
+        )
     collector = HAClientCollector(connections)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(collector)
