@@ -109,7 +109,8 @@ class SparkOptions:
             ``stream-<address>``, so a restarted query repeats its ids (``query``).
         max_rows_per_batch: The stream reader's read limit per micro-batch
             (``maxRowsPerBatch``).
-        num_partitions: Partitions a read batch is split into (``numPartitions``).
+        num_partitions: Partitions a read batch is split into, more when each would carry
+            over 512 KiB of rows (``numPartitions``).
         receive_timeout: Seconds a reader waits for the first message of a batch
             (``receiveTimeout``).
         dedup_window: Message ids the stream reader remembers to drop replays

@@ -136,3 +136,23 @@ def test_rows_split_into_at_most_the_partitions_asked() -> None:
     parts = split([(n,) for n in range(5)], 2)
     assert [p.rows for p in parts] == [[(0,), (1,), (2,)], [(3,), (4,)]]
     assert split([], 2) == []
+
+
+def test_item7_a_default_micro_batch_ships_in_tasks_below_sparks_warning_size() -> None:
+    """Spark warns of a task of very large size past 1000 KiB; a default micro-batch (10,000
+    rows) of incompressible 240-character bodies is split into partitions below that."""
+    import os
+
+    from pyspark import cloudpickle
+
+    from haclient.spark.reader import split
+
+    epoch = datetime.fromtimestamp(0, UTC)
+    rows = [
+        (os.urandom(120).hex(), {"n": str(n)}, f"ID:q:0:0:{n}", None, "queue://q", epoch, 1, False)
+        for n in range(10_000)
+    ]
+    parts = split(rows, 2)
+    assert len(parts) > 2  # more than asked: two would each carry about 1.5 MB
+    assert max(len(cloudpickle.dumps(part)) for part in parts) < 1000 * 1024
+    assert [row for part in parts for row in part.rows] == rows
