@@ -1,9 +1,10 @@
 """The ``haclient`` data source's options: Spark's string map, checked once, as a frozen value.
 
 Spark hands a data source its options as strings (``.option("batchSize", 500)`` arrives as
-``"500"``), with keys in whatever case the job used. ``SparkOptions.parse`` lower-cases the keys,
-converts and validates every value and raises ``ConfigurationError`` naming the option at fault,
-so a typo fails the job when it is planned, not on an executor. Credentials never appear in the
+``"500"``), with keys in whatever case the job used. ``SparkOptions.parse`` matches the keys
+case-insensitively, converts and validates every value (the URL with failover's own parser) and
+raises ``ConfigurationError`` naming the option as documented (``batchSize``) and what it
+accepts, so a typo fails the job when it is planned, on the driver, not on an executor. Credentials never appear in the
 value's ``repr`` (which is what logs and Spark's plans would show).
 """
 
@@ -120,7 +121,8 @@ class SparkOptions:
             default) (``consume``).
 
     Raises:
-        ConfigurationError: a value is missing or invalid (``option`` names it).
+        ConfigurationError: a value is missing or invalid (``option`` names it by its Spark
+            option name, ``url`` for any fault in the URL).
     """
 
     url: str
