@@ -100,8 +100,8 @@ class ConnectionStatistics:
         resources_not_restored: Resources failover could not restore (F14).
         duplicates_suppressed: Messages the sessions' duplicate windows kept from the
             application.
-        name: Unique among the live connections of this process: the client id (else the
-            container id), ``#2``, ``#3`` ... appended for a second or third live connection
+        name: Unique among the open connections of this process: the client id (else the
+            container id), ``#2``, ``#3`` ... appended for a second or third open connection
             with the same client id. The metrics' ``connection`` label.
         last_failover_at: Unix time at which the last failover began; None before one.
         state_since: Unix time of the last state change (of the creation before any).
