@@ -4,8 +4,9 @@ Spark hands a data source its options as strings (``.option("batchSize", 500)`` 
 ``"500"``), with keys in whatever case the job used. ``SparkOptions.parse`` matches the keys
 case-insensitively, converts and validates every value (the URL with failover's own parser) and
 raises ``ConfigurationError`` naming the option as documented (``batchSize``) and what it
-accepts, so a typo fails the job when it is planned, on the driver, not on an executor. Credentials never appear in the
-value's ``repr`` (which is what logs and Spark's plans would show).
+accepts, so a typo fails the job when it is planned, on the driver, not on an executor.
+Credentials never appear in the value's ``repr`` (which is what logs and Spark's plans would
+show).
 """
 
 from __future__ import annotations
