@@ -22,7 +22,11 @@ import pytest
 
 from chaos.broker import BrokerThread
 
-pytestmark = [pytest.mark.usefixtures("pyspark_installed"), pytest.mark.timeout(400)]
+pytestmark = [
+    pytest.mark.usefixtures("pyspark_installed"),
+    pytest.mark.slow,
+    pytest.mark.timeout(400),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 10_000  # the default maxRowsPerBatch: one micro-batch as large as defaults make it
