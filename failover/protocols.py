@@ -119,6 +119,9 @@ class FailoverListener(Protocol):
 
     Any object will do: a method it lacks is not called. Called synchronously on the manager's
     event loop, in the order listeners were added; must not block. An exception is logged.
+    A listener may also have ``state_changed(state)``, called on every change of the
+    connection's ``ConnectionState`` (closing included); it is not part of this protocol, so
+    that listeners written against it stay complete.
     """
 
     def failover_started(self, cause: BaseException) -> None:

@@ -354,7 +354,9 @@ class Supervisor(Generic[P]):
         # cancellation lands: what it decides meanwhile no longer matters.
         if self._state is ConnectionState.CLOSED and event is not ManagerEvent.CLOSE:
             return
-        self._state = next_state(self._state, event)
+        previous, self._state = self._state, next_state(self._state, event)
+        if self._state is not previous:
+            self._notify("state_changed", self._state)
         settled = self._settled
         if settled is None:
             return
@@ -367,8 +369,9 @@ class Supervisor(Generic[P]):
         return [r for tier in restore_tiers(self._resources.values()) for r in tier]
 
     def _notify(self, name: str, *args: object) -> None:
-        """Call ``name`` on every listener that has it (F14), in the order they were added."""
-        if self._state is ConnectionState.CLOSED:
+        """Call ``name`` on every listener that has it (F14), in the order they were added;
+        once CLOSED, only the change to CLOSED itself."""
+        if self._state is ConnectionState.CLOSED and name != "state_changed":
             return
         for listener in list(self._listeners):
             method = getattr(listener, name, None)

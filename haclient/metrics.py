@@ -22,8 +22,9 @@ choice, or let ``serve()`` start an HTTP endpoint with a registry of its own::
 
 Names follow Prometheus practice: the ``haclient_`` prefix, seconds, ``_total`` counters
 (prometheus-client appends the suffix), and bounded labels only: ``connection`` (the client id,
-else the AMQP container id), ``broker`` (``host:port``, never credentials), ``method``
-(the failover method), ``mode`` (the acknowledge mode) and ``outcome``. Every metric and its
+else the AMQP container id; a second live connection of the process with the same client id
+is ``id#2``), ``broker`` (``host:port``, never credentials), ``method`` (the failover method),
+``version`` (haclient's), ``mode`` (the acknowledge mode) and ``outcome``. Every metric and its
 labels is listed in ``METRICS``.
 
 Thread-safety: a scrape runs on the HTTP server's thread. The blocking API's ``statistics()``
@@ -54,8 +55,10 @@ except ModuleNotFoundError as exc:  # installed without the metrics extra
     raise missing_extra(__name__, "metrics", exc) from exc
 
 from failover.states import ConnectionState
+from haclient import __version__
 from haclient.aio.connection import ConnectionStatistics
 from haclient.aio.stats import HistogramSnapshot
+from haclient.errors import ConfigurationError
 
 __all__ = ["METRICS", "HAClientCollector", "MetricSpec", "MetricsServer", "serve"]
 
@@ -83,28 +86,50 @@ def _m(name: str, kind: str, labels: str, help: str) -> MetricSpec:
 
 
 METRICS: Final[tuple[MetricSpec, ...]] = (
-    _m("connection_info", "gauge", "method", "1 per connection; its failover method"),
-    _m("connection_state", "gauge", "state", "1 for the connection's current state, else 0"),
-    _m("connection_broker", "gauge", "broker", "1 for the broker in use (none while failing over)"),
-    _m("failovers", "counter", "outcome", "Failovers by outcome: completed, failed (gave up, F4)"),
-    _m("failover_duration_seconds", "histogram", "", "Downtime of completed failovers"),
-    _m("connection_attempts", "counter", "broker", "Connection attempts by broker"),
-    _m("calls_blocked", "gauge", "", "Calls waiting at the gate now, for failover to end (F2)"),
-    _m("call_blocked_duration_seconds", "histogram", "", "How long blocked calls waited"),
+    _m("connection_info", "gauge", "method version",
+       "Always 1: the connection's failover method and the haclient version"),
+    _m("connection_state", "gauge", "state",
+       "1 for the state the connection is in (connected, failing_over ...), 0 for the others"),
+    _m("connection_broker", "gauge", "broker",
+       "1 for the broker (host:port) the connection uses; absent while it has none"),
+    _m("last_state_change_timestamp_seconds", "gauge", "",
+       "Unix time of the connection's last state change (of its creation before any)"),
+    _m("last_failover_timestamp_seconds", "gauge", "",
+       "Unix time at which the last failover began (the connection was lost); "
+       "absent before the first"),
+    _m("failovers", "counter", "outcome",
+       "Failovers that ended: completed (reconnected and restored) or failed (gave up)"),
+    _m("failover_duration_seconds", "histogram", "",
+       "Seconds from the loss of the connection to reconnected and restored, per failover"),
+    _m("connection_attempts", "counter", "broker outcome",
+       "Attempts to open a connection to a broker (host:port): succeeded or failed"),
+    _m("calls_blocked", "gauge", "",
+       "Calls waiting now for a failover to end before they can use the network"),
+    _m("call_blocked_duration_seconds", "histogram", "",
+       "Seconds each call waited for a failover to end"),
     _m("messages_sent", "counter", "", "Messages sent"),
     _m("messages_received", "counter", "", "Messages received"),
-    _m("messages_redelivered", "counter", "", "Messages received marked redelivered"),
-    _m("messages_resent", "counter", "", "Sends repeated on a new connection after a loss (F11)"),
-    _m("duplicates_suppressed", "counter", "", "Duplicates kept from the application"),
-    _m("acknowledgements", "counter", "mode", "Acknowledgements settled, by acknowledge mode"),
-    _m("ack_confirmation_duration_seconds", "histogram", "mode", "Broker confirmation (A6)"),
-    _m("transactions", "counter", "outcome", "Transactions by outcome (F7)"),
-    _m("temporary_destinations_restored", "counter", "", "Temporary destinations remade (F6)"),
-    _m("resources_not_restored", "counter", "", "Resources failover could not restore (F14)"),
+    _m("messages_redelivered", "counter", "",
+       "Messages received that the broker marked as delivered before"),
+    _m("messages_resent", "counter", "",
+       "Messages sent again on a new connection because the broker's answer was lost"),
+    _m("duplicates_suppressed", "counter", "",
+       "Messages received again and not handed to the application (already delivered)"),
+    _m("acknowledgements", "counter", "mode",
+       "Messages acknowledged to the broker, by acknowledge mode (modes in use only)"),
+    _m("ack_confirmation_duration_seconds", "histogram", "mode",
+       "Seconds the broker took to confirm an acknowledgement, by mode (modes in use only)"),
+    _m("transactions", "counter", "outcome",
+       "Transactions by outcome: committed, rolled_back, rolled_back_by_failover, in_doubt "
+       "(commit cut off: check before replaying); once the connection used transactions"),
+    _m("temporary_destinations_restored", "counter", "",
+       "Temporary queues and topics made again on a new connection after a failover"),
+    _m("resources_not_restored", "counter", "",
+       "Sessions, producers, consumers a failover could not restore (they are closed)"),
     _m("sessions", "gauge", "", "Open sessions"),
     _m("producers", "gauge", "", "Open producers"),
     _m("consumers", "gauge", "", "Open consumers"),
-)
+)  # fmt: skip
 """Every metric the collector exports (the Grafana dashboard queries only these)."""
 
 _FAMILIES: Final = {
@@ -116,17 +141,24 @@ _FAMILIES: Final = {
 
 def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...], object]]:
     """``(metric name, extra label values, value)`` for one connection's snapshot; a value is
-    a number, or a ``HistogramSnapshot`` for histograms."""
-    yield "connection_info", (stats.method,), 1
+    a number, or a ``HistogramSnapshot`` for histograms. Modes and transaction outcomes of a
+    feature the connection never used are left out (no flat or NaN lines on dashboards);
+    failover outcomes are always there, so ``increase()`` sees the first."""
+    yield "connection_info", (stats.method, __version__), 1
     for state in ConnectionState:
         yield "connection_state", (state.name.lower(),), int(state is stats.state)
     if stats.broker_address is not None and stats.state is ConnectionState.CONNECTED:
         yield "connection_broker", (stats.broker_address,), 1
+    yield "last_state_change_timestamp_seconds", (), stats.state_since
+    if stats.last_failover_at is not None:
+        yield "last_failover_timestamp_seconds", (), stats.last_failover_at
     yield "failovers", ("completed",), stats.failovers
     yield "failovers", ("failed",), stats.failovers_failed
     yield "failover_duration_seconds", (), stats.failover_durations
     for broker, attempts in stats.connection_attempts.items():
-        yield "connection_attempts", (broker,), attempts
+        failed = stats.connection_attempts_failed.get(broker, 0)
+        yield "connection_attempts", (broker, "succeeded"), attempts - failed
+        yield "connection_attempts", (broker, "failed"), failed
     yield "calls_blocked", (), stats.calls_blocked
     yield "call_blocked_duration_seconds", (), stats.blocked_durations
     yield "messages_sent", (), stats.messages_sent
@@ -134,17 +166,25 @@ def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...]
     yield "messages_redelivered", (), stats.messages_redelivered
     yield "messages_resent", (), stats.messages_resent
     yield "duplicates_suppressed", (), stats.duplicates_suppressed
-    for mode, count in stats.acknowledgements.items():
-        yield "acknowledgements", (mode,), count
-    for mode, latency in stats.ack_latency.items():
-        yield "ack_confirmation_duration_seconds", (mode,), latency
-    for outcome, count in stats.transactions.items():
-        yield "transactions", (outcome,), count
+    yield from _used_modes(stats)
+    if any(stats.transactions.values()):
+        for outcome, count in stats.transactions.items():
+            yield "transactions", (outcome,), count
     yield "temporary_destinations_restored", (), stats.temporaries_restored
     yield "resources_not_restored", (), stats.resources_not_restored
     yield "sessions", (), stats.sessions
     yield "producers", (), stats.producers
     yield "consumers", (), stats.consumers
+
+
+def _used_modes(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...], object]]:
+    """Acknowledgements and their confirmation times, for the modes that acknowledged."""
+    for mode, count in stats.acknowledgements.items():
+        if count:
+            yield "acknowledgements", (mode,), count
+            latency = stats.ack_latency.get(mode)
+            if latency is not None:
+                yield "ack_confirmation_duration_seconds", (mode,), latency
 
 
 def _families(snapshots: Iterable[ConnectionStatistics]) -> list[Metric]:
@@ -153,8 +193,7 @@ def _families(snapshots: Iterable[ConnectionStatistics]) -> list[Metric]:
         spec.name: _FAMILIES[spec.kind](spec.name, spec.help, labels=spec.labels)
         for spec in METRICS
     }
-    for stats in snapshots:
-        name = connection_name(stats)
+    for name, stats in _labelled(snapshots):
         for metric, labels, value in _samples(stats):
             family = families[f"haclient_{metric}"]
             if isinstance(value, HistogramSnapshot):
@@ -167,9 +206,28 @@ def _families(snapshots: Iterable[ConnectionStatistics]) -> list[Metric]:
     return list(families.values())
 
 
+def _labelled(
+    snapshots: Iterable[ConnectionStatistics],
+) -> Iterator[tuple[str, ConnectionStatistics]]:
+    """Each snapshot with its ``connection`` label, unique in the scrape. Open connections'
+    names are unique in the process; a closed connection still reported, whose name a new
+    connection took since, is ``name#closed`` (``#closed2`` ...)."""
+    taken: set[str] = set()
+    for stats in sorted(snapshots, key=lambda s: s.state is ConnectionState.CLOSED):
+        name = base = connection_name(stats)
+        number = 1
+        while name in taken:
+            name = f"{base}#closed{number if number > 1 else ''}"
+            number += 1
+        taken.add(name)
+        yield name, stats
+
+
 def connection_name(stats: ConnectionStatistics) -> str:
-    """The ``connection`` label: the client id, else the AMQP container id."""
-    return stats.client_id or stats.container_id
+    """The ``connection`` label: the client id, else the AMQP container id; ``#2``, ``#3``
+    ... appended for further live connections of this process with the same client id, so
+    that every series is unique (``ConnectionStatistics.name``)."""
+    return stats.name
 
 
 class HAClientCollector(Collector):
@@ -235,7 +293,11 @@ class MetricsServer:
     ) -> None:
         self.collector = collector
         self.registry = registry
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:  # a bare "[Errno 98] Address already in use" names no port
+            reason = exc.strerror or str(exc)
+            raise OSError(exc.errno, f"cannot serve metrics on {host}:{port}: {reason}") from None
         self.host = host
         self.port: int = self._server.server_address[1]
         shown = f"[{host}]" if ":" in host else host
@@ -266,8 +328,13 @@ def serve(
     Binds loopback by default; pass ``host="0.0.0.0"`` to be scraped from elsewhere.
 
     Raises:
-        OSError: the address is in use or cannot be bound.
+        ConfigurationError: ``port`` is not a whole number from 0 to 65535.
+        OSError: the address is in use or cannot be bound (the message names it).
     """
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigurationError(
+            f"port must be a whole number from 0 to 65535, not {port!r}", option="port"
+        )
     collector = HAClientCollector(connections)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(collector)

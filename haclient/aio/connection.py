@@ -35,7 +35,7 @@ from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import PhysicalConnection, open_physical
 from haclient.aio.session import Session
-from haclient.aio.stats import HistogramSnapshot, broker_address
+from haclient.aio.stats import PROCESS_NAMES, HistogramSnapshot, broker_address
 from haclient.aio.termini import SubscriptionNames
 from haclient.amqp.endpoints import Link
 from haclient.amqp.endpoints import Session as AmqpSession
@@ -85,6 +85,7 @@ class ConnectionStatistics:
         method: The failover method (``roundrobin`` ...).
         broker_address: ``host:port`` of the broker in use (no credentials), None when none.
         connection_attempts: Connection attempts by broker ``host:port`` (first connect too).
+        connection_attempts_failed: ... and how many of them failed, by broker.
         failovers_failed: Failovers that gave up (F4).
         failover_durations: Downtime of each completed failover (loss to restored).
         calls_blocked: Calls waiting at the gate now, for failover to end (F2).
@@ -99,6 +100,11 @@ class ConnectionStatistics:
         resources_not_restored: Resources failover could not restore (F14).
         duplicates_suppressed: Messages the sessions' duplicate windows kept from the
             application.
+        name: Unique among the open connections of this process: the client id (else the
+            container id), ``#2``, ``#3`` ... appended for a second or third open connection
+            with the same client id. The metrics' ``connection`` label.
+        last_failover_at: Unix time at which the last failover began; None before one.
+        state_since: Unix time of the last state change (of the creation before any).
     """
 
     state: ConnectionState
@@ -129,6 +135,10 @@ class ConnectionStatistics:
     temporaries_restored: int
     resources_not_restored: int
     duplicates_suppressed: int
+    connection_attempts_failed: Mapping[str, int]
+    name: str
+    last_failover_at: float | None
+    state_since: float
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -199,6 +209,7 @@ class Connection:
         self._url = url
         self._options = options
         self._container_id = options.client_id or generated_client_id()
+        self._name, self._release_name = PROCESS_NAMES.claim(self, self._container_id)
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
             self._connect, url
@@ -237,6 +248,7 @@ class Connection:
             await self._host.task_group.start(self._run_manager)
         except BaseException as exc:
             self._context.closed = True
+            self._release_name()
             await self._host.close()
             inner = _only_exception(exc)
             # a refused login or client id: say so, not "gave up"; and ours, not anyio's group
@@ -258,10 +270,14 @@ class Connection:
 
     async def _connect(self, broker: BrokerURL) -> PhysicalConnection:
         """The connector the failover manager calls: one physical connection to ``broker``."""
-        self._context.counters.attempt(broker)
-        physical = await open_physical(
-            self._host.task_group, broker, self._options, self._container_id
-        )
+        try:
+            physical = await open_physical(
+                self._host.task_group, broker, self._options, self._container_id
+            )
+        except Exception:
+            self._context.counters.attempt(broker, succeeded=False)
+            raise
+        self._context.counters.attempt(broker, succeeded=True)
         self._context.current = physical
         if self._manager.policy.method is FailoverMethod.EXCHANGE:
             self._learn(physical, advertised_brokers(physical.advertised_brokers), complete=False)
@@ -440,6 +456,10 @@ class Connection:
             temporaries_restored=counters.temporaries_restored,
             resources_not_restored=counters.failover.resources_not_restored,
             duplicates_suppressed=counters.duplicates_suppressed,
+            connection_attempts_failed=MappingProxyType(dict(counters.attempts_failed)),
+            name=self._name,
+            last_failover_at=counters.failover.last_started,
+            state_since=counters.failover.state_since,
         )
 
     async def close(self) -> None:
@@ -479,6 +499,7 @@ class Connection:
 
     async def _tear_down(self) -> None:
         self._context.closed = True
+        self._release_name()  # a new connection with this client id may have its name
         for session in list(self._sessions):
             session._connection_closed()
         self._context.switch.set(False)

@@ -8,14 +8,17 @@ taken, i.e. at scrape time. ``FailoverStats`` is a failover listener (F14) the c
 to its own manager, so the failover layer needs no change to be measured.
 
 Thread-safety: none; everything is written on the connection's event loop. A snapshot taken
-from another thread (a scrape) may be a few increments behind; each field is read once.
+from another thread (a scrape) may be a few increments behind; each field is read once. The one
+process-wide piece, ``PROCESS_NAMES``, has a lock of its own.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DURATION_BUCKETS",
+    "PROCESS_NAMES",
     "TRANSACTION_OUTCOMES",
     "AckStats",
     "BlockedCalls",
@@ -35,6 +39,7 @@ __all__ = [
     "FailoverStats",
     "Histogram",
     "HistogramSnapshot",
+    "ProcessNames",
     "broker_address",
 ]
 
@@ -152,18 +157,33 @@ class FailoverStats:
         completed / failed: Failovers that restored the connection / that gave up (F4).
         durations: Downtime of each completed failover (loss to restored), seconds.
         resources_not_restored: Resources failover could not restore (F14).
+        last_started: Unix time at which the last failover began (the loss); None before one.
+        state_since: Unix time of the last state change (of the creation before any): a
+            failover shorter than a scrape interval still moves it.
     """
 
-    __slots__ = ("completed", "durations", "failed", "resources_not_restored")
+    __slots__ = (
+        "completed",
+        "durations",
+        "failed",
+        "last_started",
+        "resources_not_restored",
+        "state_since",
+    )
 
     def __init__(self) -> None:
         self.completed = 0
         self.failed = 0
         self.durations = Histogram()
         self.resources_not_restored = 0
+        self.last_started: float | None = None
+        self.state_since = time.time()
+
+    def state_changed(self, state: ConnectionState) -> None:
+        self.state_since = time.time()
 
     def failover_started(self, cause: BaseException) -> None:
-        return None  # counted when it ends, by outcome
+        self.last_started = time.time()  # counted when it ends, by outcome
 
     def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
         self.completed += 1
@@ -192,6 +212,39 @@ def broker_address(broker: BrokerURL | None) -> str | None:
     return None if broker is None else f"{broker.host}:{broker.port}"
 
 
+class ProcessNames:
+    """Connection names unique among the open connections of a process (the metrics'
+    ``connection`` label): two series of one name would make the exposition invalid, and two
+    connections may well share a client id (on different brokers, say).
+
+    A name is held until its owner releases it (a connection does when it closes) or is
+    garbage-collected. Thread-safe: every connection's event-loop thread claims here.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[str] = set()
+
+    def claim(self, owner: object, name: str) -> tuple[str, Callable[[], object]]:
+        """``name`` if nobody holds it, else ``name#2``, ``name#3`` ... the first free; and
+        the call that releases it (idempotent; also made when ``owner`` is collected)."""
+        with self._lock:
+            unique, number = name, 1
+            while unique in self._held:
+                number += 1
+                unique = f"{name}#{number}"
+            self._held.add(unique)
+        return unique, weakref.finalize(owner, self._release, unique)
+
+    def _release(self, name: str) -> None:
+        with self._lock:
+            self._held.discard(name)
+
+
+PROCESS_NAMES: Final = ProcessNames()
+"""The names of this process's connections."""
+
+
 def _ack_stats() -> dict[AckMode, AckStats]:
     return {mode: AckStats() for mode in AckMode}
 
@@ -218,11 +271,15 @@ class Counters:
     failover: FailoverStats = field(default_factory=FailoverStats)
     acks: dict[AckMode, AckStats] = field(default_factory=_ack_stats)
     attempts: dict[str, int] = field(default_factory=dict)  # host:port -> connection attempts
+    attempts_failed: dict[str, int] = field(default_factory=dict)  # host:port -> failed ones
 
-    def attempt(self, broker: BrokerURL) -> None:
-        """A connection attempt to ``broker`` (the first connect's included)."""
+    def attempt(self, broker: BrokerURL, *, succeeded: bool) -> None:
+        """A connection attempt to ``broker`` ended (the first connect's included)."""
         address = f"{broker.host}:{broker.port}"
         self.attempts[address] = self.attempts.get(address, 0) + 1
+        self.attempts_failed.setdefault(address, 0)
+        if not succeeded:
+            self.attempts_failed[address] += 1
 
     def transactions(self) -> Mapping[str, int]:
         """Transactions by outcome (``TRANSACTION_OUTCOMES``)."""

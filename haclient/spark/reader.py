@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
+import pickle
+import zlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -31,20 +34,39 @@ __all__ = ["HAClientBatchReader", "HAClientStreamReader", "RowsPartition"]
 log = logging.getLogger("haclient.spark")
 
 
+# Spark warns of a "task of very large size" past 1000 KiB per serialised task: rows ship
+# compressed, in as many partitions as keep each well below that.
+_PARTITION_BYTES: Final = 512 * 1024
+_COMPRESSION: Final = 1  # zlib's fastest level: rows of one queue compress well at any level
+
+
 class RowsPartition(InputPartition):
-    """A share of a batch's rows, carried to the executor that reads it."""
+    """A share of a batch's rows, carried to the executor that reads it (pickled and
+    compressed: the task that carries it stays small)."""
 
     def __init__(self, index: int, rows: list[tuple[Any, ...]]) -> None:
         super().__init__(index)
-        self.rows = rows
+        self.packed = _pack(rows)
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The rows, unpacked."""
+        return pickle.loads(zlib.decompress(self.packed))  # type: ignore[no-any-return]
+
+
+def _pack(rows: list[tuple[Any, ...]]) -> bytes:
+    return zlib.compress(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL), _COMPRESSION)
 
 
 def split(rows: list[tuple[Any, ...]], parts: int) -> list[RowsPartition]:
-    """``rows`` in at most ``parts`` contiguous partitions (none when there are no rows)."""
-    size = -(-len(rows) // parts) if rows else 0
+    """``rows`` in contiguous partitions (none when there are no rows): ``parts`` of them, or
+    more when that many would each carry more than ``_PARTITION_BYTES`` packed."""
+    if not rows:
+        return []
+    parts = max(parts, math.ceil(len(_pack(rows)) / _PARTITION_BYTES))
+    size = -(-len(rows) // parts)
     return [
-        RowsPartition(i, rows[at : at + size])
-        for i, at in enumerate(range(0, len(rows), size or 1))
+        RowsPartition(i, rows[at : at + size]) for i, at in enumerate(range(0, len(rows), size))
     ]
 
 

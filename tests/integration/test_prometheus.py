@@ -25,6 +25,8 @@ from chaos.net import free_port
 from haclient.destination import Queue
 from haclient.message import TextMessage
 
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-haclient.json"
+
 # Generous bounds that catch hangs, not timings.
 READY_TIMEOUT = 30.0
 SAMPLE_TIMEOUT = 40.0
@@ -128,3 +130,49 @@ def test_F14_prometheus_sees_a_failover_counted_and_timed(
                 sent = 'haclient_messages_sent_total{connection="prom-1"}'
                 _until(lambda: query(base, sent) == 1, SAMPLE_TIMEOUT, "the send")
         assert second.queue_depth("prom") == 1
+
+
+def _dashboard_queries() -> list[str]:
+    """The dashboard's PromQL with Grafana's variables filled in (every connection)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    filled = {"$connection": ".*", "$__rate_interval": "15s", "$__range": "1m"}
+    for variable, value in filled.items():
+        exprs = [e.replace(variable, value) for e in exprs]
+    return exprs
+
+
+def _values(base: str, promql: str) -> list[str]:
+    body = _get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+    assert body is not None, promql
+    answer = json.loads(body)
+    assert answer["status"] == "success", (promql, answer)
+    return [series["value"][1] for series in answer["data"]["result"]]
+
+
+def test_item17_the_dashboard_draws_no_nan_for_what_a_connection_never_did(
+    prometheus_binary: str, tmp_path: Path
+) -> None:
+    """A connection that only sends and receives in AUTO mode: no failover, no blocked call,
+    no transaction, no other acknowledge mode. Every dashboard query answers numbers or
+    nothing (a gap), never NaN (a line Grafana draws as NaN)."""
+    with BrokerThread() as broker, haclient.connect(broker.url, client_id="prom-2") as connection:
+        connection.start()
+        session = connection.create_session()
+        producer = session.create_producer(Queue("prom-nan"))
+        consumer = session.create_consumer(Queue("prom-nan"))
+        with (
+            haclient.metrics.serve(0, connections=[connection]) as server,
+            prometheus(prometheus_binary, f"127.0.0.1:{server.port}", tmp_path) as base,
+        ):
+            samples = 'count_over_time(haclient_messages_sent_total{connection="prom-2"}[1m])'
+            deadline = time.monotonic() + SAMPLE_TIMEOUT
+            while (query(base, samples) or 0) < 4:  # rate() needs a few samples
+                producer.send(TextMessage("tick"))
+                assert consumer.receive(timeout=10) is not None
+                time.sleep(0.5)
+                assert time.monotonic() < deadline, "Prometheus scraped too few samples"
+            answers = {promql: _values(base, promql) for promql in _dashboard_queries()}
+    assert not {promql: v for promql, v in answers.items() if "NaN" in v}
+    rates = [v for promql, v in answers.items() if "haclient_messages_sent_total" in promql]
+    assert rates and all(float(x) > 0 for v in rates for x in v)

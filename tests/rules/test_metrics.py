@@ -8,6 +8,7 @@ prometheus-client's own parser: names, types, labels and values.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from failoverkit import TIMEOUT, Recorder, brokers, connected, failover_url
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import haclient
+from chaos.net import free_port
 from haclient.destination import Queue
 from haclient.errors import TransactionRolledBackError
 from haclient.message import TextMessage
@@ -27,17 +30,20 @@ pytestmark = pytest.mark.anyio
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(connection: Any) -> tuple[dict[str, str], Samples]:
-    """Scrape a fresh registry holding a collector over ``connection``: family types, samples."""
+def scrape(*connections: Any) -> tuple[dict[str, str], Samples]:
+    """Scrape a fresh registry holding a collector over ``connections``: family types and
+    samples (a series exposed twice, which Prometheus refuses, fails the test)."""
     registry = CollectorRegistry()
-    registry.register(HAClientCollector([connection]))
+    registry.register(HAClientCollector(connections))
     text = generate_latest(registry).decode()
     types: dict[str, str] = {}
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
         types[family.name] = family.type
         for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"{sample.name}{sample.labels} is exposed twice"
+            samples[key] = sample.value
     return types, samples
 
 
@@ -84,12 +90,13 @@ async def test_F14_metrics_tell_what_a_failover_did_and_cost(api: Api) -> None:
     assert value(samples, "haclient_failover_duration_seconds_bucket", le="+Inf") == 1
     assert value(samples, "haclient_connection_state", state="connected") == 1
     assert value(samples, "haclient_connection_state", state="failing_over") == 0
-    assert value(samples, "haclient_connection_info", method="roundrobin") == 1
+    info = {"method": "roundrobin", "version": haclient.__version__}
+    assert value(samples, "haclient_connection_info", **info) == 1
     second_address = f"127.0.0.1:{second.port}"
     assert value(samples, "haclient_connection_broker", broker=second_address) == 1
-    assert value(samples, "haclient_connection_attempts_total", broker=second_address) == 1
-    first_address = f"127.0.0.1:{first.port}"
-    assert value(samples, "haclient_connection_attempts_total", broker=first_address) == 1
+    for address in (f"127.0.0.1:{first.port}", second_address):
+        attempts = {"broker": address, "outcome": "succeeded"}
+        assert value(samples, "haclient_connection_attempts_total", **attempts) == 1
     assert value(samples, "haclient_calls_blocked") == 0
     assert value(samples, "haclient_call_blocked_duration_seconds_count") >= 1
     assert value(samples, "haclient_call_blocked_duration_seconds_sum") > 0
@@ -97,7 +104,6 @@ async def test_F14_metrics_tell_what_a_failover_did_and_cost(api: Api) -> None:
     assert value(samples, "haclient_messages_received_total") == 2
     assert value(samples, "haclient_acknowledgements_total", mode="auto") == 2
     assert value(samples, "haclient_ack_confirmation_duration_seconds_count", mode="auto") == 2
-    assert value(samples, "haclient_acknowledgements_total", mode="client") == 0
     assert value(samples, "haclient_transactions_total", outcome="committed") == 1
     assert value(samples, "haclient_transactions_total", outcome="rolled_back") == 1
     assert value(samples, "haclient_transactions_total", outcome="rolled_back_by_failover") == 1
@@ -110,5 +116,64 @@ async def test_F14_metrics_tell_what_a_failover_did_and_cost(api: Api) -> None:
     assert value(samples, "haclient_sessions") == 2
     # Bounded labels only: no message ids, no credentials, no URLs.
     labels = {name for (_, pairs) in samples for name, _ in pairs}
-    assert labels <= {"connection", "broker", "method", "mode", "outcome", "state", "le"}
+    assert labels <= {"connection", "broker", "method", "mode", "outcome", "state", "le", "version"}
     assert not any("ID:" in v or "@" in v or "//" in v for (_, p) in samples for _, v in p)
+
+
+def _connections(samples: Samples) -> set[str]:
+    return {dict(labels)["connection"] for name, labels in samples if name.endswith("_info")}
+
+
+async def test_item17_connections_sharing_a_client_id_are_told_apart(api: Api) -> None:
+    """Two open connections with one client id (one per broker) get a series each; a closed
+    one gives its name back, and is told apart while it is still reported."""
+    with brokers(2) as (first, second):
+        one = await connected(api, first.url, Recorder(), client_id="twin")
+        two = await connected(api, second.url, Recorder(), client_id="twin")
+        assert _connections(scrape(one.target, two.target)[1]) == {"twin", "twin#2"}
+        await one.close()
+        three = await connected(api, first.url, Recorder(), client_id="twin")
+        _, samples = scrape(one.target, two.target, three.target)
+        assert _connections(samples) == {"twin", "twin#2", "twin#closed"}
+        closed = {"connection": "twin#closed", "state": "closed"}
+        assert samples[("haclient_connection_state", frozenset(closed.items()))] == 1
+        await two.close()
+        await three.close()
+
+
+class _Dead:
+    url = f"amqp://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+async def test_item17_attempts_by_outcome_and_when_the_last_failover_and_change_were(
+    api: Api,
+) -> None:
+    with brokers(2) as (first, second):
+        recorder = Recorder()
+        opened = time.time()
+        url = failover_url(_Dead(), first, second)
+        async with await connected(api, url, recorder, client_id="metrics-1") as connection:
+            _, before = scrape(connection.target)
+            killed = time.time()
+            first.kill()
+            await recorder.wait_for("completed")
+            _, after = scrape(connection.target)
+
+    dead = _Dead.url.removeprefix("amqp://")
+    assert value(before, "haclient_connection_attempts_total", broker=dead, outcome="failed") == 1
+    assert (
+        value(before, "haclient_connection_attempts_total", broker=dead, outcome="succeeded") == 0
+    )
+    attempts = {"broker": f"127.0.0.1:{second.port}", "outcome": "succeeded"}
+    assert value(after, "haclient_connection_attempts_total", **attempts) == 1
+    assert not any(name == "haclient_last_failover_timestamp_seconds" for name, _ in before)
+    assert opened <= value(before, "haclient_last_state_change_timestamp_seconds") <= killed
+    began = value(after, "haclient_last_failover_timestamp_seconds")
+    assert killed <= began <= value(after, "haclient_last_state_change_timestamp_seconds")
+    assert value(after, "haclient_last_state_change_timestamp_seconds") <= time.time()
+    # Nothing was acknowledged and no transaction made: no series for them (no NaN lines).
+    unused = ("haclient_acknowledgements_total", "haclient_transactions_total")
+    assert not any(name in unused for name, _ in after)
+    assert value(
+        after, "haclient_connection_info", method="roundrobin", version=haclient.__version__
+    )

@@ -29,8 +29,8 @@ def test_options_parse_case_insensitively_and_convert() -> None:
     ("raw", "option"),
     [
         ({"url": URL}, "address"),
-        ({"url": URL, "address": "q", "batchsize": "0"}, "batch_size"),
-        ({"url": URL, "address": "q", "format": "xml"}, "body_format"),
+        ({"url": URL, "address": "q", "batchsize": "0"}, "batchSize"),
+        ({"url": URL, "address": "q", "format": "xml"}, "format"),
         ({"url": URL, "address": "q", "batchsiz": "5"}, "batchsiz"),
         ({"url": URL, "address": "q", "consume": "yes"}, "consume"),
         ({"url": URL, "address": "q", "query": "a:b"}, "query"),
@@ -43,6 +43,56 @@ def test_bad_options_raise_naming_the_option(raw: dict[str, str], option: str) -
     with pytest.raises(ConfigurationError) as caught:
         SparkOptions.parse(raw)
     assert caught.value.option == option
+
+
+@pytest.mark.parametrize(
+    ("raw", "option", "says"),
+    [
+        ({"url": "failover:(amqp://h:1)?failover.methd=x", "address": "q"}, "url", "methd"),
+        ({"url": "bogus://h:1", "address": "q"}, "url", "scheme 'bogus'"),
+        ({"url": URL, "address": "q", "receiveTimeout": "nan"}, "receiveTimeout", "finite"),
+        ({"url": URL, "address": "q", "receiveTimeout": "inf"}, "receiveTimeout", "finite"),
+        ({"url": URL, "address": "q", "receivetimeout": "soon"}, "receiveTimeout", "seconds"),
+        ({"url": URL, "address": "topic://"}, "address", "topic://name"),
+        ({"url": URL, "path": "queue://"}, "address", "queue://name"),
+        ({"url": URL, "address": "q", "BATCHSIZE": "ten"}, "batchSize", "a whole number"),
+        ({"url": URL, "address": "q", "maxrowsperbatch": "0"}, "maxRowsPerBatch", "at least 1"),
+    ],
+)
+def test_item6_url_and_values_are_checked_at_planning_naming_the_documented_option(
+    raw: dict[str, str], option: str, says: str
+) -> None:
+    """What fails inside executor tasks otherwise fails here, on the driver, naming the
+    option as the docs spell it and saying what is accepted."""
+    from haclient.errors import ConfigurationError
+    from haclient.spark.options import SparkOptions
+
+    with pytest.raises(ConfigurationError) as caught:
+        SparkOptions.parse(raw)
+    assert caught.value.option == option
+    assert str(caught.value).startswith(option) and says in str(caught.value)
+    assert "invalid literal" not in str(caught.value) and "_" not in option
+
+
+def test_item6_a_misspelt_option_is_answered_with_its_documented_spelling() -> None:
+    from haclient.errors import ConfigurationError
+    from haclient.spark.options import SparkOptions
+
+    with pytest.raises(ConfigurationError, match=r"did you mean 'receiveTimeout'\?"):
+        SparkOptions.parse({"url": URL, "address": "q", "recieveTimeout": "1"})
+
+
+def test_item5_the_first_connect_retries_within_the_budget_unless_the_url_says_otherwise() -> None:
+    from failover.url import parse_url
+    from haclient.spark.options import startup_rides_out_takeovers
+
+    for url in (URL, "amqp://127.0.0.1:1", "amqp://127.0.0.1:1?jms.prefetch=5"):
+        widened = parse_url(startup_rides_out_takeovers(url))
+        assert widened.policy.startup_cyclecount is None  # as many passes as failover makes
+        assert widened.policy.give_up_after == 120.0  # ... within its time budget
+        assert widened.brokers == parse_url(url).brokers  # credentials kept
+    own = URL + "?failover.startupMaxReconnectAttempts=3"
+    assert parse_url(startup_rides_out_takeovers(own)).policy.startup_cyclecount == 3
 
 
 def test_credentials_are_never_shown() -> None:
@@ -86,3 +136,23 @@ def test_rows_split_into_at_most_the_partitions_asked() -> None:
     parts = split([(n,) for n in range(5)], 2)
     assert [p.rows for p in parts] == [[(0,), (1,), (2,)], [(3,), (4,)]]
     assert split([], 2) == []
+
+
+def test_item7_a_default_micro_batch_ships_in_tasks_below_sparks_warning_size() -> None:
+    """Spark warns of a task of very large size past 1000 KiB; a default micro-batch (10,000
+    rows) of incompressible 240-character bodies is split into partitions below that."""
+    import os
+
+    from pyspark import cloudpickle
+
+    from haclient.spark.reader import split
+
+    epoch = datetime.fromtimestamp(0, UTC)
+    rows = [
+        (os.urandom(120).hex(), {"n": str(n)}, f"ID:q:0:0:{n}", None, "queue://q", epoch, 1, False)
+        for n in range(10_000)
+    ]
+    parts = split(rows, 2)
+    assert len(parts) > 2  # more than asked: two would each carry about 1.5 MB
+    assert max(len(cloudpickle.dumps(part)) for part in parts) < 1000 * 1024
+    assert [row for part in parts for row in part.rows] == rows

@@ -1425,3 +1425,29 @@ async def test_logs_never_show_passwords_and_warn_every_n_attempts(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage().split(" failed (")[1][:1] for r in warnings] == ["2", "4"]
     assert all(r.name == "haclient.failover" for r in caplog.records)
+
+
+class StateRecorder:
+    """A listener with ``state_changed`` only (it is outside the protocol)."""
+
+    def __init__(self) -> None:
+        self.states: list[S] = []
+
+    def state_changed(self, state: S) -> None:
+        self.states.append(state)
+
+
+@pytest.mark.anyio
+async def test_item17_state_changed_tells_every_change_of_state_closing_included() -> None:
+    """What the metrics' last-state-change time is made of: a failover between two scrapes
+    still moves it."""
+    network = Network()
+    recorder = StateRecorder()
+    manager = make(network, [A, B], FAST)
+    manager.add_listener(recorder)
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            await drop_and_reconnect(manager)
+            await manager.close()
+    assert recorder.states == [S.CONNECTED, S.FAILING_OVER, S.RESTORING, S.CONNECTED, S.CLOSED]
