@@ -102,6 +102,10 @@ def test_item18_the_statistics_repr_reads_as_a_summary() -> None:
         temporaries_restored=0,
         resources_not_restored=0,
         duplicates_suppressed=0,
+        connection_attempts_failed={"127.0.0.1:5672": 1},
+        name="ID:x",
+        last_failover_at=None,
+        state_since=0.0,
     )
     shown = repr(statistics)
     assert shown.startswith("ConnectionStatistics(state=CONNECTED, broker='amqp://127.0.0.1:5672'")
