@@ -61,27 +61,38 @@ class _Call(Generic[T]):
         done.acquire()
         self._value: T | None = None
         self._error: BaseException | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._cancelled = False
 
     def start(self) -> None:
-        """On the loop: run the coroutine as a task of its own, unless cancelled first."""
-        if self._cancelled or (self._owner._stopped and self._owner._refuse_calls):
-            self._coro.close()
-            self._error = asyncio.CancelledError()
-            self._done.release()
-            return
-        self._task = task = asyncio.get_running_loop().create_task(self._run())
-        self._owner._tasks.add(task)
+        """On the loop: run the coroutine as a task of its own."""
+        asyncio.get_running_loop().create_task(self._run())
+
+    def start_from_caller(self, loop_thread: LoopThread) -> bool:
+        """In the caller's thread: run the coroutine as a task made here (see
+        ``LoopThread.start_task``); False, with nothing done, when ``start`` must do it.
+
+        Raises:
+            RuntimeError: the loop has stopped.
+        """
+        return loop_thread.start_task(self._run) is not None
 
     async def _run(self) -> None:
+        """The task (its first step runs on the loop, like all of it: ``_tasks`` and
+        ``_task`` are the loop's alone)."""
+        tasks = self._owner._tasks
+        self._task = task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
         try:
+            if self._cancelled or (self._owner._stopped and self._owner._refuse_calls):
+                self._coro.close()
+                raise asyncio.CancelledError
             self._value = await self._coro
         except BaseException as exc:
             self._error = exc
         finally:
-            if self._task is not None:
-                self._owner._tasks.discard(self._task)
+            tasks.discard(task)
             self._done.release()
 
     def cancel(self) -> None:
@@ -185,7 +196,7 @@ class EventLoop:
         self._stopped = False
         self._refuse_calls = False
         self._holders: list[_Holder] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         """This connection's call tasks running now; only the loop thread touches it."""
 
     @classmethod
@@ -247,7 +258,8 @@ class EventLoop:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         call = _Call(self, coro)
         try:
-            self._thread.submit(call.start)
+            if not call.start_from_caller(self._thread):
+                self._thread.submit(call.start)
         except RuntimeError:  # the loop stopped meanwhile
             coro.close()
             raise ClosedError("the connection is closed") from None

@@ -113,6 +113,28 @@ class LoopThread:
         # tasks the callback creates get copies of it.
         loop.call_soon_threadsafe(callback, *args, context=self._context)
 
+    def start_task(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None] | None:
+        """Run ``fn()`` as a task of the loop, made in the calling thread (not the loop's);
+        None, with nothing done, in asyncio's debug mode: then make the task on the loop.
+
+        The task's first step runs in the loop's next turn: one turn and one callback sooner
+        than a task made by a callback (``submit``) would. A task's constructor only appends
+        its first step to the loop's ready queue, a deque, which is safe from another thread
+        in CPython, and the loop is then woken as ``call_soon_threadsafe`` wakes it; asyncio's
+        debug mode refuses calls from other threads, hence the None there.
+
+        Raises:
+            RuntimeError: the loop has stopped.
+        """
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("the event loop has stopped")
+        if loop.get_debug():
+            return None
+        task = asyncio.Task(fn(), loop=loop, context=self._context.copy())
+        loop.call_soon_threadsafe(_nothing)  # wakes the loop
+        return task
+
     def host(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         """Start the coroutine function ``fn`` as a task of the host task group; call only on
         the loop thread."""
@@ -128,6 +150,10 @@ class LoopThread:
                 loop.call_soon_threadsafe(stop.set)
         if not self.in_thread():
             self.thread.join(_STOP_WAIT)
+
+
+def _nothing() -> None:
+    """A callback that only wakes the loop."""
 
 
 _shared: LoopThread | None = None

@@ -135,3 +135,19 @@ def test_a_broker_that_does_not_answer_does_not_hold_up_another_connection(
             silent.resume()
         waiting.join(HANG)
         assert not waiting.is_alive()
+
+
+def test_calls_work_on_a_loop_in_asyncio_debug_mode(broker: BrokerThread, queue: Queue) -> None:
+    """In debug mode asyncio refuses a task made outside the loop's thread: each call's task
+    is then made on the loop (``LoopThread.start_task`` says None)."""
+    with haclient.connect(broker.url, private_loop=True) as conn:
+        loop = conn._loop._thread.loop
+        assert loop is not None
+        conn._loop.call(loop.set_debug, True)
+        assert conn._loop._thread.start_task(lambda: _never()) is None
+        conn.start()
+        assert round_trip(conn, queue, "in debug mode") == "in debug mode"
+
+
+async def _never() -> None:
+    raise AssertionError("never started")
