@@ -1,11 +1,11 @@
 """One blocking connection's way into its event loop: calls, the held connection, and stop.
 
 How this works: ``EventLoop`` is a connection's handle on a ``LoopThread`` (the process's shared
-one, or a private one). ``run(fn, ...)`` hands the coroutine ``fn(...)`` to the loop with one
-``call_soon_threadsafe``; on the loop it becomes one plain asyncio task, which stores its
-outcome and releases a lock the calling thread waits on. No portal task group, cancel scope,
-``concurrent.futures.Future`` or ``Condition`` per call: a blocking call costs one wake-up of
-the loop and one of the caller.
+one, or a private one). ``run(fn, ...)`` makes the coroutine ``fn(...)`` one plain asyncio task
+of that loop (made in the calling thread, which then wakes the loop: ``LoopThread.start_task``),
+which stores its outcome and releases a lock the calling thread waits on. No portal task group,
+cancel scope, ``concurrent.futures.Future`` or ``Condition`` per call: a blocking call costs one
+wake-up of the loop and one of the caller.
 
 While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C) cancels the task, waits briefly
 until it ended, and is raised again. The main thread waits in short slices, because an
