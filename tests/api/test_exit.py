@@ -35,19 +35,22 @@ def broker() -> Iterator[BrokerThread]:
         yield thread
 
 
-def run_script(body: str, url: str) -> subprocess.CompletedProcess[str]:
-    """Run ``body`` (with ``URL`` defined) in a fresh interpreter; kill it by its pid if it
-    outlives ``EXIT_BOUND``, and fail."""
+def start_script(body: str, url: str, *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
+    """``body`` (with ``URL`` defined) in a fresh interpreter that shows ResourceWarnings."""
     script = f"import haclient\nURL = {url!r}\n" + textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-W", "always::ResourceWarning", "-c", script],
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def run_script(body: str, url: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` to its end; kill it by its pid if it outlives ``EXIT_BOUND``, and fail."""
+    process = start_script(body, url)
     try:
         stdout, stderr = process.communicate(timeout=EXIT_BOUND)
     except subprocess.TimeoutExpired:
@@ -124,15 +127,7 @@ def test_C6_after_connection_failed_error_the_process_exits() -> None:
         sys.stdin.readline()  # the test kills the broker meanwhile
         conn.create_session(timeout=20)
         """
-        script = f"import haclient\nURL = {url!r}\n" + textwrap.dedent(body)
-        process = subprocess.Popen(
-            [sys.executable, "-W", "always::ResourceWarning", "-c", script],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        process = start_script(body, url, stdin=subprocess.PIPE)
         try:
             assert process.stdout is not None and process.stdin is not None
             assert process.stdout.readline().strip() == "connected"
@@ -161,15 +156,7 @@ def test_C6_a_connection_collected_by_the_garbage_collector_is_closed(broker: Br
     print('collected', flush=True)
     sys.stdin.readline()
     """
-    script = f"import haclient\nURL = {broker.url!r}\n" + textwrap.dedent(body)
-    process = subprocess.Popen(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", script],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    process = start_script(body, broker.url, stdin=subprocess.PIPE)
     try:
         assert process.stdout is not None and process.stdin is not None
         assert process.stdout.readline().strip() == "connected"
