@@ -46,7 +46,6 @@ from haclient.amqp.types import (
     Released,
     SenderSettleMode,
     Terminus,
-    TerminusKind,
 )
 from haclient.errors import (
     AttachTimeoutError,
@@ -618,9 +617,8 @@ class AmqpConnection:
         slot = self._attaches.get(link)
         if slot is None:
             return
-        remote = link.remote_target if link.is_sender else link.remote_source
-        if remote.kind is TerminusKind.NULL:
-            return  # refused: the reason follows in the Detach
+        if link.refused_by_peer:
+            return  # the reason follows in the Detach
         del self._attaches[link]
         slot.set(link)
 
