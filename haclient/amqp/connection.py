@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 
@@ -56,7 +56,7 @@ from haclient.errors import (
     error_from_condition,
 )
 
-__all__ = ["AmqpConnection", "ReceivedMessage", "open_connection"]
+__all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "open_connection"]
 
 log = logging.getLogger("haclient.amqp")
 
@@ -122,6 +122,47 @@ class _Inbox:
         self.messages: deque[ReceivedMessage] = deque()
         self.changed = anyio.Event()
         self.refusing = False  # nobody will take more: give arrivals back at once
+
+
+L = TypeVar("L", bound=Link)
+
+
+class Attaching(Generic[L]):
+    """An attach sent (or queued to be sent) whose answer is still to come.
+
+    ``wait()`` returns the link once the peer accepted it; it waits only if the answer has not
+    arrived yet, and never past the deadline fixed when the attach was made, so a caller that
+    starts many attaches and then waits for each in turn pays one round trip, not one each.
+    """
+
+    __slots__ = ("_connection", "_deadline", "_slot", "link", "timeout")
+
+    def __init__(
+        self, connection: AmqpConnection, link: L, slot: _Slot, deadline: float, timeout: float
+    ) -> None:
+        self._connection = connection
+        self._slot = slot
+        self._deadline = deadline
+        self.link = link
+        self.timeout = timeout
+
+    async def wait(self) -> L:
+        """The link, once the peer accepted it.
+
+        Raises:
+            InvalidDestinationError, NotImplementedByBrokerError ...: the peer refused it.
+            AttachTimeoutError: no answer by the deadline (the link is closed).
+            ConnectionLostError (and the like): the connection ended first.
+        """
+        slot = self._slot
+        if not slot.done:
+            with anyio.move_on_after(self._deadline - anyio.current_time()):
+                await slot.wait()
+            if not slot.done:
+                raise self._connection._attach_timed_out(self)
+        if slot.error is not None:
+            raise slot.error
+        return self.link
 
 
 class AmqpConnection:
@@ -248,17 +289,20 @@ class AmqpConnection:
     def _link_name(self, prefix: str) -> str:
         return f"{self.engine.config.container_id}:{prefix}:{next(self._names)}"
 
-    async def _attach(self, link: Link, timeout: float) -> Link:
+    def _attach(self, link: L, timeout: float) -> Attaching[L]:
         self._links.add(link)
         slot = self._attaches[link] = _Slot()
         self._wake()
-        with anyio.move_on_after(timeout):
-            return await slot.wait()  # type: ignore[no-any-return]
+        return Attaching(self, link, slot, anyio.current_time() + timeout, timeout)
+
+    def _attach_timed_out(self, attaching: Attaching[Any]) -> AttachTimeoutError:
+        link = attaching.link
         self._attaches.pop(link, None)
         link.close()
         self._wake()
-        raise AttachTimeoutError(
-            f"the broker did not answer the attach of link {link.name!r} within {timeout:g} s"
+        return AttachTimeoutError(
+            f"the broker did not answer the attach of link {link.name!r} within "
+            f"{attaching.timeout:g} s"
         )
 
     async def open_sender(
@@ -278,6 +322,30 @@ class AmqpConnection:
             InvalidDestinationError, NotImplementedByBrokerError ...: the peer refused it.
             AttachTimeoutError: the peer never answered (RabbitMQ does that for some features).
         """
+        attaching = self.open_sender_nowait(
+            target,
+            session=session,
+            name=name,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            source=source,
+            timeout=timeout,
+        )
+        return await attaching.wait()
+
+    def open_sender_nowait(
+        self,
+        target: Terminus | str | None,
+        *,
+        session: Session,
+        name: str | None = None,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        source: Terminus | None = None,
+        timeout: float = 30.0,
+    ) -> Attaching[Sender]:
+        """Attach a sender without waiting: ``await .wait()`` on the result for the answer
+        (``timeout`` counts from now). Many attaches started in a row cost one round trip."""
         self._check_session(session)
         if isinstance(target, str):
             target = Terminus(address=target)
@@ -288,8 +356,7 @@ class AmqpConnection:
             snd_settle_mode=snd_settle_mode,
             rcv_settle_mode=rcv_settle_mode,
         )
-        await self._attach(sender, timeout)
-        return sender
+        return self._attach(sender, timeout)
 
     async def open_receiver(
         self,
@@ -303,6 +370,29 @@ class AmqpConnection:
         timeout: float = 30.0,
     ) -> Receiver:
         """Attach a receiver, grant ``credit``, and wait until the peer accepted it."""
+        attaching = self.open_receiver_nowait(
+            source,
+            session=session,
+            name=name,
+            credit=credit,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            timeout=timeout,
+        )
+        return await attaching.wait()
+
+    def open_receiver_nowait(
+        self,
+        source: Terminus | str,
+        *,
+        session: Session,
+        name: str | None = None,
+        credit: int = 100,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        timeout: float = 30.0,
+    ) -> Attaching[Receiver]:
+        """Attach a receiver and grant ``credit`` without waiting (see ``open_sender_nowait``)."""
         self._check_session(session)
         if isinstance(source, str):
             source = Terminus(address=source)
@@ -314,8 +404,7 @@ class AmqpConnection:
             credit=credit,
         )
         self._inboxes[receiver] = _Inbox()
-        await self._attach(receiver, timeout)
-        return receiver
+        return self._attach(receiver, timeout)
 
     def detach(
         self, link: Link, error: ErrorCondition | None = None, *, closed: bool = True
