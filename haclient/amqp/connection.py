@@ -116,12 +116,27 @@ class _Slot:
 class _Inbox:
     """Messages that arrived on one receiver, waiting to be taken."""
 
-    __slots__ = ("changed", "messages", "refusing")
+    __slots__ = ("_changed", "messages", "refusing")
 
     def __init__(self) -> None:
         self.messages: deque[ReceivedMessage] = deque()
-        self.changed = anyio.Event()
+        # Made by the first waiter: most inboxes are never waited on (a listener's, or one
+        # restored by failover before anyone receives), and an Event per receiver is garbage
+        # the collector walks when thousands of them are restored at once.
+        self._changed: anyio.Event | None = None
         self.refusing = False  # nobody will take more: give arrivals back at once
+
+    def wake(self) -> None:
+        """Wake whoever waits in ``wait_changed`` (a waiter checks again what it waits for)."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def wait_changed(self) -> None:
+        """Wait until the next ``wake``."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
 
 
 L = TypeVar("L", bound=Link)
@@ -419,8 +434,7 @@ class AmqpConnection:
                 link.detach(error)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]
         if inbox is not None:
-            inbox.changed.set()
-            inbox.changed = anyio.Event()
+            inbox.wake()
         self._signal_credit()
         self._wake()
 
@@ -542,8 +556,7 @@ class AmqpConnection:
                     raise error
                 if receiver.is_closed:
                     return None
-                changed = inbox.changed
-                await changed.wait()
+                await inbox.wait_changed()
             return inbox.messages.popleft()
         return None
 
@@ -685,8 +698,7 @@ class AmqpConnection:
                 case TransportClosed(error=error):
                     self._on_transport_closed(error)
         for inbox in received:  # wake each receiver once per batch, not once per message
-            inbox.changed.set()
-            inbox.changed = anyio.Event()
+            inbox.wake()
         if received:
             self._signal_credit()  # a transfer uses credit: a drain may be complete (see drain)
         for link in attached:
@@ -754,7 +766,7 @@ class AmqpConnection:
             slot.fail(failure)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]
         if inbox is not None:
-            inbox.changed.set()
+            inbox.wake()
         for delivery, outcome_slot in list(self._outcomes.items()):
             if delivery.link is link:
                 outcome_slot.fail(failure)
@@ -780,7 +792,7 @@ class AmqpConnection:
         self._attaches.clear()
         self._outcomes.clear()
         for inbox in self._inboxes.values():
-            inbox.changed.set()
+            inbox.wake()
         self._signal_credit()
         self._ended.set(self._end_error)
 
