@@ -73,6 +73,15 @@ WRITE_EVERY = 32
 """Pipelined transfers queued between writes from the sending task (see ``send_nowait``)."""
 
 
+def _fresh(error: BaseException) -> BaseException:
+    """A stored error, to raise once more: without the traceback of its earlier raises. Raising
+    an exception object appends the raiser's frames to its traceback, so one error that ends a
+    connection and is raised by every call waiting on it would keep all their frames (and
+    what those hold) alive for as long as anyone keeps the error, such as failover, as a cause.
+    """
+    return error.with_traceback(None)
+
+
 class _Slot:
     """One awaited answer: set once with a value or an error.
 
@@ -109,7 +118,7 @@ class _Slot:
                 self._event = anyio.Event()
             await self._event.wait()
         if self.error is not None:
-            raise self.error
+            raise _fresh(self.error)
         return self.value
 
 
@@ -176,7 +185,7 @@ class Attaching(Generic[L]):
             if not slot.done:
                 raise self._connection._attach_timed_out(self)
         if slot.error is not None:
-            raise slot.error
+            raise _fresh(slot.error)
         return self.link
 
 
@@ -215,7 +224,7 @@ class AmqpConnection:
 
     def _check_open(self) -> None:
         if self._end_error is not None:
-            raise self._end_error
+            raise _fresh(self._end_error)
         if self._ended.done:
             raise ClosedError("the AMQP connection is closed")
 
@@ -291,13 +300,13 @@ class AmqpConnection:
         self._check_open()
         error = self._session_errors.get(session)
         if error is not None:
-            raise error
+            raise _fresh(error)
 
     def _check_link(self, link: Link) -> None:
         self._check_open()
         error = self._link_errors.get(link)
         if error is not None:
-            raise error
+            raise _fresh(error)
         if link.is_closed:
             raise ClosedError(f"link {link.name!r} is closed")
 
@@ -553,7 +562,7 @@ class AmqpConnection:
                 self._check_open()
                 error = self._link_errors.get(receiver)
                 if error is not None:
-                    raise error
+                    raise _fresh(error)
                 if receiver.is_closed:
                     return None
                 await inbox.wait_changed()

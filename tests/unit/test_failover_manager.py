@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -403,6 +404,35 @@ async def test_a_failure_no_reconnect_can_fix_stops_the_start_at_once() -> None:
                 await manager.start()
     assert network.calls == ["a"]
     assert isinstance(info.value.cause, AuthenticationError)
+
+
+@pytest.mark.anyio
+async def test_a_failed_attempt_is_kept_with_its_traceback_but_not_what_its_frames_held() -> None:
+    held = ["what the attempt built"]
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        built = held  # a local of a frame the failure's traceback holds
+        try:
+            raise OSError(f"connection refused by {broker.host} ({len(built)})")
+        except OSError as exc:
+            raise ConnectionLostError("cannot connect") from exc
+
+    with anyio.fail_after(HANG):
+        async with make(Network(), [A], connect=connect) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+    cause = info.value.cause
+    assert isinstance(cause, ConnectionLostError) and cause.__traceback__ is not None
+    frames = [tb.tb_frame for error in (cause, cause.__cause__) for tb in _tracebacks(error)]
+    assert frames and all("built" not in frame.f_locals for frame in frames)
+
+
+def _tracebacks(error: BaseException | None) -> list[Any]:
+    tb, found = (error.__traceback__ if error is not None else None), []
+    while tb is not None:
+        found.append(tb)
+        tb = tb.tb_next
+    return found
 
 
 @pytest.mark.anyio
