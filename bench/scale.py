@@ -386,8 +386,10 @@ def _kill_and_watch(
             if n in done:
                 continue
             conn = client.connection
+            if conn.state is not ConnectionState.CONNECTED:  # the cheaper read first: this
+                continue  # thread competes with the loop thread for the GIL
             broker = conn.broker
-            if conn.state is ConnectionState.CONNECTED and broker and broker.port == standby.port:
+            if broker and broker.port == standby.port:
                 done[n] = now - t_kill
         progress.update(len(done))
         time.sleep(SWEEP_EVERY)

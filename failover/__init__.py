@@ -13,7 +13,8 @@ policy, states and protocols are pure. ``tests/unit/test_layers.py`` keeps all t
 - ``failover.states``: the state machine of the logical connection (``TRANSITIONS``) and the
   pure decisions on it: give up or fail over, and the plan of a connect or a failover.
 - ``failover.protocols``: what the manager is given (``ManagedConnection``, ``Connector``,
-  ``Resource``, ``FailoverListener``) and ``restore_tiers``, the order resources restore in.
+  ``Resource`` and ``StagedResource``, ``FailoverListener``) and ``restore_tiers``, the order
+  resources restore in.
 - ``failover.manager``: ``ConnectionManager``, the logical connection over a connector, and
   its public API: the gate (``wait_connected``), epochs, registering resources, listeners
   (F14) and the ``exchange`` list (F12). It re-exports the names of ``failover.states`` and

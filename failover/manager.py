@@ -26,11 +26,13 @@ Rules it keeps:
    before any reconnect), and restored after a reconnect with the new physical connection,
    while the gate is still closed to everyone else: tier by tier (``restore_tiers``: one tier
    per ``restore_order``, lowest first), the resources of one tier concurrently, the next tier
-   once the whole tier has finished. A resource whose ``restore`` raises is reported to the
-   listeners (F14) and the others still restore; a loss during restore cancels the restore and
-   starts the next attempt of the plan. A restore that raises a retriable ``TimeoutError``
-   (the broker stopped answering, e.g. a Begin left unanswered) is such a loss, not a
-   resource that cannot be restored.
+   once the whole tier has finished. Concurrently means a task per resource, except for a
+   ``StagedResource``: those of a tier are all begun before any is waited for, and then
+   finished in turn by one task (one round trip for all, and no task each). A resource whose
+   ``restore`` raises is reported to the listeners (F14) and the others still restore; a loss
+   during restore cancels the restore and starts the next attempt of the plan. A restore
+   that raises a retriable ``TimeoutError`` (the broker stopped answering, e.g. a Begin left
+   unanswered) is such a loss, not a resource that cannot be restored.
 4. A failure that no reconnect can fix (an ``HAClientError`` whose ``retriable`` is False, e.g.
    ``AuthenticationError``), or any loss under ``nofailover``, goes to FAILED at once.
 5. Callbacks (``connection_lost``, listeners) run synchronously on the manager's event loop; one
@@ -81,6 +83,7 @@ from failover.protocols import (
     P,
     Resource,
     RestoreOrder,
+    StagedResource,
 )
 from failover.states import (
     TRANSITIONS,
@@ -105,6 +108,7 @@ __all__ = [
     "ManagerStatistics",
     "Resource",
     "RestoreOrder",
+    "StagedResource",
     "is_retriable_failure",
     "next_state",
 ]

@@ -9,7 +9,8 @@ resources restore, in which tiers.
   (``wait_closed`` and ``close``).
 - ``Connector``: opens one ``ManagedConnection`` to one ``BrokerURL``.
 - ``Resource``: something built on the physical connection that failover builds again;
-  ``RestoreOrder`` suggests its ``restore_order``.
+  ``RestoreOrder`` suggests its ``restore_order``. A ``StagedResource`` can also begin its
+  restore without waiting for the answer.
 - ``FailoverListener``: the failover notifications (F14).
 """
 
@@ -25,9 +26,11 @@ from failover.url import BrokerURL
 __all__ = [
     "Connector",
     "FailoverListener",
+    "Finish",
     "ManagedConnection",
     "Resource",
     "RestoreOrder",
+    "StagedResource",
     "restore_tiers",
 ]
 
@@ -92,6 +95,29 @@ class Resource(Protocol[P_contra]):
         """The connection of ``epoch`` was lost; called at once, before any reconnect (F7-F9:
         mark a transaction dirty, drop prefetched messages). Must not block."""
         return None
+
+
+#: What is left of a restore begun by ``StagedResource.begin_restore``: call and await it.
+Finish = Callable[[], Awaitable[None]]
+
+
+class StagedResource(Resource[P_contra], Protocol):
+    """A resource whose restore can be begun without waiting (a request sent, its answer to
+    come), so that many restore for the price of one round trip and no task each.
+
+    The manager calls ``begin_restore`` instead of ``restore``: on every such resource of a
+    tier, one after the other, before it waits for any; then it awaits what they returned, in
+    the same order, in one task.
+    """
+
+    def begin_restore(self, connection: P_contra, epoch: int) -> Finish | None:
+        """Begin building this resource again on ``connection``: send what needs sending
+        and return what is left (awaiting the answer), or None when nothing is. Must not block.
+
+        Raises:
+            The same as ``restore``, from this call or from the one it returns.
+        """
+        ...
 
 
 R = TypeVar("R", bound=Resource[Any])

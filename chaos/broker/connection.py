@@ -303,7 +303,7 @@ class BrokerConnection:
             selector = compile_matcher(filters.selector, subscriptions.cache)
             echo = {k: v for k, v in (filters.echo or {}).items() if k != NO_LOCAL_FILTER}
             answer = dataclasses.replace(answer, filter=echo or None)
-        else:
+        elif answer.filter is not None:
             answer = dataclasses.replace(answer, filter=None)
         if source.distribution is Distribution.COPY:
             self._start_browser(link, node, answer, selector)

@@ -249,6 +249,8 @@ DeadLetter = Callable[[StoredMessage], None]
 
 
 PRIORITY_LEVELS = 10
+# The levels of a queue that never held a message: read and cleared, never added to.
+_NO_LEVELS: tuple[deque[StoredMessage], ...] = tuple(deque() for _ in range(PRIORITY_LEVELS))
 """Priorities 0-9 are distinct levels; a higher header priority counts as 9."""
 EXPIRY_SWEEP_INTERVAL = 1000.0
 """Milliseconds between two sweeps of one queue for expired messages (the first one after a
@@ -316,7 +318,9 @@ class Queue:
         self._clock = policy.clock
         self.max_deliveries = policy.max_deliveries(name)
         self._expires = policy.expiry_address != name  # the expiry queue keeps what it gets
-        self._levels: list[deque[StoredMessage]] = [deque() for _ in range(PRIORITY_LEVELS)]
+        # Shared empty levels until the first message: failover to a fresh broker creates
+        # thousands of queues at once, most of which stay empty (see _level).
+        self._levels: Sequence[deque[StoredMessage]] = _NO_LEVELS
         self._ready = 0
         self._seq = 0
         self._delayed: list[tuple[float, int, StoredMessage]] = []  # heap by (due, seq)
@@ -333,6 +337,12 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} depth={self.depth} unacked={self.unacked}>"
+
+    def _level(self, priority: int) -> deque[StoredMessage]:
+        """The level for messages of ``priority``, to add one to (the levels made first)."""
+        if self._levels is _NO_LEVELS:
+            self._levels = [deque() for _ in range(PRIORITY_LEVELS)]
+        return self._levels[min(priority, PRIORITY_LEVELS - 1)]
 
     @property
     def messages(self) -> _Waiting:
@@ -439,7 +449,7 @@ class Queue:
             return False
         self._seq += 1
         message.seq = self._seq
-        self._levels[min(message.header.priority, PRIORITY_LEVELS - 1)].append(message)
+        self._level(message.header.priority).append(message)
         self._ready += 1
         if message.expires_at is not None:
             self._sweep_for(message.expires_at)
@@ -447,7 +457,7 @@ class Queue:
 
     def _put_back(self, message: StoredMessage) -> None:
         """Return a message to its old place: ahead of the newer messages of its priority."""
-        level = self._levels[min(message.header.priority, PRIORITY_LEVELS - 1)]
+        level = self._level(message.header.priority)
         seq = message.seq
         if not level or level[0].seq > seq:
             level.appendleft(message)

@@ -37,7 +37,8 @@ from haclient.aio.physical import PhysicalConnection, open_physical
 from haclient.aio.session import Session
 from haclient.aio.stats import PROCESS_NAMES, HistogramSnapshot, broker_address
 from haclient.aio.termini import SubscriptionNames
-from haclient.amqp.endpoints import Link
+from haclient.amqp.connection import Attaching
+from haclient.amqp.endpoints import Link, Sender
 from haclient.amqp.endpoints import Session as AmqpSession
 from haclient.amqp.types import Terminus
 from haclient.destination import TemporaryQueue, TemporaryTopic
@@ -553,20 +554,27 @@ class _TemporaryDestinations:
         self._links: dict[int, tuple[TemporaryQueue | TemporaryTopic, Link]] = {}
 
     async def _attach(self, physical: PhysicalConnection, queue: bool, name: str) -> Link:
-        options = self._connection._options
+        await self._open_session(physical)
+        link = await self._begin_attach(physical, queue, name).wait()
+        _created_address(physical, link)
+        return link
+
+    async def _open_session(self, physical: PhysicalConnection) -> None:
         if self._session is None:
-            self._session = await physical.amqp.open_session(timeout=options.attach_timeout)
+            timeout = self._connection._options.attach_timeout
+            self._session = await physical.amqp.open_session(timeout=timeout)
+
+    def _begin_attach(
+        self, physical: PhysicalConnection, queue: bool, name: str
+    ) -> Attaching[Sender]:
+        assert self._session is not None
         capability = "temporary-queue" if queue else "temporary-topic"
-        link = await physical.amqp.open_sender(
+        return physical.amqp.open_sender_nowait(
             Terminus(dynamic=True, capabilities=(capability,)),
             session=self._session,
             name=name,
-            timeout=options.attach_timeout,
+            timeout=self._connection._options.attach_timeout,
         )
-        if not link.remote_target.address:
-            physical.amqp.detach(link)
-            raise HAClientError("the broker created a temporary destination without an address")
-        return link
 
     async def create(self, *, queue: bool) -> TemporaryQueue | TemporaryTopic:
         physical = self._connection._physical()
@@ -591,16 +599,50 @@ class _TemporaryDestinations:
         self._session = None
 
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
-        for key, (destination, link) in list(self._links.items()):
-            queue = isinstance(destination, TemporaryQueue)
-            fresh = await self._attach(physical, queue, link.name)
-            address = fresh.remote_target.address
-            assert address is not None
-            if address != destination.address:
-                log.info("temporary destination %s is now %s", destination.address, address)
-                destination._follow(address)  # the object and its copies follow (F6)
-            self._links[key] = (destination, fresh)
-            self._connection._context.counters.temporaries_restored += 1
+        """Create every node again, the attaches all sent before the first answer is awaited
+        (one round trip for all); one that fails does not keep the others from following
+        (F6), and the first failure is raised at the end."""
+        if not self._links:
+            return
+        await self._open_session(physical)
+        attaches = [
+            (
+                key,
+                destination,
+                self._begin_attach(physical, isinstance(destination, TemporaryQueue), link.name),
+            )
+            for key, (destination, link) in list(self._links.items())
+        ]
+        failure: Exception | None = None
+        for key, destination, attaching in attaches:
+            try:
+                fresh = await attaching.wait()
+                address = _created_address(physical, fresh)
+            except HAClientError as exc:
+                failure = failure or exc
+                continue
+            self._follow(key, destination, fresh, address)
+        if failure is not None:
+            raise failure
+
+    def _follow(
+        self, key: int, destination: TemporaryQueue | TemporaryTopic, fresh: Link, address: str
+    ) -> None:
+        """``destination`` (and its copies) now names the node ``fresh`` created (F6)."""
+        if address != destination.address:
+            log.info("temporary destination %s is now %s", destination.address, address)
+            destination._follow(address)
+        self._links[key] = (destination, fresh)
+        self._connection._context.counters.temporaries_restored += 1
+
+
+def _created_address(physical: PhysicalConnection, link: Link) -> str:
+    """The address of the node a dynamic sender ``link`` created (none: it is detached)."""
+    address = link.remote_target.address
+    if not address:
+        physical.amqp.detach(link)
+        raise HAClientError("the broker created a temporary destination without an address")
+    return address
 
 
 class Connecting:

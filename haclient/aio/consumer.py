@@ -172,16 +172,29 @@ class MessageConsumer:
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
         """Attach again with the same link name, source, selector and no-local (S5); a
         temporary destination's source takes the node's new address (F6: restored first)."""
+        finish = self.begin_restore(physical, epoch)
+        if finish is not None:
+            await finish()
+
+    def begin_restore(
+        self, physical: PhysicalConnection, epoch: int
+    ) -> Callable[[], Awaitable[None]] | None:
+        """``restore`` in two steps (a ``StagedResource``): the attach is sent now, the call
+        returned waits for its answer (None: closed, nothing to restore)."""
         if self._closed:
-            return
+            return None
         if isinstance(self._destination, TemporaryQueue | TemporaryTopic):
             self._source = replace(self._source, address=address_of(self._destination))
-        await self._attach()
+        return self._begin_attach()
 
     # Link --------------------------------------------------------------------------------------
 
     async def _attach(self) -> None:
         """Attach the link (on the session's current connection) and grant the prefetch."""
+        await self._begin_attach()()
+
+    def _begin_attach(self) -> Callable[[], Awaitable[None]]:
+        """Send the attach (granting the prefetch); the call returned waits for the answer."""
         context = self._context
         physical, amqp_session = context.link_context()
         presettled = context.ack_mode is AckMode.NO_ACK
@@ -189,7 +202,7 @@ class MessageConsumer:
         want_second = (
             confirms and physical.settle_second is not False and not physical.ack_fallback_only
         )
-        self._receiver = receiver = await physical.amqp.open_receiver(
+        attaching = physical.amqp.open_receiver_nowait(
             self._source,
             session=amqp_session,
             name=self._link_name,
@@ -198,13 +211,20 @@ class MessageConsumer:
             rcv_settle_mode=ReceiverSettleMode.SECOND if want_second else ReceiverSettleMode.FIRST,
             timeout=context.options.attach_timeout,
         )
-        if want_second:
-            granted = receiver.remote_rcv_settle_mode is ReceiverSettleMode.SECOND
-            physical.settle_second = granted
-            self._confirmation = AckConfirmation.SETTLE_SECOND if granted else physical.ack_fallback
-        elif confirms:
-            self._confirmation = physical.ack_fallback
-        context.note_confirmation(self._confirmation)
+
+        async def attached() -> None:
+            self._receiver = receiver = await attaching.wait()
+            if want_second:
+                granted = receiver.remote_rcv_settle_mode is ReceiverSettleMode.SECOND
+                physical.settle_second = granted
+                self._confirmation = (
+                    AckConfirmation.SETTLE_SECOND if granted else physical.ack_fallback
+                )
+            elif confirms:
+                self._confirmation = physical.ack_fallback
+            context.note_confirmation(self._confirmation)
+
+        return attached
 
     def _top_up(self) -> None:
         """Keep about ``prefetch`` messages granted (or one for a receive, with prefetch 0)."""

@@ -6,6 +6,7 @@ disposition lives here, so that the rest of the package speaks only ``haclient.a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -187,52 +188,117 @@ def condition_to_pn(error: ErrorCondition | None) -> Condition | None:
 
 
 # Termini ---------------------------------------------------------------------------------------
+#
+# Every attach writes two termini and reads the peer's, thousands of them when failover restores
+# a connection's consumers: the code below talks to proton's C termini (``pn_terminus_t``, what
+# ``cproton.pn_link_source`` and friends return) directly, without proton's Python wrappers. The
+# symbol arrays (capabilities, outcomes) repeat from link to link: each is encoded or decoded once
+# and copied as bytes after that.
+
+_PN_UNSPECIFIED: Final = PnTerminus.UNSPECIFIED
+_PN_COORDINATOR: Final = PnTerminus.COORDINATOR
+_DURABILITY_FROM_PN: Final = {int(d.value): d for d in Durability}
 
 
-def write_terminus(dest: PnTerminus, src: Terminus | None, *, is_source: bool) -> None:
-    """Copy our ``Terminus`` into a link's local proton terminus."""
+def write_terminus(dest: Any, src: Terminus | None, *, is_source: bool) -> None:
+    """Copy our ``Terminus`` into a link's local terminus (proton's C ``pn_terminus_t``)."""
     if src is None or src.kind is TerminusKind.NULL:
-        dest.type = PnTerminus.UNSPECIFIED
+        cproton.pn_terminus_set_type(dest, _PN_UNSPECIFIED)
         return
     if src.kind is TerminusKind.COORDINATOR:
-        dest.type = PnTerminus.COORDINATOR
-        put_data(dest.capabilities, symbol_array(src.capabilities))
+        cproton.pn_terminus_set_type(dest, _PN_COORDINATOR)
+        _put_symbols(cproton.pn_terminus_capabilities(dest), src.capabilities)
         return
-    dest.type = PnTerminus.SOURCE if is_source else PnTerminus.TARGET
+    cproton.pn_terminus_set_type(dest, PnTerminus.SOURCE if is_source else PnTerminus.TARGET)
     if src.address is not None:
-        dest.address = src.address
-    dest.durability = int(src.durable)
-    dest.expiry_policy = _EXPIRY_TO_PN[src.expiry_policy]
-    dest.timeout = src.timeout
-    dest.dynamic = src.dynamic
-    dest.distribution_mode = _DIST_TO_PN[src.distribution]
-    put_data(dest.capabilities, symbol_array(src.capabilities))
-    put_data(dest.filter, symbol_keys(src.filter))
-    put_data(dest.properties, symbol_keys(src.dynamic_node_properties))
-    put_data(dest.outcomes, symbol_array(src.outcomes))
+        cproton.pn_terminus_set_address(dest, src.address)
+    cproton.pn_terminus_set_durability(dest, int(src.durable))
+    cproton.pn_terminus_set_expiry_policy(dest, _EXPIRY_TO_PN[src.expiry_policy])
+    cproton.pn_terminus_set_timeout(dest, src.timeout)
+    cproton.pn_terminus_set_dynamic(dest, src.dynamic)
+    cproton.pn_terminus_set_distribution_mode(dest, _DIST_TO_PN[src.distribution])
+    _put_symbols(cproton.pn_terminus_capabilities(dest), src.capabilities)
+    _put_map(cproton.pn_terminus_filter(dest), src.filter)
+    _put_map(cproton.pn_terminus_properties(dest), src.dynamic_node_properties)
+    _put_symbols(cproton.pn_terminus_outcomes(dest), src.outcomes)
 
 
-def read_terminus(src: PnTerminus) -> Terminus:
-    """Our ``Terminus`` from a proton terminus (local or remote)."""
-    if src.type == PnTerminus.UNSPECIFIED:
+def read_terminus(src: Any) -> Terminus:
+    """Our ``Terminus`` from a link's terminus, local or remote (proton's C ``pn_terminus_t``)."""
+    kind = cproton.pn_terminus_get_type(src)
+    if kind == _PN_UNSPECIFIED:
         return Terminus.null()
-    capabilities = symbols(get_data(src.capabilities))
-    if src.type == PnTerminus.COORDINATOR:
+    capabilities = _get_symbols(cproton.pn_terminus_capabilities(src))
+    if kind == _PN_COORDINATOR:
         return Terminus.coordinator(capabilities)
-    filters = get_data(src.filter)
-    node_properties = get_data(src.properties)
     return Terminus(
-        address=src.address,
-        durable=Durability(src.durability),
-        expiry_policy=_EXPIRY_FROM_PN.get(src.expiry_policy, ExpiryPolicy.SESSION_END),
-        timeout=src.timeout,
-        dynamic=src.dynamic,
+        address=cproton.pn_terminus_get_address(src),
+        durable=_DURABILITY_FROM_PN[cproton.pn_terminus_get_durability(src)],
+        expiry_policy=_EXPIRY_FROM_PN.get(
+            cproton.pn_terminus_get_expiry_policy(src), ExpiryPolicy.SESSION_END
+        ),
+        timeout=cproton.pn_terminus_get_timeout(src),
+        dynamic=bool(cproton.pn_terminus_is_dynamic(src)),
         capabilities=capabilities,
-        filter=plain_keys(filters) if filters else None,
-        distribution=_DIST_FROM_PN.get(src.distribution_mode, Distribution.UNSPECIFIED),
-        dynamic_node_properties=plain_keys(node_properties) if node_properties else None,
-        outcomes=symbols(get_data(src.outcomes)),
+        filter=_get_map(cproton.pn_terminus_filter(src)),
+        distribution=_DIST_FROM_PN.get(
+            cproton.pn_terminus_get_distribution_mode(src), Distribution.UNSPECIFIED
+        ),
+        dynamic_node_properties=_get_map(cproton.pn_terminus_properties(src)),
+        outcomes=_get_symbols(cproton.pn_terminus_outcomes(src)),
     )
+
+
+def is_null_terminus(terminus: Any) -> bool:
+    """Whether a terminus (proton's C ``pn_terminus_t``) is null: no source or target."""
+    return bool(cproton.pn_terminus_get_type(terminus) == _PN_UNSPECIFIED)
+
+
+def _put_symbols(data: Any, values: tuple[str, ...]) -> None:
+    """Replace the contents of a C ``pn_data_t`` with ``values`` as an array of symbols."""
+    cproton.pn_data_clear(data)
+    if values:
+        cproton.pn_data_decode(data, _encoded_symbols(values))
+
+
+def _put_map(data: Any, mapping: Mapping[str, Any] | None) -> None:
+    """Replace the contents of a C ``pn_data_t`` with a map keyed by symbols (nothing: None)."""
+    cproton.pn_data_clear(data)
+    if mapping is not None:
+        Data(data).put_object(symbol_keys(mapping))
+
+
+def _get_symbols(data: Any) -> tuple[str, ...]:
+    """A ``multiple`` symbol field held in a C ``pn_data_t``, as a tuple of str."""
+    size = cproton.pn_data_encoded_size(data)
+    if size <= 0:
+        return ()
+    error, encoded = cproton.pn_data_encode(data, size)
+    if error < 0:  # not expected: the size was proton's own
+        return symbols(get_data(Data(data)))
+    return _decoded_symbols(bytes(encoded))
+
+
+def _get_map(data: Any) -> dict[str, Any] | None:
+    """A map held in a C ``pn_data_t`` with its keys as str (None: empty)."""
+    if cproton.pn_data_encoded_size(data) <= 0:
+        return None
+    value = get_data(Data(data))
+    return plain_keys(value) if value else None
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded_symbols(values: tuple[str, ...]) -> bytes:
+    data = Data()
+    data.put_object(symbol_array(values))
+    return bytes(data.encode())
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded_symbols(encoded: bytes) -> tuple[str, ...]:
+    data = Data()
+    data.decode(encoded)
+    return symbols(get_data(data))
 
 
 # Delivery states -------------------------------------------------------------------------------

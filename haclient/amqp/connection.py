@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 
@@ -46,7 +46,6 @@ from haclient.amqp.types import (
     Released,
     SenderSettleMode,
     Terminus,
-    TerminusKind,
 )
 from haclient.errors import (
     AttachTimeoutError,
@@ -57,7 +56,7 @@ from haclient.errors import (
     error_from_condition,
 )
 
-__all__ = ["AmqpConnection", "ReceivedMessage", "open_connection"]
+__all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "open_connection"]
 
 log = logging.getLogger("haclient.amqp")
 
@@ -72,6 +71,15 @@ class ReceivedMessage:
 
 WRITE_EVERY = 32
 """Pipelined transfers queued between writes from the sending task (see ``send_nowait``)."""
+
+
+def _fresh(error: BaseException) -> BaseException:
+    """A stored error, to raise once more: without the traceback of its earlier raises. Raising
+    an exception object appends the raiser's frames to its traceback, so one error that ends a
+    connection and is raised by every call waiting on it would keep all their frames (and
+    what those hold) alive for as long as anyone keeps the error, such as failover, as a cause.
+    """
+    return error.with_traceback(None)
 
 
 class _Slot:
@@ -110,19 +118,75 @@ class _Slot:
                 self._event = anyio.Event()
             await self._event.wait()
         if self.error is not None:
-            raise self.error
+            raise _fresh(self.error)
         return self.value
 
 
 class _Inbox:
     """Messages that arrived on one receiver, waiting to be taken."""
 
-    __slots__ = ("changed", "messages", "refusing")
+    __slots__ = ("_changed", "messages", "refusing")
 
     def __init__(self) -> None:
         self.messages: deque[ReceivedMessage] = deque()
-        self.changed = anyio.Event()
+        # Made by the first waiter: most inboxes are never waited on (a listener's, or one
+        # restored by failover before anyone receives), and an Event per receiver is garbage
+        # the collector walks when thousands of them are restored at once.
+        self._changed: anyio.Event | None = None
         self.refusing = False  # nobody will take more: give arrivals back at once
+
+    def wake(self) -> None:
+        """Wake whoever waits in ``wait_changed`` (a waiter checks again what it waits for)."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def wait_changed(self) -> None:
+        """Wait until the next ``wake``."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+
+L = TypeVar("L", bound=Link)
+
+
+class Attaching(Generic[L]):
+    """An attach sent (or queued to be sent) whose answer is still to come.
+
+    ``wait()`` returns the link once the peer accepted it; it waits only if the answer has not
+    arrived yet, and never past the deadline fixed when the attach was made, so a caller that
+    starts many attaches and then waits for each in turn pays one round trip, not one each.
+    """
+
+    __slots__ = ("_connection", "_deadline", "_slot", "link", "timeout")
+
+    def __init__(
+        self, connection: AmqpConnection, link: L, slot: _Slot, deadline: float, timeout: float
+    ) -> None:
+        self._connection = connection
+        self._slot = slot
+        self._deadline = deadline
+        self.link = link
+        self.timeout = timeout
+
+    async def wait(self) -> L:
+        """The link, once the peer accepted it.
+
+        Raises:
+            InvalidDestinationError, NotImplementedByBrokerError ...: the peer refused it.
+            AttachTimeoutError: no answer by the deadline (the link is closed).
+            ConnectionLostError (and the like): the connection ended first.
+        """
+        slot = self._slot
+        if not slot.done:
+            with anyio.move_on_after(self._deadline - anyio.current_time()):
+                await slot.wait()
+            if not slot.done:
+                raise self._connection._attach_timed_out(self)
+        if slot.error is not None:
+            raise _fresh(slot.error)
+        return self.link
 
 
 class AmqpConnection:
@@ -160,7 +224,7 @@ class AmqpConnection:
 
     def _check_open(self) -> None:
         if self._end_error is not None:
-            raise self._end_error
+            raise _fresh(self._end_error)
         if self._ended.done:
             raise ClosedError("the AMQP connection is closed")
 
@@ -236,30 +300,33 @@ class AmqpConnection:
         self._check_open()
         error = self._session_errors.get(session)
         if error is not None:
-            raise error
+            raise _fresh(error)
 
     def _check_link(self, link: Link) -> None:
         self._check_open()
         error = self._link_errors.get(link)
         if error is not None:
-            raise error
+            raise _fresh(error)
         if link.is_closed:
             raise ClosedError(f"link {link.name!r} is closed")
 
     def _link_name(self, prefix: str) -> str:
         return f"{self.engine.config.container_id}:{prefix}:{next(self._names)}"
 
-    async def _attach(self, link: Link, timeout: float) -> Link:
+    def _attach(self, link: L, timeout: float) -> Attaching[L]:
         self._links.add(link)
         slot = self._attaches[link] = _Slot()
         self._wake()
-        with anyio.move_on_after(timeout):
-            return await slot.wait()  # type: ignore[no-any-return]
+        return Attaching(self, link, slot, anyio.current_time() + timeout, timeout)
+
+    def _attach_timed_out(self, attaching: Attaching[Any]) -> AttachTimeoutError:
+        link = attaching.link
         self._attaches.pop(link, None)
         link.close()
         self._wake()
-        raise AttachTimeoutError(
-            f"the broker did not answer the attach of link {link.name!r} within {timeout:g} s"
+        return AttachTimeoutError(
+            f"the broker did not answer the attach of link {link.name!r} within "
+            f"{attaching.timeout:g} s"
         )
 
     async def open_sender(
@@ -279,6 +346,30 @@ class AmqpConnection:
             InvalidDestinationError, NotImplementedByBrokerError ...: the peer refused it.
             AttachTimeoutError: the peer never answered (RabbitMQ does that for some features).
         """
+        attaching = self.open_sender_nowait(
+            target,
+            session=session,
+            name=name,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            source=source,
+            timeout=timeout,
+        )
+        return await attaching.wait()
+
+    def open_sender_nowait(
+        self,
+        target: Terminus | str | None,
+        *,
+        session: Session,
+        name: str | None = None,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        source: Terminus | None = None,
+        timeout: float = 30.0,
+    ) -> Attaching[Sender]:
+        """Attach a sender without waiting: ``await .wait()`` on the result for the answer
+        (``timeout`` counts from now). Many attaches started in a row cost one round trip."""
         self._check_session(session)
         if isinstance(target, str):
             target = Terminus(address=target)
@@ -289,8 +380,7 @@ class AmqpConnection:
             snd_settle_mode=snd_settle_mode,
             rcv_settle_mode=rcv_settle_mode,
         )
-        await self._attach(sender, timeout)
-        return sender
+        return self._attach(sender, timeout)
 
     async def open_receiver(
         self,
@@ -304,6 +394,29 @@ class AmqpConnection:
         timeout: float = 30.0,
     ) -> Receiver:
         """Attach a receiver, grant ``credit``, and wait until the peer accepted it."""
+        attaching = self.open_receiver_nowait(
+            source,
+            session=session,
+            name=name,
+            credit=credit,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            timeout=timeout,
+        )
+        return await attaching.wait()
+
+    def open_receiver_nowait(
+        self,
+        source: Terminus | str,
+        *,
+        session: Session,
+        name: str | None = None,
+        credit: int = 100,
+        snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
+        rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
+        timeout: float = 30.0,
+    ) -> Attaching[Receiver]:
+        """Attach a receiver and grant ``credit`` without waiting (see ``open_sender_nowait``)."""
         self._check_session(session)
         if isinstance(source, str):
             source = Terminus(address=source)
@@ -315,8 +428,7 @@ class AmqpConnection:
             credit=credit,
         )
         self._inboxes[receiver] = _Inbox()
-        await self._attach(receiver, timeout)
-        return receiver
+        return self._attach(receiver, timeout)
 
     def detach(
         self, link: Link, error: ErrorCondition | None = None, *, closed: bool = True
@@ -331,8 +443,7 @@ class AmqpConnection:
                 link.detach(error)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]
         if inbox is not None:
-            inbox.changed.set()
-            inbox.changed = anyio.Event()
+            inbox.wake()
         self._signal_credit()
         self._wake()
 
@@ -451,11 +562,10 @@ class AmqpConnection:
                 self._check_open()
                 error = self._link_errors.get(receiver)
                 if error is not None:
-                    raise error
+                    raise _fresh(error)
                 if receiver.is_closed:
                     return None
-                changed = inbox.changed
-                await changed.wait()
+                await inbox.wait_changed()
             return inbox.messages.popleft()
         return None
 
@@ -597,8 +707,7 @@ class AmqpConnection:
                 case TransportClosed(error=error):
                     self._on_transport_closed(error)
         for inbox in received:  # wake each receiver once per batch, not once per message
-            inbox.changed.set()
-            inbox.changed = anyio.Event()
+            inbox.wake()
         if received:
             self._signal_credit()  # a transfer uses credit: a drain may be complete (see drain)
         for link in attached:
@@ -618,9 +727,8 @@ class AmqpConnection:
         slot = self._attaches.get(link)
         if slot is None:
             return
-        remote = link.remote_target if link.is_sender else link.remote_source
-        if remote.kind is TerminusKind.NULL:
-            return  # refused: the reason follows in the Detach
+        if link.refused_by_peer:
+            return  # the reason follows in the Detach
         del self._attaches[link]
         slot.set(link)
 
@@ -667,7 +775,7 @@ class AmqpConnection:
             slot.fail(failure)
         inbox = self._inboxes.get(link)  # type: ignore[call-overload]
         if inbox is not None:
-            inbox.changed.set()
+            inbox.wake()
         for delivery, outcome_slot in list(self._outcomes.items()):
             if delivery.link is link:
                 outcome_slot.fail(failure)
@@ -693,7 +801,7 @@ class AmqpConnection:
         self._attaches.clear()
         self._outcomes.clear()
         for inbox in self._inboxes.values():
-            inbox.changed.set()
+            inbox.wake()
         self._signal_credit()
         self._ended.set(self._end_error)
 

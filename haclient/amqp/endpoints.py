@@ -26,7 +26,6 @@ from haclient.amqp.types import (
     ReceiverSettleMode,
     SenderSettleMode,
     Terminus,
-    TerminusKind,
 )
 from haclient.errors import ClosedError
 
@@ -174,8 +173,9 @@ class Link:
         properties: Mapping[str, Any] | None,
     ) -> None:
         self.locally_opened = True
-        _convert.write_terminus(self._pn.source, source, is_source=True)
-        _convert.write_terminus(self._pn.target, target, is_source=False)
+        impl = self._pn._impl
+        _convert.write_terminus(cproton.pn_link_source(impl), source, is_source=True)
+        _convert.write_terminus(cproton.pn_link_target(impl), target, is_source=False)
         self._pn.snd_settle_mode = int(snd_settle_mode)
         self._pn.rcv_settle_mode = int(rcv_settle_mode)
         if properties:
@@ -208,22 +208,34 @@ class Link:
     @property
     def source(self) -> Terminus:
         """The local source terminus."""
-        return _convert.read_terminus(self._pn.source)
+        return _convert.read_terminus(cproton.pn_link_source(self._pn._impl))
 
     @property
     def target(self) -> Terminus:
         """The local target terminus."""
-        return _convert.read_terminus(self._pn.target)
+        return _convert.read_terminus(cproton.pn_link_target(self._pn._impl))
 
     @property
     def remote_source(self) -> Terminus:
         """The source the peer attached with (null when the peer refused a receiver)."""
-        return _convert.read_terminus(self._pn.remote_source)
+        return _convert.read_terminus(cproton.pn_link_remote_source(self._pn._impl))
 
     @property
     def remote_target(self) -> Terminus:
         """The target the peer attached with (null when the peer refused a sender)."""
-        return _convert.read_terminus(self._pn.remote_target)
+        return _convert.read_terminus(cproton.pn_link_remote_target(self._pn._impl))
+
+    @property
+    def refused_by_peer(self) -> bool:
+        """True when the peer answered this end's attach with a null terminus where this end
+        named one (the target of a sender, the source of a receiver): a refusal, whose reason
+        follows in its Detach. Cheaper than ``remote_source``: nothing is decoded."""
+        impl = self._pn._impl
+        is_sender = cproton.pn_link_is_sender(impl)
+        remote = (cproton.pn_link_remote_target if is_sender else cproton.pn_link_remote_source)(
+            impl
+        )
+        return _convert.is_null_terminus(remote)
 
     @property
     def remote_snd_settle_mode(self) -> SenderSettleMode:
@@ -280,17 +292,9 @@ class Link:
         The termini default to the peer's. Pass ``Terminus.null()`` for the one the peer asked
         for to refuse the attach, then ``close(error)``.
         """
-        remote_source = self.remote_source
-        remote_target = self.remote_target
-        src = source if source is not None else remote_source
-        tgt = target if target is not None else remote_target
-        if tgt.kind is TerminusKind.COORDINATOR:
-            self._pn.target.type = proton.Terminus.COORDINATOR
-            _convert.put_data(self._pn.target.capabilities, _convert.symbol_array(tgt.capabilities))
-            _convert.write_terminus(self._pn.source, src, is_source=True)
-        else:
-            _convert.write_terminus(self._pn.source, src, is_source=True)
-            _convert.write_terminus(self._pn.target, tgt, is_source=False)
+        impl = self._pn._impl
+        _answer(cproton.pn_link_source(impl), source, cproton.pn_link_remote_source(impl), True)
+        _answer(cproton.pn_link_target(impl), target, cproton.pn_link_remote_target(impl), False)
         self._pn.snd_settle_mode = int(
             snd_settle_mode if snd_settle_mode is not None else self.remote_snd_settle_mode
         )
@@ -313,6 +317,15 @@ class Link:
             self._pn.condition = _convert.condition_to_pn(error)
         self._detached = True
         self._pn.detach()
+
+
+def _answer(local: Any, given: Terminus | None, remote: Any, is_source: bool) -> None:
+    """Set a local terminus (proton's C ``pn_terminus_t``) to ``given``, or, when None, to a
+    copy of the peer's (made inside proton: nothing decoded)."""
+    if given is None:
+        cproton.pn_terminus_copy(local, remote)
+    else:
+        _convert.write_terminus(local, given, is_source=is_source)
 
 
 class Sender(Link):

@@ -362,6 +362,8 @@ class Engine:
                 self._on_delivery(cproton.pn_event_delivery(raw))
             elif number == _PN_LINK_FLOW:  # a flow per transfer, on some brokers
                 self._events.append(LinkFlow(self._link_of(cproton.pn_event_link(raw))))
+            elif number == _PN_LINK_REMOTE_OPEN:  # thousands at once when failover restores
+                self._events.append(LinkRemoteOpen(self._link_of(cproton.pn_event_link(raw))))
             else:
                 handler = handlers.get(number)
                 if handler is not None:
@@ -398,9 +400,6 @@ class Engine:
         self._events.append(SessionRemoteClose(session, session.remote_error))
         if not pn_session.state & _LOCAL_CLOSED:
             pn_session.close()
-
-    def _on_link_remote_open(self, event: Event) -> None:
-        self._events.append(LinkRemoteOpen(Link._of(self, _pn(event.link))))
 
     def _on_link_remote_close(self, event: Event) -> None:
         pn_link: Any = event.link
@@ -513,13 +512,13 @@ def _pn(endpoint: Any) -> Any:
 
 _PN_DELIVERY = Event.DELIVERY.number
 _PN_LINK_FLOW = Event.LINK_FLOW.number
+_PN_LINK_REMOTE_OPEN = Event.LINK_REMOTE_OPEN.number
 
 _HANDLERS: Mapping[int, Any] = {
     Event.CONNECTION_REMOTE_OPEN.number: Engine._on_connection_remote_open,
     Event.CONNECTION_REMOTE_CLOSE.number: Engine._on_connection_remote_close,
     Event.SESSION_REMOTE_OPEN.number: Engine._on_session_remote_open,
     Event.SESSION_REMOTE_CLOSE.number: Engine._on_session_remote_close,
-    Event.LINK_REMOTE_OPEN.number: Engine._on_link_remote_open,
     Event.LINK_REMOTE_CLOSE.number: Engine._on_link_remote_close,
     Event.LINK_REMOTE_DETACH.number: Engine._on_link_remote_close,
     Event.TRANSPORT_ERROR.number: Engine._on_transport_error,

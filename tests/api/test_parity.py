@@ -34,7 +34,7 @@ RENAMED = {
     "__anext__": "__next__",
 }
 
-NOT_API = {"restore", "connection_lost", "restore_order", "post"}
+NOT_API = {"restore", "begin_restore", "connection_lost", "restore_order", "post"}
 """The async objects' hooks for the failover manager, which the application never calls, and
 the async producer's ``post`` (a send from another thread: what the blocking ``send`` uses)."""
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -117,6 +119,72 @@ async def test_an_attach_never_answered_times_out() -> None:
                 with pytest.raises(AttachTimeoutError):
                     await conn.open_sender("queue://q", session=session, timeout=0.3)
             await peer.wait_script_done(timeout=3)
+
+
+async def test_attaches_begun_together_are_answered_in_turn_and_a_refusal_is_its_own() -> None:
+    peer = ScriptedPeer()
+    opened(peer)
+    peer.expect_attach(sender=False, address="queue://a").respond()
+    peer.expect_attach(sender=False, address="queue://missing").refuse(
+        ErrorCondition("amqp:not-found", "no such queue")
+    )
+    peer.expect_attach(sender=True, address="queue://b").respond()
+    peer.expect_close()
+    with anyio.fail_after(5):
+        async with peer.serving() as port:
+            async with open_connection("127.0.0.1", port, CONFIG) as conn:
+                session = await conn.open_session()
+                a = conn.open_receiver_nowait("queue://a", session=session)
+                missing = conn.open_receiver_nowait("queue://missing", session=session)
+                b = conn.open_sender_nowait("queue://b", session=session)
+                assert (await a.wait()).source.address == "queue://a"
+                with pytest.raises(InvalidDestinationError, match="no such queue"):
+                    await missing.wait()
+                assert await b.wait() is b.link
+            await peer.wait_script_done(timeout=3)
+
+
+async def test_the_attach_timeout_counts_from_the_attach_not_from_the_wait() -> None:
+    peer = ScriptedPeer()
+    opened(peer)
+    peer.expect_attach(sender=True).no_answer()
+    peer.expect_detach(closed=True)  # the client gives up on the link
+    peer.expect_close()
+    with anyio.fail_after(5):
+        async with peer.serving() as port:
+            async with open_connection("127.0.0.1", port, CONFIG) as conn:
+                session = await conn.open_session()
+                attaching = conn.open_sender_nowait("queue://q", session=session, timeout=0.3)
+                await anyio.sleep(0.4)
+                began = anyio.current_time()
+                with pytest.raises(AttachTimeoutError):
+                    await attaching.wait()
+                assert anyio.current_time() - began < 0.2
+            await peer.wait_script_done(timeout=3)
+
+
+async def test_the_error_that_ended_a_connection_keeps_only_the_frames_of_its_last_raise() -> None:
+    peer = ScriptedPeer()
+    opened(peer)
+    peer.expect_attach(sender=True).drop_connection()
+    depths: list[int] = []
+    with anyio.fail_after(5):
+        async with peer.serving() as port:
+            with contextlib.suppress(ConnectionLostError):
+                async with open_connection("127.0.0.1", port, CONFIG) as conn:
+                    session = await conn.open_session()
+                    for _ in range(3):  # the same stored error, raised by three calls
+                        try:
+                            await conn.open_sender("queue://q", session=session)
+                        except ConnectionLostError as exc:
+                            depths.append(len(list(_frames(exc.__traceback__))))
+    assert len(depths) == 3 and depths[1] == depths[2]  # not one more raise's frames each
+
+
+def _frames(tb: Any) -> Iterator[Any]:
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
 
 
 async def test_a_script_violation_names_the_step_and_fails_the_client_at_once() -> None:

@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -274,6 +275,7 @@ def test_public_names_are_pinned() -> None:
             "ManagedConnection",
             "Resource",
             "RestoreOrder",
+            "StagedResource",
             "is_retriable_failure",
             "next_state",
         ]
@@ -402,6 +404,35 @@ async def test_a_failure_no_reconnect_can_fix_stops_the_start_at_once() -> None:
                 await manager.start()
     assert network.calls == ["a"]
     assert isinstance(info.value.cause, AuthenticationError)
+
+
+@pytest.mark.anyio
+async def test_a_failed_attempt_is_kept_with_its_traceback_but_not_what_its_frames_held() -> None:
+    held = ["what the attempt built"]
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        built = held  # a local of a frame the failure's traceback holds
+        try:
+            raise OSError(f"connection refused by {broker.host} ({len(built)})")
+        except OSError as exc:
+            raise ConnectionLostError("cannot connect") from exc
+
+    with anyio.fail_after(HANG):
+        async with make(Network(), [A], connect=connect) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+    cause = info.value.cause
+    assert isinstance(cause, ConnectionLostError) and cause.__traceback__ is not None
+    frames = [tb.tb_frame for error in (cause, cause.__cause__) for tb in _tracebacks(error)]
+    assert frames and all("built" not in frame.f_locals for frame in frames)
+
+
+def _tracebacks(error: BaseException | None) -> list[Any]:
+    tb, found = (error.__traceback__ if error is not None else None), []
+    while tb is not None:
+        found.append(tb)
+        tb = tb.tb_next
+    return found
 
 
 @pytest.mark.anyio
@@ -992,6 +1023,108 @@ async def test_a_loss_during_a_tier_cancels_the_rest_and_the_next_attempt_restor
         ("restore", "browser", "c", 2),
     ]
     assert [e[0] for e in recorder.events] == ["started", "completed"]
+
+
+class Staged(Res):
+    """A ``StagedResource``: ``begin_restore`` logs "begin" (raising ``begin_error`` if set)
+    and returns a finish that logs "finish" and then runs the action."""
+
+    begin_error: BaseException | None = None
+
+    def begin_restore(
+        self, connection: FakeConnection, epoch: int
+    ) -> Callable[[], Awaitable[None]] | None:
+        self.log.append(("begin", self.name, epoch))
+        if self.begin_error is not None:
+            raise self.begin_error
+
+        async def finish() -> None:
+            self.log.append(("finish", self.name, epoch))
+            if self.action is not None:
+                await self.action(connection, epoch)
+
+        return finish
+
+
+@pytest.mark.anyio
+async def test_staged_resources_of_a_tier_all_begin_before_any_finishes_in_one_task() -> None:
+    log: list[tuple[object, ...]] = []
+    tasks: set[object] = set()
+
+    async def note_task(connection: FakeConnection, epoch: int) -> None:
+        tasks.add(anyio.get_current_task().id)
+
+    async with running(Network()) as manager:
+        for name in ("c1", "c2", "c3"):
+            manager.register(Staged(name, RestoreOrder.CONSUMER, log, note_task))
+        manager.register(Res("plain", RestoreOrder.CONSUMER, log))
+        manager.register(Staged("browser", RestoreOrder.BROWSER, log))
+        await drop_and_reconnect(manager)
+    staged = [entry[:2] for entry in log if entry[0] in ("begin", "finish")]
+    assert staged == [
+        ("begin", "c1"),
+        ("begin", "c2"),
+        ("begin", "c3"),
+        ("finish", "c1"),
+        ("finish", "c2"),
+        ("finish", "c3"),
+        ("begin", "browser"),  # the next tier waits for the whole of this one
+        ("finish", "browser"),
+    ]
+    assert ("restore", "plain", "b", 1) in log  # a plain resource restores as before
+    assert all(entry[0] != "restore" or entry[1] == "plain" for entry in log)
+    assert len(tasks) == 1
+
+
+@pytest.mark.anyio
+async def test_F14_a_staged_resource_that_fails_to_begin_or_finish_is_reported() -> None:
+    log: list[tuple[object, ...]] = []
+    error, refused = ValueError("no such queue"), ValueError("refused")
+    recorder = Recorder()
+    async with running(Network()) as manager:
+        manager.add_listener(recorder)
+        bad_begin = Staged("bad-begin", RestoreOrder.CONSUMER, log)
+        bad_begin.begin_error = error
+        bad_finish = Staged("bad-finish", RestoreOrder.CONSUMER, log, failing(refused))
+        for resource in (bad_begin, bad_finish, Staged("good", RestoreOrder.CONSUMER, log)):
+            manager.register(resource)
+        await drop_and_reconnect(manager)
+        assert manager.state is S.CONNECTED
+    assert ("finish", "good", 1) in log
+    assert recorder.events[1:3] == [
+        ("not_restored", bad_begin, error),
+        ("not_restored", bad_finish, refused),
+    ]
+    assert [e[0] for e in recorder.events] == [
+        "started",
+        "not_restored",
+        "not_restored",
+        "completed",
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_loss_while_staged_resources_finish_skips_the_rest_and_restores_all_again() -> None:
+    log: list[tuple[object, ...]] = []
+
+    async def lose_b(connection: FakeConnection, epoch: int) -> None:
+        if epoch == 1:
+            raise ConnectionLostError("died under the restore")
+
+    async with running(Network()) as manager:
+        manager.register(Staged("losing", RestoreOrder.CONSUMER, log, lose_b))
+        manager.register(Staged("next", RestoreOrder.CONSUMER, log))
+        connection, epoch = await drop_and_reconnect(manager)
+        assert (connection.broker, epoch) == (C, 2)
+    assert [entry for entry in log if entry[0] != "lost"] == [
+        ("begin", "losing", 1),
+        ("begin", "next", 1),
+        ("finish", "losing", 1),  # "next" is not finished on the dead connection
+        ("begin", "losing", 2),
+        ("begin", "next", 2),
+        ("finish", "losing", 2),
+        ("finish", "next", 2),
+    ]
 
 
 async def _hang(connection: FakeConnection, epoch: int) -> None:
