@@ -143,10 +143,18 @@ def test_the_chaos_run_command_lines_are_valid() -> None:
 
 def test_the_rabbitmq_plugin_command(tmp_path: Path) -> None:
     """The README's ``rabbitmq-plugins`` line enables the plugin the test nodes run with (on a
-    private plugins file here: the node is not running, so the change is made offline)."""
-    program = shutil.which("rabbitmq-plugins", path=f"{os.environ['PATH']}:/usr/sbin")
-    if program is None:
-        skip_or_fail("RabbitMQ is not installed: no rabbitmq-plugins on PATH or in /usr/sbin")
+    private plugins file here: the node is not running, so the change is made offline).
+
+    The Erlang VM it runs wants an epmd, and would start one as a daemon on 0.0.0.0:4369 that
+    outlives the test: it gets one of its own instead, on a free loopback port, stopped here."""
+    path = f"{os.environ['PATH']}:/usr/sbin"
+    program = shutil.which("rabbitmq-plugins", path=path)
+    epmd = shutil.which("epmd", path=path)
+    if program is None or epmd is None:
+        skip_or_fail(
+            "RabbitMQ is not installed: no rabbitmq-plugins or epmd on PATH or in /usr/sbin"
+        )
+    assert program is not None and epmd is not None
     (line,) = command_lines(r"rabbitmq-plugins enable rabbitmq_amqp1_0")
     argv = [str(program), *shlex.split(line)[1:]]
     plugins = tmp_path / "enabled_plugins"
@@ -157,8 +165,22 @@ def test_the_rabbitmq_plugin_command(tmp_path: Path) -> None:
         "RABBITMQ_MNESIA_BASE": str(tmp_path / "mnesia"),
         "RABBITMQ_LOG_BASE": str(tmp_path / "log"),
         "RABBITMQ_CONFIG_FILE": str(tmp_path / "none"),
+        "ERL_EPMD_PORT": str(free_port()),
+        "ERL_EPMD_ADDRESS": "127.0.0.1",
+        "HOME": str(tmp_path),
     }
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    own_epmd = subprocess.Popen(
+        [epmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    finally:
+        own_epmd.terminate()
+        try:
+            own_epmd.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            own_epmd.kill()
+            own_epmd.wait()
     assert done.returncode == 0, done.stdout + done.stderr
     assert plugins.read_text().strip() == "[rabbitmq_amqp1_0]."
     assert _PLUGINS.strip() == "[rabbitmq_amqp1_0]."  # what the test nodes run with
