@@ -216,20 +216,22 @@ class Connection:
                 self._closing.release()
 
     def _close_at_exit(self) -> None:
-        """At interpreter exit, for a connection still open: warn, then close it within
-        ``close_timeout`` (plus a second), or drop it. Threads are not waited for."""
+        """At interpreter exit, for a connection still open: close it within ``close_timeout``
+        (plus a second), or drop it, then warn. Threads are not waited for."""
         if self._loop.stopped:
             return
-        warn_unclosed(self)
-        with suppress(Exception):  # the exit goes on whatever happens here
-            self._loop.stop(timeout=self._close_timeout + 1)
+        try:
+            with suppress(Exception):  # the exit goes on whatever happens here
+                self._loop.stop(timeout=self._close_timeout + 1)
+        finally:  # last: under -W error the warning raises
+            warn_unclosed(self)
 
     def __del__(self) -> None:
         loop = getattr(self, "_loop", None)  # absent when __init__ failed
         if loop is None or loop.stopped:
             return
+        loop.stop_soon()  # first: under -W error the warning raises
         warn_unclosed(self, source=self)
-        loop.stop_soon()
 
     def __enter__(self) -> Connection:
         return self

@@ -35,11 +35,14 @@ def broker() -> Iterator[BrokerThread]:
         yield thread
 
 
-def start_script(body: str, url: str, *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
-    """``body`` (with ``URL`` defined) in a fresh interpreter that shows ResourceWarnings."""
+def start_script(
+    body: str, url: str, *, stdin: int = subprocess.DEVNULL, warnings: str = "always"
+) -> subprocess.Popen[str]:
+    """``body`` (with ``URL`` defined) in a fresh interpreter that shows ResourceWarnings (or,
+    with ``warnings="error"``, raises them)."""
     script = f"import haclient\nURL = {url!r}\n" + textwrap.dedent(body)
     return subprocess.Popen(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", script],
+        [sys.executable, "-W", f"{warnings}::ResourceWarning", "-c", script],
         stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -144,27 +147,32 @@ def test_C6_after_connection_failed_error_the_process_exits() -> None:
     assert UNCLOSED in stderr, stderr
 
 
-def test_C6_a_connection_collected_by_the_garbage_collector_is_closed(broker: BrokerThread) -> None:
-    """Dropped without ``close()``: the collector's ``__del__`` warns and closes it (the
-    broker sees the connection end while the process still runs)."""
-    body = """
-    import gc, sys, warnings
-    conn = haclient.connect(URL, client_id="collected-by-gc")
+@pytest.mark.parametrize("warnings", ["always", "error"])
+def test_C6_a_connection_collected_by_the_garbage_collector_is_closed(
+    broker: BrokerThread, warnings: str
+) -> None:
+    """Dropped without ``close()``: the collector's ``__del__`` closes it and warns (the
+    broker sees the connection end while the process still runs), also when the warning is
+    an error (``-W error``: it is then reported as unraisable, after the close)."""
+    client_id = f"collected-by-gc-{warnings}"
+    body = f"""
+    import gc, sys
+    conn = haclient.connect(URL, client_id={client_id!r})
     print('connected', flush=True)
     del conn
     gc.collect()
     print('collected', flush=True)
     sys.stdin.readline()
     """
-    process = start_script(body, broker.url, stdin=subprocess.PIPE)
+    process = start_script(body, broker.url, stdin=subprocess.PIPE, warnings=warnings)
     try:
         assert process.stdout is not None and process.stdin is not None
         assert process.stdout.readline().strip() == "connected"
         assert process.stdout.readline().strip() == "collected"
         deadline = time.monotonic() + HANG
-        while "collected-by-gc" in broker.connections() and time.monotonic() < deadline:
+        while client_id in broker.connections() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert "collected-by-gc" not in broker.connections()
+        assert client_id not in broker.connections()
         process.stdin.write("done\n")
         process.stdin.flush()
         _, stderr = process.communicate(timeout=EXIT_BOUND)
