@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
+from blockingkit import FailoverSeen
 
 import haclient
 from chaos.broker import BrokerThread
@@ -134,10 +134,10 @@ def test_a_posted_send_that_failed_on_the_loop_is_raised_by_the_next_call(
         with haclient.connect(url) as conn:
             producer = conn.create_session().create_producer(queue)
             producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+            seen = FailoverSeen()
+            conn.add_listener(seen)
             own.kill()
-            deadline = time.monotonic() + HANG
-            while conn.state.name == "CONNECTED" and time.monotonic() < deadline:
-                time.sleep(0.01)
+            assert seen.started.wait(HANG)
             producer.send(TextMessage("lost"))  # posted: returns at once
             with pytest.raises(haclient.FailoverTimeoutError):
                 producer.flush()

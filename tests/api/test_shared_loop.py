@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 
 import pytest
+from blockingkit import FailoverSeen
 
 import haclient
 from chaos.broker import BrokerThread
@@ -95,10 +95,10 @@ def test_a_connection_failing_over_does_not_hold_up_another(queue: Queue) -> Non
     ):
         other.start()
         failing.create_session()
+        seen = FailoverSeen()
+        failing.add_listener(seen)
         lost.kill()  # `failing` retries against a port that refuses, on the shared loop
-        deadline = time.monotonic() + HANG
-        while failing.state.name == "CONNECTED" and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert seen.started.wait(HANG)
         assert failing.state.name != "CONNECTED"
         assert round_trip(other, queue, "during failover") == "during failover"
         blocked = threading.Thread(target=lambda: _swallow(failing.create_session))
