@@ -1,10 +1,11 @@
 """One physical connection to one broker, as the logical ``Connection`` uses it.
 
-How this works: ``open_physical`` starts a task in the logical connection's task group that
-opens the socket and the AMQP connection (``haclient.amqp.open_connection``) and keeps it until
-``close()`` is called or the connection ends; the task hands back a ``PhysicalConnection`` once
-the broker's Open has arrived. This is the *connector* the failover manager is given: it opens
-one connection to one broker URL and knows nothing of sessions or failover.
+How this works: ``open_physical`` opens the socket and the AMQP connection
+(``haclient.amqp.connect_amqp``), whose driver runs as one task of the logical connection's task
+group until ``close()`` is called or the connection ends, and hands back a
+``PhysicalConnection`` once the broker's Open has arrived. This is the *connector* the failover
+manager is given: it opens one connection to one broker URL and knows nothing of sessions or
+failover.
 
 It also reads what the broker told us in its Open: the address prefixes (``queue-prefix``,
 ``topic-prefix``, as ActiveMQ announces them) and the product, which decides the defaults for a
@@ -18,14 +19,13 @@ import ipaddress
 import logging
 from typing import Any
 
-import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 
 from failover.url import BrokerURL
 from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
 from haclient.amqp.config import ClientAuth, EngineConfig, TlsClientOptions
-from haclient.amqp.connection import AmqpConnection, open_connection
+from haclient.amqp.connection import AmqpConnection, connect_amqp
 from haclient.destination import DestinationPrefixes
 from haclient.errors import AuthenticationError, HAClientError
 
@@ -66,7 +66,7 @@ def engine_config(broker: BrokerURL, options: ConnectionOptions, container_id: s
 
 
 class PhysicalConnection:
-    """An open AMQP connection to ``broker``, kept open by a task until ``close()``.
+    """An open AMQP connection to ``broker``, open until ``close()`` or its end.
 
     Attributes:
         amqp: The awaitable AMQP connection (see ``haclient.amqp.connection``).
@@ -103,8 +103,6 @@ class PhysicalConnection:
         self.offered_capabilities: tuple[str, ...] = (
             remote.offered_capabilities if remote is not None else ()
         )
-        self._close_requested = anyio.Event()
-        self._done = anyio.Event()
 
     @property
     def is_open(self) -> bool:
@@ -117,19 +115,7 @@ class PhysicalConnection:
 
     async def close(self) -> None:
         """Close (Close frames exchanged, or the socket dropped after a timeout). Idempotent."""
-        self._close_requested.set()
-        await self._done.wait()
-
-    async def _serve(self) -> None:
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                await self.amqp.wait_closed()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            await self._close_requested.wait()
-            tg.cancel_scope.cancel()
+        await self.amqp.close(timeout=5.0)
 
 
 async def open_physical(
@@ -138,7 +124,7 @@ async def open_physical(
     options: ConnectionOptions,
     container_id: str,
 ) -> PhysicalConnection:
-    """Open a connection to ``broker`` in a task of ``task_group``; return once it is open.
+    """Open a connection to ``broker`` (its task in ``task_group``); return once it is open.
 
     Raises:
         ConnectionLostError: the broker cannot be reached, or dropped the connection.
@@ -148,37 +134,14 @@ async def open_physical(
         ClientIdInUseError, ProtocolError ...: the broker refused the connection.
     """
     config = engine_config(broker, options, container_id)
-    physical: PhysicalConnection = await task_group.start(_run, broker, config, options)
-    return physical
-
-
-async def _run(
-    broker: BrokerURL,
-    config: EngineConfig,
-    options: ConnectionOptions,
-    *,
-    task_status: TaskStatus[PhysicalConnection],
-) -> None:
     host, port = broker.address
-    physical: PhysicalConnection | None = None
     try:
-        async with open_connection(
-            host, port, config, connect_timeout=options.connect_timeout
-        ) as amqp:
-            physical = PhysicalConnection(amqp, broker, options.ack_confirmation)
-            task_status.started(physical)
-            await physical._serve()
-    except AuthenticationError as exc:
-        if physical is None:  # say whose login which broker refused (never the password)
-            raise _refused_login(exc, broker, config) from None
-        log.debug("connection to %s ended with an error", broker, exc_info=True)
-    except Exception:
-        if physical is None:
-            raise  # the open failed: tg.start() raises it to the caller
-        log.debug("connection to %s ended with an error", broker, exc_info=True)
-    finally:
-        if physical is not None:
-            physical._done.set()
+        amqp = await connect_amqp(
+            host, port, config, task_group, connect_timeout=options.connect_timeout
+        )
+    except AuthenticationError as exc:  # say whose login which broker refused (no password)
+        raise _refused_login(exc, broker, config) from None
+    return PhysicalConnection(amqp, broker, options.ack_confirmation)
 
 
 def _refused_login(exc: AuthenticationError, broker: BrokerURL, config: EngineConfig) -> Exception:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup
 
 from haclient.amqp.config import EngineConfig
 from haclient.amqp.driver import Driver
@@ -56,7 +57,7 @@ from haclient.errors import (
     error_from_condition,
 )
 
-__all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "open_connection"]
+__all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "connect_amqp", "open_connection"]
 
 log = logging.getLogger("haclient.amqp")
 
@@ -267,6 +268,8 @@ class AmqpConnection:
             if not self._ended.done:
                 self.engine.abort(ErrorCondition("amqp:connection:forced", "close timed out"))
                 self._wake()
+        if self.driver is not None:
+            self.driver.stop()  # the Close is exchanged (or given up): no lingering
 
     @property
     def end_error(self) -> HAClientError | None:
@@ -818,17 +821,17 @@ def _unanswered(host: str, port: int, engine: Engine, timeout: float) -> str:
     return f"{host}:{port} {awaited} within {timeout:g} s"
 
 
-@asynccontextmanager
-async def open_connection(
+async def connect_amqp(
     host: str,
     port: int,
     config: EngineConfig,
+    task_group: TaskGroup,
     *,
     connect_timeout: float = 10.0,
-) -> AsyncIterator[AmqpConnection]:
-    """Connect to ``host:port``, exchange Open frames, and yield the open connection.
-
-    The connection is closed (Close frames exchanged) when the block exits.
+) -> AmqpConnection:
+    """Connect to ``host:port``, exchange Open frames and return the open connection, whose
+    driver runs as one task of ``task_group`` until the connection ends (``close()``, the
+    peer's end, or the task group's cancellation, which drops the socket without a Close).
 
     Raises:
         ConnectionLostError: the TCP connection could not be made or dropped during the open.
@@ -845,29 +848,62 @@ async def open_connection(
         raise ConnectionLostError(f"cannot connect to {host}:{port}: {exc}") from exc
     engine = Engine(config)
     connection = AmqpConnection(engine)
-    driver = Driver(engine, stream, connection.handle_events)
-    connection.driver = driver
+    driver = connection.driver = Driver(engine, stream, connection.handle_events)
+    task_group.start_soon(_drive, driver, f"{host}:{port}", name=f"haclient {host}:{port}")
+    try:
+        engine.open()
+        driver.wakeup()
+        with anyio.move_on_after(connect_timeout):
+            await connection._opened.wait()
+        if not connection._opened.done:
+            raise OpenTimeoutError(_unanswered(host, port, engine, connect_timeout))
+    except BaseException:
+        # A peer that never answered the Open will not answer a Close either: do not wait
+        # for it (failover is waiting to try the next broker).
+        answered = connection._opened.done
+        with anyio.CancelScope(shield=True):
+            await connection.close(timeout=5.0 if answered else 0.0)
+        raise
+    return connection
+
+
+async def _drive(driver: Driver, peer: str) -> None:
+    """The connection's task: the driver, whose failure (a bug) ends this connection only."""
+    try:
+        await driver.run()
+    except Exception:
+        log.exception("the connection to %s failed", peer)
+
+
+@asynccontextmanager
+async def open_connection(
+    host: str,
+    port: int,
+    config: EngineConfig,
+    *,
+    connect_timeout: float = 10.0,
+) -> AsyncIterator[AmqpConnection]:
+    """``connect_amqp`` as a block: the connection's task belongs to the block, and the
+    connection is closed (Close frames exchanged) when the block exits.
+
+    Raises:
+        As ``connect_amqp``.
+    """
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(driver.run)
         try:
-            engine.open()
-            driver.wakeup()
-            with anyio.move_on_after(connect_timeout):
-                await connection._opened.wait()
-            if not connection._opened.done:
-                raise OpenTimeoutError(_unanswered(host, port, engine, connect_timeout))
-            yield connection
+            connection = await connect_amqp(host, port, config, tg, connect_timeout=connect_timeout)
         except Exception as exc:
-            # Re-raised below, outside the task group, so callers see it unwrapped rather
+            # Raised below, outside the task group, so that callers see it unwrapped rather
             # than inside an ExceptionGroup. Cancellation is a BaseException and passes.
             failure = exc
-        finally:
-            # A peer that never answered the Open will not answer a Close either: do not
-            # wait for it (failover is waiting to try the next broker).
-            answered = connection._opened.done
-            with anyio.CancelScope(shield=True):
-                await connection.close(timeout=5.0 if answered else 0.0)
-            tg.cancel_scope.cancel()
+        else:
+            try:
+                yield connection
+            except Exception as exc:
+                failure = exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await connection.close(timeout=5.0)
     if failure is not None:
         raise failure

@@ -1,11 +1,17 @@
 """The anyio driver: pumps one ``Engine`` over a byte stream.
 
-How this works: three tasks share the engine. The reader waits on the socket (on asyncio it is
-a reader callback on the socket), feeds the engine, ticks it (so the idle timeout counts from
-the read) and hands its events to the handler. The writer waits until there is something to
-write (someone called ``wakeup()``), runs ``tick``, and writes what the engine produced. The
-timer sleeps until the engine's next timer deadline and then wakes the writer. None of them
-polls: each waits on a socket, an event or a deadline.
+How this works: a reader, a writer and a timer share the engine. The reader takes what the
+socket has, feeds the engine, ticks it (so the idle timeout counts from the read) and hands its
+events to the handler. The writer waits until there is something to write (someone called
+``wakeup()``), runs ``tick``, and writes what the engine produced. The timer wakes the writer
+when the engine's next timer deadline passes. None of them polls: each waits on a socket, an
+event or a deadline.
+
+One task per connection: on asyncio with a plain TCP stream, the reader is the loop's reader
+callback on the socket (``SocketWatch``) and the timer a ``call_at`` handle, so ``run()`` is the
+writer's task and nothing else; a thousand idle connections are a thousand tasks, not three
+thousand. Elsewhere (trio, or a stream that must see every read) the reader and the timer are
+tasks of their own.
 
 Fewer loop turns per message: the reader wakes the writer only when the engine has output, and
 a task about to wait for the peer's answer calls ``write_now()``, which writes from that task
@@ -16,12 +22,15 @@ two ways of writing can not reorder bytes; any other stream is used through its 
 
 The driver ends when the engine has reported ``TransportClosed`` and its last bytes are written;
 ``run()`` then returns that event's error (None after an orderly close). A socket error or an EOF
-is handed to the engine, which turns it into that same ending.
+is handed to the engine, which turns it into that same ending. ``stop()`` (or cancelling
+``run()``) ends it at once, without a Close frame.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 from collections.abc import Callable
 
 import anyio
@@ -29,7 +38,7 @@ from anyio.abc import ByteStream
 
 from haclient.amqp.engine import Engine
 from haclient.amqp.events import EngineEvent, TransportClosed
-from haclient.amqp.rawsocket import own_socket, read_socket, send_some
+from haclient.amqp.rawsocket import SocketWatch, own_socket, read_socket, send_some
 from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
 __all__ = ["Driver", "EventHandler"]
@@ -70,7 +79,13 @@ class Driver:
         self._handler = handler
         self._wake = anyio.Event()
         self._writer_idle = False  # the writer waits for a wakeup (is not in the middle of a write)
-        self._timer = anyio.CancelScope()  # its deadline: when the engine must be ticked next
+        self._deadline = math.inf  # when the engine must be ticked next
+        self._timer = anyio.CancelScope()  # the timer task's wait (when the timer is a task)
+        self._loop: asyncio.AbstractEventLoop | None = None  # set while callbacks pump
+        self._timer_handle: asyncio.TimerHandle | None = None  # the timer (when callbacks pump)
+        self._watch: SocketWatch | None = None
+        self._scope: anyio.CancelScope | None = None  # run()'s, for stop()
+        self._stopped = False
         self._result: ErrorCondition | None = None
         self._ended = anyio.Event()
         self._flush_waiters: list[anyio.Event] = []
@@ -145,8 +160,21 @@ class Driver:
 
     def _arm(self, deadline: float | None) -> None:
         """Have the timer wake the writer by ``deadline`` (a later one waits for that wake)."""
-        if deadline is not None and deadline < self._timer.deadline:
+        if deadline is None or deadline >= self._deadline:
+            return
+        self._deadline = deadline
+        loop = self._loop
+        if loop is None:
             self._timer.deadline = deadline
+            return
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+        self._timer_handle = loop.call_at(deadline, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer_handle = None
+        self._deadline = math.inf
+        self.wakeup()
 
     def _take_output(self) -> bytes:
         """What to write now: the staged frames first, then what the engine holds."""
@@ -171,19 +199,26 @@ class Driver:
         await self._ended.wait()
         return self._result
 
+    def stop(self) -> None:
+        """End the connection now, without a Close frame (as cancelling ``run()`` does); the
+        socket is closed and ``wait_ended()`` returns. Idempotent; before ``run()`` starts, it
+        makes ``run()`` end at once."""
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
     async def run(self) -> ErrorCondition | None:
         """Pump until the connection ends; returns the error that ended it, if any.
 
-        Cancelling ``run()`` aborts the connection without a Close frame.
+        Cancelling ``run()`` (or ``stop()``) aborts the connection without a Close frame.
         """
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._read_loop)
-                tg.start_soon(self._timer_loop)
-                await self._write_loop()
-                tg.cancel_scope.cancel()
-            if self.socket_error is None:
-                await self._linger()
+            with anyio.CancelScope() as self._scope:
+                if self._stopped:
+                    self._scope.cancel()
+                await self._pump()
+                if self.socket_error is None:
+                    await self._linger()
         finally:
             if self._socket is not None:
                 self._socket.close()
@@ -193,6 +228,44 @@ class Driver:
             self._release_flushes()
             self.engine.release()
         return self._result
+
+    async def _pump(self) -> None:
+        """Read, write and tick until the engine has finished and its last bytes are written."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio)
+            loop = None
+        if loop is None or self._socket is None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_loop)
+                tg.start_soon(self._timer_loop)
+                await self._write_loop()
+                tg.cancel_scope.cancel()
+            return
+        self._loop = loop
+        self._watch = watch = SocketWatch(
+            loop, self._socket, _READ_SIZE, self._take_input, self._read_failed, self._read_ended
+        )
+        try:
+            await self._write_loop()
+        finally:
+            watch.stop()
+            if self._timer_handle is not None:
+                self._timer_handle.cancel()
+            self._loop = self._timer_handle = None
+        if watch.failure is not None:
+            raise watch.failure
+
+    def _read_ended(self) -> None:
+        """The reader callback stopped: after an EOF or a socket error the engine has ended
+        already; after a bug in handling what was read, end it here (``_pump`` raises the bug
+        once the writer is done)."""
+        assert self._watch is not None
+        if self._watch.failure is not None and not self.engine.is_finished:
+            failure = self._watch.failure
+            self.engine.abort(ErrorCondition(CONNECTION_LOST, f"reading failed: {failure!r}"))
+            self._dispatch()
+        self.wakeup()
 
     async def _linger(self) -> None:
         """End our side first and read until the peer closes its own (or ``_LINGER`` passes).
@@ -222,6 +295,7 @@ class Driver:
         self._handler(events)
 
     async def _read_loop(self) -> None:
+        """The reader as a task: on trio, or on a stream that must see every read."""
         if self._socket is not None:
             await read_socket(self._socket, _READ_SIZE, self._take_input, self._read_failed)
             return
@@ -256,11 +330,13 @@ class Driver:
         self.wakeup()
 
     async def _timer_loop(self) -> None:
-        """Wake the writer whenever the armed deadline passes (it ticks and arms the next)."""
+        """The timer as a task: wake the writer whenever the armed deadline passes (it ticks
+        and arms the next)."""
         while True:
             with self._timer:
                 await anyio.sleep_forever()
             self._timer = anyio.CancelScope()
+            self._deadline = math.inf
             self.wakeup()
 
     async def _write_loop(self) -> None:

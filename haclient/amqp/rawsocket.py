@@ -4,7 +4,8 @@ of the stream's socket, for fewer system calls and loop turns per message than a
 anyio's asyncio stream registers the socket with epoll before every ``receive`` and removes it
 after (two system calls per read), and every ``send`` yields to the loop first. Here the socket
 is watched for the whole connection by one reader callback that handles what it reads at once
-(on asyncio; elsewhere anyio's ``wait_readable``), and a write that the socket takes at once
+(``SocketWatch``, on asyncio: no task; elsewhere ``read_socket``, anyio's ``wait_readable`` in a
+task), and a write that the socket takes at once
 costs one ``send`` call.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
-__all__ = ["own_socket", "read_socket", "send_some"]
+__all__ = ["SocketWatch", "own_socket", "read_socket", "send_some"]
 
 
 def own_socket(stream: ByteStream) -> socket.socket | None:
@@ -39,29 +40,70 @@ def send_some(sock: socket.socket, data: bytes | memoryview) -> int:
         return 0
 
 
+class SocketWatch:
+    """Reads a socket in the event loop's reader callback (asyncio only): no task at all.
+
+    ``on_data`` gets what each read returned (``b""``: the peer ended its side) and says whether
+    to go on; ``on_error`` gets the error of a failed read. Either way the watch ends when
+    reading ends, and then calls ``on_end`` (which must not raise); an exception raised by the
+    callbacks (a bug) also ends it, kept in ``failure`` for the owner to raise.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        size: int,
+        on_data: Callable[[bytes], bool],
+        on_error: Callable[[OSError], None],
+        on_end: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._fd = sock.fileno()
+        self._reading = _Reading(sock, size, on_data, on_error)
+        self._on_end = on_end
+        self.failure: BaseException | None = None
+        self.active = True
+        loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            go_on = self._reading.read_once()
+        except BaseException as exc:  # a bug below: the owner raises it
+            self.failure = exc
+            go_on = False
+        if go_on is False:
+            self.stop()
+            self._on_end()
+
+    def stop(self) -> None:
+        """Stop reading (idempotent)."""
+        if self.active:
+            self.active = False
+            self._loop.remove_reader(self._fd)
+
+
 async def read_socket(
     sock: socket.socket,
     size: int,
     on_data: Callable[[bytes], bool],
     on_error: Callable[[OSError], None],
 ) -> None:
-    """Read ``sock`` until ``on_data`` returns False or a read fails.
+    """Read ``sock`` in this task until ``on_data`` returns False or a read fails (anyio's wait
+    per read: for event loops other than asyncio, where ``SocketWatch`` needs no task).
 
-    ``on_data`` gets what each read returned (``b""``: the peer ended its side) and says
-    whether to go on; ``on_error`` gets the error of a failed read, which ends the reading.
-    On asyncio ``on_data`` runs in the loop's reader callback, as a protocol's
-    ``data_received`` does: no task switch per read. Cancelling this stops the reading.
+    ``on_data`` and ``on_error`` as for ``SocketWatch``. Cancelling this stops the reading.
     """
     reading = _Reading(sock, size, on_data, on_error)
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): anyio's wait per read
-        await reading.in_task()
-    else:
-        await reading.in_callbacks(loop)
+    while True:
+        await anyio.wait_readable(sock)
+        if reading.read_once() is False:
+            return
 
 
 class _Reading:
+    __slots__ = ("_on_data", "_on_error", "_size", "_sock")
+
     def __init__(
         self,
         sock: socket.socket,
@@ -74,7 +116,7 @@ class _Reading:
         self._on_data = on_data
         self._on_error = on_error
 
-    def _read_once(self) -> bool | None:
+    def read_once(self) -> bool | None:
         """One read handed on: whether to go on (None: there was nothing to read)."""
         try:
             data = self._sock.recv(self._size)
@@ -84,32 +126,3 @@ class _Reading:
             self._on_error(exc)
             return False
         return self._on_data(data)
-
-    async def in_task(self) -> None:
-        while True:
-            await anyio.wait_readable(self._sock)
-            if self._read_once() is False:
-                return
-
-    async def in_callbacks(self, loop: asyncio.AbstractEventLoop) -> None:
-        fd = self._sock.fileno()
-        ended = anyio.Event()
-        failures: list[BaseException] = []
-
-        def on_readable() -> None:
-            try:
-                go_on = self._read_once()
-            except BaseException as exc:  # a bug below: raised from the reading task
-                failures.append(exc)
-                go_on = False
-            if go_on is False:
-                loop.remove_reader(fd)
-                ended.set()
-
-        loop.add_reader(fd, on_readable)
-        try:
-            await ended.wait()
-        finally:
-            loop.remove_reader(fd)
-        if failures:
-            raise failures[0]
