@@ -669,6 +669,12 @@ class Connecting:
     def __await__(self) -> Generator[Any, None, Connection]:
         return self._open_in(None).__await__()
 
+    async def open_in(self, task_group: TaskGroup) -> Connection:
+        """Open the connection with its background tasks in ``task_group``, which must outlive
+        it; ``close()`` ends them. For hosts that keep connections in a task group of their
+        own (the blocking API's event-loop thread does)."""
+        return await self._open_in(task_group)
+
     async def __aenter__(self) -> Connection:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()

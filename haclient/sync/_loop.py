@@ -14,10 +14,10 @@ thread blocked on a lock; other threads never get ``KeyboardInterrupt`` and simp
 call from the loop thread itself raises ``IllegalStateError`` at once (it would wait for itself
 forever).
 
-``enter(context)`` keeps an async context manager (the connection's ``async with
-aio.connect(...)``) entered in a task of the loop's host task group until ``stop()``, so what
-it starts is owned by that task. ``stop()`` leaves it, cancels this connection's calls still
-running (they raise ``ClosedError``) and, for a private loop, ends the loop thread.
+``open(open_in, close)`` opens what a connection holds (its ``aio`` connection) with its tasks
+in the loop thread's host task group, so that none is free-standing, and keeps ``close`` for
+``stop()``. ``stop()`` closes it, cancels this connection's calls still running (they raise
+``ClosedError``) and, for a private loop, ends the loop thread.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ import functools
 import threading
 from _thread import allocate_lock, get_ident
 from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractAsyncContextManager
 from types import CoroutineType
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
-import anyio
+from anyio.abc import TaskGroup
 
 from haclient.errors import ClosedError, IllegalStateError
 from haclient.sync._runtime import LoopThread, log, shared_loop
@@ -125,63 +124,6 @@ class _Call(Generic[T]):
         raise error
 
 
-class _Holder:
-    """Keeps an async context manager entered in a host task until released."""
-
-    def __init__(self, context: AbstractAsyncContextManager[Any]) -> None:
-        self.context = context
-        self.entered = threading.Lock()
-        self.entered.acquire()
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self._scope: anyio.CancelScope | None = None
-        self._cancelled = False
-        self._release: asyncio.Event | None = None
-        self.finished: asyncio.Event | None = None
-
-    async def hold(self) -> None:
-        """The host task: enter, tell the caller, wait for ``release()``, leave. Never raises
-        (an error would cancel the host task group, with every other connection's holder)."""
-        self._release, self.finished = asyncio.Event(), asyncio.Event()
-        try:
-            with anyio.CancelScope() as self._scope:
-                if self._cancelled:
-                    self._scope.cancel()
-                async with self.context as value:
-                    self.value = value
-                    self.entered.release()
-                    await self._release.wait()
-        except BaseException as exc:
-            if self.entered.locked():
-                self.error = exc
-            else:
-                log.debug("leaving a context on the loop failed", exc_info=True)
-        finally:
-            if self.entered.locked():
-                if self.error is None:
-                    self.error = ClosedError("the connection was closed while it opened")
-                self.entered.release()
-            self.finished.set()
-
-    def fail(self, error: BaseException) -> None:
-        """The host task could not be started."""
-        self.error = error
-        self.entered.release()
-
-    def cancel(self) -> None:
-        """On the loop: stop entering (Ctrl-C while entering)."""
-        self._cancelled = True
-        if self._scope is not None:
-            self._scope.cancel()
-
-    async def release(self) -> None:
-        """On the loop: leave the context and wait until it is left."""
-        if self._release is None or self.finished is None:  # never started
-            return
-        self._release.set()
-        await self.finished.wait()
-
-
 class EventLoop:
     """A connection's handle on an event-loop thread, and the blocking calls into it.
 
@@ -195,7 +137,7 @@ class EventLoop:
         self._lock = threading.Lock()
         self._stopped = False
         self._refuse_calls = False
-        self._holders: list[_Holder] = []
+        self._closers: list[Callable[[], Awaitable[None]]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         """This connection's call tasks running now; only the loop thread touches it."""
 
@@ -325,43 +267,35 @@ class EventLoop:
                 return fn()
             raise
 
-    def enter(self, context: AbstractAsyncContextManager[T]) -> T:
-        """Enter the async context manager ``context`` in a task of the loop's host task group
-        that keeps it open until ``stop()`` leaves it, so that what it starts (a connection's
-        task group) is owned by that task.
+    def open(
+        self,
+        open_in: Callable[[TaskGroup], Awaitable[T]],
+        close: Callable[[T], Awaitable[None]],
+    ) -> T:
+        """Run ``open_in(host)`` on the loop, ``host`` being the loop thread's host task group,
+        in which what it opens keeps its tasks (none is free-standing); return what it opened,
+        which ``stop()`` closes with ``close(value)``.
 
         Raises:
-            As ``run``; a Ctrl-C while entering cancels the entry and is raised.
+            As ``run``; a Ctrl-C while opening cancels the opening and is raised.
         """
         self.check_caller()
-        holder = _Holder(context)
-        with self._lock:
-            self._holders.append(holder)
-        try:  # start_soon needs a task to call it from: one call task does it
-            self._thread.submit(_Call(self, self._host(holder)).start)
-        except RuntimeError:
-            raise ClosedError("the connection is closed") from None
-        try:
-            while not holder.entered.acquire(timeout=_POLL):
-                pass
-        except KeyboardInterrupt:
-            try:
-                self._thread.submit(holder.cancel)
-            except RuntimeError:
-                pass
-            else:
-                holder.entered.acquire(timeout=_CANCEL_GRACE)
-            raise
-        if holder.error is not None:
-            error, holder.error = holder.error, None
-            raise error
-        return holder.value  # type: ignore[no-any-return]
+        return self._run(self._open(open_in, close))
 
-    async def _host(self, holder: _Holder) -> None:
-        try:
-            self._thread.host(holder.hold, name="haclient connection holder")
-        except BaseException as exc:
-            holder.fail(ClosedError("the connection is closed") if self._stopped else exc)
+    async def _open(
+        self,
+        open_in: Callable[[TaskGroup], Awaitable[T]],
+        close: Callable[[T], Awaitable[None]],
+    ) -> T:
+        value = await open_in(self._thread.host_group)
+        with self._lock:
+            stopped = self._stopped
+            if not stopped:
+                self._closers.append(functools.partial(close, value))
+        if stopped:  # stop() came while it opened: it closed what it knew of, not this
+            await close(value)
+            raise ClosedError("the connection was closed while it opened")
+        return value
 
     def stop(self, timeout: float | None = None) -> None:
         """Leave the contexts ``enter`` entered (newest first), cancel this connection's calls
@@ -409,9 +343,12 @@ class EventLoop:
 
     async def _shut_down(self, *, end_private_loop: bool = False) -> None:
         with self._lock:
-            holders, self._holders = self._holders, []
-        for holder in reversed(holders):  # their tasks end before the calls are cancelled
-            await holder.release()
+            closers, self._closers = self._closers, []
+        for close in reversed(closers):  # their tasks end before the calls are cancelled
+            try:
+                await close()
+            except Exception:
+                log.debug("closing on the loop failed", exc_info=True)
         self._refuse_calls = True
         current = asyncio.current_task()
         for task in list(self._tasks):

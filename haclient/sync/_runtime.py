@@ -2,10 +2,10 @@
 
 How this works: a ``LoopThread`` runs one asyncio event loop (under ``anyio.run``) in a daemon
 thread. Its main task holds a task group, the *host*, in which long-lived tasks are started
-(each blocking connection's ``async with aio.connect(...)`` holder), so that none is
-free-standing. By default every blocking connection of the process lives on one shared
-``LoopThread`` (``shared_loop()``, started on first use); a connection opened with
-``private_loop=True`` gets one of its own, stopped when it closes.
+(each blocking connection's background tasks), so that none is free-standing. By default every
+blocking connection of the process lives on one shared ``LoopThread`` (``shared_loop()``,
+started on first use); a connection opened with ``private_loop=True`` gets one of its own,
+stopped when it closes.
 
 At interpreter exit the connections an application never closed must not keep the process
 alive. The loop threads are daemons, so they never hold up the exit themselves, and an exit
@@ -32,6 +32,8 @@ from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
+
+from haclient.errors import ClosedError
 
 __all__ = ["LoopThread", "register_for_exit", "shared_loop"]
 
@@ -135,11 +137,16 @@ class LoopThread:
         loop.call_soon_threadsafe(_nothing)  # wakes the loop
         return task
 
-    def host(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
-        """Start the coroutine function ``fn`` as a task of the host task group; call only on
-        the loop thread."""
-        assert self._host is not None, "the loop is stopping"
-        self._host.start_soon(fn, name=name)
+    @property
+    def host_group(self) -> TaskGroup:
+        """The host task group, for long-lived tasks; use it only on the loop thread.
+
+        Raises:
+            ClosedError: the loop is stopping.
+        """
+        if self._host is None:
+            raise ClosedError("the event loop is stopping")
+        return self._host
 
     def stop(self) -> None:
         """Cancel what the host holds, end the loop and wait for its thread (bounded).

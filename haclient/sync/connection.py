@@ -277,13 +277,12 @@ class ConnectionFactory:
         """
         loop = EventLoop.start(private=self._private_loop)
         try:
-            # Entered (and later left, by loop.stop()) in a task of the loop's own: the
-            # connection's background tasks belong to that task, not to a free-standing one.
-            connection = loop.enter(
-                self._factory.create_connection(
-                    client_id=client_id, username=username, password=password
-                )
+            # Its background tasks belong to the loop thread's host task group, not to a
+            # free-standing task; loop.stop() closes it.
+            connecting = self._factory.create_connection(
+                client_id=client_id, username=username, password=password
             )
+            connection = loop.open(connecting.open_in, AsyncConnection.close)
         except BaseException:
             loop.stop()
             raise
