@@ -22,6 +22,8 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
+from failover.errors import ClosedError, ConnectionLostError, HAClientError
+from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
 from haclient.amqp.config import EngineConfig
 from haclient.amqp.driver import Driver
 from haclient.amqp.endpoints import Delivery, Link, Receiver, Sender, Session
@@ -46,14 +48,6 @@ from haclient.amqp.types import (
     Released,
     SenderSettleMode,
     Terminus,
-)
-from haclient.errors import (
-    AttachTimeoutError,
-    ClosedError,
-    ConnectionLostError,
-    HAClientError,
-    OpenTimeoutError,
-    error_from_condition,
 )
 
 __all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "open_connection"]
