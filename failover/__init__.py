@@ -1,10 +1,14 @@
 """The protocol-agnostic failover layer: failover URLs, broker policies, back-off, the gate that
 holds calls while the connection is restored, epochs and the tiered restore of resources.
 
-Nothing here knows AMQP; ``haclient.aio`` supplies the connector. The only import from
-``haclient`` is ``haclient.errors`` (for the exceptions it raises), which loads nothing but the
-standard library; only ``failover.manager`` and ``failover.supervisor`` import anyio, and url,
-policy, states and protocols are pure. ``tests/unit/test_layers.py`` keeps all three so.
+Nothing here knows AMQP; ``haclient.aio`` supplies the connector. Nothing here imports
+``haclient``: the exceptions it raises are the generic part of haclient's exception tree, which
+lives here (``failover.errors``) and which ``haclient.errors`` re-exports. Only
+``failover.manager`` and ``failover.supervisor`` import anyio, and url, policy, states and
+protocols are pure. ``tests/unit/test_layers.py`` keeps all three so.
+
+- ``failover.errors``: the root ``HAClientError`` and every error that knows no protocol
+  (configuration, illegal state, connection failed or lost, failover timeout ...).
 
 - ``failover.url``: ``parse_url(text) -> FailoverURL`` (brokers, policy, connection options) and
   back with ``FailoverURL.to_string()``; ``merge_broker_lists`` for the ``exchange`` method.

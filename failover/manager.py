@@ -75,6 +75,7 @@ from types import MappingProxyType, TracebackType
 import anyio
 from anyio.abc import TaskGroup
 
+from failover.errors import ClosedError, IllegalStateError
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.protocols import (
     Connector,
@@ -95,7 +96,6 @@ from failover.states import (
 )
 from failover.supervisor import Supervisor, close_quietly
 from failover.url import BrokerURL, FailoverURL, merge_broker_lists
-from haclient.errors import ClosedError, IllegalStateError
 
 __all__ = [
     "TRANSITIONS",

@@ -99,7 +99,7 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any, Final, Generic, TypeVar
 
-from haclient.errors import ConfigurationError
+from failover.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_EXCHANGE_ADDRESS",

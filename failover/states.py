@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from failover.errors import HAClientError, IllegalStateError
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.url import BrokerURL
-from haclient.errors import HAClientError, IllegalStateError
 
 __all__ = [
     "IN_TRANSIT",

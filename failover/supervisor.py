@@ -23,6 +23,13 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from failover.errors import (
+    ClosedError,
+    ConnectionFailedError,
+    ConnectionLostError,
+    FailoverTimeoutError,
+    IllegalStateError,
+)
 from failover.policy import Attempt, FailoverPolicy
 from failover.protocols import (
     Connector,
@@ -45,13 +52,6 @@ from failover.states import (
     plan,
 )
 from failover.url import BrokerURL, FailoverURL
-from haclient.errors import (
-    ClosedError,
-    ConnectionFailedError,
-    ConnectionLostError,
-    FailoverTimeoutError,
-    IllegalStateError,
-)
 
 __all__ = ["Supervisor", "close_quietly"]
 

@@ -31,13 +31,13 @@ from types import MappingProxyType
 from typing import Final
 from urllib.parse import quote, unquote
 
+from failover.errors import ConfigurationError
 from failover.policy import (
     FailoverMethod,
     FailoverPolicy,
     parse_int,
     unknown_option_error,
 )
-from haclient.errors import ConfigurationError
 
 __all__ = [
     "BROKER_OPTIONS",

@@ -6,99 +6,132 @@ from ``haclient.sync``; ``haclient.aio`` is the async API it wraps), the excepti
 (``haclient.message``, ``haclient.destination``), the selector language (``haclient.selector``)
 and the AMQP engine (``haclient.amqp``).
 
-Importing ``haclient`` (or any ``haclient.*`` module, which runs this file first) loads only the
-error tree, which needs nothing but the standard library. Every other name is imported on first
-use (PEP 562's module ``__getattr__``), so that the layers below the client, ``failover`` above
-all, can use ``haclient.errors`` without loading the client, anyio or proton;
-``tests/unit/test_layers.py`` keeps it so.
+Importing ``haclient`` loads the client, anyio and proton with it: every name below is a plain
+import. The layer under the client, ``failover``, imports nothing of ``haclient`` (its errors
+are the generic part of the tree, in ``failover.errors``), so it loads on its own;
+``tests/unit/test_layers.py`` keeps it so. The extras' modules (``haclient.metrics``,
+``haclient.spark``) are not imported here: each loads on its own import, and says which extra
+to install when its packages are missing.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-from haclient.errors import *  # noqa: F403  (the error tree is part of the public API)
-from haclient.errors import __all__ as _errors_all
-
-# The names of ``_LAZY`` below, for type checkers. ``__all__`` is built, so they cannot read it:
-# ``X as X`` and ``import *`` mark each name re-exported.
-if TYPE_CHECKING:
-    from haclient.destination import Destination as Destination
-    from haclient.destination import Queue as Queue
-    from haclient.destination import TemporaryQueue as TemporaryQueue
-    from haclient.destination import TemporaryTopic as TemporaryTopic
-    from haclient.destination import Topic as Topic
-    from haclient.message import Byte as Byte
-    from haclient.message import BytesMessage as BytesMessage
-    from haclient.message import DeliveryMode as DeliveryMode
-    from haclient.message import Double as Double
-    from haclient.message import Float as Float
-    from haclient.message import Int as Int
-    from haclient.message import Long as Long
-    from haclient.message import MapMessage as MapMessage
-    from haclient.message import Message as Message
-    from haclient.message import Short as Short
-    from haclient.message import StreamMessage as StreamMessage
-    from haclient.message import TextMessage as TextMessage
-    from haclient.modes import *  # noqa: F403  (all of it: AckConfirmation, AckMode)
-    from haclient.sync import *  # noqa: F403  (all of it: the blocking API)
+from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from haclient.errors import (
+    CONDITIONS,
+    AcknowledgeFailedError,
+    AMQPError,
+    AttachTimeoutError,
+    AuthenticationError,
+    BrowserFailoverError,
+    ClientIdInUseError,
+    ClosedError,
+    ConditionRule,
+    ConfigurationError,
+    ConnectionFailedError,
+    ConnectionLostError,
+    FailoverTimeoutError,
+    HAClientError,
+    IllegalStateError,
+    InvalidDestinationError,
+    InvalidSelectorError,
+    LinkDetachedError,
+    MessageFormatError,
+    NotImplementedByBrokerError,
+    OpenTimeoutError,
+    ProtocolError,
+    RedirectError,
+    ResourceLimitError,
+    ResourceLockedError,
+    TransactionRolledBackError,
+    error_from_condition,
+    is_retriable,
+)
+from haclient.message import (
+    Byte,
+    BytesMessage,
+    DeliveryMode,
+    Double,
+    Float,
+    Int,
+    Long,
+    MapMessage,
+    Message,
+    Short,
+    StreamMessage,
+    TextMessage,
+)
+from haclient.modes import AckConfirmation, AckMode
+from haclient.sync import (
+    CompletionListener,
+    Connection,
+    ConnectionFactory,
+    MessageConsumer,
+    MessageListener,
+    MessageProducer,
+    QueueBrowser,
+    Session,
+    connect,
+)
 
 __version__ = "0.1.0"
 
-# Public name -> the module it is imported from on first use. The one list of the re-exported
-# names: ``__all__`` and ``__dir__`` come from it; the TYPE_CHECKING imports above say it again for
-# type checkers, and tests/unit/test_layers.py keeps the two equal.
-_LAZY: dict[str, str] = {
-    "AckConfirmation": "haclient.modes",
-    "AckMode": "haclient.modes",
-    "Byte": "haclient.message",
-    "BytesMessage": "haclient.message",
-    "CompletionListener": "haclient.sync",
-    "Connection": "haclient.sync",
-    "ConnectionFactory": "haclient.sync",
-    "DeliveryMode": "haclient.message",
-    "Destination": "haclient.destination",
-    "Double": "haclient.message",
-    "Float": "haclient.message",
-    "Int": "haclient.message",
-    "Long": "haclient.message",
-    "MapMessage": "haclient.message",
-    "Message": "haclient.message",
-    "MessageConsumer": "haclient.sync",
-    "MessageListener": "haclient.sync",
-    "MessageProducer": "haclient.sync",
-    "Queue": "haclient.destination",
-    "QueueBrowser": "haclient.sync",
-    "Session": "haclient.sync",
-    "Short": "haclient.message",
-    "StreamMessage": "haclient.message",
-    "TemporaryQueue": "haclient.destination",
-    "TemporaryTopic": "haclient.destination",
-    "TextMessage": "haclient.message",
-    "Topic": "haclient.destination",
-    "connect": "haclient.sync",
-}
-
-__all__ = [*_errors_all, *_LAZY, "__version__"]
-
-# Subpackages that ``import haclient; haclient.aio...`` reaches (they used to be loaded eagerly).
-_SUBMODULES = frozenset(
-    {"aio", "amqp", "destination", "errors", "mapping", "message", "modes", "selector", "sync"}
-)
-
-
-def __getattr__(name: str) -> object:
-    """Import a public name (or a subpackage) on first use, then keep it as a plain global."""
-    if name in _LAZY:
-        value: object = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+__all__ = [
+    "CONDITIONS",
+    "AMQPError",
+    "AckConfirmation",
+    "AckMode",
+    "AcknowledgeFailedError",
+    "AttachTimeoutError",
+    "AuthenticationError",
+    "BrowserFailoverError",
+    "Byte",
+    "BytesMessage",
+    "ClientIdInUseError",
+    "ClosedError",
+    "CompletionListener",
+    "ConditionRule",
+    "ConfigurationError",
+    "Connection",
+    "ConnectionFactory",
+    "ConnectionFailedError",
+    "ConnectionLostError",
+    "DeliveryMode",
+    "Destination",
+    "Double",
+    "FailoverTimeoutError",
+    "Float",
+    "HAClientError",
+    "IllegalStateError",
+    "Int",
+    "InvalidDestinationError",
+    "InvalidSelectorError",
+    "LinkDetachedError",
+    "Long",
+    "MapMessage",
+    "Message",
+    "MessageConsumer",
+    "MessageFormatError",
+    "MessageListener",
+    "MessageProducer",
+    "NotImplementedByBrokerError",
+    "OpenTimeoutError",
+    "ProtocolError",
+    "Queue",
+    "QueueBrowser",
+    "RedirectError",
+    "ResourceLimitError",
+    "ResourceLockedError",
+    "Session",
+    "Short",
+    "StreamMessage",
+    "TemporaryQueue",
+    "TemporaryTopic",
+    "TextMessage",
+    "Topic",
+    "TransactionRolledBackError",
+    "__version__",
+    "connect",
+    "error_from_condition",
+    "is_retriable",
+]

@@ -49,6 +49,7 @@ import time
 import uuid
 from typing import Any, Final, NamedTuple, TypeAlias
 
+from failover.errors import MessageFormatError
 from haclient.amqp.codec import AmqpMessage, BodyKind, MessageView
 from haclient.amqp.codec.message import millis
 from haclient.amqp.types import Byte, Int, ULong
@@ -64,7 +65,6 @@ from haclient.destination import (
     destination_from_address,
     type_annotation,
 )
-from haclient.errors import MessageFormatError
 from haclient.message import (
     BYTES_TYPE,
     MAP_TYPE,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from failover.errors import MessageFormatError
 from haclient.amqp.codec import formats
 from haclient.amqp.codec.encode import (
     NULL_BYTES,
@@ -45,7 +46,6 @@ from haclient.destination import (
     address_of,
     type_annotation,
 )
-from haclient.errors import MessageFormatError
 from haclient.mapping import (
     DELIVERY_TIME_ANNOTATION,
     MSG_TYPE_ANNOTATION,

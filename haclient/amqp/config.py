@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from haclient.errors import ConfigurationError
+from failover.errors import ConfigurationError
 
 __all__ = [
     "ClientAuth",

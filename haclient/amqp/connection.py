@@ -23,6 +23,8 @@ from typing import Any, Generic, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from failover.errors import ClosedError, ConnectionLostError, HAClientError
+from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
 from haclient.amqp.config import EngineConfig
 from haclient.amqp.driver import Driver
 from haclient.amqp.endpoints import Delivery, Link, Receiver, Sender, Session
@@ -47,14 +49,6 @@ from haclient.amqp.types import (
     Released,
     SenderSettleMode,
     Terminus,
-)
-from haclient.errors import (
-    AttachTimeoutError,
-    ClosedError,
-    ConnectionLostError,
-    HAClientError,
-    OpenTimeoutError,
-    error_from_condition,
 )
 
 __all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "connect_amqp", "open_connection"]

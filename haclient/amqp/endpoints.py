@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import cproton
 import proton
 
+from failover.errors import ClosedError
 from haclient.amqp import _convert
 from haclient.amqp.types import (
     ErrorCondition,
@@ -27,7 +28,6 @@ from haclient.amqp.types import (
     SenderSettleMode,
     Terminus,
 )
-from haclient.errors import ClosedError
 
 if TYPE_CHECKING:
     from haclient.amqp.engine import Engine

@@ -26,6 +26,7 @@ import cproton
 import proton
 from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
 
+from failover.errors import ConfigurationError
 from haclient.amqp import _convert
 from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
 from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, drop_wrapper_in, wrapper_in
@@ -43,7 +44,6 @@ from haclient.amqp.events import (
     TransportClosed,
 )
 from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
-from haclient.errors import ConfigurationError
 
 __all__ = ["ByteLayer", "Engine"]
 

@@ -1,4 +1,5 @@
-"""The exception tree and the AMQP error-condition table (haclient.errors)."""
+"""The exception tree and the AMQP error-condition table (haclient.errors, which re-exports
+failover.errors and haclient.amqp.conditions)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import builtins
 import dataclasses
 import inspect
 import pickle
+import sys
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import failover.errors
 from haclient import errors
+from haclient.amqp import conditions
 from haclient.errors import (
     CONDITIONS,
     AcknowledgeFailedError,
@@ -122,16 +127,40 @@ def test_all_is_pinned() -> None:
         assert hasattr(errors, name), name
 
 
-def test_every_public_exception_is_listed_in_all() -> None:
+@pytest.mark.parametrize("home", [failover.errors, conditions], ids=lambda m: m.__name__)
+def test_every_public_exception_is_listed_in_all(home: ModuleType) -> None:
+    # haclient.errors defines nothing: the classes live in the generic tree (failover.errors)
+    # and beside the AMQP engine (haclient.amqp.conditions); it re-exports every one.
     defined = {
         name
-        for name, obj in vars(errors).items()
+        for name, obj in vars(home).items()
         if inspect.isclass(obj)
         and issubclass(obj, BaseException)
-        and obj.__module__ == errors.__name__
+        and obj.__module__ == home.__name__
         and not name.startswith("_")
     }
+    assert defined
     assert defined <= set(errors.__all__)
+    assert all(getattr(errors, name) is getattr(home, name) for name in defined)
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+def test_a_class_is_found_where_its_module_says(cls: type[BaseException]) -> None:
+    # What pickle and a traceback name: the module the class is defined in, which has it.
+    assert cls.__module__ in {"failover.errors", "haclient.amqp.conditions"}
+    assert getattr(sys.modules[cls.__module__], cls.__qualname__) is cls
+    assert repr(cls("x")) == f"{cls.__name__}('x')"
+
+
+def test_the_generic_tree_knows_no_protocol() -> None:
+    # What failover raises is failover's; the AMQP-only classes and the table are the engine's.
+    assert failover.errors.ConnectionLostError is ConnectionLostError
+    assert failover.errors.ConfigurationError is ConfigurationError
+    amqp_only = {"ProtocolError", "RedirectError", "LinkDetachedError", "OpenTimeoutError"}
+    amqp_only |= {"AttachTimeoutError", "CONDITIONS", "ConditionRule", "error_from_condition"}
+    amqp_only |= {"is_retriable"}
+    assert amqp_only <= set(conditions.__all__)
+    assert not amqp_only & set(failover.errors.__all__)
 
 
 def test_the_api_md_names_exist() -> None:

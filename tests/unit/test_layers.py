@@ -1,5 +1,8 @@
 """The layers stay apart: ``failover`` knows nothing of AMQP or of the client above it, its
-decisions are pure, and importing it (or ``haclient.errors``) loads neither anyio nor proton.
+decisions are pure, and importing it loads no ``haclient`` module, nor proton (nor anyio but
+for the manager). The exception tree lives at the bottom (``failover.errors``) with its AMQP
+table beside the engine (``haclient.amqp.conditions``); ``haclient`` re-exports both with plain
+imports, one ``__all__``.
 
 Two kinds of check: what each source file imports (read with ``ast``), and what a fresh
 interpreter has in ``sys.modules`` after an import (run in a subprocess, so that nothing this
@@ -17,9 +20,13 @@ from pathlib import Path
 import pytest
 
 import failover
+import failover.errors
 import haclient
+import haclient.amqp.conditions
+import haclient.errors
 
 FAILOVER = Path(failover.__file__).parent
+HACLIENT = Path(haclient.__file__).parent
 
 # The modules of failover that own tasks; every other one is free of anyio.
 USES_ANYIO = {"manager.py", "supervisor.py"}
@@ -27,6 +34,9 @@ USES_ANYIO = {"manager.py", "supervisor.py"}
 PURE = ["url.py", "policy.py", "states.py", "protocols.py"]
 # What the client's upper layers load; the layers below must not.
 HEAVY = ["proton", "anyio", "haclient.aio", "haclient.sync", "haclient.amqp"]
+# The subpackages ``import haclient; haclient.aio...`` reaches.
+SUBMODULES = ["aio", "amqp", "destination", "errors", "mapping", "message", "modes", "selector"]
+SUBMODULES += ["sync"]
 
 
 def _imports(path: Path) -> list[str]:
@@ -39,26 +49,29 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-def _loaded_after(statement: str) -> list[str]:
-    """The modules of ``HEAVY`` that a fresh interpreter has loaded after ``statement``."""
+def _modules_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after ``statement``."""
     probe = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
-    loaded = set(json.loads(result.stdout))
+    return set(json.loads(result.stdout))
+
+
+def _loaded_after(statement: str) -> list[str]:
+    """The modules of ``HEAVY`` that a fresh interpreter has loaded after ``statement``."""
+    loaded = _modules_after(statement)
     return [name for name in HEAVY if name in loaded]
 
 
 def test_failover_package_knows_nothing_of_amqp() -> None:
-    """``failover`` imports neither proton nor haclient (but for ``haclient.errors``); only
-    the manager and its supervisor, which run the reconnect loop, may use anyio."""
+    """``failover`` imports neither proton nor anything of haclient; only the manager and its
+    supervisor, which run the reconnect loop, may use anyio."""
     for path in FAILOVER.rglob("*.py"):
-        banned = {"proton", "_proton"} | (set() if path.name in USES_ANYIO else {"anyio"})
+        banned = {"proton", "_proton", "haclient"}
+        banned |= set() if path.name in USES_ANYIO else {"anyio"}
         for name in _imports(path):
-            top = name.split(".")[0]
-            assert top not in banned, f"{path}: imports {name}"
-            if top == "haclient":
-                assert name == "haclient.errors", f"{path}: imports {name}"
+            assert name.split(".")[0] not in banned, f"{path}: imports {name}"
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -75,35 +88,65 @@ def test_the_failover_decisions_load_no_client_anyio_or_proton() -> None:
     assert _loaded_after(statement) == []
 
 
-def test_the_error_tree_loads_no_client_anyio_or_proton() -> None:
-    assert _loaded_after("import haclient.errors") == []
-    assert _loaded_after("import haclient") == []
+def test_failover_loads_no_haclient_module() -> None:
+    """Every module of ``failover``, the manager included, loads without ``haclient``."""
+    modules = sorted(f"failover.{path.stem}" for path in FAILOVER.glob("[!_]*.py"))
+    loaded = _modules_after(f"import failover, {', '.join(modules)}")
+    assert set(modules) <= loaded
+    assert sorted(name for name in loaded if name.split(".")[0] == "haclient") == []
 
 
-def _type_checking_names(path: Path) -> dict[str, str]:
-    """Name -> module, as the ``if TYPE_CHECKING:`` imports of ``path`` give it to type checkers."""
-    names: dict[str, str] = {}
-    for node in ast.parse(path.read_text(), str(path)).body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for imp in node.body:
-                assert isinstance(imp, ast.ImportFrom) and imp.module, ast.unparse(imp)
-                for alias in imp.names:
-                    module = __import__(imp.module, fromlist=["*"])
-                    star = alias.name == "*"
-                    names |= dict.fromkeys(module.__all__ if star else [alias.name], imp.module)
-    return names
+def test_the_error_tree_loads_with_the_standard_library_alone() -> None:
+    """The generic part of the tree needs nothing but the standard library; its AMQP table
+    needs nothing of the engine it sits beside (the engine's modules import it)."""
+    assert _loaded_after("import failover.errors") == []
+    assert {name.split(".")[0] for name in _imports(FAILOVER / "errors.py")} <= set(
+        sys.stdlib_module_names
+    ) | {"__future__"}
+    conditions = Path(haclient.amqp.conditions.__file__)
+    outside = {
+        name
+        for name in _imports(conditions)
+        if name.split(".")[0] not in sys.stdlib_module_names | {"__future__"}
+    }
+    assert outside == {"failover.errors"}
 
 
-def test_type_checkers_see_the_names_that_load_on_use() -> None:
-    """The TYPE_CHECKING imports of ``haclient`` say the lazy table again; they must agree."""
-    assert _type_checking_names(Path(haclient.__file__)) == haclient._LAZY
+def test_the_amqp_engine_imports_errors_from_where_they_are_defined() -> None:
+    """``haclient.errors`` imports ``haclient.amqp.conditions``: a module of ``haclient.amqp``
+    importing ``haclient.errors`` would close a circle."""
+    for path in (HACLIENT / "amqp").rglob("*.py"):
+        for name in _imports(path):
+            assert name not in {"haclient", "haclient.errors"}, f"{path}: imports {name}"
 
 
-def test_the_top_level_names_still_load_on_use() -> None:
-    """``haclient`` re-exports lazily: ``haclient.connect``, ``from haclient import X`` and
-    ``from haclient import *`` still give every name of ``__all__``."""
-    assert _loaded_after("import haclient; haclient.connect") == HEAVY
-    assert not {"haclient.aio", "haclient.sync"} & set(_loaded_after("from haclient import Queue"))
+def test_every_error_is_one_class_under_every_name() -> None:
+    """``haclient.X``, ``haclient.errors.X`` and the home module's ``X`` are one object."""
+    homes = {**vars(failover.errors), **vars(haclient.amqp.conditions)}
+    for name in haclient.errors.__all__:
+        value = getattr(haclient.errors, name)
+        assert value is getattr(haclient, name) is homes[name], name
+    assert haclient.ClosedError is failover.errors.ClosedError
+
+
+def test_the_top_level_names_are_plain_imports_listed_once() -> None:
+    """``haclient`` binds every name of ``__all__`` with a plain import (no module
+    ``__getattr__``, no second list of names), and ``import haclient`` loads the client."""
+    tree = ast.parse(Path(haclient.__file__).read_text())
+    imported = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__"
+        for alias in node.names
+    }
+    assert set(haclient.__all__) - {"__version__"} == imported
+    assert not hasattr(haclient, "__getattr__")
+    assert _loaded_after("import haclient") == HEAVY
+
+
+def test_the_top_level_names_and_subpackages_are_reachable() -> None:
+    """``haclient.connect``, ``from haclient import X`` and ``from haclient import *`` give
+    every name of ``__all__``; ``haclient.aio`` and the other subpackages are attributes."""
     namespace: dict[str, object] = {}
     exec("from haclient import *", namespace)
     assert set(haclient.__all__) <= set(namespace)
@@ -111,6 +154,7 @@ def test_the_top_level_names_still_load_on_use() -> None:
     from haclient.sync import connect
 
     assert haclient.connect is connect
-    assert haclient.aio.__name__ == "haclient.aio"
+    for name in SUBMODULES:
+        assert getattr(haclient, name).__name__ == f"haclient.{name}"
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        haclient.nothing  # noqa: B018
+        haclient.nothing  # type: ignore[attr-defined]  # noqa: B018

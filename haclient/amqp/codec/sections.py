@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from failover.errors import MessageFormatError
 from haclient.amqp import _convert
 from haclient.amqp.codec import formats as f
 from haclient.amqp.codec.decode import decode_value, skip_value
@@ -28,7 +29,6 @@ from haclient.amqp.codec.encode import (
     encode_uint,
     encode_value,
 )
-from haclient.errors import MessageFormatError
 
 __all__ = [
     "EMPTY_HEADER",
