@@ -22,7 +22,7 @@ import haclient
 FAILOVER = Path(failover.__file__).parent
 
 # The modules of failover that own tasks; every other one is free of anyio.
-USES_ANYIO = {"manager.py", "supervisor.py"}
+USES_ANYIO = {"manager.py", "gate.py", "supervisor.py"}
 # The modules of failover that decide and never act: no clock, no sleep, no I/O, no logging.
 PURE = ["url.py", "policy.py", "states.py", "protocols.py"]
 # What the client's upper layers load; the layers below must not.
@@ -51,7 +51,7 @@ def _loaded_after(statement: str) -> list[str]:
 
 def test_failover_package_knows_nothing_of_amqp() -> None:
     """``failover`` imports neither proton nor haclient (but for ``haclient.errors``); only
-    the manager and its supervisor, which run the reconnect loop, may use anyio."""
+    the manager, its gate and its supervisor, which run the reconnect loop, may use anyio."""
     for path in FAILOVER.rglob("*.py"):
         banned = {"proton", "_proton"} | (set() if path.name in USES_ANYIO else {"anyio"})
         for name in _imports(path):
