@@ -92,7 +92,7 @@ from failover.protocols import (
     RestoreOrder,
     StagedResource,
 )
-from failover.schedule import Stop, Wait
+from failover.schedule import Stop, Wait, checked_strategies
 from failover.states import (
     TRANSITIONS,
     ConnectionState,
@@ -144,7 +144,8 @@ class ConnectionManager(Generic[P]):
             is one broker.
 
     Raises:
-        ConfigurationError: An empty list, or ``singlebroker`` with several brokers.
+        ConfigurationError: An empty list, ``singlebroker`` with several brokers, or a
+            ``reconnect_wait`` or ``reconnect_stop`` that is not callable.
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class ConnectionManager(Generic[P]):
         reconnect_stop: Stop | None = None,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
+        reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
         self._listeners = Listeners()
         self._gate: ConnectionGate[P] = ConnectionGate(
             clock=clock, sleep=sleep, on_change=self._state_changed

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Sequence
+from typing import Final, cast
 
 import tenacity
 from tenacity import RetryCallState, stop_after_attempt, stop_after_delay, stop_never
@@ -43,8 +44,9 @@ from tenacity import RetryCallState, stop_after_attempt, stop_after_delay, stop_
 from failover.policy import Attempt, FailoverPolicy
 from failover.states import budget_delay, index_of
 from failover.url import BrokerURL
+from haclient.errors import ConfigurationError
 
-__all__ = ["PolicyWait", "ReconnectPlan", "Stop", "Wait", "policy_stop"]
+__all__ = ["PolicyWait", "ReconnectPlan", "Stop", "Wait", "checked_strategies", "policy_stop"]
 
 #: A tenacity wait strategy: seconds to sleep before the next attempt (``tenacity.wait_*``).
 Wait = Callable[[RetryCallState], float]
@@ -75,6 +77,29 @@ def policy_stop(policy: FailoverPolicy, broker_count: int, *, startup: bool) -> 
     if policy.give_up_after is not None:
         stop = stop | stop_after_delay(policy.give_up_after)
     return stop
+
+
+def checked_strategies(wait: object, stop: object) -> tuple[Wait | None, Stop | None]:
+    """``wait`` and ``stop`` as given to ``connect()``: each None or a callable of the retry
+    state (any tenacity strategy is).
+
+    Raises:
+        ConfigurationError: Naming the argument, for anything else (a number, say).
+    """
+    for name, value in (("reconnect_wait", wait), ("reconnect_stop", stop)):
+        if value is not None and not callable(value):
+            raise ConfigurationError(
+                f"{name} must be a tenacity {name.split('_')[1]} strategy such as "
+                f"{_EXAMPLES[name]}, not {value!r}",
+                option=name,
+            )
+    return cast("Wait | None", wait), cast("Stop | None", stop)
+
+
+_EXAMPLES: Final = {
+    "reconnect_wait": "tenacity.wait_exponential(max=5)",
+    "reconnect_stop": "tenacity.stop_after_delay(60)",
+}
 
 
 class ReconnectPlan:
