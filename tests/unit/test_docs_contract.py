@@ -29,7 +29,13 @@ _CODE = re.compile(r"`([^`\n]+)`")
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Dotted names in docs/api.md that name code (URL options such as `failover.retries` do not).
-_CODE_PREFIXES = ("haclient.", "failover.url.", "failover.policy.", "failover.manager.")
+_CODE_PREFIXES = (
+    "haclient.",
+    "failover.url.",
+    "failover.policy.",
+    "failover.manager.",
+    "failover.schedule.",
+)
 
 
 def rule_ids() -> list[str]:
