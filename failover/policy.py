@@ -6,6 +6,8 @@ pure: ``attempts(brokers, ...)`` returns an iterator of ``Attempt`` values (whic
 what delay) and runs out when the policy is exhausted, i.e. when failover gives up (F4). Nothing
 here sleeps, reads a clock or does I/O: the caller sleeps ``attempt.delay`` and connects. Jitter
 and ``randomize`` draw from an injected ``random.Random``, so a seeded one makes a plan exact.
+The manager walks the same plan as a tenacity wait and stop (``failover.schedule``): ``delay``
+is the wait, ``total_attempts`` and ``give_up_after`` the stop.
 
 The plan (F5), for a list of ``n`` brokers:
 

@@ -1,4 +1,4 @@
-"""The documentation keeps its contract with the code (issue 11, "one place per promise").
+"""The documentation keeps its contract with the code: one place per promise.
 
 ``docs/semantics.md`` numbers the rules; every rule must have a test named after it and a row in
 ``docs/rules.md``, whose dotted paths must name where their code is defined (not a re-export,
