@@ -4,8 +4,9 @@ holds calls while the connection is restored, epochs and the tiered restore of r
 Nothing here knows AMQP; ``haclient.aio`` supplies the connector. Nothing here imports
 ``haclient``: the exceptions it raises are the generic part of haclient's exception tree, which
 lives here (``failover.errors``) and which ``haclient.errors`` re-exports. Only
-``failover.manager`` and ``failover.supervisor`` import anyio, and url, policy, states and
-protocols are pure. ``tests/unit/test_layers.py`` keeps all three so.
+``failover.manager``, ``failover.gate`` and ``failover.supervisor`` import anyio, and url,
+policy, states and protocols are pure (``failover.schedule`` too, but for importing tenacity,
+whose strategies are pure functions). ``tests/unit/test_layers.py`` keeps all three so.
 
 - ``failover.errors``: the root ``HAClientError`` and every error that knows no protocol
   (configuration, illegal state, connection failed or lost, failover timeout ...).
@@ -19,13 +20,19 @@ protocols are pure. ``tests/unit/test_layers.py`` keeps all three so.
 - ``failover.protocols``: what the manager is given (``ManagedConnection``, ``Connector``,
   ``Resource`` and ``StagedResource``, ``FailoverListener``) and ``restore_tiers``, the order
   resources restore in.
+- ``failover.schedule``: the reconnect schedule as tenacity wait and stop strategies (the
+  policy's own, or any given to the manager) and ``ReconnectPlan``, the attempts of one connect
+  or failover: which broker, how long to wait, when to give up.
 - ``failover.manager``: ``ConnectionManager``, the logical connection over a connector, and
   its public API: the gate (``wait_connected``), epochs, registering resources, listeners
-  (F14) and the ``exchange`` list (F12). It re-exports the names of ``failover.states`` and
-  ``failover.protocols`` that callers use.
-- ``failover.supervisor``: the machinery under the manager (its base class): the state it
-  keeps, the gate's waiting on the injected clock, and the supervisor task that connects,
-  watches, fails over and restores the resources tier by tier.
+  (F14) and the ``exchange`` list (F12). It is a facade over the three parts below, and
+  re-exports the names of ``failover.states`` and ``failover.protocols`` that callers use.
+- ``failover.gate``: ``ConnectionGate``, the state and the callers waiting for CONNECTED
+  (on the injected clock).
+- ``failover.supervisor``: ``Supervisor``, the task that connects, watches, fails over
+  (walking a ``ReconnectPlan``) and restores the resources tier by tier, and what it keeps:
+  the epoch, the current connection, the broker lists, the resources, the counters.
+- ``failover.listeners``: ``Listeners``, the failover listeners (F14) called in order.
 """
 
 import logging

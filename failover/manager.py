@@ -1,16 +1,20 @@
 """The failover connection manager: one logical connection over a series of physical ones.
 
 How this works: a ``ConnectionManager`` is given a *connector* (an async callable that opens one
-physical connection to one ``BrokerURL``) and knows nothing else of the protocol. Inside
-``async with`` it owns one background task, the supervisor, which connects (``start()``), waits
-for the physical connection to end, and then fails over: it walks the policy's plan (sleep
-``attempt.delay``, call the connector), restores the registered resources tier by tier on the
-new connection, and opens the gate again. Its state is the table-driven machine of
-``failover.states``, which also takes every decision on it (give up or fail over, the plan);
-what it is given (connection, connector, resources, listeners) is in ``failover.protocols``.
-This module is the public API; the machinery under it, which applies those decisions (the
-state it keeps, the tasks, the gate's waiting on the clock), is its base class
-``failover.supervisor.Supervisor``.
+physical connection to one ``BrokerURL``) and knows nothing else of the protocol. It is a thin
+facade over three parts, each in its own module, which talk through small public interfaces:
+
+- the gate (``failover.gate.ConnectionGate``): the state, and the callers waiting for CONNECTED;
+- the supervisor (``failover.supervisor.Supervisor``): inside ``async with``, one background
+  task that connects (``start()``), waits for the physical connection to end, and then fails
+  over: it walks the reconnect schedule (``failover.schedule``: which broker, how long to wait,
+  when to give up, as tenacity wait and stop strategies), restores the registered resources
+  tier by tier on the new connection, and tells the gate, which opens again;
+- the listeners (``failover.listeners.Listeners``, F14).
+
+The state is the table-driven machine of ``failover.states``, which also takes every decision
+on it (give up or fail over, what a failed restore means, what happens once CLOSED); what the
+manager is given (connection, connector, resources, listeners) is in ``failover.protocols``.
 
 Rules it keeps:
 
@@ -51,7 +55,7 @@ the blocking facade goes through its portal).
 The API, for ``P`` the physical connection type (anything with ``wait_closed`` and ``close``)::
 
     manager = ConnectionManager(connector, brokers, policy, rng=..., retriable=...,
-                                clock=..., sleep=...)
+                                clock=..., sleep=..., reconnect_wait=..., reconnect_stop=...)
     manager = ConnectionManager.from_url(connector, failover_url, rng=..., ...)
     async with manager:
         await manager.start()                                  # first connect (startup budget)
@@ -68,15 +72,18 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import MappingProxyType, TracebackType
+from typing import Generic
 
 import anyio
 from anyio.abc import TaskGroup
 
 from failover.errors import ClosedError, IllegalStateError
-from failover.policy import FailoverMethod, FailoverPolicy
+from failover.gate import ConnectionGate
+from failover.listeners import Listeners
+from failover.policy import FailoverPolicy
 from failover.protocols import (
     Connector,
     FailoverListener,
@@ -86,6 +93,7 @@ from failover.protocols import (
     RestoreOrder,
     StagedResource,
 )
+from failover.schedule import Stop, Wait, checked_strategies
 from failover.states import (
     TRANSITIONS,
     ConnectionState,
@@ -94,8 +102,8 @@ from failover.states import (
     is_retriable_failure,
     next_state,
 )
-from failover.supervisor import Supervisor, close_quietly
-from failover.url import BrokerURL, FailoverURL, merge_broker_lists
+from failover.supervisor import Supervisor
+from failover.url import BrokerURL, FailoverURL
 
 __all__ = [
     "TRANSITIONS",
@@ -116,7 +124,7 @@ __all__ = [
 _log = logging.getLogger("haclient.failover")
 
 
-class ConnectionManager(Supervisor[P]):
+class ConnectionManager(Generic[P]):
     """The logical connection: connects, fails over, restores, and gates callers meanwhile.
 
     Args:
@@ -128,10 +136,54 @@ class ConnectionManager(Supervisor[P]):
             ``is_retriable_failure``); False gives up at once (rule 4).
         clock: Seconds, monotonic (default ``anyio.current_time``): downtime and timeouts.
         sleep: Sleeps that many seconds of ``clock`` (default ``anyio.sleep``).
+        reconnect_wait: Any tenacity wait (e.g. ``wait_random_exponential(max=5)``): the sleep
+            before each attempt of a connect or failover but the first, instead of the
+            policy's delays (``failover.schedule``).
+        reconnect_stop: Any tenacity stop (e.g. ``stop_after_delay(60)``): when a connect or
+            failover gives up, instead of the policy's pass count and time budget. One attempt
+            is one broker.
 
     Raises:
-        ConfigurationError: An empty list, or ``singlebroker`` with several brokers.
+        ConfigurationError: An empty list, ``singlebroker`` with several brokers, or a
+            ``reconnect_wait`` or ``reconnect_stop`` that is not callable.
     """
+
+    def __init__(
+        self,
+        connector: Connector[P],
+        brokers: Sequence[BrokerURL],
+        policy: FailoverPolicy | None = None,
+        *,
+        rng: random.Random | None = None,
+        retriable: Callable[[BaseException], bool] = is_retriable_failure,
+        clock: Callable[[], float] = anyio.current_time,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        reconnect_wait: Wait | None = None,
+        reconnect_stop: Stop | None = None,
+    ) -> None:
+        url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
+        reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
+        self._listeners = Listeners()
+        self._gate: ConnectionGate[P] = ConnectionGate(
+            clock=clock, sleep=sleep, on_change=self._state_changed
+        )
+        self._supervisor = Supervisor(
+            self._gate,
+            self._listeners,
+            connector,
+            url.brokers,
+            url.policy,
+            rng=rng or random.Random(),
+            retriable=retriable,
+            clock=clock,
+            sleep=sleep,
+            reconnect_wait=reconnect_wait,
+            reconnect_stop=reconnect_stop,
+        )
+        self._started = False
+        # Made in __aenter__: anyio objects need the running event loop.
+        self._stack: AsyncExitStack | None = None
+        self._tasks: TaskGroup | None = None
 
     @classmethod
     def from_url(
@@ -143,6 +195,8 @@ class ConnectionManager(Supervisor[P]):
         retriable: Callable[[BaseException], bool] = is_retriable_failure,
         clock: Callable[[], float] = anyio.current_time,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        reconnect_wait: Wait | None = None,
+        reconnect_stop: Stop | None = None,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(
@@ -153,6 +207,8 @@ class ConnectionManager(Supervisor[P]):
             retriable=retriable,
             clock=clock,
             sleep=sleep,
+            reconnect_wait=reconnect_wait,
+            reconnect_stop=reconnect_stop,
         )
 
     # --- Lifetime -------------------------------------------------------------------------
@@ -163,10 +219,7 @@ class ConnectionManager(Supervisor[P]):
         stack = AsyncExitStack()
         self._tasks = await stack.enter_async_context(anyio.create_task_group())
         self._stack = stack
-        self._settled = anyio.Event()
-        self._run_scope = anyio.CancelScope()
-        if self._state is not ConnectionState.CONNECTING:  # closed before entering
-            self._settled.set()
+        self._gate.activate()
         return self
 
     async def __aexit__(
@@ -194,9 +247,9 @@ class ConnectionManager(Supervisor[P]):
         if self._started:
             raise IllegalStateError("start() was already called")
         self._started = True
-        if self._state is not ConnectionState.CLOSED:
-            tasks.start_soon(self._supervise, name="haclient failover supervisor")
-        await self._wait(None)
+        if self._gate.state is not ConnectionState.CLOSED:
+            tasks.start_soon(self._supervisor.run, name="haclient failover supervisor")
+        await self._gate.wait(None)
 
     async def close(self) -> None:
         """Close the logical connection: state CLOSED, waiters and later calls raise
@@ -204,16 +257,11 @@ class ConnectionManager(Supervisor[P]):
 
         Idempotent; the cleanup is shielded from cancellation.
         """
-        if self._state is ConnectionState.CLOSED:
+        if self._gate.state is ConnectionState.CLOSED:
             return
-        self._transition(ManagerEvent.CLOSE)
+        self._gate.apply(ManagerEvent.CLOSE)
         _log.debug("closing the connection")
-        if self._run_scope is not None:
-            self._run_scope.cancel()
-        link, self._link = self._link, None
-        if link is not None:
-            link.scope.cancel()
-            await close_quietly(link.connection)
+        await self._supervisor.stop()
 
     # --- The gate -------------------------------------------------------------------------
 
@@ -233,19 +281,16 @@ class ConnectionManager(Supervisor[P]):
             ClosedError: The manager is closed (or is closed while waiting).
             IllegalStateError: Called outside ``async with``.
         """
-        connected = self.connected_nowait()
+        connected = self._gate.connected_nowait()
         if connected is not None:
             return connected
-        limits = [t for t in (timeout, self._policy.timeout) if t is not None]
-        return await self._wait(min(limits) if limits else None)
+        limits = [t for t in (timeout, self.policy.timeout) if t is not None]
+        return await self._gate.wait(min(limits) if limits else None)
 
     def connected_nowait(self) -> tuple[P, int] | None:
         """The current physical connection and its epoch when the state is CONNECTED now;
         None otherwise. Never waits (the fast path of ``wait_connected``)."""
-        link = self._link
-        if self._state is ConnectionState.CONNECTED and link is not None:
-            return link.connection, link.epoch
-        return None
+        return self._gate.connected_nowait()
 
     def report_lost(self, epoch: int, cause: BaseException | None = None) -> bool:
         """Tell the manager that the physical connection of ``epoch`` is dead (a caller saw
@@ -256,10 +301,7 @@ class ConnectionManager(Supervisor[P]):
             True if this started the failover; False for a stale epoch or a loss already
             known (idempotent).
         """
-        link = self._link
-        if link is None or link.epoch != epoch:
-            return False
-        return self._on_lost(link, cause)
+        return self._supervisor.report_lost(epoch, cause)
 
     # --- Resources and listeners -----------------------------------------------------------
 
@@ -269,22 +311,21 @@ class ConnectionManager(Supervisor[P]):
         Raises:
             ClosedError: The manager is closed.
         """
-        if self._state is ConnectionState.CLOSED:
+        if self._gate.state is ConnectionState.CLOSED:
             raise ClosedError("the connection is closed")
-        self._resources.setdefault(id(resource), resource)
+        self._supervisor.register(resource)
 
     def unregister(self, resource: Resource[P]) -> None:
         """Forget ``resource`` (no error if unknown); a restore in progress skips it."""
-        self._resources.pop(id(resource), None)
+        self._supervisor.unregister(resource)
 
     def add_listener(self, listener: FailoverListener) -> None:
         """Call ``listener`` on failover events (F14), after those added before it."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: FailoverListener) -> None:
         """Stop calling ``listener`` (no error if unknown)."""
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._listeners.remove(listener)
 
     # --- Exchange (F12) --------------------------------------------------------------------
 
@@ -304,67 +345,63 @@ class ConnectionManager(Supervisor[P]):
         Returns:
             The list the next failover will walk.
         """
-        brokers = tuple(brokers)
-        if self._policy.method is not FailoverMethod.EXCHANGE:
-            _log.debug("ignoring an advertised broker list: failover.method is not exchange")
-            return self._brokers
-        source = source or self.broker
-        secure = source.secure if source is not None else any(b.secure for b in self._seed)
-        self._brokers = merge_broker_lists(self._seed, brokers, secure=secure)
-        _log.info("brokers for the next failover: %s", ", ".join(map(str, self._brokers)))
-        return self._brokers
+        return self._supervisor.learn_brokers(brokers, source)
 
     # --- Views ----------------------------------------------------------------------------
 
     @property
     def state(self) -> ConnectionState:
         """The current state."""
-        return self._state
+        return self._gate.state
 
     @property
     def epoch(self) -> int:
         """The current epoch: 0 for the first physical connection, plus one per loss."""
-        return self._epoch
+        return self._supervisor.epoch
 
     @property
     def broker(self) -> BrokerURL | None:
         """The broker of the current physical connection (also while RESTORING), or None."""
-        return None if self._link is None else self._link.broker
+        return self._supervisor.broker
 
     @property
     def brokers(self) -> tuple[BrokerURL, ...]:
         """The list the next failover walks (the seed list, or the one learned, F12)."""
-        return self._brokers
+        return self._supervisor.brokers
 
     @property
     def failure(self) -> BaseException | None:
         """The last failure (the cause ``ConnectionFailedError`` carries once FAILED)."""
-        return self._failure
+        return self._supervisor.failure
 
     @property
     def failures(self) -> Mapping[str, BaseException]:
         """The last failure of each broker the last connect or failover tried, by broker (as
         text, password masked), in the order they failed first."""
-        return MappingProxyType(dict(self._failures))
+        return MappingProxyType(dict(self._supervisor.failures))
 
     @property
     def policy(self) -> FailoverPolicy:
         """The failover policy."""
-        return self._policy
+        return self._supervisor.policy
 
     def statistics(self) -> ManagerStatistics:
         """A frozen snapshot of the state and the counters."""
+        failovers, last_downtime, attempts = self._supervisor.counters
         return ManagerStatistics(
-            state=self._state,
+            state=self.state,
             broker=self.broker,
-            epoch=self._epoch,
-            failovers=self._failovers,
-            last_downtime=self._last_downtime,
-            attempts=self._attempts,
-            brokers=self._brokers,
+            epoch=self.epoch,
+            failovers=failovers,
+            last_downtime=last_downtime,
+            attempts=attempts,
+            brokers=self.brokers,
         )
 
     def _entered(self) -> TaskGroup:
         if self._tasks is None:
             raise IllegalStateError("use the manager inside `async with` first")
         return self._tasks
+
+    def _state_changed(self, state: ConnectionState) -> None:
+        self._listeners.notify("state_changed", state)

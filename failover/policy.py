@@ -6,6 +6,8 @@ pure: ``attempts(brokers, ...)`` returns an iterator of ``Attempt`` values (whic
 what delay) and runs out when the policy is exhausted, i.e. when failover gives up (F4). Nothing
 here sleeps, reads a clock or does I/O: the caller sleeps ``attempt.delay`` and connects. Jitter
 and ``randomize`` draw from an injected ``random.Random``, so a seeded one makes a plan exact.
+The manager walks the same plan as a tenacity wait and stop (``failover.schedule``): ``delay``
+is the wait, ``total_attempts`` and ``give_up_after`` the stop.
 
 The plan (F5), for a list of ``n`` brokers:
 
@@ -91,6 +93,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import itertools
 import math
 import random
 import re
@@ -258,21 +261,30 @@ class FailoverPolicy:
         rng: random.Random,
     ) -> Iterator[Attempt[T]]:
         order = self.broker_order(len(brokers), start_index=start_index, rng=rng)
-        cycles = self._passes(startup)
-        if not order or cycles == 0:
-            return
-        number = 0
-        done_cycles = 0
-        while cycles is None or done_cycles < cycles:
+        total = self.total_attempts(len(brokers), startup=startup)
+        indices = itertools.islice(self.broker_cycle(order), total)
+        for number, index in enumerate(indices):
+            delay = self.delay(number, brokers=len(order), rng=rng)
+            yield Attempt(index, brokers[index], delay, number + 1)
+
+    def broker_cycle(self, order: Sequence[int]) -> Iterator[int]:
+        """The broker of every attempt, pass after pass without end: each index of ``order``
+        (one pass, from ``broker_order``) ``retries`` times in a row. Empty for an empty
+        ``order``."""
+        per_broker = self.retries or 1
+        while order:
             for index in order:
-                for _ in range(self.retries or 1):
-                    delay = self.base_delay(number, brokers=len(order))
-                    at_once = number == 0 or self._at_once(number, len(order))
-                    if self.jitter and (delay > 0 or not at_once):
-                        delay += self.jitter * rng.random()
-                    number += 1
-                    yield Attempt(index, brokers[index], delay, number)
-            done_cycles += 1
+                yield from itertools.repeat(index, per_broker)
+
+    def delay(self, attempt: int, *, brokers: int = 1, rng: random.Random | None = None) -> float:
+        """The delay before the ``attempt``-th attempt (0-based) of a plan whose passes visit
+        ``brokers`` brokers: ``base_delay`` plus the jitter, drawn from ``rng``, that every
+        delay gets but an attempt at once (the first, or a new broker in the fast phase)."""
+        delay = self.base_delay(attempt, brokers=brokers)
+        at_once = attempt == 0 or self._at_once(attempt, brokers)
+        if self.jitter and (delay > 0 or not at_once):
+            delay += self.jitter * (rng or random.Random()).random()
+        return delay
 
     def broker_order(
         self, count: int, *, start_index: int | None = None, rng: random.Random | None = None

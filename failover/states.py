@@ -1,9 +1,12 @@
 """The state machine of the logical connection, and every decision the manager takes on it.
 
-Rule 1: everything that decides the state lives here: the transition table, which event a loss
-is (fail over, or give up at once), whether a failure ends the plan, and the plan itself. The
-manager (``failover.manager``) only feeds events in and acts on what comes out; it keeps no
-rule of its own about states.
+Rule 1: everything that decides the state lives here: the transition table, what an event does
+once CLOSED (``state_after``), which event a loss is (fail over, or give up at once), what a
+failed restore means (``restore_failure``), whether the listeners still hear of it
+(``reports_events``), and the policy's plan. The parts of the manager (``failover.gate``,
+``failover.supervisor``) only feed events in and act on what comes out; they keep no rule of
+their own about states. When to try again and when to give up between two attempts is the
+reconnect schedule, a pair of tenacity strategies (``failover.schedule``).
 
 Rule 2: nothing here does I/O, sleeps, reads a clock or imports anyio: every function is pure
 (a plan draws from the ``random.Random`` it is given), so the table and the decisions are
@@ -38,6 +41,10 @@ Invariants it keeps (a unit test walks every (state, event) pair and random even
 8. The time budget (``policy.give_up_after``) ends a plan: no attempt starts later than the
    budget after the plan began (the loss, or the start of the first connect). An attempt due
    later is made at the end of the budget instead, and is the last one (``budget_delay``).
+9. A restore that raises ends the restore and starts the next attempt when it is a loss: a
+   ``ConnectionLostError``, any error once the connection has ended, or a retriable
+   ``TimeoutError`` (the broker stopped answering). Anything else is the resource's own
+   failure: reported to the listeners while the others restore (``restore_failure``).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from failover.errors import HAClientError, IllegalStateError
+from failover.errors import ConnectionLostError, HAClientError, IllegalStateError
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.url import BrokerURL
 
@@ -61,11 +68,16 @@ __all__ = [
     "ConnectionState",
     "ManagerEvent",
     "ManagerStatistics",
+    "RestoreFailure",
     "budget_delay",
+    "index_of",
     "is_retriable_failure",
     "loss_event",
     "next_state",
     "plan",
+    "reports_events",
+    "restore_failure",
+    "state_after",
 ]
 
 
@@ -132,6 +144,26 @@ def next_state(state: ConnectionState, event: ManagerEvent) -> ConnectionState:
         raise IllegalStateError(f"{event.name} is not allowed in state {state.name}") from None
 
 
+def state_after(state: ConnectionState, event: ManagerEvent) -> ConnectionState:
+    """The state the manager is in after ``event``: CLOSED absorbs every event, otherwise
+    ``next_state``. Once CLOSED, the supervisor may run on until its next checkpoint, where its
+    cancellation lands: what it reports meanwhile no longer matters (invariant 2).
+
+    Raises:
+        IllegalStateError: The pair is not in the table (and the state is not CLOSED).
+    """
+    if state is ConnectionState.CLOSED:
+        return ConnectionState.CLOSED
+    return next_state(state, event)
+
+
+def reports_events(state: ConnectionState) -> bool:
+    """Whether failover events (started, completed, failed, a resource not restored) still go
+    to the listeners in ``state`` (F14): not once CLOSED, where only the change of state to
+    CLOSED itself is reported."""
+    return state is not ConnectionState.CLOSED
+
+
 # --- Giving up ---------------------------------------------------------------------------------
 
 
@@ -152,6 +184,41 @@ def loss_event(state: ConnectionState, method: FailoverMethod, retriable: bool) 
     return ManagerEvent.LOST
 
 
+class RestoreFailure(enum.Enum):
+    """What a resource's failed ``restore`` means (``restore_failure``)."""
+
+    LOSS = "loss"  # the connection is lost, and the error says why: the next attempt
+    ENDED = "ended"  # the connection ended under the restore: a loss, whatever the error says
+    KNOWN_LOSS = "known_loss"  # a symptom of a loss already noticed: nothing more to do
+    NOT_RESTORED = "not_restored"  # the resource itself: reported (F14), the others go on
+
+
+def restore_failure(
+    error: BaseException, *, lost: bool, connection_open: bool, retriable: bool
+) -> RestoreFailure:
+    """What ``error``, raised by a resource's restore, means (invariant 9).
+
+    Args:
+        error: What the restore raised.
+        lost: Whether the loss of the connection being restored was already noticed.
+        connection_open: Whether that connection is still open.
+        retriable: Whether another attempt may help after ``error`` (the manager's
+            ``retriable``).
+    """
+    if isinstance(error, ConnectionLostError):
+        return RestoreFailure.LOSS
+    if lost:
+        return RestoreFailure.KNOWN_LOSS
+    if not connection_open:
+        # Raised before the task watching ``wait_closed`` reported the end (the broker's
+        # reason for closing, an attach cut off): the loss is the cause, not what the restore
+        # met, which may be an error no reconnect fixes.
+        return RestoreFailure.ENDED
+    if isinstance(error, TimeoutError) and retriable:
+        return RestoreFailure.LOSS  # the broker stopped answering (a Begin left unanswered)
+    return RestoreFailure.NOT_RESTORED
+
+
 def plan(
     policy: FailoverPolicy,
     brokers: Sequence[BrokerURL],
@@ -166,7 +233,7 @@ def plan(
 
     The first connect makes at least one attempt, on the first broker, at once (invariant 7).
     """
-    start = None if lost is None else _index_of(brokers, lost)
+    start = None if lost is None else index_of(brokers, lost)
     attempts = policy.attempts(brokers, start_index=start, startup=startup, rng=rng)
     first = next(attempts, None)
     if first is None:
@@ -192,7 +259,7 @@ def budget_delay(policy: FailoverPolicy, delay: float, elapsed: float) -> float 
     return min(delay, left)
 
 
-def _index_of(brokers: Sequence[BrokerURL], broker: BrokerURL) -> int | None:
+def index_of(brokers: Sequence[BrokerURL], broker: BrokerURL) -> int | None:
     """Where ``broker`` is in ``brokers`` (same scheme, host and port), if it is."""
     key = (broker.scheme, broker.host.lower(), broker.port)
     for i, other in enumerate(brokers):

@@ -1,57 +1,55 @@
-"""The machinery under ``ConnectionManager``: its state, the gate's waiting, and the supervisor.
+"""The supervisor: the background task that connects, watches, fails over and restores.
 
-How this works: ``Supervisor`` holds everything the manager knows (the state, the epoch, the
-current physical connection, the resources, the listeners, the counters) and does everything
-that happens in the background: the supervisor task connects, watches the connection, fails
-over (walking the plan of ``failover.states``, sleeping with the injected ``sleep``), restores
-the resources in tiers, and applies every transition. ``failover.manager.ConnectionManager``
-subclasses it with the public API; nothing else uses it. The rules it keeps are listed in
-``failover.manager``.
+How this works: ``Supervisor.run`` is one task. It connects following a ``ReconnectPlan``
+(``failover.schedule``: which broker next, how long to wait, when to give up), watches the
+physical connection, and when it ends fails over: it walks the next plan, restores the
+registered resources tier by tier on the new connection, and tells the gate. It reports every
+step to the ``ConnectionGate`` it is given (``failover.gate``), which holds the state and the
+waiting callers, and the failover events to the ``Listeners`` (F14). Every decision on the state
+is a pure function of ``failover.states`` (which event a loss is, what a failed restore means,
+whether an event is still reported); this module applies them. It holds the rest of what the
+logical connection knows: the epoch, the current physical connection, the broker lists, the
+resources, the last failures and the counters. ``failover.manager.ConnectionManager`` holds a
+supervisor and a gate and is the public API; the rules they keep together are listed there.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import traceback
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack
-from typing import Any, Final, Generic
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Final, Generic
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from failover.errors import (
-    ClosedError,
-    ConnectionFailedError,
     ConnectionLostError,
-    FailoverTimeoutError,
-    IllegalStateError,
 )
-from failover.policy import Attempt, FailoverPolicy
+from failover.gate import ConnectionGate
+from failover.listeners import Listeners, call_quietly
+from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.protocols import (
     Connector,
-    FailoverListener,
     Finish,
     ManagedConnection,
     P,
     Resource,
     restore_tiers,
 )
+from failover.schedule import ReconnectPlan, Stop, Wait
 from failover.states import (
-    IN_TRANSIT,
     LIVE,
     ConnectionState,
     ManagerEvent,
-    budget_delay,
-    is_retriable_failure,
+    RestoreFailure,
     loss_event,
-    next_state,
-    plan,
+    reports_events,
+    restore_failure,
 )
-from failover.url import BrokerURL, FailoverURL
+from failover.url import BrokerURL, merge_broker_lists
 
 __all__ = ["Supervisor", "close_quietly"]
 
@@ -79,98 +77,150 @@ class _Link(Generic[P]):
 
 
 class Supervisor(Generic[P]):
-    """The state of one logical connection and the supervisor task that drives it (see
-    ``ConnectionManager`` for the arguments, which it validates)."""
+    """The task behind one logical connection, and what it knows (see ``ConnectionManager``
+    for the arguments; ``brokers`` and ``policy`` are validated there).
+
+    Args:
+        gate: Where it reports the state and the current connection.
+        listeners: Who hears of failover events (F14).
+        reconnect_wait: A tenacity wait replacing the policy's delays (``failover.schedule``).
+        reconnect_stop: A tenacity stop replacing the policy's pass count and time budget.
+    """
 
     def __init__(
         self,
+        gate: ConnectionGate[P],
+        listeners: Listeners,
         connector: Connector[P],
-        brokers: Sequence[BrokerURL],
-        policy: FailoverPolicy | None = None,
+        brokers: tuple[BrokerURL, ...],
+        policy: FailoverPolicy,
         *,
-        rng: random.Random | None = None,
-        retriable: Callable[[BaseException], bool] = is_retriable_failure,
-        clock: Callable[[], float] = anyio.current_time,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        rng: random.Random,
+        retriable: Callable[[BaseException], bool],
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+        reconnect_wait: Wait | None = None,
+        reconnect_stop: Stop | None = None,
     ) -> None:
-        url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
+        self._gate = gate
+        self._listeners = listeners
         self._connector = connector
-        self._seed = self._brokers = url.brokers
-        self._policy = url.policy
-        self._rng = rng or random.Random()
+        self._seed = self._brokers = brokers
+        self._policy = policy
+        self._rng = rng
         self._retriable = retriable
         self._clock = clock
         self._sleep = sleep
-        self._state = ConnectionState.CONNECTING
+        self._wait_strategy = reconnect_wait
+        self._stop_strategy = reconnect_stop
         self._epoch = 0
         self._link: _Link[P] | None = None  # the current physical connection
         self._failure: BaseException | None = None  # the last cause (F4)
         self._failures: dict[str, BaseException] = {}  # broker -> its last, in the last walk
         self._resources: dict[int, Resource[P]] = {}  # id -> resource, in registration order
-        self._listeners: list[FailoverListener] = []
         self._lost_at = 0.0
         self._failovers = 0
         self._last_downtime: float | None = None
         self._attempts = 0
-        self._trying: Attempt[BrokerURL] | None = None  # the attempt under way or next
-        self._started = False
-        # Made in __aenter__: anyio objects need the running event loop.
-        self._stack: AsyncExitStack | None = None
-        self._tasks: TaskGroup | None = None
-        self._settled: anyio.Event | None = None  # set while not IN_TRANSIT
+        self._stopped = False
         self._run_scope: anyio.CancelScope | None = None
         self._restore_scope: anyio.CancelScope | None = None
 
-    # --- The gate: waiting ------------------------------------------------------------------
+    # --- What the manager reads ------------------------------------------------------------
 
-    async def _wait(self, limit: float | None) -> tuple[P, int]:
-        deadline = math.inf if limit is None else self._clock() + limit
-        while True:
-            state, link = self._state, self._link
-            if state is ConnectionState.CONNECTED and link is not None:
-                return link.connection, link.epoch
-            if state is ConnectionState.FAILED:
-                raise ConnectionFailedError(cause=self._failure, failures=self._failures)
-            if state is ConnectionState.CLOSED:
-                raise ClosedError("the connection is closed")
-            settled = self._settled
-            if settled is None:
-                raise IllegalStateError("use the manager inside `async with` first")
-            if not await self._settles(settled, deadline):
-                trying = self._trying
-                raise FailoverTimeoutError(
-                    timeout=limit,
-                    broker=None if trying is None else str(trying.broker),
-                    attempts=None if trying is None else trying.number,
-                )
+    @property
+    def epoch(self) -> int:
+        """The current epoch: 0 for the first physical connection, plus one per loss."""
+        return self._epoch
 
-    async def _settles(self, settled: anyio.Event, deadline: float) -> bool:
-        """Wait for ``settled`` until ``deadline`` (of ``clock``); whether it was set."""
-        if deadline == math.inf:
-            await settled.wait()
-            return True
-        async with anyio.create_task_group() as timer:
-            timer.start_soon(self._expire, max(0.0, deadline - self._clock()), timer.cancel_scope)
-            await settled.wait()
-            timer.cancel_scope.cancel()
-        return settled.is_set()
+    @property
+    def broker(self) -> BrokerURL | None:
+        """The broker of the current physical connection (also while RESTORING), or None."""
+        return None if self._link is None else self._link.broker
 
-    async def _expire(self, delay: float, scope: anyio.CancelScope) -> None:
-        await self._sleep(delay)
-        scope.cancel()
+    @property
+    def brokers(self) -> tuple[BrokerURL, ...]:
+        """The list the next failover walks."""
+        return self._brokers
 
-    # --- The supervisor: connect, watch, fail over -----------------------------------------
+    @property
+    def policy(self) -> FailoverPolicy:
+        """The failover policy."""
+        return self._policy
 
-    async def _supervise(self) -> None:
-        assert self._run_scope is not None
-        with self._run_scope:
+    @property
+    def failure(self) -> BaseException | None:
+        """The last failure."""
+        return self._failure
+
+    @property
+    def failures(self) -> Mapping[str, BaseException]:
+        """The last failure of each broker the last walk tried (a live view)."""
+        return self._failures
+
+    @property
+    def counters(self) -> tuple[int, float | None, int]:
+        """Failovers completed, the downtime of the last one, connection attempts made."""
+        return self._failovers, self._last_downtime, self._attempts
+
+    # --- What the manager tells it ---------------------------------------------------------
+
+    def register(self, resource: Resource[P]) -> None:
+        """Restore ``resource`` after every failover from now on."""
+        self._resources.setdefault(id(resource), resource)
+
+    def unregister(self, resource: Resource[P]) -> None:
+        """Forget ``resource`` (no error if unknown); a restore in progress skips it."""
+        self._resources.pop(id(resource), None)
+
+    def report_lost(self, epoch: int, cause: BaseException | None) -> bool:
+        """The physical connection of ``epoch`` is dead: True if this started the failover."""
+        link = self._link
+        if link is None or link.epoch != epoch:
+            return False
+        return self._on_lost(link, cause)
+
+    def learn_brokers(
+        self, brokers: Iterable[BrokerURL], source: BrokerURL | None
+    ) -> tuple[BrokerURL, ...]:
+        """Replace the list the next failover walks (F12, ``exchange`` only): newest first,
+        then the seeds; an ``amqps`` source refuses ``amqp`` entries. Returns the new list."""
+        brokers = tuple(brokers)
+        if self._policy.method is not FailoverMethod.EXCHANGE:
+            _log.debug("ignoring an advertised broker list: failover.method is not exchange")
+            return self._brokers
+        source = source or self.broker
+        secure = source.secure if source is not None else any(b.secure for b in self._seed)
+        self._brokers = merge_broker_lists(self._seed, brokers, secure=secure)
+        _log.info("brokers for the next failover: %s", ", ".join(map(str, self._brokers)))
+        return self._brokers
+
+    async def stop(self) -> None:
+        """End the task (or keep it from starting) and close the physical connection; the
+        gate is CLOSED already. Shielded and bounded."""
+        self._stopped = True
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+        link, self._link = self._link, None
+        if link is not None:
+            link.scope.cancel()
+            await close_quietly(link.connection)
+
+    # --- The task: connect, watch, fail over -----------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, then fail over whenever the connection ends, until failover gives up or
+        ``stop`` is called."""
+        self._run_scope = scope = anyio.CancelScope()
+        if self._stopped:
+            return
+        with scope:
             async with anyio.create_task_group() as watchers:
-                began = self._clock()
-                if await self._walk(self._plan(None, startup=True), watchers, began):
+                if await self._walk(self._plan(None, startup=True), watchers):
                     while await self._fail_over(watchers):
                         pass
-                elif self._state is ConnectionState.CONNECTING:
-                    self._transition(ManagerEvent.GAVE_UP)
+                elif self._gate.state is ConnectionState.CONNECTING:
+                    self._gate.fail(self._failure, self._failures)
                     # start() raises it to the caller: an ERROR log would tell it twice.
                     _log.info("could not connect: %s", self._failure)
                 watchers.cancel_scope.cancel()
@@ -181,64 +231,67 @@ class Supervisor(Generic[P]):
         assert link is not None
         await link.ended.wait()
         await close_quietly(link.connection)
-        if self._state is not ConnectionState.FAILING_OVER:  # gave up at once (rule 4)
+        if self._gate.state is not ConnectionState.FAILING_OVER:  # gave up at once (rule 4)
             return False
-        if await self._walk(self._plan(link.broker, startup=False), watchers, self._lost_at):
+        if await self._walk(self._plan(link.broker, startup=False), watchers):
             self._completed()
             return True
-        self._transition(ManagerEvent.GAVE_UP)
+        self._gate.fail(self._failure, self._failures)
         _log.error("failover gave up: %s", self._failure)
         self._notify("failover_failed", self._cause())
         return False
 
-    def _plan(self, lost: BrokerURL | None, *, startup: bool) -> Iterator[Attempt[BrokerURL]]:
-        return plan(self._policy, self._brokers, lost, startup=startup, rng=self._rng)
+    def _plan(self, lost: BrokerURL | None, *, startup: bool) -> ReconnectPlan:
+        return ReconnectPlan(
+            self._policy,
+            self._brokers,
+            lost,
+            startup=startup,
+            began=self._clock() if startup else self._lost_at,
+            rng=self._rng,
+            wait=self._wait_strategy,
+            stop=self._stop_strategy,
+        )
 
-    async def _walk(
-        self, attempts: Iterator[Attempt[BrokerURL]], watchers: TaskGroup, began: float
-    ) -> bool:
-        """Connect (and, on failover, restore) following the plan ``attempts``, within the
-        time budget counted from ``began`` (of ``clock``). False when the plan ran out, the
-        budget was spent, or a failure no reconnect can fix came up; ``self._failure`` says
-        what failed last."""
+    async def _walk(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:
+        """Connect (and, on failover, restore) following ``plan``. False when it ended (it ran
+        out, the budget was spent) or a failure no reconnect can fix came up;
+        ``self._failure`` says what failed last."""
         self._failures = {}
         try:
-            return await self._walk_plan(attempts, watchers, began)
+            return await self._walk_plan(plan, watchers)
         finally:
-            self._trying = None
+            self._gate.attempting(None)
 
-    async def _walk_plan(
-        self, attempts: Iterator[Attempt[BrokerURL]], watchers: TaskGroup, began: float
-    ) -> bool:
-        failures = 0
-        for attempt in attempts:
-            delay = budget_delay(self._policy, attempt.delay, self._clock() - began)
-            if delay is None:
-                _log.info("the time budget of %g s is spent", self._policy.give_up_after)
-                return False
-            self._trying = attempt
-            if delay > 0:
-                await self._sleep(delay)
+    async def _walk_plan(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:
+        failed: BaseException | None = None
+        refused = 0
+        while (attempt := plan.next(self._clock(), failed)) is not None:
+            self._gate.attempting(attempt)
+            if attempt.delay > 0:
+                await self._sleep(attempt.delay)
             connection = await self._try(attempt)
             if connection is None:
-                failures += 1
-                self._log_failure(attempt, failures)
-                if not self._retriable(self._cause()):
+                failed = self._cause()
+                refused += 1
+                self._log_failure(attempt, refused)
+                if not self._retriable(failed):
                     return False
                 continue
-            if self._state is ConnectionState.CLOSED:  # closed while the connector ran
+            if self._gate.state is ConnectionState.CLOSED:  # closed while the connector ran
                 await close_quietly(connection)
                 return False
             link = self._open(connection, attempt.broker, watchers)
-            if self._state is ConnectionState.CONNECTED:  # the first connect
+            if self._gate.state is ConnectionState.CONNECTED:  # the first connect
                 return True
             if await self._restore(link):
-                self._transition(ManagerEvent.RESTORED)
+                self._gate.apply(ManagerEvent.RESTORED)
                 return True
             await close_quietly(link.connection)  # lost during restore: the next attempt
-            self._failures[str(attempt.broker)] = self._cause()
-            if not self._retriable(self._cause()):
+            failed = self._failures[str(attempt.broker)] = self._cause()
+            if not self._retriable(failed):
                 return False
+        _log.info("the reconnect schedule ends after %d attempts", plan.made)
         return False
 
     async def _try(self, attempt: Attempt[BrokerURL]) -> P | None:
@@ -254,7 +307,7 @@ class Supervisor(Generic[P]):
     def _open(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> _Link[P]:
         link = _Link(connection, broker, self._epoch)
         self._link = link
-        self._transition(ManagerEvent.OPENED)
+        self._gate.open(connection, link.epoch)
         watchers.start_soon(self._watch, link)
         _log.info("connected to %s (epoch %d)", broker, link.epoch)
         return link
@@ -269,30 +322,36 @@ class Supervisor(Generic[P]):
 
     def _on_lost(self, link: _Link[P], cause: BaseException | None) -> bool:
         """The loss, noticed: close the gate, advance the epoch, tell resources and listeners
-        (all in one step, rule 2). The supervisor does the rest."""
-        if link is not self._link or link.cause is not None or self._state not in LIVE:
+        (all in one step, rule 2). The task does the rest."""
+        state = self._gate.state
+        if link is not self._link or link.cause is not None or state not in LIVE:
             return False
         if cause is None:
             cause = ConnectionLostError("the broker closed the connection")
         link.cause = self._failure = cause
         link.scope.cancel()
         self._link = None
-        was_connected = self._state is ConnectionState.CONNECTED
-        event = loss_event(self._state, self._policy.method, self._retriable(cause))
+        event = loss_event(state, self._policy.method, self._retriable(cause))
         self._epoch += 1
-        self._transition(event)
+        self._gate.drop()
+        if event is ManagerEvent.GAVE_UP:
+            self._gate.fail(cause, self._failures)
+        else:
+            self._gate.apply(event)
         _log.warning("lost the connection to %s (epoch %d): %s", link.broker, link.epoch, cause)
         for resource in self._ordered_resources():
-            _call(resource.connection_lost, link.epoch, cause)
+            call_quietly(resource.connection_lost, link.epoch, cause)
         if event is ManagerEvent.GAVE_UP:
             self._notify("failover_failed", cause)
-        elif was_connected:
+        elif state is ConnectionState.CONNECTED:
             self._lost_at = self._clock()
             self._notify("failover_started", cause)
         if self._restore_scope is not None:
             self._restore_scope.cancel()
         link.ended.set()
         return True
+
+    # --- Restoring ------------------------------------------------------------------------
 
     async def _restore(self, link: _Link[P]) -> bool:
         """Restore the resources tier by tier, each tier concurrently (rule 3); False when the
@@ -359,36 +418,28 @@ class Supervisor(Generic[P]):
                 self._restore_failed(link, resource, exc)
 
     def _restore_failed(self, link: _Link[P], resource: Resource[P], exc: Exception) -> None:
-        """A resource's restore raised ``exc``: a loss (the next attempt), or a resource that
-        cannot be restored (rule 3)."""
-        if isinstance(exc, ConnectionLostError):
+        """Act on what ``failover.states.restore_failure`` says ``exc`` means (rule 3)."""
+        meaning = restore_failure(
+            exc,
+            lost=link.cause is not None,
+            connection_open=link.connection.is_open,
+            retriable=self._retriable(exc),
+        )
+        if meaning is RestoreFailure.LOSS:
             self._on_lost(link, exc)
-        elif link.cause is not None:  # a symptom of the loss
-            return
-        elif not link.connection.is_open:
-            # Also a symptom of the loss (the broker's reason for closing, an attach cut
-            # off), raised before the task watching ``wait_closed`` reported it. The loss is
-            # the cause, not what the restore met: that may be an error no reconnect fixes.
+        elif meaning is RestoreFailure.ENDED:
             lost = ConnectionLostError(f"the connection ended during the restore: {exc}")
             lost.__cause__ = exc
             self._on_lost(link, lost)
-        elif self._unanswered(exc):
-            self._on_lost(link, exc)  # the broker stopped answering: the next attempt
-        else:
+        elif meaning is RestoreFailure.NOT_RESTORED:
             self._not_restored(resource, exc)
-
-    def _unanswered(self, error: Exception) -> bool:
-        """Whether a restore failed because the broker stopped answering (a retriable
-        timeout, such as a Begin left unanswered by a paused broker), which a new connection
-        may fix, rather than because of the resource itself (rule 3)."""
-        return isinstance(error, TimeoutError) and self._retriable(error)
 
     def _not_restored(self, resource: Resource[P], error: Exception) -> None:
         _log.error("could not restore %r: %s", resource, error, exc_info=error)
         self._notify("resource_not_restored", resource, error)
 
     def _completed(self) -> None:
-        if self._state is not ConnectionState.CONNECTED:  # closed meanwhile
+        if self._gate.state is not ConnectionState.CONNECTED:  # closed meanwhile
             return
         assert self._link is not None
         broker = self._link.broker
@@ -400,34 +451,13 @@ class Supervisor(Generic[P]):
 
     # --- Helpers --------------------------------------------------------------------------
 
-    def _transition(self, event: ManagerEvent) -> None:
-        # Once CLOSED, the supervisor may run on until its next checkpoint, where the
-        # cancellation lands: what it decides meanwhile no longer matters.
-        if self._state is ConnectionState.CLOSED and event is not ManagerEvent.CLOSE:
-            return
-        previous, self._state = self._state, next_state(self._state, event)
-        if self._state is not previous:
-            self._notify("state_changed", self._state)
-        settled = self._settled
-        if settled is None:
-            return
-        if self._state not in IN_TRANSIT:
-            settled.set()
-        elif settled.is_set():
-            self._settled = anyio.Event()
-
     def _ordered_resources(self) -> list[Resource[P]]:
         return [r for tier in restore_tiers(self._resources.values()) for r in tier]
 
     def _notify(self, name: str, *args: object) -> None:
-        """Call ``name`` on every listener that has it (F14), in the order they were added;
-        once CLOSED, only the change to CLOSED itself."""
-        if self._state is ConnectionState.CLOSED and name != "state_changed":
-            return
-        for listener in list(self._listeners):
-            method = getattr(listener, name, None)
-            if method is not None:
-                _call(method, *args)
+        """Tell the listeners of a failover event (F14), unless it no longer matters."""
+        if reports_events(self._gate.state):
+            self._listeners.notify(name, *args)
 
     def _cause(self) -> BaseException:
         return self._failure or ConnectionLostError("no connection attempt was made")
@@ -460,14 +490,6 @@ def _drop_locals(error: BaseException) -> None:
         seen.add(id(current))
         traceback.clear_frames(current.__traceback__)
         current = current.__cause__ or current.__context__
-
-
-def _call(callback: Callable[..., object], *args: Any) -> None:
-    """Run a callback of user or upper-layer code; an exception is logged, not raised."""
-    try:
-        callback(*args)
-    except Exception:
-        _log.exception("a failover callback raised (ignored): %r", callback)
 
 
 async def close_quietly(connection: ManagedConnection) -> None:

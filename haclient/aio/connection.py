@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from failover.manager import ConnectionManager, ConnectionState, FailoverListener, RestoreOrder
 from failover.policy import FailoverMethod
+from failover.schedule import Stop, Wait, checked_strategies
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
 from haclient.aio.context import ConnectionContext
@@ -206,14 +207,21 @@ class Connection:
     is back (F2, F3) or raise ``ConnectionFailedError`` once failover gave up (F4).
     """
 
-    def __init__(self, url: FailoverURL, options: ConnectionOptions) -> None:
+    def __init__(
+        self,
+        url: FailoverURL,
+        options: ConnectionOptions,
+        *,
+        reconnect_wait: Wait | None = None,
+        reconnect_stop: Stop | None = None,
+    ) -> None:
         self._url = url
         self._options = options
         self._container_id = options.client_id or generated_client_id()
         self._name, self._release_name = PROCESS_NAMES.claim(self, self._container_id)
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
-            self._connect, url
+            self._connect, url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._stop_manager: anyio.Event | None = None
@@ -704,6 +712,8 @@ def connect(
     client_id: str | None = None,
     username: str | None = None,
     password: str | None = None,
+    reconnect_wait: Wait | None = None,
+    reconnect_stop: Stop | None = None,
     **options: Any,
 ) -> Connecting:
     """Open a connection to the brokers of ``url`` (a failover URL or a plain ``amqp://`` URL):
@@ -714,6 +724,12 @@ def connect(
     ``idle_timeout``, ``attach_timeout`` ...). The connection is not started: call ``start()``
     before expecting messages.
 
+    ``reconnect_wait`` and ``reconnect_stop`` take any tenacity wait and stop (e.g.
+    ``wait_random_exponential(max=5)`` and ``stop_after_delay(60)``): they replace the URL
+    policy's delays and its pass count and time budget, for the first connect and every
+    failover; the broker order stays the policy's, and one attempt is one broker
+    (``failover.schedule``).
+
     Raises:
         ConfigurationError: the URL or an option is invalid (named in the message).
         ConnectionFailedError: no broker could be reached (``.cause`` says why).
@@ -722,7 +738,9 @@ def connect(
     """
 
     async def open_in(owner: TaskGroup | None) -> Connection:
-        factory = ConnectionFactory(url, **options)
+        factory = ConnectionFactory(
+            url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop, **options
+        )
         return await factory._open(owner, client_id, username, password)
 
     return Connecting(open_in)
@@ -731,12 +749,23 @@ def connect(
 class ConnectionFactory:
     """Makes connections to one URL with one set of options (JMS ``ConnectionFactory``).
 
+    ``reconnect_wait`` and ``reconnect_stop``: any tenacity wait and stop, for every
+    connection it makes (see ``connect()``).
+
     Raises:
         ConfigurationError: from the constructor, for an invalid URL or option (a ``url`` that
             is not a str names the argument).
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        reconnect_wait: Wait | None = None,
+        reconnect_stop: Stop | None = None,
+        **options: Any,
+    ) -> None:
+        self._reconnect = checked_strategies(reconnect_wait, reconnect_stop)
         self._url: FailoverURL
         if isinstance(url, FailoverURL):
             self._url = url
@@ -783,7 +812,8 @@ class ConnectionFactory:
             username=username or self._options.username,
             password=password or self._options.password,
         )
-        connection = Connection(self._url, options)
+        wait, stop = self._reconnect
+        connection = Connection(self._url, options, reconnect_wait=wait, reconnect_stop=stop)
         await connection._open(owner)
         return connection
 

@@ -20,6 +20,7 @@ from contextlib import suppress
 from typing import Any
 
 from failover.manager import ConnectionState, FailoverListener
+from failover.schedule import Stop, Wait
 from failover.url import BrokerURL, FailoverURL
 from haclient.aio.connection import Connection as AsyncConnection
 from haclient.aio.connection import ConnectionFactory as AsyncConnectionFactory
@@ -253,8 +254,18 @@ class ConnectionFactory:
         ConfigurationError: from the constructor, for an invalid URL or option.
     """
 
-    def __init__(self, url: str, *, private_loop: bool = False, **options: Any) -> None:
-        self._factory = AsyncConnectionFactory(url, **options)
+    def __init__(
+        self,
+        url: str,
+        *,
+        private_loop: bool = False,
+        reconnect_wait: Wait | None = None,
+        reconnect_stop: Stop | None = None,
+        **options: Any,
+    ) -> None:
+        self._factory = AsyncConnectionFactory(
+            url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop, **options
+        )
         self._private_loop = private_loop
 
     url = Forwarded[FailoverURL]("_factory", "The parsed URL.")
@@ -296,6 +307,8 @@ def connect(
     username: str | None = None,
     password: str | None = None,
     private_loop: bool = False,
+    reconnect_wait: Wait | None = None,
+    reconnect_stop: Stop | None = None,
     **options: Any,
 ) -> Connection:
     """Open a blocking connection to the brokers of ``url`` (a failover URL or a plain
@@ -305,6 +318,8 @@ def connect(
     connections of a process share one event-loop thread; ``private_loop=True`` gives this
     one a thread of its own. Close it (or use ``with``): one left open is closed at
     interpreter exit within ``close_timeout``, with a ``ResourceWarning``.
+    ``reconnect_wait`` and ``reconnect_stop`` take any tenacity wait and stop, as
+    ``haclient.aio.connect`` does.
 
     Raises:
         ConfigurationError: the URL or an option is invalid (named in the message).
@@ -313,6 +328,11 @@ def connect(
         ClientIdInUseError: another connection uses ``client_id``.
         KeyboardInterrupt: Ctrl-C while connecting (the attempt is cancelled).
     """
-    return ConnectionFactory(url, private_loop=private_loop, **options).create_connection(
-        client_id=client_id, username=username, password=password
+    factory = ConnectionFactory(
+        url,
+        private_loop=private_loop,
+        reconnect_wait=reconnect_wait,
+        reconnect_stop=reconnect_stop,
+        **options,
     )
+    return factory.create_connection(client_id=client_id, username=username, password=password)

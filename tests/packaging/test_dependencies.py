@@ -1,4 +1,4 @@
-"""Every import of each installable part is declared where that part is installed (issue 26).
+"""Every import of each installable part is declared where that part is installed.
 
 The parts: the client (``haclient`` and ``failover``, the base install), ``haclient.metrics``
 (the ``metrics`` extra), ``haclient.spark`` (the ``spark`` extra) and the test bed (``chaos``,
@@ -161,8 +161,8 @@ def test_item1_every_import_is_declared_by_the_part_that_installs_it(part: Part)
     assert _undeclared(part) == []
 
 
-def test_item1_the_base_install_needs_only_proton_and_anyio() -> None:
-    assert _client_requirements(set()) == {"python-qpid-proton", "anyio"}
+def test_item1_the_base_install_needs_only_proton_anyio_and_tenacity() -> None:
+    assert _client_requirements(set()) == {"python-qpid-proton", "anyio", "tenacity"}
     assert "prometheus-client" in _client_requirements({"metrics"})
     assert "pyspark" in _client_requirements({"spark"})
 

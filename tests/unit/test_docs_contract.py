@@ -1,7 +1,8 @@
-"""The documentation keeps its contract with the code (issue 11, "one place per promise").
+"""The documentation keeps its contract with the code: one place per promise.
 
 ``docs/semantics.md`` numbers the rules; every rule must have a test named after it and a row in
-``docs/rules.md``, whose dotted paths must resolve and whose tests must exist; every name
+``docs/rules.md``, whose dotted paths must name where their code is defined (not a re-export,
+not an inherited name) and whose tests must exist; every name
 ``docs/api.md`` documents must exist; the README must point at ``docs/``, not at files outside
 the repository. A refactoring that moves a function fails here until the docs follow it.
 """
@@ -34,6 +35,7 @@ _CODE_PREFIXES = (
     "failover.policy.",
     "failover.manager.",
     "failover.errors",
+    "failover.schedule.",
 )
 
 
@@ -96,6 +98,52 @@ def resolve(dotted: str) -> Any:
     raise LookupError(f"{dotted}: no such module")
 
 
+def where_defined(dotted: str) -> str | None:
+    """Why ``dotted`` does not name the place where its object is *defined*, or None when it
+    does: each class along the path must have the next name in its own body (not inherited),
+    and the module must define the name itself (a function or class whose ``__module__`` is
+    that module, or a name bound at its top level), not import it from elsewhere.
+    """
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:split]))
+        except ModuleNotFoundError:
+            continue
+        break
+    else:
+        return f"{dotted}: no such module"
+    names = parts[split:]
+    if not names:
+        return None
+    first = getattr(module, names[0])
+    if not _defined_in_module(module, names[0], first):
+        return f"{dotted}: {names[0]} is not defined in {module.__name__}"
+    owner = first
+    for name in names[1:]:
+        if not inspect.isclass(owner):
+            return None  # an attribute of a function or value: the owner is where it is
+        if name not in vars(owner):
+            return f"{dotted}: {owner.__qualname__} inherits {name}, it does not define it"
+        owner = vars(owner)[name]
+    return None
+
+
+def _defined_in_module(module: Any, name: str, value: Any) -> bool:
+    if inspect.isclass(value) or inspect.isfunction(value):
+        return bool(value.__module__ == module.__name__)
+    tree = ast.parse(inspect.getsource(module))
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
 def test_semantics_numbers_each_family_of_rules_from_one_without_gaps() -> None:
     ids = rule_ids()
     assert len(ids) == len(set(ids)), "a rule id appears twice"
@@ -134,6 +182,27 @@ def test_every_path_in_rules_md_resolves() -> None:
             except LookupError as exc:
                 unresolved.append(f"{rule}: {exc}")
     assert unresolved == []
+
+
+def test_every_path_in_rules_md_names_where_it_is_defined() -> None:
+    """Not a name reached through a re-export or a base class: the module, and the class,
+    whose source holds the code that keeps the rule."""
+    elsewhere = []
+    for rule, (paths, _) in rows().items():
+        for path in paths:
+            problem = where_defined(path)
+            if problem is not None:
+                elsewhere.append(f"{rule}: {problem}")
+    assert elsewhere == []
+
+
+def test_where_defined_sees_inheritance_and_re_exports() -> None:
+    assert where_defined("failover.supervisor.Supervisor._on_lost") is None
+    assert where_defined("failover.states.TRANSITIONS") is None
+    assert where_defined("failover.manager.TRANSITIONS") is not None  # imported there
+    assert where_defined("failover.manager.is_retriable_failure") is not None
+    assert where_defined("failover.gate.ConnectionGate.__init__") is None
+    assert where_defined("failover.gate.ConnectionGate.__repr__") is not None  # object's
 
 
 def test_every_test_in_rules_md_exists_and_every_row_names_one() -> None:

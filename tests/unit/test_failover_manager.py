@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+import tenacity
 from unitkit import A, B, C, S
 
 import failover.manager
@@ -1584,3 +1585,99 @@ async def test_item17_state_changed_tells_every_change_of_state_closing_included
             await drop_and_reconnect(manager)
             await manager.close()
     assert recorder.states == [S.CONNECTED, S.FAILING_OVER, S.RESTORING, S.CONNECTED, S.CLOSED]
+
+
+# --- The reconnect schedule given as tenacity strategies -----------------------------------------
+
+
+@pytest.mark.anyio
+async def test_F5_a_tenacity_wait_and_stop_given_by_keyword_change_the_plan() -> None:
+    network = Network(down={"a", "b", "c"})
+    clock = network.clock
+    manager = Manager(
+        network.connect,
+        [A, B, C],
+        FailoverPolicy(),  # its own schedule would try for 3 s at 25 ms, then back off
+        clock=clock,
+        sleep=clock.sleep,
+        reconnect_wait=tenacity.wait_exponential(multiplier=1, max=4),
+        reconnect_stop=tenacity.stop_after_attempt(6),
+    )
+    with anyio.fail_after(HANG):
+        async with manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    # One attempt is one broker, in the policy's order, pass after pass; the wait is asked
+    # after each failed attempt (1, 2, 4, then capped), the stop after six.
+    assert network.calls == ["a", "b", "c", "a", "b", "c"]
+    assert clock.sleeps == [1.0, 2.0, 4.0, 4.0, 4.0]
+    assert network.times == [0.0, 1.0, 3.0, 7.0, 11.0, 15.0]
+
+
+@pytest.mark.anyio
+async def test_F5_a_tenacity_stop_ends_a_failover_on_the_virtual_clock() -> None:
+    network = Network()
+    clock = network.clock
+    manager = Manager(
+        network.connect,
+        [A, B],
+        FAST,
+        clock=clock,
+        sleep=clock.sleep,
+        reconnect_wait=tenacity.wait_fixed(3),
+        reconnect_stop=tenacity.stop_after_delay(10),
+    )
+    recorder = Recorder()
+    manager.add_listener(recorder)
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            network.down = {"a", "b"}
+            started = clock()
+            network.last.drop()
+            await until(lambda: manager.state is not S.CONNECTED)
+            with pytest.raises(ConnectionFailedError):
+                await manager.wait_connected()
+    # tenacity's stop_after_delay: asked after each failure; the attempt at 9 s is not cut.
+    times = [t - started for t in network.times[1:]]
+    assert times == [0.0, 3.0, 6.0, 9.0, 12.0]
+    assert [event[0] for event in recorder.events] == ["started", "failed"]
+
+
+@pytest.mark.anyio
+async def test_a_tenacity_wait_sees_the_retry_state_of_the_manager() -> None:
+    seen: list[tuple[int, float | None, float, str]] = []
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        assert state.outcome is not None
+        error = state.outcome.exception()
+        seen.append((state.attempt_number, state.seconds_since_start, state.idle_for, str(error)))
+        return 0.5
+
+    network = Network(down={"a", "b"})
+    clock = network.clock
+    manager = Manager(
+        network.connect,
+        [A, B],
+        FAST,
+        clock=clock,
+        sleep=clock.sleep,
+        reconnect_wait=wait,
+        reconnect_stop=tenacity.stop_after_attempt(3),
+    )
+    with anyio.fail_after(HANG):
+        async with manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert seen == [
+        (1, 0.0, 0.0, "connection refused by a"),
+        (2, 0.5, 0.5, "connection refused by b"),
+        (3, 1.0, 1.0, "connection refused by a"),
+    ]
+
+
+def test_reconnect_strategies_must_be_callable() -> None:
+    with pytest.raises(ConfigurationError, match="reconnect_wait must be a tenacity wait"):
+        Manager(Network().connect, [A], reconnect_wait=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="reconnect_stop must be a tenacity stop"):
+        Manager(Network().connect, [A], reconnect_stop=60)  # type: ignore[arg-type]

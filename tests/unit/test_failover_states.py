@@ -15,12 +15,23 @@ from unitkit import A, B, C, E, S
 from failover import states
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.protocols import RestoreOrder, restore_tiers
-from failover.states import budget_delay, loss_event, next_state, plan
+from failover.states import (
+    RestoreFailure,
+    budget_delay,
+    loss_event,
+    next_state,
+    plan,
+    reports_events,
+    restore_failure,
+    state_after,
+)
 from failover.url import BrokerURL
 from haclient.errors import (
+    AttachTimeoutError,
     AuthenticationError,
     ConnectionLostError,
     IllegalStateError,
+    OpenTimeoutError,
     ResourceLockedError,
 )
 
@@ -83,6 +94,21 @@ def test_walks_never_leave_closed_and_leave_failed_only_to_closed(
             assert (before, state) == (S.RESTORING, S.CONNECTED)
 
 
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(S, E)))
+def test_closed_absorbs_every_event_and_the_rest_follow_the_table(state: S, event: E) -> None:
+    if state is S.CLOSED:
+        assert state_after(state, event) is S.CLOSED
+    elif (state, event) in EXPECTED:
+        assert state_after(state, event) is EXPECTED[(state, event)]
+    else:
+        with pytest.raises(IllegalStateError):
+            state_after(state, event)
+
+
+def test_events_are_reported_in_every_state_but_closed() -> None:
+    assert [state for state in S if not reports_events(state)] == [S.CLOSED]
+
+
 def test_retriable_failures() -> None:
     assert states.is_retriable_failure(OSError("refused"))
     assert states.is_retriable_failure(ConnectionLostError())
@@ -111,6 +137,39 @@ def test_a_loss_while_connected_gives_up_without_failover_or_hope(
 ) -> None:
     gives_up = method is FailoverMethod.NOFAILOVER or not retriable
     assert loss_event(S.CONNECTED, method, retriable) is (E.GAVE_UP if gives_up else E.LOST)
+
+
+# --- A failed restore ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "lost", "connection_open", "meaning"),
+    [
+        (ConnectionLostError("gone"), False, True, RestoreFailure.LOSS),
+        (ConnectionLostError("gone"), True, False, RestoreFailure.LOSS),
+        (ResourceLockedError("taken"), True, True, RestoreFailure.KNOWN_LOSS),
+        (ResourceLockedError("taken"), False, False, RestoreFailure.ENDED),
+        (AttachTimeoutError("refused in silence"), False, True, RestoreFailure.NOT_RESTORED),
+        (OpenTimeoutError("no answer"), False, True, RestoreFailure.LOSS),
+        (ResourceLockedError("taken"), False, True, RestoreFailure.NOT_RESTORED),
+        (ValueError("a bug"), False, True, RestoreFailure.NOT_RESTORED),
+    ],
+)
+def test_what_a_failed_restore_means(
+    error: Exception, lost: bool, connection_open: bool, meaning: RestoreFailure
+) -> None:
+    retriable = states.is_retriable_failure(error)
+    assert (
+        restore_failure(error, lost=lost, connection_open=connection_open, retriable=retriable)
+        is meaning
+    )
+
+
+def test_a_timeout_no_reconnect_can_fix_is_the_resources_own() -> None:
+    error = TimeoutError("the resource's own")
+    assert restore_failure(error, lost=False, connection_open=True, retriable=False) is (
+        RestoreFailure.NOT_RESTORED
+    )
 
 
 # --- The plan ------------------------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""The reconnect schedule: how long to wait before the next attempt, and when to give up, as
+tenacity wait and stop strategies.
+
+How this works: one connect or failover is a series of attempts, one broker each, in the order
+of the policy's passes (``FailoverPolicy.broker_order``, each broker ``retries`` times in a row,
+pass after pass: ``FailoverPolicy.broker_cycle``). A ``ReconnectPlan`` hands them out one at a
+time. Before every attempt but the first it fills in a ``tenacity.RetryCallState`` and asks a
+tenacity *wait* how long to sleep, then a tenacity *stop* whether to give up (tenacity's own
+order, so ``stop_before_delay`` sees the upcoming sleep). In that state:
+
+- ``attempt_number`` is the number of attempts made so far in this connect or failover: one
+  attempt is one broker, not one pass (a pass over ``n`` brokers is ``n * retries`` attempts);
+- ``seconds_since_start`` is the time since the plan began (the loss, or the start of the first
+  connect) and ``idle_for`` the time slept so far, both of the manager's injected clock, so a
+  test drives them with a virtual one;
+- ``outcome`` holds the last failure, ``upcoming_sleep`` the wait just computed.
+
+The first attempt of a plan is made after ``policy.initial_delay`` (0 by default: at once),
+whatever the wait; a failover also asks the stop before it (``attempt_number`` 0), so that a
+policy that allows no reconnect makes none, while the first connect always makes one attempt
+(``failover.states`` invariant 7).
+
+The policy's own schedule is one such pair: ``PolicyWait`` (the delays of the module docstring
+of ``failover.policy``, jitter drawn from the injected ``random.Random``, so a seed makes the
+plan exact) and ``policy_stop`` (the pass count as ``stop_after_attempt``, the time budget
+``give_up_after`` as ``stop_after_delay``). With the policy's stop, a wait that would start an
+attempt after the budget is cut to its end, and that attempt is the last (invariant 8). A wait
+or stop given to the manager (``connect(url, reconnect_wait=..., reconnect_stop=...)``) replaces
+the policy's; the broker order stays the policy's.
+
+Nothing here sleeps, reads a clock or does I/O: the manager's supervisor tells the plan the time
+and the failure, sleeps what it says and connects.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, cast
+
+import tenacity
+from tenacity import RetryCallState, stop_after_attempt, stop_after_delay, stop_never
+
+from failover.errors import ConfigurationError
+from failover.policy import Attempt, FailoverPolicy
+from failover.states import budget_delay, index_of
+from failover.url import BrokerURL
+
+__all__ = ["PolicyWait", "ReconnectPlan", "Stop", "Wait", "checked_strategies", "policy_stop"]
+
+#: A tenacity wait strategy: seconds to sleep before the next attempt (``tenacity.wait_*``).
+Wait = Callable[[RetryCallState], float]
+#: A tenacity stop strategy: whether to give up instead (``tenacity.stop_*``).
+Stop = Callable[[RetryCallState], bool]
+
+
+class PolicyWait(tenacity.wait.wait_base):
+    """The delays of ``policy`` (``FailoverPolicy.delay``) as a tenacity wait: the delay before
+    attempt ``attempt_number`` (0-based: the attempts made so far) of a plan whose passes visit
+    ``brokers`` brokers, jitter drawn from ``rng``."""
+
+    def __init__(self, policy: FailoverPolicy, *, brokers: int, rng: random.Random) -> None:
+        self.policy = policy
+        self.brokers = max(brokers, 1)
+        self.rng = rng
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return self.policy.delay(retry_state.attempt_number, brokers=self.brokers, rng=self.rng)
+
+
+def policy_stop(policy: FailoverPolicy, broker_count: int, *, startup: bool) -> Stop:
+    """The end of ``policy``'s plan over ``broker_count`` brokers as a tenacity stop: after its
+    attempts (``total_attempts``: the passes of a failover, or of the first connect with
+    ``startup``), or once ``give_up_after`` is spent."""
+    total = policy.total_attempts(broker_count, startup=startup)
+    stop: tenacity.stop.stop_base = stop_never if total is None else stop_after_attempt(total)
+    if policy.give_up_after is not None:
+        stop = stop | stop_after_delay(policy.give_up_after)
+    return stop
+
+
+def checked_strategies(wait: object, stop: object) -> tuple[Wait | None, Stop | None]:
+    """``wait`` and ``stop`` as given to ``connect()``: each None or a callable of the retry
+    state (any tenacity strategy is).
+
+    Raises:
+        ConfigurationError: Naming the argument, for anything else (a number, say).
+    """
+    for name, value in (("reconnect_wait", wait), ("reconnect_stop", stop)):
+        if value is not None and not callable(value):
+            raise ConfigurationError(
+                f"{name} must be a tenacity {name.split('_')[1]} strategy such as "
+                f"{_EXAMPLES[name]}, not {value!r}",
+                option=name,
+            )
+    return cast("Wait | None", wait), cast("Stop | None", stop)
+
+
+_EXAMPLES: Final = {
+    "reconnect_wait": "tenacity.wait_exponential(max=5)",
+    "reconnect_stop": "tenacity.stop_after_delay(60)",
+}
+
+
+class ReconnectPlan:
+    """The attempts of one connect or failover, one at a time (see the module docstring).
+
+    Args:
+        policy: The broker order, the first delay and, unless given, the wait and the stop.
+        brokers: The list to walk.
+        lost: The broker lost (a failover starts after it), or None (the first connect).
+        startup: True for the first connect (at least one attempt; the startup pass count).
+        began: When the plan began, on the caller's clock.
+        rng: Draws the ``randomize`` shuffle and the policy's jitter.
+        wait: A tenacity wait replacing the policy's delays (but the first).
+        stop: A tenacity stop replacing the policy's pass count and time budget.
+    """
+
+    def __init__(
+        self,
+        policy: FailoverPolicy,
+        brokers: Sequence[BrokerURL],
+        lost: BrokerURL | None,
+        *,
+        startup: bool,
+        began: float,
+        rng: random.Random,
+        wait: Wait | None = None,
+        stop: Stop | None = None,
+    ) -> None:
+        start = None if lost is None else index_of(brokers, lost)
+        order = policy.broker_order(len(brokers), start_index=start, rng=rng)
+        self._policy, self._brokers, self._order = policy, brokers, order
+        self._cycle: Iterator[int] = policy.broker_cycle(order)
+        self._startup, self._began, self._rng = startup, began, rng
+        self._wait = wait or PolicyWait(policy, brokers=len(order), rng=rng)
+        self._stop = stop or policy_stop(policy, len(brokers), startup=startup)
+        # The time budget cuts the last wait only when it is the stop (invariant 8).
+        self._cut = stop is None
+        self._retrying = tenacity.Retrying(wait=self._wait, stop=self._stop)
+        self._made = 0
+        self._slept = 0.0
+
+    @property
+    def made(self) -> int:
+        """The attempts handed out so far."""
+        return self._made
+
+    def next(self, now: float, failure: BaseException | None = None) -> Attempt[BrokerURL] | None:
+        """The next attempt, ``now`` being the time of the caller's clock and ``failure`` what
+        made the last attempt fail; None when the plan ends (give up, F4)."""
+        attempt = self._first(now) if self._made == 0 else self._after(now, failure)
+        if attempt is not None:
+            self._made += 1
+            self._slept += attempt.delay
+        return attempt
+
+    def _first(self, now: float) -> Attempt[BrokerURL] | None:
+        index = next(self._cycle, None)
+        if index is None or self._stop(self.retry_state(now, None, 0.0)):
+            # No reconnect at all (nofailover, no pass): the first connect is one try at once.
+            return Attempt(0, self._brokers[0], 0.0, 1) if self._startup else None
+        delay = self._policy.delay(0, brokers=len(self._order), rng=self._rng)
+        return Attempt(index, self._brokers[index], delay, 1)
+
+    def _after(self, now: float, failure: BaseException | None) -> Attempt[BrokerURL] | None:
+        index = next(self._cycle, None)
+        if index is None:
+            return None
+        state = self.retry_state(now, failure, 0.0)
+        delay = max(0.0, float(self._wait(state)))
+        if self._cut:  # the policy's stop: no attempt after the time budget (invariant 8)
+            cut = budget_delay(self._policy, delay, now - self._began)
+            delay = delay if cut is None else cut  # None: spent, and the stop says so
+        state.upcoming_sleep = delay
+        if self._stop(state):
+            return None
+        return Attempt(index, self._brokers[index], delay, self._made + 1)
+
+    def retry_state(
+        self, now: float, failure: BaseException | None, upcoming: float
+    ) -> RetryCallState:
+        """The retry state of this plan at ``now`` (of the caller's clock) after ``failure``."""
+        state = RetryCallState(self._retrying, None, (), {})
+        state.attempt_number = self._made
+        state.start_time = self._began
+        state.idle_for = self._slept
+        state.upcoming_sleep = upcoming
+        if failure is not None:
+            outcome = tenacity.Future(self._made)
+            outcome.set_exception(failure)
+            state.outcome = outcome
+        state.outcome_timestamp = now
+        return state
