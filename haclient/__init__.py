@@ -18,6 +18,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+# The client's option table registers itself with the URL parser (``failover.options``) when
+# imported: ``failover.url.parse_url`` knows the ``jms.*``/``amqp.*`` options wherever haclient is.
+import haclient.options  # noqa: F401
 from haclient.errors import *  # noqa: F403  (the error tree is part of the public API)
 from haclient.errors import __all__ as _errors_all
 
