@@ -304,13 +304,13 @@ class Option:
         except ValueError as exc:
             raise ConfigurationError(f"{named} {exc}", option=named) from None
 
-    def check(self, value: Any) -> Any:
+    def check(self, value: Any, *, as_named: str | None = None) -> Any:
         """A keyword value, checked and normalised; None stays None where ``optional``.
 
         Raises:
-            ConfigurationError: Naming the keyword.
+            ConfigurationError: Naming the keyword (or ``as_named``).
         """
-        named = self.keyword or self.label
+        named = as_named or self.keyword or self.label
         if value is None and self.optional:
             return None
         try:
