@@ -48,6 +48,7 @@ __all__ = [
     "registered",
     "secret_values",
     "unknown_option_error",
+    "whole_connection_error",
 ]
 
 #: What a secret value is shown as.
@@ -378,12 +379,6 @@ class OptionTable:
         option = self._by_name.get(name) or self._by_keyword.get(name)
         return option is not None and option.secret
 
-    def unknown(
-        self, name: str, *, what: str = "option", quote: bool = False
-    ) -> ConfigurationError:
-        """The error for an unknown URL name, suggesting the nearest known one."""
-        return unknown_option_error(name, self.url_names, what=what, quote=quote)
-
     def check_url_option(self, name: str, raw: str, *, on_broker: bool = False) -> Any:
         """The value of the URL option ``name=raw``, checked.
 
@@ -396,16 +391,11 @@ class OptionTable:
                 one broker, or a bad value.
         """
         option = self._by_name.get(name)
-        if on_broker and (option is None or option.scope is not Scope.BROKER):
-            if option is not None or name.startswith("failover."):
-                raise ConfigurationError(
-                    f"{name} applies to the whole connection: put it after the "
-                    "parentheses, not on one broker",
-                    option=name,
-                )
-            raise unknown_option_error(name, self.broker_names())
         if option is None:
-            raise self.unknown(name)
+            known = self.broker_names() if on_broker else self.url_names
+            raise unknown_option_error(name, known)
+        if on_broker and option.scope is not Scope.BROKER:
+            raise whole_connection_error(name)
         return option.parse(raw, as_named=name)
 
     def values(self, options: Mapping[str, str]) -> dict[str, Any]:
@@ -454,6 +444,15 @@ def unknown_option_error(
     hint = f" (did you mean {close!r}?)" if close and quote else ""
     hint = hint or (f" (did you mean {close}?)" if close else "")
     return ConfigurationError(f"unknown {what} {option!r}{hint}", option=option)
+
+
+def whole_connection_error(option: str) -> ConfigurationError:
+    """The error for a connection-wide option given on one broker URL."""
+    return ConfigurationError(
+        f"{option} applies to the whole connection: put it after the parentheses, not on "
+        "one broker",
+        option=option,
+    )
 
 
 # --- The one masker ----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from failover.options import (
     registered,
     secret_values,
     unknown_option_error,
+    whole_connection_error,
 )
 from failover.policy import FailoverMethod, FailoverPolicy
 from haclient.errors import ConfigurationError
@@ -151,6 +152,8 @@ class BrokerURL:
         options = dict(self.options)
         table = registered()
         for name, raw in options.items():
+            if name.startswith("failover."):
+                raise whole_connection_error(name)
             table.check_url_option(name, raw, on_broker=True)
         object.__setattr__(self, "options", MappingProxyType(options))
 

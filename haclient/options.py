@@ -24,6 +24,7 @@ from failover.options import (
     Option,
     OptionTable,
     Scope,
+    Status,
     Text,
     WholeNumber,
     register,
@@ -209,6 +210,8 @@ def _url_cell(option: Option) -> str:
     notes = [note for note in (option.kind.describe(),) if note]
     if option.scope is Scope.BROKER:
         notes.append("also per broker")
+    if option.status is Status.ACCEPTED:
+        notes.append("accepted, without effect")
     names = ", ".join(f"`{name}`" for name in (option.name, *option.aliases))
     return f"{names} ({'; '.join(notes)})" if notes else names
 
