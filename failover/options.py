@@ -111,7 +111,7 @@ class WholeNumber:
     minimum: int | None = None
 
     def parse(self, raw: str) -> int:
-        if not _WHOLE.fullmatch(raw.strip()):
+        if not _WHOLE.fullmatch(raw):
             raise ValueError(f"must be a whole number, not {raw!r}")
         return self.check(int(raw))
 
@@ -137,7 +137,7 @@ class Choice:
     fold: bool = False
 
     def parse(self, raw: str) -> str:
-        return self.check(raw.strip().lower() if self.fold else raw)
+        return self.check(raw.lower() if self.fold else raw)
 
     def check(self, value: Any) -> str:
         if value not in self.choices:
@@ -181,7 +181,7 @@ class Flag:
     """``true`` or ``false``, in any case."""
 
     def parse(self, raw: str) -> bool:
-        lowered = raw.strip().lower()
+        lowered = raw.lower()
         if lowered not in ("true", "false"):
             raise ValueError(f"expected true or false, not {raw!r}")
         return lowered == "true"
@@ -214,11 +214,11 @@ class Duration:
     def parse(self, raw: str) -> float | None:
         if self.unit == "s":
             try:
-                seconds = float(raw.strip())
+                seconds = float(raw)
             except ValueError:
                 raise ValueError(f"expected a number of seconds, not {raw!r}") from None
             return self.check(seconds)
-        if not _WHOLE.fullmatch(raw.strip()):
+        if not _WHOLE.fullmatch(raw):
             raise ValueError(f"must be a whole number of milliseconds, not {raw!r}")
         ms = int(raw)
         if ms == 0 and self.zero_is_none:

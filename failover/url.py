@@ -67,7 +67,10 @@ _SAFE_USERINFO: Final = "-._~!$'*+"
 # --- Option tables -------------------------------------------------------------------------------
 
 
-class _Checks(Mapping[str, "_Check"]):
+_Check = Callable[[str, str], None]
+
+
+class _Checks(Mapping[str, _Check]):
     """A live view of the registered options as ``name -> check(name, raw)``: those a single
     broker URL may carry (``on_broker``), or all of them."""
 
@@ -92,8 +95,6 @@ class _Checks(Mapping[str, "_Check"]):
     def __len__(self) -> int:
         return len(self._names())
 
-
-_Check = Callable[[str, str], None]
 
 #: Options a single broker URL may carry (they apply to that broker only): the registered
 #: options of ``Scope.BROKER`` (``failover.options``).

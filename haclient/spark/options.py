@@ -189,7 +189,10 @@ class SparkOptions:
                 raise unknown_option_error(
                     key, known, what="haclient option", quote=True, fold=True
                 )
-            values[option.keyword] = option.parse(raw)
+            # Spaces around a number or a word are the job's formatting, not part of the value.
+            values[option.keyword] = option.parse(
+                raw if isinstance(option.kind, Text) else raw.strip()
+            )
         values.setdefault("url", "")
         values.setdefault("address", "")
         return cls(**values)

@@ -192,7 +192,7 @@ def test_kinds_say_what_they_accept() -> None:
         WholeNumber(512).parse("511")
     with pytest.raises(ValueError, match="one of a, b"):
         Choice(("a", "b")).check("c")
-    assert Choice(("a",), fold=True).parse(" A ") == "a"
+    assert Choice(("a",), fold=True).parse("A") == "a"
     assert Duration("ms", zero_is_none=True).parse("0") is None
     assert Duration().parse("1500") == 1.5
 
