@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from failover.options import (
     MASK,
@@ -22,6 +24,7 @@ from failover.options import (
     OptionTable,
     Scope,
     Status,
+    Text,
     WholeNumber,
     mask_option_values,
     masked,
@@ -29,7 +32,7 @@ from failover.options import (
     registered,
     unknown_option_error,
 )
-from failover.url import BrokerURL, mask_secrets, parse_url
+from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
 from haclient.errors import ConfigurationError
 from haclient.options import CLIENT_OPTIONS, docs_with_table, markdown
@@ -104,6 +107,34 @@ def test_connection_options_print_back_as_url_options() -> None:
     query = "&".join(f"{k}={v}" for k, v in text.items())
     assert ConnectionOptions.build(parse_url(f"amqp://h?{query}"), {}) == options
     assert options.url_options()["jms.password"] == MASK
+
+
+def _values(option: Option) -> st.SearchStrategy[Any]:
+    """Values the option accepts, drawn by its kind."""
+    kind = option.kind
+    if isinstance(kind, WholeNumber):
+        return st.integers(kind.minimum or 0, 10**6)
+    if isinstance(kind, Choice):
+        return st.sampled_from(kind.choices)
+    if isinstance(kind, Text):
+        return st.text(min_size=0 if kind.empty else 1, max_size=12)
+    assert isinstance(kind, Duration)
+    whole_ms = st.integers(1, 10**6).map(lambda ms: ms / 1000)
+    return st.none() | whole_ms if kind.zero_is_none else whole_ms
+
+
+_WITH_URL_NAMES = [o for o in CLIENT_OPTIONS if o.name is not None and o.keyword is not None]
+
+
+@given(st.fixed_dictionaries({}, optional={str(o.keyword): _values(o) for o in _WITH_URL_NAMES}))
+def test_every_url_option_round_trips_through_the_url(keywords: dict[str, Any]) -> None:
+    options = ConnectionOptions(**keywords)
+    url = FailoverURL(
+        (BrokerURL("amqp", "h"),), connection_options=options.url_options(include_secrets=True)
+    )
+    again = parse_url(url.to_string(include_secrets=True))
+    assert again == url
+    assert ConnectionOptions.build(again, {}) == options
 
 
 # --- Per-broker overrides ----------------------------------------------------------------------
