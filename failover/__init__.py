@@ -10,7 +10,10 @@ whose strategies are pure functions). ``tests/unit/test_layers.py`` keeps all th
 
 - ``failover.errors``: the root ``HAClientError`` and every error that knows no protocol
   (configuration, illegal state, connection failed or lost, failover timeout ...).
-
+- ``failover.options`` (with ``failover.option_kinds``): the one way options are declared
+  (``Option``: names, kind, default, scope, status, secret), tables of them, "did you mean",
+  and the one masker of secrets; the client registers its table (``haclient.options``), which
+  the URL parser then checks options against.
 - ``failover.url``: ``parse_url(text) -> FailoverURL`` (brokers, policy, connection options) and
   back with ``FailoverURL.to_string()``; ``merge_broker_lists`` for the ``exchange`` method.
 - ``failover.policy``: ``FailoverPolicy`` (an immutable value, from URL options and back) and its

@@ -91,7 +91,6 @@ retries forever at startup too, where a dead URL should fail fast.
 
 from __future__ import annotations
 
-import difflib
 import enum
 import itertools
 import math
@@ -103,6 +102,7 @@ from decimal import Decimal
 from typing import Any, Final, Generic, TypeVar
 
 from failover.errors import ConfigurationError
+from failover.options import unknown_option_error
 
 __all__ = [
     "DEFAULT_EXCHANGE_ADDRESS",
@@ -630,10 +630,3 @@ def _format_field(name: str, value: Any) -> str:
     if name == "backoff":
         return plain_number(value)
     return str(value)
-
-
-def unknown_option_error(option: str, known: Sequence[str]) -> ConfigurationError:
-    """The error for an unknown option, suggesting the nearest known name."""
-    close = difflib.get_close_matches(option, known, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return ConfigurationError(f"unknown option {option!r}{hint}", option=option)

@@ -2,42 +2,49 @@
 
 How this works: ``parse_url`` splits the text into broker URLs and options, and turns the
 ``failover.*`` options into a ``FailoverPolicy`` (``failover.policy``); every other option is a
-connection option, checked against a table and kept as text for the layers above. The result is
-a frozen ``FailoverURL`` whose ``to_string(include_secrets=True)`` parses back into an equal
-value; ``str()`` and ``repr()`` mask passwords, so a URL can be logged.
+connection option, checked against the option tables the layers above registered
+(``failover.options.register``; ``haclient`` registers the client's ``jms.*``/``amqp.*``
+options) and kept as text for them. The result is a frozen ``FailoverURL`` whose
+``to_string(include_secrets=True)`` parses back into an equal value; ``str()`` and ``repr()``
+mask passwords and every option declared secret, so a URL can be logged.
 
 Forms accepted:
 
 - ``failover:(URL[,URL...])[?options]``: the method defaults to ``roundrobin`` (as Qpid JMS
   walks its list). Options after the parentheses apply to the whole connection;
-  ``failover.nested.amqp.X=v`` is Qpid JMS's spelling of an ``amqp.X`` option for every broker.
+  ``failover.nested.X=v`` is Qpid JMS's spelling of a per-broker option ``X`` (one declared
+  ``Scope.BROKER``, e.g. ``amqp.idleTimeout``) for every broker.
 - ``amqp://host[:port][?options]`` alone: ``singlebroker`` (F1), with any options.
 - Each broker URL is ``amqp`` or ``amqps`` (default port 5672 or 5671), optional
   ``user:password@`` (percent-decoded), a host name, IPv4 or ``[IPv6]`` address, and its own
-  ``amqp.*`` options, which override the connection-wide ones for that broker.
+  per-broker options, which override the connection-wide ones for that broker.
 
-Every malformed input raises ``haclient.errors.ConfigurationError`` (a ``ValueError``) whose
-``option`` names the option or the part of the URL at fault. An unknown option is an error, not
-ignored: a typo would otherwise silently change nothing.
+Every malformed input raises ``ConfigurationError`` (a ``ValueError``) whose ``option`` names
+the option or the part of the URL at fault. An unknown option is an error, not ignored: a typo
+would otherwise silently change nothing; the error names the nearest known option.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import quote, unquote
 
 from failover.errors import ConfigurationError
-from failover.policy import (
-    FailoverMethod,
-    FailoverPolicy,
-    parse_int,
+from failover.options import (
+    MASK,
+    mask_option_values,
+    masked,
+    registered,
+    secret_values,
     unknown_option_error,
+    whole_connection_error,
 )
+from failover.policy import FailoverMethod, FailoverPolicy
 
 __all__ = [
     "BROKER_OPTIONS",
@@ -52,9 +59,6 @@ __all__ = [
 
 DEFAULT_PORTS: Final[Mapping[str, int]] = MappingProxyType({"amqp": 5672, "amqps": 5671})
 
-_MASK: Final = "******"
-_SECRET_OPTIONS: Final = frozenset({"jms.password"})
-
 # Characters left unescaped in printed option values and credentials.
 _SAFE_VALUE: Final = "-._~!$'*+:/"
 _SAFE_USERINFO: Final = "-._~!$'*+"
@@ -63,57 +67,42 @@ _SAFE_USERINFO: Final = "-._~!$'*+"
 # --- Option tables -------------------------------------------------------------------------------
 
 
-def _int_at_least(minimum: int) -> Callable[[str, str], None]:
-    def check(option: str, raw: str) -> None:
-        parse_int(option, raw, minimum=minimum)
-
-    return check
-
-
-def _one_of(*choices: str) -> Callable[[str, str], None]:
-    def check(option: str, raw: str) -> None:
-        if raw not in choices:
-            raise ConfigurationError(
-                f"{option} must be one of {', '.join(choices)}, not {raw!r}", option=option
-            )
-
-    return check
-
-
-def _non_empty(option: str, raw: str) -> None:
-    if not raw:
-        raise ConfigurationError(f"{option} must not be empty", option=option)
-
-
-def _any(option: str, raw: str) -> None:
-    """Any text, including empty (a password may be empty)."""
-
-
 _Check = Callable[[str, str], None]
 
-#: Options a single broker URL may carry (they apply to that broker only).
-BROKER_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
-    {
-        "amqp.idleTimeout": _int_at_least(0),  # ms; 0 = no heartbeats
-        "amqp.maxFrameSize": _int_at_least(512),  # AMQP 1.0 MIN-MAX-FRAME-SIZE
-    }
-)
 
-#: Options of the whole connection (after the parentheses, or on a single plain URL).
-CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = MappingProxyType(
-    {
-        **BROKER_OPTIONS,
-        "jms.clientID": _non_empty,
-        "jms.username": _any,
-        "jms.password": _any,
-        "jms.prefetch": _int_at_least(0),
-        "jms.transactions": _one_of("native", "emulate"),
-        "jms.selectors": _one_of("auto", "broker", "client"),
-        "jms.dedupWindow": _int_at_least(0),
-        "jms.dedupAge": _int_at_least(1),  # ms
-        "jms.connectTimeout": _int_at_least(1),  # ms
-    }
-)
+class _Checks(Mapping[str, _Check]):
+    """A live view of the registered options as ``name -> check(name, raw)``: those a single
+    broker URL may carry (``on_broker``), or all of them."""
+
+    def __init__(self, *, on_broker: bool) -> None:
+        self._on_broker = on_broker
+
+    def _names(self) -> tuple[str, ...]:
+        table = registered()
+        return table.broker_names() if self._on_broker else table.url_names
+
+    def __getitem__(self, name: str) -> _Check:
+        if name not in self._names():
+            raise KeyError(name)
+        return self._check
+
+    def _check(self, name: str, raw: str) -> None:
+        registered().check_url_option(name, raw, on_broker=self._on_broker)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+#: Options a single broker URL may carry (they apply to that broker only): the registered
+#: options of ``Scope.BROKER`` (``failover.options``).
+BROKER_OPTIONS: Final[Mapping[str, _Check]] = _Checks(on_broker=True)
+
+#: Options of the whole connection (after the parentheses, or on a single plain URL): every
+#: registered option.
+CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = _Checks(on_broker=False)
 
 _NESTED_PREFIX: Final = "failover.nested."
 
@@ -131,7 +120,8 @@ class BrokerURL:
         port: TCP port (default 5672 for amqp, 5671 for amqps).
         username: From ``user:password@``, percent-decoded; None when absent.
         password: Likewise; never shown by ``repr``/``str``.
-        options: This broker's own ``amqp.*`` options (text values, already checked).
+        options: This broker's own options (text values, already checked; only options
+            declared ``Scope.BROKER``).
 
     Raises:
         ConfigurationError: From the constructor, naming the part, for an invalid value.
@@ -161,23 +151,18 @@ class BrokerURL:
         if self.password is not None and self.username is None:
             raise ConfigurationError("a password without a user name", option="username")
         options = dict(self.options)
+        table = registered()
         for name, raw in options.items():
-            check = BROKER_OPTIONS.get(name)
-            if check is None:
-                if name in CONNECTION_OPTIONS or name.startswith("failover."):
-                    raise ConfigurationError(
-                        f"{name} applies to the whole connection: put it after the "
-                        "parentheses, not on one broker",
-                        option=name,
-                    )
-                raise unknown_option_error(name, list(BROKER_OPTIONS))
-            check(name, raw)
+            if name.startswith("failover."):
+                raise whole_connection_error(name)
+            table.check_url_option(name, raw, on_broker=True)
         object.__setattr__(self, "options", MappingProxyType(options))
 
-    def __reduce__(self) -> tuple[type[BrokerURL], tuple[object, ...]]:
-        # A MappingProxyType does not pickle; the constructor rebuilds it (PySpark ships these).
+    def __reduce__(self) -> tuple[Callable[..., BrokerURL], tuple[object, ...]]:
+        # A MappingProxyType does not pickle (PySpark ships these); the value was checked when
+        # it was built, so it is rebuilt as it is, whichever option tables the process has.
         fields_ = (self.scheme, self.host, self.port, self.username, self.password)
-        return (BrokerURL, (*fields_, dict(self.options)))
+        return (_rebuilt, (BrokerURL, *fields_, dict(self.options)))
 
     @property
     def secure(self) -> bool:
@@ -197,7 +182,7 @@ class BrokerURL:
         if self.username is not None:
             userinfo = quote(self.username, safe=_SAFE_USERINFO)
             if self.password is not None:
-                secret = self.password if include_secrets else _MASK
+                secret = self.password if include_secrets else MASK
                 userinfo += ":" + quote(secret, safe=_SAFE_USERINFO)
             userinfo += "@"
         host = f"[{self.host.replace('%', '%25')}]" if ":" in self.host else self.host
@@ -207,7 +192,7 @@ class BrokerURL:
         return self.to_string()
 
     def __repr__(self) -> str:
-        password = "" if self.password is None else f", password={_MASK!r}"
+        password = "" if self.password is None else f", password={MASK!r}"
         options = f", options={dict(self.options)!r}" if self.options else ""
         return (
             f"BrokerURL(scheme={self.scheme!r}, host={self.host!r}, port={self.port!r}, "
@@ -222,8 +207,8 @@ class FailoverURL:
     Attributes:
         brokers: The seed broker list (non-empty). For ``exchange`` it is only the seed (F12).
         policy: The failover policy built from the ``failover.*`` options.
-        connection_options: The other options (``amqp.*``, ``jms.*``), checked, as text, for
-            the layers above. ``failover.nested.amqp.X`` appears here as ``amqp.X``.
+        connection_options: The other options (the registered tables'), checked, as text,
+            for the layers above. ``failover.nested.X`` appears here as ``X``.
 
     Raises:
         ConfigurationError: From the constructor: no broker, or ``singlebroker`` with several.
@@ -245,16 +230,15 @@ class FailoverURL:
                 option="failover.method",
             )
         options = dict(self.connection_options)
+        table = registered()
         for name, raw in options.items():
-            check = CONNECTION_OPTIONS.get(name)
-            if check is None:
-                raise unknown_option_error(name, list(CONNECTION_OPTIONS))
-            check(name, raw)
+            table.check_url_option(name, raw)
         object.__setattr__(self, "brokers", brokers)
         object.__setattr__(self, "connection_options", MappingProxyType(options))
 
-    def __reduce__(self) -> tuple[type[FailoverURL], tuple[object, ...]]:
-        return (FailoverURL, (self.brokers, self.policy, dict(self.connection_options)))
+    def __reduce__(self) -> tuple[Callable[..., FailoverURL], tuple[object, ...]]:
+        fields_ = (self.brokers, self.policy, dict(self.connection_options))
+        return (_rebuilt, (FailoverURL, *fields_))
 
     @property
     def method(self) -> FailoverMethod:
@@ -271,14 +255,14 @@ class FailoverURL:
 
     def to_string(self, *, include_secrets: bool = False) -> str:
         """The canonical URL text; ``parse_url`` of it with ``include_secrets=True`` is equal
-        to this value. Passwords (userinfo and ``jms.password``) are masked otherwise.
+        to this value. Passwords (userinfo) and secret options are masked otherwise.
 
         A single broker with ``singlebroker`` and no broker options prints as a plain
         ``amqp://`` URL; everything else as ``failover:(...)?failover.method=...``.
         """
         options = dict(self.connection_options)
         if not include_secrets:
-            options = {k: (_MASK if k in _SECRET_OPTIONS else v) for k, v in options.items()}
+            options = masked(options)
         policy_options = self.policy.to_options()
         only = self.brokers[0]
         if (
@@ -297,6 +281,19 @@ class FailoverURL:
 
     def __repr__(self) -> str:
         return f"FailoverURL({self.to_string()!r})"
+
+
+_Value = TypeVar("_Value", BrokerURL, FailoverURL)
+
+
+def _rebuilt(cls: type[_Value], *values: object) -> _Value:
+    """An unpickled ``cls``: its fields set as they were, without checking them again."""
+    value = object.__new__(cls)
+    for f, item in zip(fields(cls), values, strict=True):
+        if isinstance(item, dict):
+            item = MappingProxyType(item)
+        object.__setattr__(value, f.name, item)
+    return value
 
 
 # --- Parsing -------------------------------------------------------------------------------------
@@ -342,7 +339,7 @@ def mask_secrets(url: str) -> str:
 
     A URL that parses prints as ``FailoverURL`` prints it (``amqp://user:******@host:5672``);
     any other text (a malformed URL) is masked from the first ``user:`` to the last ``@``, and
-    every ``jms.password`` value: more than the password, never less.
+    every secret option's value: more than the password, never less.
     """
     try:
         return str(parse_url(url))
@@ -353,18 +350,17 @@ def mask_secrets(url: str) -> str:
 # ``user:`` at the start, after ``//``, ``(`` or ``,``, then anything up to the last ``@``; a
 # scheme (``amqp:`` before ``//``, ``failover:`` before ``(``) is not a user.
 _USERINFO_SECRET = re.compile(r"((?:^|//|[(,])[^:/@?#,()]*:)(?!//|\().*@", re.DOTALL)
-_PASSWORD_OPTION = re.compile(r"(jms\.password=)[^&]*")
 
 
 def _mask_malformed(text: str) -> str:
-    text = _PASSWORD_OPTION.sub(lambda m: f"{m.group(1)}{_MASK}", text)
-    return _USERINFO_SECRET.sub(lambda m: f"{m.group(1)}{_MASK}@", text, count=1)
+    text = mask_option_values(text)
+    return _USERINFO_SECRET.sub(lambda m: f"{m.group(1)}{MASK}@", text, count=1)
 
 
 def _shows_secret(text: str, message: str) -> bool:
     """Whether ``message`` (a parse error of ``text``) may quote a piece of a password."""
     secrets = [m.group(0)[len(m.group(1)) : -1] for m in _USERINFO_SECRET.finditer(text)]
-    secrets += [m.group(0)[len(m.group(1)) :] for m in _PASSWORD_OPTION.finditer(text)]
+    secrets += secret_values(text)
     pieces = (p for secret in secrets for p in re.split(r"[/?#,()@&=:\s]", secret))
     return any(piece in message for piece in pieces if piece)
 
@@ -409,8 +405,9 @@ def _parse_failover(rest: str) -> FailoverURL:
     for name, raw in options.items():
         if name.startswith(_NESTED_PREFIX):
             nested = name[len(_NESTED_PREFIX) :]
-            if nested not in BROKER_OPTIONS:
-                raise unknown_option_error(name, [_NESTED_PREFIX + o for o in BROKER_OPTIONS])
+            if nested not in registered().broker_names():
+                nested_names = [_NESTED_PREFIX + o for o in registered().broker_names()]
+                raise unknown_option_error(name, nested_names)
             if nested in connection and connection[nested] != raw:
                 raise ConfigurationError(f"{name} and {nested} give different values", option=name)
             connection[nested] = raw

@@ -1,35 +1,22 @@
 """Connection options: from the URL's ``amqp.*``/``jms.*`` options and ``connect()`` keywords.
 
-Keywords win over URL options, and every keyword is checked: an unknown one or a bad value
-raises ``ConfigurationError`` naming it, never silently does nothing.
+Every option is declared once, in ``haclient.options.CLIENT_OPTIONS``: its URL name, keyword,
+kind, default and check. Keywords win over URL options, and every keyword is checked: an
+unknown one or a bad value raises ``ConfigurationError`` naming it, never silently does nothing.
 """
 
 from __future__ import annotations
 
-import difflib
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from failover.url import FailoverURL
-from haclient.errors import ConfigurationError
+from failover.options import masked, unknown_option_error
+from failover.url import BrokerURL, FailoverURL
+from haclient.options import CLIENT_OPTIONS
 
 __all__ = ["ConnectionOptions", "generated_client_id"]
-
-_URL_OPTIONS: Final[dict[str, tuple[str, Callable[[str], Any]]]] = {
-    "jms.clientID": ("client_id", str),
-    "jms.username": ("username", str),
-    "jms.password": ("password", str),
-    "jms.prefetch": ("prefetch", int),
-    "jms.transactions": ("transactions", str),
-    "jms.selectors": ("selectors", str),
-    "jms.dedupWindow": ("dedup_window", int),
-    "jms.dedupAge": ("dedup_age", lambda ms: int(ms) / 1000),
-    "jms.connectTimeout": ("connect_timeout", lambda ms: int(ms) / 1000),
-    "amqp.idleTimeout": ("idle_timeout", lambda ms: int(ms) / 1000 or None),
-    "amqp.maxFrameSize": ("max_frame_size", int),
-}
 
 
 def generated_client_id() -> str:
@@ -37,12 +24,12 @@ def generated_client_id() -> str:
     return f"ID:{uuid.uuid4()}"
 
 
-_ACK_CONFIRMATIONS = ("auto", "settle-second", "link-flow", "drain", "round-trip")
-
-
 @dataclass(frozen=True, slots=True)
 class ConnectionOptions:
     """Everything a logical connection is configured with, besides its brokers and policy.
+
+    Each field is the keyword of an option of ``haclient.options.CLIENT_OPTIONS``, which says
+    its URL name, default and check (docs/api.md lists them).
 
     Attributes:
         client_id: The JMS client id, sent as the AMQP container id (S1, S2). None: a generated
@@ -68,6 +55,9 @@ class ConnectionOptions:
             (receiver settle mode ``second`` where granted, else the cheapest exchange the
             broker answers), or one of ``link-flow``, ``drain``, ``round-trip`` to use that
             exchange instead of mode ``second`` (benchmarks, tests; see ``haclient.aio.confirm``).
+
+    Raises:
+        ConfigurationError: From the constructor, naming the keyword, for an invalid value.
     """
 
     client_id: str | None = None
@@ -88,56 +78,10 @@ class ConnectionOptions:
     ack_confirmation: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.client_id is not None and (
-            not isinstance(self.client_id, str) or not self.client_id
-        ):
-            raise ConfigurationError(
-                f"client_id must be a non-empty str (or None for a generated id), "
-                f"not {self.client_id!r}",
-                option="client_id",
-            )
-        if (
-            not isinstance(self.prefetch, int)
-            or isinstance(self.prefetch, bool)
-            or self.prefetch < 0
-        ):
-            raise ConfigurationError(
-                f"prefetch must be an int >= 0, not {self.prefetch!r}", option="prefetch"
-            )
-        if self.transactions not in ("native", "emulate"):
-            raise ConfigurationError(
-                f"transactions must be 'native' or 'emulate', not {self.transactions!r}",
-                option="transactions",
-            )
-        if self.selectors not in ("auto", "broker", "client"):
-            raise ConfigurationError(
-                f"selectors must be 'auto', 'broker' or 'client', not {self.selectors!r}",
-                option="selectors",
-            )
-        if self.ack_confirmation not in _ACK_CONFIRMATIONS:
-            raise ConfigurationError(
-                f"ack_confirmation must be one of {', '.join(_ACK_CONFIRMATIONS)}, "
-                f"not {self.ack_confirmation!r}",
-                option="ack_confirmation",
-            )
-        if not isinstance(self.dedup_window, int) or self.dedup_window < 0:
-            raise ConfigurationError("dedup_window must be an int >= 0", option="dedup_window")
-        for name in (
-            "attach_timeout",
-            "connect_timeout",
-            "dups_ok_interval",
-            "close_timeout",
-            "dedup_age",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or value <= 0:
-                raise ConfigurationError(f"{name} must be a positive number", option=name)
-        if self.idle_timeout is not None and (
-            not isinstance(self.idle_timeout, int | float) or self.idle_timeout <= 0
-        ):
-            raise ConfigurationError("idle_timeout must be positive or None", option="idle_timeout")
-        if not isinstance(self.dups_ok_batch, int) or self.dups_ok_batch < 1:
-            raise ConfigurationError("dups_ok_batch must be an int >= 1", option="dups_ok_batch")
+        for f in fields(self):
+            option = CLIENT_OPTIONS.keyword(f.name)
+            assert option is not None, f.name  # tests/unit/test_options_table.py
+            option.check(getattr(self, f.name))
 
     @classmethod
     def build(cls, url: FailoverURL, keywords: Mapping[str, Any]) -> ConnectionOptions:
@@ -146,16 +90,32 @@ class ConnectionOptions:
         Raises:
             ConfigurationError: an unknown keyword (with the closest known name) or a bad value.
         """
-        values: dict[str, Any] = {}
-        for option, raw in url.connection_options.items():
-            name, convert = _URL_OPTIONS[option]
-            values[name] = convert(raw)
-        known = [f.name for f in fields(cls)]
+        values = CLIENT_OPTIONS.values(url.connection_options)
         for name, value in keywords.items():
-            if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigurationError(f"unknown connection option {name!r}{hint}", option=name)
-            if value is not None or name in ("idle_timeout", "max_frame_size"):
+            option = CLIENT_OPTIONS.keyword(name)
+            if option is None:
+                known = CLIENT_OPTIONS.keywords
+                raise unknown_option_error(name, known, what="connection option", quote=True)
+            if value is not None or option.none_is_value:
                 values[name] = value
         return cls(**values)
+
+    def for_broker(self, broker: BrokerURL) -> ConnectionOptions:
+        """These options with ``broker``'s own (per-broker) URL options applied over them."""
+        overrides = CLIENT_OPTIONS.values(broker.options)
+        return replace(self, **overrides) if overrides else self
+
+    def url_options(self, *, include_secrets: bool = False) -> dict[str, str]:
+        """The URL options (``jms.*``, ``amqp.*``) of the fields that differ from the defaults
+        and have a URL name; ``build`` of a URL carrying them reads back equal fields. Secrets
+        are masked unless ``include_secrets``."""
+        out: dict[str, str] = {}
+        for option in CLIENT_OPTIONS:
+            value = getattr(self, option.keyword or "", option.default)
+            if option.name is not None and value != option.default:
+                out[option.name] = option.kind.format(value)
+        return out if include_secrets else masked(out, CLIENT_OPTIONS)
+
+    def __repr__(self) -> str:
+        shown = masked({f.name: getattr(self, f.name) for f in fields(self)}, CLIENT_OPTIONS)
+        return f"ConnectionOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"

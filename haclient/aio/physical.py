@@ -52,13 +52,12 @@ def engine_config(broker: BrokerURL, options: ConnectionOptions, container_id: s
     password = broker.password if broker.username else options.password
     if username and not broker.secure and not _is_loopback(broker.host):
         log.warning("sending the password for %r in clear text to %s (use amqps)", username, broker)
-    idle = broker.options.get("amqp.idleTimeout")
-    frame = broker.options.get("amqp.maxFrameSize")
+    options = options.for_broker(broker)  # the broker URL's own options win for it
     return EngineConfig(
         container_id=container_id,
         hostname=broker.host,
-        idle_timeout=(int(idle) / 1000 or None) if idle is not None else options.idle_timeout,
-        max_frame_size=int(frame) if frame is not None else options.max_frame_size,
+        idle_timeout=options.idle_timeout,
+        max_frame_size=options.max_frame_size,
         desired_capabilities=(SHARED_SUBS,),
         auth=ClientAuth(username, password, allow_insecure=not broker.secure),
         tls=TlsClientOptions() if broker.secure else None,

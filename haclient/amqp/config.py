@@ -82,7 +82,7 @@ class TlsClientOptions:
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
-    key_password: str | None = None
+    key_password: str | None = field(default=None, repr=False)  # a secret: never shown
     verify: bool = True
     peer_name: str | None = None
 
@@ -100,7 +100,7 @@ class TlsServerOptions:
 
     cert_file: str
     key_file: str
-    key_password: str | None = None
+    key_password: str | None = field(default=None, repr=False)  # a secret: never shown
     client_ca_file: str | None = None
 
 

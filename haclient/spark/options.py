@@ -11,76 +11,81 @@ show).
 
 from __future__ import annotations
 
-import difflib
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import unquote
 
 import haclient
+from failover.options import (
+    Choice,
+    Duration,
+    Flag,
+    Kind,
+    Option,
+    OptionTable,
+    Text,
+    WholeNumber,
+    masked,
+    unknown_option_error,
+)
 from failover.url import mask_secrets, parse_url
 from haclient.destination import Destination, Queue, Topic
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
-__all__ = ["BODY_FORMATS", "SparkOptions", "startup_rides_out_takeovers"]
+__all__ = ["BODY_FORMATS", "SPARK_OPTIONS", "SparkOptions", "startup_rides_out_takeovers"]
 
 BODY_FORMATS: Final = ("text", "bytes", "json")
 _WRITE_MODES: Final = ("transacted", "auto")
 
-
-def _flag(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(f"expected true or false, not {value!r}")
-    return lowered == "true"
-
-
 # Options Spark itself sets on the writer or reader besides the job's own.
 _SPARK_OWN: Final = frozenset({"checkpointlocation", "queryname", "outputmode"})
 
-
-def _whole(value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise ValueError(f"expected a whole number, not {value!r}") from None
+_CONNECTION: Final = "connection"  # handed to haclient.connect as the keyword of the same name
+_QUERY: Final = r"[\w.-]+"
+_QUERY_HINT: Final = "letters, digits, '.', '_', '-'"
 
 
-def _seconds(value: str) -> float:
-    try:
-        return float(value.strip())
-    except ValueError:
-        raise ValueError(f"expected a number of seconds, not {value!r}") from None
+def _connection_option(keyword: str, spark_name: str, *, fold: bool = False) -> Option:
+    """The client's declaration of ``keyword``, under its Spark name; ``fold``: any case."""
+    option = CLIENT_OPTIONS.keyword(keyword)
+    assert option is not None, keyword
+    kind = option.kind
+    if fold and isinstance(kind, Choice):
+        kind = replace(kind, fold=True)
+    return replace(option, name=spark_name, aliases=(), kind=kind)
 
 
-# Every option as documented (Spark matches names case-insensitively): (name, field, converter).
-_TABLE: Final[tuple[tuple[str, str, Callable[[str], Any]], ...]] = (
-    ("url", "url", str),
-    ("address", "address", str),
-    ("format", "body_format", str.lower),
-    ("ackMode", "ack_mode", str.lower),
-    ("transactions", "transactions", str.lower),
-    ("batchSize", "batch_size", _whole),
-    ("selector", "selector", str),
-    ("username", "username", str),
-    ("password", "password", str),
-    ("query", "query", str),
-    ("maxRowsPerBatch", "max_rows_per_batch", _whole),
-    ("numPartitions", "num_partitions", _whole),
-    ("receiveTimeout", "receive_timeout", _seconds),
-    ("dedupWindow", "dedup_window", _whole),
-    ("maxMessages", "max_messages", _whole),
-    ("consume", "consume", _flag),
+def _own(name: str, kind: Kind, default: Any, keyword: str, **more: Any) -> Option:
+    """An option of the data source itself (read by ``haclient.spark``)."""
+    return Option(name, kind, default, "", keyword=keyword, layer="spark", **more)
+
+
+#: Every option as documented (Spark matches names case-insensitively); a keyword is the
+#: ``SparkOptions`` field, and the ``connection`` layer's are ``haclient.connect`` keywords too.
+SPARK_OPTIONS: Final = OptionTable(
+    [
+        _own("url", Text(), "", "url"),
+        _own("address", Text(), "", "address", aliases=("path",)),  # .load(x) / .save(x)
+        _own("format", Choice(BODY_FORMATS, fold=True), "text", "body_format"),
+        _own("ackMode", Choice(_WRITE_MODES, fold=True), "transacted", "ack_mode"),
+        _connection_option("transactions", "transactions", fold=True),
+        _own("batchSize", WholeNumber(1), 500, "batch_size"),
+        _own("selector", Text(), None, "selector", optional=True),
+        _connection_option("username", "username"),
+        _connection_option("password", "password"),
+        _own("query", Text(pattern=_QUERY, hint=_QUERY_HINT), None, "query", optional=True),
+        _own("maxRowsPerBatch", WholeNumber(1), 10_000, "max_rows_per_batch"),
+        _own("numPartitions", WholeNumber(1), 2, "num_partitions"),
+        _own("receiveTimeout", Duration("s"), 1.0, "receive_timeout"),
+        _own("dedupWindow", WholeNumber(0), 100_000, "dedup_window"),
+        _own("maxMessages", WholeNumber(1), 10_000, "max_messages"),
+        _own("consume", Flag(), False, "consume"),
+    ]
 )
-_OPTIONS: Final = {name.lower(): (name, attribute, convert) for name, attribute, convert in _TABLE}
-_NAMES: Final = {attribute: name for name, attribute, _ in _TABLE}  # field -> documented name
-
-
-def _named(field_name: str) -> str:
-    """The option name a field is documented under (``batch_size`` -> ``batchSize``)."""
-    return _NAMES.get(field_name, field_name)
+_FOLDED: Final = {name.lower(): name for name in SPARK_OPTIONS.url_names}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,25 +147,12 @@ class SparkOptions:
         for name in ("url", "address"):
             if not getattr(self, name):
                 raise ConfigurationError(f"the haclient data source needs {name!r}", option=name)
+        for f in fields(self):
+            option = SPARK_OPTIONS.keyword(f.name)
+            assert option is not None, f.name
+            option.check(getattr(self, f.name), as_named=option.label)  # batchSize, as documented
         self._check_url()
         self._check_address()
-        self._check_choice("body_format", BODY_FORMATS)
-        self._check_choice("ack_mode", _WRITE_MODES)
-        self._check_choice("transactions", ("native", "emulate"))
-        for name in ("batch_size", "max_rows_per_batch", "num_partitions", "max_messages"):
-            self._check_at_least(name, 1)
-        self._check_at_least("dedup_window", 0)
-        timeout = self.receive_timeout
-        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-            raise ConfigurationError(
-                f"receiveTimeout must be a positive, finite number of seconds, not {timeout!r}",
-                option="receiveTimeout",
-            )
-        if self.query is not None and not re.fullmatch(r"[\w.-]+", self.query):
-            raise ConfigurationError(
-                f"query may hold letters, digits, '.', '_', '-', not {self.query!r}",
-                option="query",
-            )
 
     def _check_url(self) -> None:
         """Parse the URL here, on the driver, so that a typo fails the job when it is planned
@@ -179,21 +171,6 @@ class SparkOptions:
                 option="address",
             )
 
-    def _check_at_least(self, name: str, minimum: int) -> None:
-        value = getattr(self, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigurationError(
-                f"{_named(name)} must be a whole number of at least {minimum}, not {value!r}",
-                option=_named(name),
-            )
-
-    def _check_choice(self, name: str, choices: tuple[str, ...]) -> None:
-        if getattr(self, name) not in choices:
-            raise ConfigurationError(
-                f"{_named(name)} must be one of {', '.join(choices)}, not {getattr(self, name)!r}",
-                option=_named(name),
-            )
-
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SparkOptions:
         """The options of a ``spark.read/write.format("haclient")`` call.
@@ -203,27 +180,25 @@ class SparkOptions:
         """
         values: dict[str, Any] = {}
         for key, raw in options.items():
-            name = key.lower()
-            if name == "path":  # .load(x) / .save(x): the address
-                name = "address"
-            if name in _SPARK_OWN or name.startswith("spark."):
+            if key.lower() in _SPARK_OWN or key.lower().startswith("spark."):
                 continue
-            if name not in _OPTIONS:
-                documented = {key: spelled for key, (spelled, _, _) in _OPTIONS.items()}
-                close = difflib.get_close_matches(name, list(documented), n=1)
-                hint = f" (did you mean {documented[close[0]]!r}?)" if close else ""
-                raise ConfigurationError(f"unknown haclient option {key!r}{hint}", option=key)
-            spelled, attribute, convert = _OPTIONS[name]
-            try:
-                values[attribute] = convert(raw)
-            except ValueError as exc:
-                raise ConfigurationError(f"{spelled}: {exc}", option=spelled) from None
+            spelt = _FOLDED.get(key.lower())
+            option = SPARK_OPTIONS.named(spelt) if spelt else None
+            if option is None or option.keyword is None:
+                known = [o.label for o in SPARK_OPTIONS]
+                raise unknown_option_error(
+                    key, known, what="haclient option", quote=True, fold=True
+                )
+            # Spaces around a number or a word are the job's formatting, not part of the value.
+            values[option.keyword] = option.parse(
+                raw if isinstance(option.kind, Text) else raw.strip()
+            )
         values.setdefault("url", "")
         values.setdefault("address", "")
         return cls(**values)
 
     def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "password"}
+        shown = masked({f.name: getattr(self, f.name) for f in fields(self)}, SPARK_OPTIONS)
         shown["url"] = mask_secrets(self.url)
         return "SparkOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
@@ -251,14 +226,12 @@ class SparkOptions:
         Raises:
             As ``haclient.connect``.
         """
-        if self.transactions != "native":
-            keywords.setdefault("transactions", self.transactions)
-        return haclient.connect(
-            startup_rides_out_takeovers(self.url),
-            username=self.username,
-            password=self.password,
-            **keywords,
-        )
+        for option in SPARK_OPTIONS:
+            if option.layer == _CONNECTION and option.keyword is not None:
+                value = getattr(self, option.keyword)
+                if value != option.default:
+                    keywords.setdefault(option.keyword, value)
+        return haclient.connect(startup_rides_out_takeovers(self.url), **keywords)
 
 
 _STARTUP_OPTION = re.compile(r"failover\.(startup\.cyclecount|startupMaxReconnectAttempts)=")

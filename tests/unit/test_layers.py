@@ -31,7 +31,7 @@ HACLIENT = Path(haclient.__file__).parent
 # The modules of failover that own tasks; every other one is free of anyio.
 USES_ANYIO = {"manager.py", "gate.py", "supervisor.py"}
 # The modules of failover that decide and never act: no clock, no sleep, no I/O, no logging.
-PURE = ["url.py", "policy.py", "states.py", "protocols.py"]
+PURE = ["url.py", "options.py", "option_kinds.py", "policy.py", "states.py", "protocols.py"]
 # What the client's upper layers load; the layers below must not.
 HEAVY = ["proton", "anyio", "haclient.aio", "haclient.sync", "haclient.amqp"]
 # The subpackages ``import haclient; haclient.aio...`` reaches.

@@ -1,0 +1,242 @@
+"""The client's options: one declaration each, for the URL, the keywords and the docs.
+
+How this works: ``CLIENT_OPTIONS`` declares every option of a connection (``jms.*`` and
+``amqp.*`` in the URL, keywords of ``connect()`` and ``ConnectionFactory``) with the generic
+machinery of ``failover.options``, and registers the table when this module is imported (the
+``haclient`` package imports it), so that ``failover.url`` checks a URL's options against it.
+``haclient.aio.ConnectionOptions`` is built from it (``ConnectionOptions.build``), the Spark
+data source reuses its declarations (``haclient.spark.options``), and the keyword table of
+docs/api.md is ``markdown()`` of it (``tests/unit/test_options_table.py`` keeps the two equal,
+and run as a script rewrites the block).
+
+Adding an option is adding a declaration here (``Status.ACCEPTED`` for one parsed and checked
+but without effect, e.g. a Qpid JMS option the client has no use for), and a field of
+``ConnectionOptions`` when it has a keyword.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from failover.options import (
+    Choice,
+    Duration,
+    Option,
+    OptionTable,
+    Scope,
+    Status,
+    Text,
+    WholeNumber,
+    register,
+)
+
+__all__ = ["ACK_CONFIRMATIONS", "CLIENT_OPTIONS", "SELECTORS", "TRANSACTIONS", "markdown"]
+
+TRANSACTIONS: Final = ("native", "emulate")
+SELECTORS: Final = ("auto", "broker", "client")
+ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
+
+_ENGINE: Final = "engine"  # read by the AMQP engine's configuration (haclient.aio.physical)
+
+#: Every option of a connection, in the order the docs list them.
+CLIENT_OPTIONS: Final = OptionTable(
+    [
+        Option(
+            "jms.clientID",
+            Text(empty=False),
+            None,
+            "The JMS client id, sent as the AMQP container id (S1, S2); None: a generated "
+            "`ID:<uuid>` container id, and no client id in the JMS sense. An empty or non-str "
+            "id raises `ConfigurationError`, whichever way it is given.",
+            keyword="client_id",
+            optional=True,
+        ),
+        Option(
+            "jms.username",
+            Text(),
+            None,
+            "SASL PLAIN user name (ANONYMOUS without one). `user:pass@` in a broker URL wins "
+            "for that broker.",
+            keyword="username",
+            optional=True,
+        ),
+        Option(
+            "jms.password",
+            Text(),
+            None,
+            "SASL PLAIN password; masked wherever it is shown.",
+            keyword="password",
+            optional=True,
+            secret=True,
+        ),
+        Option(
+            "jms.prefetch",
+            WholeNumber(0),
+            1000,
+            "Credit per consumer; 0 pulls one message per `receive`.",
+            keyword="prefetch",
+        ),
+        Option(
+            "amqp.idleTimeout",
+            Duration("ms", zero_is_none=True),
+            60.0,
+            "Heartbeat idle timeout (F13); None: off.",
+            keyword="idle_timeout",
+            scope=Scope.BROKER,
+            layer=_ENGINE,
+            optional=True,
+            none_is_value=True,
+        ),
+        Option(
+            "amqp.maxFrameSize",
+            WholeNumber(512),
+            None,
+            "Largest frame accepted; None: proton's default.",
+            keyword="max_frame_size",
+            scope=Scope.BROKER,
+            layer=_ENGINE,
+            optional=True,
+            none_is_value=True,
+        ),
+        Option(
+            "jms.transactions",
+            Choice(TRANSACTIONS),
+            "native",
+            "`native` or `emulate` (E3). With `native`, a broker without transactions makes "
+            "`create_session(TRANSACTED)` raise `NotImplementedByBrokerError` naming "
+            "`jms.transactions=emulate`.",
+            keyword="transactions",
+        ),
+        Option(
+            "jms.selectors",
+            Choice(SELECTORS),
+            "auto",
+            "`auto`, `broker` or `client` (E1).",
+            keyword="selectors",
+        ),
+        Option(
+            None,
+            Duration(),
+            30.0,
+            "How long to wait for the broker's answer to a begin or attach.",
+            keyword="attach_timeout",
+        ),
+        Option(
+            "jms.connectTimeout",
+            Duration(),
+            10.0,
+            "How long to wait for a broker's TCP connection, protocol header, login and Open; "
+            "a port that accepts and says nothing fails after this, the error naming what was "
+            "awaited.",
+            keyword="connect_timeout",
+        ),
+        Option(
+            None,
+            WholeNumber(1),
+            100,
+            "DUPS_OK flushes after this many messages ...",
+            keyword="dups_ok_batch",
+        ),
+        Option(
+            None,
+            Duration(),
+            0.1,
+            "... or this long after the first unflushed one (A3).",
+            keyword="dups_ok_interval",
+        ),
+        Option(
+            "jms.dedupWindow",
+            WholeNumber(0),
+            10_000,
+            "Consumed message ids each session remembers to suppress duplicates (a redelivery "
+            "or an F11 re-send after a failover); 0: off. See docs/semantics.md, "
+            '"Duplicate window".',
+            keyword="dedup_window",
+        ),
+        Option(
+            "jms.dedupAge",
+            Duration(),
+            600.0,
+            "... for at most this long.",
+            keyword="dedup_age",
+        ),
+        Option(
+            None,
+            Duration(),
+            5.0,
+            "How long `close()` waits for the broker before dropping the socket.",
+            keyword="close_timeout",
+        ),
+        Option(
+            None,
+            Choice(ACK_CONFIRMATIONS),
+            "auto",
+            "How AUTO and CLIENT acknowledgements are confirmed (A6): `auto` (receiver settle "
+            "mode `second` where granted, else the cheapest exchange the broker answers), or "
+            "one of `settle-second`, `link-flow`, `drain`, `round-trip` to use that exchange "
+            "(benchmarks, tests).",
+            keyword="ack_confirmation",
+        ),
+    ]
+)
+
+register(CLIENT_OPTIONS)
+
+
+# --- The docs' table ---------------------------------------------------------------------------
+
+BEGIN: Final = (
+    "<!-- options-table: generated from haclient.options.CLIENT_OPTIONS by "
+    "`python tests/unit/test_options_table.py`; do not edit -->"
+)
+END: Final = "<!-- options-table: end -->"
+
+
+def markdown(table: OptionTable = CLIENT_OPTIONS) -> str:
+    """The keyword table of docs/api.md: one row per option, in declaration order."""
+    rows = [
+        "| Keyword | URL option | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for option in table:
+        keyword = f"`{option.keyword}`" if option.keyword else ""
+        rows.append(f"| {keyword} | {_url_cell(option)} | {_default(option)} | {option.doc} |")
+    return "\n".join(rows)
+
+
+def _url_cell(option: Option) -> str:
+    if option.name is None:
+        return ""
+    notes = [note for note in (option.kind.describe(),) if note]
+    if option.scope is Scope.BROKER:
+        notes.append("also per broker")
+    if option.status is Status.ACCEPTED:
+        notes.append("accepted, without effect")
+    names = ", ".join(f"`{name}`" for name in (option.name, *option.aliases))
+    return f"{names} ({'; '.join(notes)})" if notes else names
+
+
+def _default(option: Option) -> str:
+    if option.shown_default is not None:
+        return option.shown_default
+    value: Any = option.default
+    if value is None:
+        return "None"
+    if isinstance(option.kind, Duration):
+        return f"{value:g} s"
+    if isinstance(value, str):
+        return f"`{value}`"
+    return str(value)
+
+
+def docs_with_table(text: str, table: OptionTable = CLIENT_OPTIONS) -> str:
+    """``text`` (docs/api.md) with the block between ``BEGIN`` and ``END`` regenerated.
+
+    Raises:
+        ValueError: The markers are missing.
+    """
+    head, begin, rest = text.partition(BEGIN)
+    _, end, tail = rest.partition(END)
+    if not begin or not end:
+        raise ValueError(f"the options table's markers are missing: {BEGIN} ... {END}")
+    return f"{head}{BEGIN}\n{markdown(table)}\n{END}{tail}"

@@ -1,0 +1,275 @@
+"""One table of options: the docs, the keywords, the URL, did-you-mean, the masker and the
+per-broker overrides all come from ``haclient.options.CLIENT_OPTIONS``.
+
+Run as a script, this module rewrites the generated options table of docs/api.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from failover.options import (
+    MASK,
+    Choice,
+    Duration,
+    Option,
+    OptionTable,
+    Scope,
+    Status,
+    Text,
+    WholeNumber,
+    mask_option_values,
+    masked,
+    register,
+    registered,
+    unknown_option_error,
+)
+from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
+from haclient.aio.options import ConnectionOptions
+from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS, docs_with_table, markdown
+
+API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
+
+# --- The docs are the table -----------------------------------------------------------------
+
+
+def test_api_md_options_table_is_the_code_table() -> None:
+    text = API_MD.read_text()
+    assert docs_with_table(text) == text, (
+        "docs/api.md's options table differs from haclient.options.CLIENT_OPTIONS: run "
+        "`python tests/unit/test_options_table.py` to regenerate it"
+    )
+    assert markdown() in text
+
+
+def test_every_declared_option_has_a_row() -> None:
+    table = markdown()
+    for option in CLIENT_OPTIONS:
+        assert option.doc and option.doc in table
+        if option.name:
+            assert f"`{option.name}`" in table
+        if option.keyword:
+            assert f"| `{option.keyword}` |" in table
+
+
+# --- The table and ConnectionOptions agree ------------------------------------------------------
+
+
+def test_every_keyword_is_a_connection_options_field_with_the_declared_default() -> None:
+    fields = {f.name: f.default for f in dataclasses.fields(ConnectionOptions)}
+    assert set(fields) == set(CLIENT_OPTIONS.keywords)
+    for option in CLIENT_OPTIONS:
+        assert option.keyword is not None  # every client option has a keyword today
+        assert fields[option.keyword] == option.default, option.keyword
+
+
+def test_the_client_table_is_registered_with_the_url_parser() -> None:
+    for name in CLIENT_OPTIONS.url_names:
+        assert registered().named(name) is CLIENT_OPTIONS.named(name)
+    register(CLIENT_OPTIONS)  # again: no effect
+    with pytest.raises(ValueError, match="declared twice"):
+        register(OptionTable([Option("jms.prefetch", WholeNumber(0), 1, "a clash")]))
+
+
+@pytest.mark.parametrize("option", list(CLIENT_OPTIONS), ids=lambda o: o.label)
+def test_url_text_and_keyword_values_round_trip(option: Option) -> None:
+    """``parse(format(v)) == v`` for the default and the URL's value reads as the keyword's."""
+    default = option.default
+    if default is None or option.name is None:
+        return
+    assert option.parse(option.kind.format(default)) == default
+    url = parse_url(f"amqp://h?{option.name}={option.kind.format(default)}")
+    assert getattr(ConnectionOptions.build(url, {}), str(option.keyword)) == default
+
+
+def test_connection_options_print_back_as_url_options() -> None:
+    options = ConnectionOptions(
+        client_id="app",
+        password="hunter2",
+        prefetch=5,
+        idle_timeout=None,
+        max_frame_size=1024,
+        selectors="client",
+        dedup_age=1.5,
+    )
+    text = options.url_options(include_secrets=True)
+    assert text["amqp.idleTimeout"] == "0" and "attach_timeout" not in str(text)
+    query = "&".join(f"{k}={v}" for k, v in text.items())
+    assert ConnectionOptions.build(parse_url(f"amqp://h?{query}"), {}) == options
+    assert options.url_options()["jms.password"] == MASK
+
+
+def _values(option: Option) -> st.SearchStrategy[Any]:
+    """Values the option accepts, drawn by its kind."""
+    kind = option.kind
+    if isinstance(kind, WholeNumber):
+        return st.integers(kind.minimum or 0, 10**6)
+    if isinstance(kind, Choice):
+        return st.sampled_from(kind.choices)
+    if isinstance(kind, Text):
+        return st.text(min_size=0 if kind.empty else 1, max_size=12)
+    assert isinstance(kind, Duration)
+    whole_ms = st.integers(1, 10**6).map(lambda ms: ms / 1000)
+    return st.none() | whole_ms if kind.zero_is_none else whole_ms
+
+
+_WITH_URL_NAMES = [o for o in CLIENT_OPTIONS if o.name is not None and o.keyword is not None]
+
+
+@given(st.fixed_dictionaries({}, optional={str(o.keyword): _values(o) for o in _WITH_URL_NAMES}))
+def test_every_url_option_round_trips_through_the_url(keywords: dict[str, Any]) -> None:
+    options = ConnectionOptions(**keywords)
+    url = FailoverURL(
+        (BrokerURL("amqp", "h"),), connection_options=options.url_options(include_secrets=True)
+    )
+    again = parse_url(url.to_string(include_secrets=True))
+    assert again == url
+    assert ConnectionOptions.build(again, {}) == options
+
+
+# --- Per-broker overrides ----------------------------------------------------------------------
+
+
+def test_per_broker_override_round_trip() -> None:
+    url = parse_url(
+        "failover:(amqp://a?amqp.idleTimeout=5000&amqp.maxFrameSize=1024,amqp://b)"
+        "?amqp.idleTimeout=20000&jms.prefetch=7"
+    )
+    options = ConnectionOptions.build(url, {})
+    a, b = (options.for_broker(broker) for broker in url.brokers)
+    assert (a.idle_timeout, a.max_frame_size, a.prefetch) == (5.0, 1024, 7)
+    assert (b.idle_timeout, b.max_frame_size, b.prefetch) == (20.0, None, 7)
+    again = parse_url(url.to_string(include_secrets=True))
+    assert again == url
+    assert [options.for_broker(x) for x in again.brokers] == [a, b]
+
+
+def test_engine_config_takes_the_broker_override() -> None:
+    from haclient.aio.physical import engine_config
+
+    broker = BrokerURL("amqp", "a", options={"amqp.idleTimeout": "0"})
+    options = ConnectionOptions(idle_timeout=30.0, max_frame_size=4096)
+    config = engine_config(broker, options, "c")
+    assert (config.idle_timeout, config.max_frame_size) == (None, 4096)
+
+
+def test_only_broker_scoped_options_go_on_a_broker() -> None:
+    broker_scoped = {o.name for o in CLIENT_OPTIONS if o.scope is Scope.BROKER}
+    assert broker_scoped == {"amqp.idleTimeout", "amqp.maxFrameSize"}
+    with pytest.raises(ConfigurationError, match="applies to the whole connection") as info:
+        parse_url("failover:(amqp://a?jms.prefetch=1)")
+    assert info.value.option == "jms.prefetch"
+
+
+# --- Did you mean: one helper, in the URL and in keywords --------------------------------------
+
+
+def test_a_misspelt_url_option_is_answered_with_the_nearest_name() -> None:
+    with pytest.raises(ConfigurationError, match=r"did you mean jms\.prefetch\?") as info:
+        parse_url("amqp://a?jms.prefech=1")
+    assert info.value.option == "jms.prefech"
+    with pytest.raises(ConfigurationError, match=r"did you mean amqp\.idleTimeout\?"):
+        parse_url("failover:(amqp://a?amqp.idleTimout=1)")
+
+
+def test_a_misspelt_keyword_is_answered_with_the_nearest_name() -> None:
+    url = parse_url("amqp://a")
+    with pytest.raises(ConfigurationError, match=r"did you mean 'prefetch'\?") as info:
+        ConnectionOptions.build(url, {"prefech": 1})
+    assert info.value.option == "prefech"
+
+
+def test_did_you_mean_folds_case_when_asked() -> None:
+    error = unknown_option_error("BATCHSIZ", ["batchSize"], quote=True, fold=True)
+    assert "did you mean 'batchSize'?" in str(error)
+    assert "did you mean" not in str(unknown_option_error("zzz", ["batchSize"]))
+
+
+# --- Validation names the option, whichever way it is given ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("keywords", "named"),
+    [
+        ({"prefetch": -1}, "prefetch"),
+        ({"prefetch": True}, "prefetch"),
+        ({"transactions": "xa"}, "transactions"),
+        ({"idle_timeout": 0}, "idle_timeout"),
+        ({"connect_timeout": float("inf")}, "connect_timeout"),
+        ({"max_frame_size": 100}, "max_frame_size"),
+        ({"ack_confirmation": "never"}, "ack_confirmation"),
+        ({"dups_ok_batch": 0}, "dups_ok_batch"),
+    ],
+)
+def test_bad_keyword_values_name_the_keyword(keywords: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        ConnectionOptions.build(parse_url("amqp://a"), keywords)
+    assert info.value.option == named
+    assert str(info.value).startswith(named)
+
+
+def test_kinds_say_what_they_accept() -> None:
+    with pytest.raises(ValueError, match="at least 512"):
+        WholeNumber(512).parse("511")
+    with pytest.raises(ValueError, match="one of a, b"):
+        Choice(("a", "b")).check("c")
+    assert Choice(("a",), fold=True).parse("A") == "a"
+    assert Duration("ms", zero_is_none=True).parse("0") is None
+    assert Duration().parse("1500") == 1.5
+
+
+def test_a_future_option_is_a_declaration() -> None:
+    """An option accepted without effect (a Qpid JMS option not implemented) is one line."""
+    table = OptionTable(
+        [
+            Option(
+                "jms.prefetchPolicy.all",
+                WholeNumber(0),
+                1000,
+                "Accepted for Qpid JMS URLs.",
+                status=Status.ACCEPTED,
+            )
+        ]
+    )
+    assert table.check_url_option("jms.prefetchPolicy.all", "5") == 5
+    with pytest.raises(ConfigurationError, match=r"did you mean jms\.prefetchPolicy\.all\?"):
+        table.check_url_option("jms.prefetchPolicy.al", "5")
+
+
+# --- One masker ----------------------------------------------------------------------------------
+
+
+def test_secrets_are_masked_in_reprs_errors_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    text = "failover:(amqp://u:s3cret@a)?jms.password=hunter2&jms.prefetch=1"
+    url = parse_url(text)
+    options = ConnectionOptions.build(url, {"password": "kw-secret"})
+    with caplog.at_level(logging.DEBUG, logger="haclient"):
+        logging.getLogger("haclient.test").info("connecting to %s with %r", url, options)
+    shown = [repr(url), str(url), repr(options), mask_secrets(text), caplog.text]
+    shown.append(mask_option_values("jms.password=hunter2&jms.prefetch=1"))
+    shown.append(str(masked({"jms.password": "hunter2", "password": "kw-secret"})))
+    for text_shown in shown:
+        for secret in ("s3cret", "hunter2", "kw-secret"):
+            assert secret not in text_shown, text_shown
+    assert MASK in repr(options) and "jms.prefetch=1" in mask_secrets(text)
+
+
+def test_a_bad_secret_value_is_not_quoted_in_the_error() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_url("failover:(amqp://a)x?jms.password=hunter2")
+    assert "hunter2" not in str(info.value)
+
+
+if __name__ == "__main__":  # rewrite docs/api.md's generated table
+    API_MD.write_text(docs_with_table(API_MD.read_text()))
+    sys.exit(0)
