@@ -142,7 +142,7 @@ class AckStrategy:
         await self._host.give_back([])
 
     async def close(self) -> None:
-        """The session closes: settle or give back what is left."""
+        """The session closes: settle, give back or roll back what is left."""
 
     async def run(self) -> None:
         """The mode's background work, for the session's lifetime (DUPS_OK only)."""
@@ -195,6 +195,10 @@ class TransactedAck(AckStrategy):
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         message._bind_acknowledger(_nothing)
         await self._transaction.enlist_receipt(pending)
+
+    async def close(self) -> None:
+        """The session closes: its open transaction is rolled back."""
+        await self._transaction.close()
 
 
 class _Tracked(AckStrategy):

@@ -559,7 +559,7 @@ class Session:
         is_open = current is not None and current.amqp.is_open
         try:
             if is_open:
-                await self._settle_for_close()
+                await context.acks.close()  # TRANSACTED: rolls the transaction back
         except Exception:
             log.debug("settling a closing session's state failed", exc_info=True)
         finally:
@@ -568,12 +568,6 @@ class Session:
             self._connection.forget_session(self)
             if current is not None and context.amqp_session is not None and is_open:
                 current.amqp.end_session(context.amqp_session)
-
-    async def _settle_for_close(self) -> None:
-        if self._context.transaction is not None:
-            await self._context.transaction.close()
-        else:
-            await self._context.acks.close()
 
     def _connection_closed(self) -> None:
         self._context.closed = True
