@@ -31,13 +31,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import anyio
 
 from haclient.aio.confirm import Confirmer
 from haclient.aio.gate import Connected, Gate, StaleDeliveryError, deadline_after
+from haclient.aio.pending import PendingAck
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome
@@ -54,19 +54,6 @@ if TYPE_CHECKING:
     from haclient.message import Message
 
 __all__ = ["AckStrategy", "PendingAck", "ack_strategy", "settle"]
-
-
-@dataclass(slots=True)
-class PendingAck:
-    """A delivered, not yet acknowledged message and how its link confirms acknowledgements."""
-
-    raw: ReceivedMessage
-    confirmation: AckConfirmation
-    probe_address: str | None
-    window_key: str | None = None
-    """The message's key in the session's duplicate window (None: no id, never suppressed)."""
-    sent: bool = False
-    """True once the acknowledgement went to the connection (the broker may have applied it)."""
 
 
 class AckHost(Protocol):
@@ -102,11 +89,23 @@ async def _nothing(*, timeout: float | None = None) -> None:
 
 
 class AckStrategy:
-    """How one session acknowledges; the base is a mode with nothing to acknowledge."""
+    """How one session acknowledges; the base has nothing to acknowledge.
 
-    mode: AckMode = AckMode.NO_ACK
+    Every question that depends on the session's mode is asked of its strategy (the class
+    attributes below), so that no other module branches on ``AckMode``.
+    """
+
+    mode: AckMode
     confirms = False
     """Whether acknowledgements wait for the broker's confirmation (A6)."""
+    presettled = False
+    """Whether the broker sends deliveries settled (NO_ACK, A5): consumers attach that way."""
+    needs_flusher = False
+    """Whether the mode acknowledges in the background: the session runs ``run()`` (A3)."""
+    allows_recover = True
+    """Whether ``Session.recover()`` is allowed (not in a transacted session: rollback)."""
+    transaction: SessionTransaction | None = None
+    """The session's transaction (TRANSACTED only); None outside a transaction."""
 
     def __init__(self, host: AckHost) -> None:
         self._host = host
@@ -143,13 +142,20 @@ class AckStrategy:
         await self._host.give_back([])
 
     async def close(self) -> None:
-        """The session closes: settle or give back what is left."""
+        """The session closes: settle, give back or roll back what is left."""
 
     async def run(self) -> None:
         """The mode's background work, for the session's lifetime (DUPS_OK only)."""
 
     def session_closed(self) -> None:
         """The session is closed: background work ends."""
+
+
+class NoAck(AckStrategy):
+    """NO_ACKNOWLEDGE: deliveries arrive settled; nothing to acknowledge (A5)."""
+
+    mode = AckMode.NO_ACK
+    presettled = True
 
 
 class AutoAck(AckStrategy):
@@ -179,15 +185,20 @@ class TransactedAck(AckStrategy):
     """SESSION_TRANSACTED: acknowledgements are part of the transaction (A4)."""
 
     mode = AckMode.TRANSACTED
+    allows_recover = False
 
     def __init__(self, host: AckHost, transaction: SessionTransaction) -> None:
         super().__init__(host)
-        self._transaction = transaction
+        self.transaction = self._transaction = transaction
         self.confirms = transaction.emulated  # an emulated commit confirms each ack
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         message._bind_acknowledger(_nothing)
         await self._transaction.enlist_receipt(pending)
+
+    async def close(self) -> None:
+        """The session closes: its open transaction is rolled back."""
+        await self._transaction.close()
 
 
 class _Tracked(AckStrategy):
@@ -342,6 +353,7 @@ class DupsOkAck(_Tracked):
     """DUPS_OK_ACKNOWLEDGE: batched by count and time, flushed in the background (A3)."""
 
     mode = AckMode.DUPS_OK
+    needs_flusher = True
 
     def __init__(self, host: AckHost, batch: int, interval: float) -> None:
         super().__init__(host)
@@ -391,23 +403,25 @@ def ack_strategy(
     mode: AckMode,
     host: AckHost,
     *,
-    transaction: SessionTransaction | None,
+    new_transaction: Callable[[], SessionTransaction],
     dups_ok_batch: int,
     dups_ok_interval: float,
 ) -> AckStrategy:
-    """The strategy for ``mode``."""
+    """The strategy for ``mode``; ``new_transaction()`` is called for TRANSACTED only, to make
+    the session's transaction (the strategy's ``transaction``)."""
     if mode is AckMode.TRANSACTED:
-        assert transaction is not None
-        return TransactedAck(host, transaction)
+        return TransactedAck(host, new_transaction())
     if mode is AckMode.DUPS_OK:
         return DupsOkAck(host, dups_ok_batch, dups_ok_interval)
-    simple: dict[AckMode, type[AckStrategy]] = {
-        AckMode.AUTO: AutoAck,
-        AckMode.CLIENT: ClientAck,
-        AckMode.INDIVIDUAL: IndividualAck,
-        AckMode.NO_ACK: AckStrategy,
-    }
-    return simple[mode](host)
+    return _SIMPLE[mode](host)
+
+
+_SIMPLE: dict[AckMode, type[AckStrategy]] = {
+    AckMode.AUTO: AutoAck,
+    AckMode.CLIENT: ClientAck,
+    AckMode.INDIVIDUAL: IndividualAck,
+    AckMode.NO_ACK: NoAck,
+}
 
 
 _RECOVERED = (

@@ -6,7 +6,8 @@ physical connection to the first broker that answers, in a task group hosted by 
 puts that task in a task group of the caller's (structured); ``await connect(...)`` leaves it
 unowned until ``close()`` (see ``Connecting``). The connection owns its
 sessions, the temporary destinations (dynamic nodes, made on an internal session and kept by the
-link that created them) and the start/stop switch of message delivery.
+link that created them, ``haclient.aio.temporaries``) and the start/stop switch of message
+delivery. Its sessions are given its context (``haclient.aio.context``), never the connection.
 
 Thread-safety: none; every method runs on the event loop that opened the connection. The
 blocking facade (``haclient``) gives threads the same calls.
@@ -25,7 +26,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from failover.manager import ConnectionManager, ConnectionState, FailoverListener, RestoreOrder
+from failover.manager import ConnectionManager, ConnectionState, FailoverListener
 from failover.policy import FailoverMethod
 from failover.schedule import Stop, Wait, checked_strategies
 from failover.url import BrokerURL, FailoverURL, parse_url
@@ -37,11 +38,6 @@ from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import PhysicalConnection, open_physical
 from haclient.aio.session import Session
 from haclient.aio.stats import PROCESS_NAMES, HistogramSnapshot, broker_address
-from haclient.aio.termini import SubscriptionNames
-from haclient.amqp.connection import Attaching
-from haclient.amqp.endpoints import Link, Sender
-from haclient.amqp.endpoints import Session as AmqpSession
-from haclient.amqp.types import Terminus
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import (
     AuthenticationError,
@@ -49,7 +45,6 @@ from haclient.errors import (
     ConfigurationError,
     ConnectionFailedError,
     HAClientError,
-    InvalidDestinationError,
 )
 from haclient.modes import AckMode
 
@@ -226,8 +221,6 @@ class Connection:
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._stop_manager: anyio.Event | None = None
         self._sessions: set[Session] = set()
-        self._subscription_names = SubscriptionNames()
-        self._temporaries = _TemporaryDestinations(self)
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
         unique = uuid.uuid4().hex
@@ -237,6 +230,7 @@ class Connection:
             container_id=self._container_id,
             id_base=f"{options.client_id}:{unique}" if options.client_id else unique,
             start_soon=self._start_owned,
+            forget_session=self._forget_session,
             client_id=options.client_id,
         )
         self._manager.add_listener(self._context.counters.failover)  # metrics first
@@ -268,7 +262,7 @@ class Connection:
             # Raised outside the handler, so that Python does not chain the group it came in
             # (or the error that wrapped it) as its context: a cycle that loops chain walkers.
             raise failure
-        self._manager.register(self._temporaries)
+        self._manager.register(self._context.temporaries)
 
     async def _run_manager(self, *, task_status: TaskStatus[None]) -> None:
         assert self._stop_manager is not None
@@ -312,10 +306,6 @@ class Connection:
             link_name=f"{self._container_id}:membership",
             timeout=self._options.attach_timeout,
         )
-
-    def _physical(self) -> PhysicalConnection:
-        """The physical connection in use (during restore: the new one)."""
-        return self._context.physical()
 
     def _check_open(self) -> None:
         self._context.check_open()
@@ -408,7 +398,7 @@ class Connection:
                 ) from None
 
         async def create(at: Connected) -> Session:
-            session = Session(self, ack_mode)
+            session = Session(self._context, ack_mode)
             await session._open(at)
             return session
 
@@ -417,20 +407,13 @@ class Connection:
         self._manager.register(session)
         return session
 
-    async def _create_temporary(
-        self, *, queue: bool, timeout: float | None
-    ) -> TemporaryQueue | TemporaryTopic:
-        return await self._context.gate.run(
-            lambda at: self._temporaries.create(queue=queue), deadline=deadline_after(timeout)
-        )
-
     async def delete_temporary(self, destination: TemporaryQueue | TemporaryTopic) -> None:
         """Delete a temporary destination this connection created (JMS ``delete()``).
 
         Raises:
             InvalidDestinationError: this connection did not create it.
         """
-        self._temporaries.delete(destination)
+        self._context.temporaries.delete(destination)
 
     def statistics(self) -> ConnectionStatistics:
         """A snapshot of the connection's state and counters (touches no network)."""
@@ -540,117 +523,6 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"<Connection {self._container_id!r} to {self.broker} ({self.state.value})>"
-
-
-class _TemporaryDestinations:
-    """The connection's temporary queues and topics: made, kept and re-made after failover.
-
-    Each is a dynamic node created by a sender link on an internal session; the broker deletes
-    it when the link or the connection goes. After failover each is created again and the
-    application's object (with every copy of it) follows the new address (F6), so producers,
-    consumers and reply-to headers built from it afterwards use the new node; its equality and
-    hash stay as they were, so the application's dicts and sets keep finding it.
-    """
-
-    restore_order: int = RestoreOrder.TEMPORARY_DESTINATION
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-        self._session: AmqpSession | None = None
-        # Keyed by the object: two destinations may be equal (made with the same address) and
-        # still be two nodes, when a broker reuses an address another node had before failover.
-        self._links: dict[int, tuple[TemporaryQueue | TemporaryTopic, Link]] = {}
-
-    async def _attach(self, physical: PhysicalConnection, queue: bool, name: str) -> Link:
-        await self._open_session(physical)
-        link = await self._begin_attach(physical, queue, name).wait()
-        _created_address(physical, link)
-        return link
-
-    async def _open_session(self, physical: PhysicalConnection) -> None:
-        if self._session is None:
-            timeout = self._connection._options.attach_timeout
-            self._session = await physical.amqp.open_session(timeout=timeout)
-
-    def _begin_attach(
-        self, physical: PhysicalConnection, queue: bool, name: str
-    ) -> Attaching[Sender]:
-        assert self._session is not None
-        capability = "temporary-queue" if queue else "temporary-topic"
-        return physical.amqp.open_sender_nowait(
-            Terminus(dynamic=True, capabilities=(capability,)),
-            session=self._session,
-            name=name,
-            timeout=self._connection._options.attach_timeout,
-        )
-
-    async def create(self, *, queue: bool) -> TemporaryQueue | TemporaryTopic:
-        physical = self._connection._physical()
-        link = await self._attach(physical, queue, self._connection._context.link_name("temporary"))
-        address = link.remote_target.address
-        assert address is not None
-        destination: TemporaryQueue | TemporaryTopic = (
-            TemporaryQueue(address) if queue else TemporaryTopic(address)
-        )
-        self._links[id(destination)] = (destination, link)
-        return destination
-
-    def delete(self, destination: TemporaryQueue | TemporaryTopic) -> None:
-        entry = self._links.pop(id(destination), None)
-        if entry is None:
-            raise InvalidDestinationError(f"{destination} was not created by this connection")
-        current = self._connection._context.current
-        if current is not None and current.is_open:
-            current.amqp.detach(entry[1])
-
-    def connection_lost(self, epoch: int, cause: BaseException) -> None:
-        self._session = None
-
-    async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
-        """Create every node again, the attaches all sent before the first answer is awaited
-        (one round trip for all); one that fails does not keep the others from following
-        (F6), and the first failure is raised at the end."""
-        if not self._links:
-            return
-        await self._open_session(physical)
-        attaches = [
-            (
-                key,
-                destination,
-                self._begin_attach(physical, isinstance(destination, TemporaryQueue), link.name),
-            )
-            for key, (destination, link) in list(self._links.items())
-        ]
-        failure: Exception | None = None
-        for key, destination, attaching in attaches:
-            try:
-                fresh = await attaching.wait()
-                address = _created_address(physical, fresh)
-            except HAClientError as exc:
-                failure = failure or exc
-                continue
-            self._follow(key, destination, fresh, address)
-        if failure is not None:
-            raise failure
-
-    def _follow(
-        self, key: int, destination: TemporaryQueue | TemporaryTopic, fresh: Link, address: str
-    ) -> None:
-        """``destination`` (and its copies) now names the node ``fresh`` created (F6)."""
-        if address != destination.address:
-            log.info("temporary destination %s is now %s", destination.address, address)
-            destination._follow(address)
-        self._links[key] = (destination, fresh)
-        self._connection._context.counters.temporaries_restored += 1
-
-
-def _created_address(physical: PhysicalConnection, link: Link) -> str:
-    """The address of the node a dynamic sender ``link`` created (none: it is detached)."""
-    address = link.remote_target.address
-    if not address:
-        physical.amqp.detach(link)
-        raise HAClientError("the broker created a temporary destination without an address")
-    return address
 
 
 class Connecting:

@@ -29,7 +29,6 @@ import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from failover.manager import RestoreOrder
-from haclient.aio.acks import PendingAck
 from haclient.aio.decoding import Decoder
 from haclient.aio.emulation import (
     client_no_local,
@@ -38,6 +37,7 @@ from haclient.aio.emulation import (
     rejects_consume,
 )
 from haclient.aio.gate import Connected
+from haclient.aio.pending import PendingAck
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
@@ -60,7 +60,7 @@ from haclient.errors import (
     MessageFormatError,
 )
 from haclient.message import Message
-from haclient.modes import AckConfirmation, AckMode
+from haclient.modes import AckConfirmation
 
 if TYPE_CHECKING:
     from haclient.aio.context import SessionContext
@@ -197,7 +197,7 @@ class MessageConsumer:
         """Send the attach (granting the prefetch); the call returned waits for the answer."""
         context = self._context
         physical, amqp_session = context.link_context()
-        presettled = context.ack_mode is AckMode.NO_ACK
+        presettled = context.acks.presettled
         confirms = context.acks.confirms
         want_second = (
             confirms and physical.settle_second is not False and not physical.ack_fallback_only

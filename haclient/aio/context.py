@@ -2,8 +2,15 @@
 
 How this works: a ``Connection`` owns one ``ConnectionContext`` and a ``Session`` one
 ``SessionContext``; the objects they make are given the context, never their parent, so a
-consumer reaches exactly what it needs (the gate, the options, the session's acknowledgement
-strategy ...) through a short, typed surface instead of its parents' private members.
+session reaches what it needs of its connection (the gate, registration for failover, the
+subscription names, the temporary destinations, forgetting itself on close) and a consumer what
+it needs of its session (the options, the acknowledgement strategy, the transaction ...) through
+a short, typed surface instead of its parents' private members. Nothing here imports the
+connection or the session modules.
+
+A session's mode is answered by its acknowledgement strategy (``SessionContext.acks``:
+``presettled``, ``needs_flusher``, ``allows_recover``, ``confirms``); whether it is transacted by
+``SessionContext.transaction`` (None outside a transaction). Both are made in the constructor.
 
 Thread-safety: none; everything runs on the connection's event loop.
 """
@@ -11,6 +18,7 @@ Thread-safety: none; everything runs on the connection's event loop.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -19,12 +27,18 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from failover.manager import ConnectionState
-from haclient.aio.acks import AckStrategy, PendingAck, settle
+from haclient.aio.acks import AckStrategy, ack_strategy, settle
 from haclient.aio.confirm import Confirmer
 from haclient.aio.dedup import DuplicateWindow
-from haclient.aio.gate import Gate
+from haclient.aio.emulated_transaction import EmulatedTransaction
+from haclient.aio.gate import Gate, deadline_after
+from haclient.aio.pending import PendingAck
 from haclient.aio.stats import Counters
+from haclient.aio.temporaries import TemporaryDestinations
+from haclient.aio.termini import SubscriptionNames
+from haclient.aio.transaction import NativeTransaction, SessionTransaction
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
+from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import ClosedError, ConnectionFailedError
 from haclient.message import MessageIdGenerator
 from haclient.modes import AckConfirmation, AckMode
@@ -33,12 +47,13 @@ if TYPE_CHECKING:
     from failover.manager import ConnectionManager
     from haclient.aio.options import ConnectionOptions
     from haclient.aio.physical import PhysicalConnection
-    from haclient.aio.transaction import SessionTransaction
     from haclient.amqp.connection import AmqpConnection
     from haclient.amqp.endpoints import Receiver
     from haclient.amqp.endpoints import Session as AmqpSession
 
 __all__ = ["ConnectionContext", "Counters", "SessionContext"]
+
+log = logging.getLogger("haclient.session")
 
 _link_numbers = itertools.count(1)
 
@@ -73,23 +88,34 @@ class StartSwitch:
 
 @dataclass(eq=False)
 class ConnectionContext:
-    """The part of a logical connection that its sessions and their children use."""
+    """The part of a logical connection that its sessions and their children use.
+
+    Attributes:
+        start_soon: Runs a function in the connection's task group.
+        forget_session: Drops a closed session from the connection (called by the session).
+        subscription_names: The link names of the connection's shared subscription consumers.
+        temporaries: The connection's temporary destinations (restored after failover, F6).
+    """
 
     options: ConnectionOptions
     manager: ConnectionManager[PhysicalConnection]
     container_id: str
     id_base: str
     start_soon: StartSoon
+    forget_session: Callable[[Any], None]
     client_id: str | None = None
     closed: bool = False
     current: PhysicalConnection | None = None
     counters: Counters = field(default_factory=Counters)
     switch: StartSwitch = field(default_factory=StartSwitch)
+    subscription_names: SubscriptionNames = field(default_factory=SubscriptionNames)
     gate: Gate = field(init=False)
+    temporaries: TemporaryDestinations = field(init=False)
     _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
         self.gate = Gate(self.manager, lambda: self.closed)
+        self.temporaries = TemporaryDestinations(self)
 
     def check_open(self) -> None:
         """Raise if the connection is closed, or failover gave up (F4)."""
@@ -103,6 +129,22 @@ class ConnectionContext:
         self.check_open()
         assert self.current is not None
         return self.current
+
+    def register(self, resource: Any) -> None:
+        """Restore ``resource`` (a session, producer, consumer ...) after every failover."""
+        self.manager.register(resource)
+
+    def unregister(self, resource: Any) -> None:
+        """Stop restoring ``resource`` (it closed)."""
+        self.manager.unregister(resource)
+
+    async def create_temporary(
+        self, *, queue: bool, timeout: float | None
+    ) -> TemporaryQueue | TemporaryTopic:
+        """A new temporary queue (or topic); waits while the connection fails over (F2)."""
+        return await self.gate.run(
+            lambda at: self.temporaries.create(queue=queue), deadline=deadline_after(timeout)
+        )
 
     def link_name(self, kind: str) -> str:
         """A link name unique in this process: ``<container id>:<kind>:<n>``."""
@@ -124,7 +166,12 @@ class ConnectionContext:
 
 class SessionContext:
     """The part of a session that its producers, consumers and browsers use; it is also the
-    host of the session's acknowledgement strategy (``haclient.aio.acks.AckHost``)."""
+    host of the session's acknowledgement strategy (``haclient.aio.acks.AckHost``).
+
+    Attributes:
+        acks: The strategy of the session's acknowledge mode: ask it the mode's questions.
+        transaction: The session's transaction (TRANSACTED only); None outside a transaction.
+    """
 
     def __init__(
         self,
@@ -135,17 +182,13 @@ class SessionContext:
         prefetched: Callable[[], list[Receiver]],
     ) -> None:
         self.connection = connection
-        self.options = connection.options
+        self.options = options = connection.options
         self.gate = connection.gate
-        self.ack_mode = ack_mode
         self.amqp_session: AmqpSession | None = None
-        self.acks: AckStrategy = AckStrategy(self)  # replaced by the session for its mode
-        self.transaction: SessionTransaction | None = None
         self.confirmation: AckConfirmation | None = None
         self.dispatch_lock = anyio.Lock()  # one listener of the session at a time
         self.ack_stats = connection.counters.acks[ack_mode]
         self.closed = False
-        options = connection.options
         self.window: DuplicateWindow | None = (
             DuplicateWindow(options.dedup_window, options.dedup_age)
             if options.dedup_window > 0
@@ -157,6 +200,28 @@ class SessionContext:
         self.confirmer = Confirmer(self._downgraded)
         self._forget = forget
         self._prefetched = prefetched
+        self.acks: AckStrategy = ack_strategy(
+            ack_mode,
+            self,
+            new_transaction=self._new_transaction,
+            dups_ok_batch=options.dups_ok_batch,
+            dups_ok_interval=options.dups_ok_interval,
+        )
+        self.transaction: SessionTransaction | None = self.acks.transaction
+
+    def _new_transaction(self) -> SessionTransaction:
+        """The transaction of a TRANSACTED session: the broker's, or emulated (E3)."""
+        counters = self.connection.counters
+        if self.options.transactions != "emulate":
+            link_name = self.connection.link_name("txn")
+            return NativeTransaction(self.give_back, self.consumed, link_name, counters=counters)
+        log.warning(
+            "session transactions are emulated by the client (transactions=emulate): "
+            "a commit is not atomic"
+        )
+        return EmulatedTransaction(
+            self.give_back, self.consumed, self.settle_acks, counters=counters
+        )
 
     # What children call ------------------------------------------------------------------------
 
@@ -203,7 +268,7 @@ class SessionContext:
     def forget(self, resource: Any) -> None:
         """``resource`` (a producer, consumer or browser) closed: stop restoring it after
         failovers and drop it from the session."""
-        self.connection.manager.unregister(resource)
+        self.connection.unregister(resource)
         self._forget(resource)
 
     # The acknowledgement strategy's host (AckHost) ---------------------------------------------

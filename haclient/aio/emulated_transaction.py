@@ -17,10 +17,10 @@ drops the buffer and the broker redelivers the received messages: the next ``com
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
-from haclient.aio.acks import PendingAck
-from haclient.aio.transaction import Consumed, GiveBack, SessionTransaction
+from haclient.aio.pending import PendingAck
+from haclient.aio.stats import Counters
+from haclient.aio.transaction import BufferedSend, Consumed, GiveBack, SessionTransaction
 from haclient.amqp.connection import AmqpConnection
 from haclient.amqp.endpoints import Session
 from haclient.errors import ClosedError, HAClientError, TransactionRolledBackError
@@ -28,27 +28,21 @@ from haclient.errors import ClosedError, HAClientError, TransactionRolledBackErr
 __all__ = ["BufferedSend", "EmulatedTransaction"]
 
 
-@dataclass(slots=True)
-class BufferedSend:
-    """One send held until commit: ``transmit`` sends it and waits for the broker's accept;
-    ``completed`` (an async send's callback) hears how it ended."""
-
-    transmit: Callable[[], Awaitable[None]]
-    completed: Callable[[BaseException | None], None] | None = None
-
-
 class EmulatedTransaction(SessionTransaction):
     """The open emulated transaction of one session: buffered sends, unacknowledged receipts."""
 
     emulated = True
+    holds_sends = True
 
     def __init__(
         self,
         give_back: GiveBack,
         consumed: Consumed,
         acknowledge: Callable[[list[PendingAck]], Awaitable[None]],
+        *,
+        counters: Counters,
     ) -> None:
-        super().__init__(give_back, consumed)
+        super().__init__(give_back, consumed, counters=counters)
         self._acknowledge = acknowledge
         self.sends: list[BufferedSend] = []
         self.received: list[PendingAck] = []

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from failover.manager import RestoreOrder
-from haclient.aio.emulated_transaction import BufferedSend, EmulatedTransaction
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.posted import PostedSends, Schedule
 from haclient.aio.termini import producer_target
+from haclient.aio.transaction import BufferedSend
 from haclient.amqp.endpoints import Delivery, Sender
 from haclient.amqp.types import Accepted, Outcome, Rejected, TransactionalState
 from haclient.destination import Destination, _require_destination
@@ -43,7 +43,6 @@ from haclient.errors import (
 )
 from haclient.mapping import check_sendable
 from haclient.message import DeliveryMode, Message, checked_properties
-from haclient.modes import AckMode
 from haclient.outgoing import OutgoingEncoder
 
 if TYPE_CHECKING:
@@ -287,7 +286,7 @@ class MessageProducer:
         mode = self.delivery_mode if delivery_mode is None else delivery_mode
         if (
             mode != DeliveryMode.NON_PERSISTENT
-            or self._context.ack_mode is AckMode.TRANSACTED
+            or self._context.transaction is not None
             or len(self._posted) >= _MAX_PIPELINED
         ):
             return False
@@ -314,9 +313,10 @@ class MessageProducer:
         self._raise_pipelined_failure()
 
     def _buffered(self, send: Callable[[], BufferedSend]) -> bool:
-        """Hold ``send()`` until commit when transactions are emulated; False otherwise."""
+        """Hold ``send()`` until commit when the transaction holds sends (emulated, E3); False
+        otherwise (``send`` is not called)."""
         transaction = self._context.transaction
-        if not isinstance(transaction, EmulatedTransaction):
+        if transaction is None or not transaction.holds_sends:
             return False
         transaction.buffer(send())
         return True
@@ -330,7 +330,7 @@ class MessageProducer:
         """
         if (
             message.delivery_mode is not DeliveryMode.NON_PERSISTENT
-            or self._context.ack_mode is AckMode.TRANSACTED
+            or self._context.transaction is not None
             or len(self._unconfirmed) >= _MAX_PIPELINED
         ):
             return False
@@ -373,7 +373,7 @@ class MessageProducer:
         if wait is None:
             wait = message.delivery_mode == DeliveryMode.PERSISTENT
         if in_transaction is None:
-            in_transaction = self._context.ack_mode is AckMode.TRANSACTED
+            in_transaction = self._context.transaction is not None
 
         async def attempt(at: Connected) -> None:
             nonlocal sent
@@ -431,7 +431,7 @@ class MessageProducer:
         )
         if self._buffered(buffered):
             return  # emulated transaction (E3): sent, and completed, by commit()
-        in_transaction = self._context.ack_mode is AckMode.TRANSACTED
+        in_transaction = self._context.transaction is not None
         at = await self._context.gate.wait(deadline_after(timeout))
         sent = (at, await self._transfer(at, destination, message, in_transaction))
 

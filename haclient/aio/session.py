@@ -16,11 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from failover.manager import RestoreOrder
-from haclient.aio.acks import ack_strategy
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
-from haclient.aio.context import SessionContext
-from haclient.aio.emulated_transaction import EmulatedTransaction
+from haclient.aio.context import ConnectionContext, SessionContext
 from haclient.aio.emulation import broker_selector
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.producer import MessageProducer
@@ -30,7 +28,7 @@ from haclient.aio.termini import (
     consumer_source,
     subscription_source,
 )
-from haclient.aio.transaction import NativeTransaction, SessionTransaction
+from haclient.aio.transaction import SessionTransaction
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import Terminus
 from haclient.destination import (
@@ -52,7 +50,6 @@ from haclient.modes import AckConfirmation, AckMode
 from haclient.selector import compile_selector
 
 if TYPE_CHECKING:
-    from haclient.aio.connection import Connection
     from haclient.aio.physical import PhysicalConnection
 
 __all__ = ["Session"]
@@ -65,50 +62,31 @@ T = TypeVar("T")
 class Session:
     """A JMS session (single-threaded context for producing and consuming). Made by
     ``Connection.create_session``; use it as an async context manager to close it.
+
+    It is given its connection's context (``haclient.aio.context.ConnectionContext``), never
+    the connection itself.
     """
 
     restore_order: int = RestoreOrder.SESSION
 
-    def __init__(self, connection: Connection, ack_mode: AckMode) -> None:
+    def __init__(self, connection: ConnectionContext, ack_mode: AckMode) -> None:
         self._connection = connection
         self._ack_mode = AckMode(ack_mode)
         self._consumers: set[MessageConsumer] = set()
         self._producers: set[MessageProducer] = set()
         self._browsers: set[QueueBrowser] = set()
-        self._context = context = SessionContext(
-            connection._context,
+        self._context = SessionContext(
+            connection,
             self._ack_mode,
             forget=self._forget,
             prefetched=self._prefetching_receivers,
         )
-        options = context.options
-        if self._ack_mode is AckMode.TRANSACTED:
-            context.transaction = self._new_transaction(options.transactions == "emulate")
-            context.transaction.counters = context.connection.counters
-        context.acks = ack_strategy(
-            self._ack_mode,
-            context,
-            transaction=context.transaction,
-            dups_ok_batch=options.dups_ok_batch,
-            dups_ok_interval=options.dups_ok_interval,
-        )
-
-    def _new_transaction(self, emulate: bool) -> SessionTransaction:
-        context = self._context
-        if not emulate:
-            return NativeTransaction(
-                context.give_back, context.consumed, context.connection.link_name("txn")
-            )
-        log.warning(
-            "session transactions are emulated by the client (transactions=emulate): "
-            "a commit is not atomic"
-        )
-        return EmulatedTransaction(context.give_back, context.consumed, context.settle_acks)
 
     async def _open(self, at: Connected) -> None:
         await self._begin(at.physical)
-        if self._ack_mode is AckMode.DUPS_OK:
-            self._context.start_soon(self._context.acks.run, name="dups-ok flusher")
+        acks = self._context.acks
+        if acks.needs_flusher:
+            self._context.start_soon(acks.run, name="dups-ok flusher")
 
     async def _begin(self, physical: PhysicalConnection) -> None:
         context = self._context
@@ -131,7 +109,7 @@ class Session:
         await self._begin(physical)
 
     def _register(self, resource: Any) -> None:
-        self._connection._context.manager.register(resource)
+        self._connection.register(resource)
 
     def _forget(self, resource: Any) -> None:
         self._consumers.discard(resource)
@@ -161,7 +139,7 @@ class Session:
     @property
     def transacted(self) -> bool:
         """True for a TRANSACTED session."""
-        return self._ack_mode is AckMode.TRANSACTED
+        return self._context.transaction is not None
 
     @property
     def transactions_emulated(self) -> bool:
@@ -289,7 +267,7 @@ class Session:
             lambda prefixes: consumer_source(
                 destination, prefixes, selector=link_selector, no_local=no_local
             ),
-            link_name=self._context.connection.link_name("consumer"),
+            link_name=self._connection.link_name("consumer"),
             selector=selector,
             no_local=no_local,
             timeout=timeout,
@@ -320,8 +298,8 @@ class Session:
 
         The subscription is created if it does not exist, and keeps messages while nobody
         consumes until ``unsubscribe(name)``. With a client id the name is scoped to it; without
-        one (JMS 2.0) the name is global, and ``no_local`` has no effect (seed 000: there is no
-        client id whose messages it could withhold). Waits while the connection fails over.
+        one (JMS 2.0) the name is global, and ``no_local`` has no effect (there is no client id
+        whose messages it could withhold). Waits while the connection fails over.
 
         Raises:
             ResourceLockedError: another consumer is active on the subscription.
@@ -330,7 +308,7 @@ class Session:
         self._check_open()
         self._check_topic(topic)
         self._check_name(name)
-        is_global = self._context.connection.client_id is None
+        is_global = self._connection.client_id is None
         no_local = no_local and not is_global
         selector = self._check_selector(selector)
         link_selector = self._broker_selector(selector)
@@ -358,9 +336,9 @@ class Session:
         self._check_topic(topic)
         self._check_name(name)
         selector = self._check_selector(selector)
-        names = self._connection._subscription_names
+        names = self._connection.subscription_names
         kind = SubscriptionKind.SHARED_DURABLE if durable else SubscriptionKind.SHARED
-        is_global = self._context.connection.client_id is None
+        is_global = self._connection.client_id is None
         link_selector = self._broker_selector(selector)
         link_name = names.acquire(name, durable=durable)
 
@@ -453,7 +431,7 @@ class Session:
                 queue,
                 browser_source(queue, at.physical.prefixes, selector=selector),  # per attempt
                 selector=selector,
-                link_name=self._context.connection.link_name("browser"),
+                link_name=self._connection.link_name("browser"),
             )
             await browser._attach()
             return browser
@@ -466,14 +444,14 @@ class Session:
     async def create_temporary_queue(self, *, timeout: float | None = None) -> TemporaryQueue:
         """A temporary queue, deleted when the connection closes."""
         self._check_open()
-        created = await self._connection._create_temporary(queue=True, timeout=timeout)
+        created = await self._connection.create_temporary(queue=True, timeout=timeout)
         assert isinstance(created, TemporaryQueue)
         return created
 
     async def create_temporary_topic(self, *, timeout: float | None = None) -> TemporaryTopic:
         """A temporary topic, deleted when the connection closes."""
         self._check_open()
-        created = await self._connection._create_temporary(queue=False, timeout=timeout)
+        created = await self._connection.create_temporary(queue=False, timeout=timeout)
         assert isinstance(created, TemporaryTopic)
         return created
 
@@ -504,7 +482,7 @@ class Session:
                 before an acknowledge (F8); the session is recovered all the same.
         """
         self._check_open()
-        if self._ack_mode is AckMode.TRANSACTED:
+        if not self._context.acks.allows_recover:
             raise IllegalStateError(
                 "recover() is not allowed in a transacted session: use rollback()"
             )
@@ -577,25 +555,19 @@ class Session:
                 log.debug("closing a producer of a closing session failed", exc_info=True)
         for browser in list(self._browsers):
             await browser.close()
-        current = context.connection.current
+        current = self._connection.current
         is_open = current is not None and current.amqp.is_open
         try:
             if is_open:
-                await self._settle_for_close()
+                await context.acks.close()  # TRANSACTED: rolls the transaction back
         except Exception:
             log.debug("settling a closing session's state failed", exc_info=True)
         finally:
             context.closed = True
             context.acks.session_closed()
-            self._connection._forget_session(self)
+            self._connection.forget_session(self)
             if current is not None and context.amqp_session is not None and is_open:
                 current.amqp.end_session(context.amqp_session)
-
-    async def _settle_for_close(self) -> None:
-        if self._context.transaction is not None:
-            await self._context.transaction.close()
-        else:
-            await self._context.acks.close()
 
     def _connection_closed(self) -> None:
         self._context.closed = True

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from haclient.aio.acks import PendingAck
+from haclient.aio.pending import PendingAck
 from haclient.aio.stats import Counters
 from haclient.amqp.codec import encode_declare, encode_discharge
 from haclient.amqp.connection import AmqpConnection
@@ -41,7 +42,7 @@ from haclient.errors import (
     TransactionRolledBackError,
 )
 
-__all__ = ["GiveBack", "NativeTransaction", "SessionTransaction"]
+__all__ = ["BufferedSend", "GiveBack", "NativeTransaction", "SessionTransaction"]
 
 GiveBack = Callable[[list[PendingAck]], Awaitable[None]]
 """Returns received messages to the broker for redelivery (and the prefetched ones behind)."""
@@ -50,17 +51,30 @@ Consumed = Callable[[list[PendingAck]], None]
 """Counts received messages as consumed (their duplicates are suppressed from then on)."""
 
 
+@dataclass(slots=True)
+class BufferedSend:
+    """One send held until commit: ``transmit`` sends it and waits for the broker's accept;
+    ``completed`` (an async send's callback) hears how it ended."""
+
+    transmit: Callable[[], Awaitable[None]]
+    completed: Callable[[BaseException | None], None] | None = None
+
+
 class SessionTransaction(ABC):
     """What a TRANSACTED session does with its transaction, native or emulated."""
 
     emulated: bool = False
+    """True when the client emulates the transaction (E3): a commit is not atomic."""
+    holds_sends: bool = False
+    """True when sends wait in the client until commit (give them to ``buffer``); False when
+    each goes to the broker at once, in the transaction (``enlist_send``)."""
 
-    def __init__(self, give_back: GiveBack, consumed: Consumed) -> None:
+    def __init__(self, give_back: GiveBack, consumed: Consumed, *, counters: Counters) -> None:
         self._give_back = give_back
         self._consumed = consumed
         self._receipts: list[PendingAck] = []  # received in the open transaction
         self._rolled_back_by_failover = False  # F7: the open transaction died with a connection
-        self.counters = Counters()  # the session gives it its connection's
+        self.counters = counters  # the connection's: how transactions ended
 
     @property
     @abstractmethod
@@ -74,6 +88,10 @@ class SessionTransaction(ABC):
     @abstractmethod
     async def enlist_send(self) -> TransactionalState | None:
         """The state that puts a transfer in the transaction (None: not sent now, emulated)."""
+
+    def buffer(self, send: BufferedSend) -> None:
+        """Hold ``send`` until commit; only for a transaction that ``holds_sends``."""
+        raise NotImplementedError("this transaction's sends go to the broker at once")
 
     async def enlist_receipt(self, pending: PendingAck) -> None:
         """Make a received message's acknowledgement part of the transaction."""
@@ -147,8 +165,10 @@ class SessionTransaction(ABC):
 class NativeTransaction(SessionTransaction):
     """Transactions over the broker's coordinator link."""
 
-    def __init__(self, give_back: GiveBack, consumed: Consumed, link_name: str) -> None:
-        super().__init__(give_back, consumed)
+    def __init__(
+        self, give_back: GiveBack, consumed: Consumed, link_name: str, *, counters: Counters
+    ) -> None:
+        super().__init__(give_back, consumed, counters=counters)
         self._link_name = link_name
         self._amqp: AmqpConnection | None = None
         self._coordinator: Sender | None = None
