@@ -35,7 +35,7 @@ import anyio
 import anyio.to_thread
 
 import haclient.aio as aio
-from bench.failover import (
+from bench.failover_client import (
     FAILOVER_TIMEOUT,
     START_TIMEOUT,
     STOP_TIMEOUT,

@@ -36,8 +36,8 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, Task
 from chaos.amqp_server import server_engine
 from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
-from chaos.broker.router import Router
-from chaos.broker.schedule import NodePolicy, broker_policy, expire_to
+from chaos.broker.router import Router, expire_to
+from chaos.broker.schedule import NodePolicy, broker_policy
 from chaos.broker.state import ACTIVEMQ_PREFIXES, BrokerMode, BrokerState, NodeInfo
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
