@@ -26,7 +26,8 @@ from pathlib import Path
 import anyio
 
 import haclient.aio as aio
-from bench.broker import PASSWORD, USER, ActiveMQModeBroker, BenchError, BrokerProcess
+from bench.broker import ActiveMQModeBroker, BrokerProcess
+from bench.throughput import PASSWORD, USER, BenchError
 from chaos.rabbitmq import RabbitMQNode
 from haclient.destination import Queue
 from haclient.message import DeliveryMode, TextMessage

@@ -702,8 +702,9 @@ async def _verify(
     await producer.flush()
     for n, (consumer, destination) in enumerate(everyone):
         message = await consumer.receive(timeout=10.0)
-        check(message is not None, f"{when}: nothing arrived for {destination}")
-        text = message.text  # type: ignore[union-attr]
+        if message is None:
+            raise BenchError(f"{when}: nothing arrived for {destination}")
+        text = message.text
         check(text == f"check-{tag}-{n}", f"{when}: {destination} received {text!r}")
 
 

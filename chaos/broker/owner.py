@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from chaos.broker.router import Router
     from chaos.broker.transactions import TransactionManager
+    from haclient.amqp.types import ErrorCondition
 
 __all__ = ["LinkOwner", "LiveConnection", "Waker"]
 
@@ -24,7 +25,7 @@ class Waker(Protocol):
 
 
 class LiveConnection(Waker, Protocol):
-    """A connection as the broker's state lists it."""
+    """A connection as the broker's state lists it (and the broker stops it)."""
 
     @property
     def id(self) -> int:
@@ -37,6 +38,12 @@ class LiveConnection(Waker, Protocol):
     @property
     def container_id(self) -> str | None:
         """The peer's container id, once it opened."""
+
+    def close(self, error: ErrorCondition | None = None) -> None:
+        """Close the connection with a Close frame (the driver ends once the peer answers)."""
+
+    async def wait_ended(self) -> None:
+        """Wait until the connection's driver has ended."""
 
 
 class LinkOwner(LiveConnection, Protocol):

@@ -387,7 +387,7 @@ class Broker:
         self._port = int(listener.extra(SocketAttribute.local_port))
         self._stopped = stopped = anyio.Event()
         self._accepting = True
-        self._acceptor = acceptor = Acceptor(list(listener.listeners))
+        self._acceptor = acceptor = Acceptor(listener.listeners)
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -440,8 +440,7 @@ class Broker:
             connection.close(closing)
         with anyio.move_on_after(timeout):
             for connection in list(state.connections.values()):
-                if connection.driver is not None:
-                    await connection.driver.wait_ended()
+                await connection.wait_ended()
         await self._end()
         log.info("broker on port %d stopped", self._port)
 
