@@ -1,4 +1,4 @@
-"""What each acknowledgement confirmation costs (A6, issue 17): AUTO receive, per broker.
+"""What each acknowledgement confirmation costs (A6): AUTO receive, per broker.
 
 For each broker (the reference broker, the reference broker in ActiveMQ mode, a private RabbitMQ
 node when installed) and each confirmation the broker answers (``ack_confirmation=...``), fill a

@@ -38,7 +38,7 @@ downtime, and in the wait before the next kill for the others).
    shared-store pair of ``haclient-broker --store`` processes, the **default** URL
    ``failover:(A,B)`` (no ``failover.*`` option), ``--kills`` SIGKILLs of the master; takeover
    (kill -> the standby's port accepts), downtime (kill -> first PERSISTENT send completed on
-   the standby) and overhead = downtime - takeover, median and max. Goal (issue 13): overhead
+   the standby) and overhead = downtime - takeover, median and max. Goal: overhead
    median <= 50 ms, max <= 100 ms.
 
 3. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
@@ -50,7 +50,7 @@ downtime, and in the wait before the next kill for the others).
    ``TemporaryQueue`` object now holds and with one consumer, and that a message sent to each
    destination (anonymous producer) reaches its consumer.
 
-Goals (issue): downtime median under 100 ms (loopback, zero connect delay, hard kill); restore
+Goals: downtime median under 100 ms (loopback, zero connect delay, hard kill); restore
 under 1 s. The table marks each PASS or MISSED (FAILED / NOT MEASURED as above); the exit
 status is 0 either way (1 when the bench itself fails with ``BenchError``). Progress, one line
 per kill and per restore, goes to stderr; the table to stdout.

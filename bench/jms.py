@@ -21,13 +21,13 @@ without ``await``, on the process's shared event-loop thread) and proton:
    accepted settlements. Goal: haclient >= 1.5x the Container.
 3. receive with each acknowledge mode (AUTO; CLIENT acknowledging every 100; DUPS_OK;
    TRANSACTED committing every 100; NO_ACK) against ``BlockingConnection.create_receiver(addr,
-   credit=prefetch)`` + ``receive()`` + ``accept()``. Goals (issue 17): AUTO (acknowledgements
+   credit=prefetch)`` + ``receive()`` + ``accept()``. Goals: AUTO (acknowledgements
    confirmed by the broker) >= 0.9x haclient's own sync send rate on the same broker, and
    <= 150 us of this process's CPU per message. ``receive CLIENT each`` acknowledges every
    message (``message.acknowledge()``, one round trip each).
 
-The blocking API runs sync send, pipelined send, receive AUTO and receive CLIENT each. Its goals
-(issue 25), on each broker: sync send >= 1.2x ``BlockingConnection``; pipelined send >= 1.5x the
+The blocking API runs sync send, pipelined send, receive AUTO and receive CLIENT each. Its goals,
+on each broker: sync send >= 1.2x ``BlockingConnection``; pipelined send >= 1.5x the
 ``Container``; receive AUTO >= 0.9x its own sync send; CPU per sync send <= 1.15x the async API's.
 
 Every phase first moves ``--warmup`` messages on the same link (not timed), then times
@@ -905,8 +905,8 @@ def table(
 def broker_goals(
     results: Sequence[Measurement], broker: str, cells: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Issue 17's goals for the async API on one broker, from the medians: each with its value
-    and verdict."""
+    """The goals for the async API on one broker (see the module docstring), from the
+    medians: each with its value and verdict."""
     auto_cpu = median_cpu(results, broker, RECEIVE_AUTO, HACLIENT)
     return [
         *_goals(results, broker, cells, HACLIENT),
@@ -917,7 +917,7 @@ def broker_goals(
 def blocking_goals(
     results: Sequence[Measurement], broker: str, cells: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Issue 25's goals for the blocking API on one broker (none when it was not measured):
+    """The goals for the blocking API on one broker (none when it was not measured):
     those of the async API, against its own sync send, and its CPU per sync send against the
     async API's."""
     if not any(m.broker == broker and m.impl == BLOCKING for m in results):

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.scale                      # 1,000 connections; restore at 10x
     .venv/bin/python -m bench.scale --connections 50 --consumers 500 --sessions 5 --temp-queues 50
 
-Three parts (issue 25), each skippable (``--no-idle``, ``--no-failover``, ``--no-restore``):
+Three parts, each skippable (``--no-idle``, ``--no-failover``, ``--no-restore``):
 
 1. **idle**: ``--connections`` N blocking connections (``haclient.connect``, the default shared
    event-loop thread), each with an AUTO session and a consumer on a queue of its own, started,

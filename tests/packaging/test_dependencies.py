@@ -1,4 +1,4 @@
-"""Every import of each installable part is declared where that part is installed (issue 26).
+"""Every import of each installable part is declared where that part is installed.
 
 The parts: the client (``haclient`` and ``failover``, the base install), ``haclient.metrics``
 (the ``metrics`` extra), ``haclient.spark`` (the ``spark`` extra) and the test bed (``chaos``,
