@@ -6,9 +6,11 @@ See ``server.py`` for the lifecycle, ``connection.py`` and ``links.py`` for the 
 ``nodes.py`` for queue semantics and ``transactions.py`` for local transactions.
 
 Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread), ``cli``
-(``haclient-broker``), ``connection`` (one client connection), ``links`` (consumer, producer and
-coordinator links), ``browsing`` (queue browsers), ``router`` (addresses to nodes), ``nodes``
-(Queue, Topic), ``transactions``, ``state`` (one run's state and the admin view), ``persistence``
+(``haclient-broker``), ``connection`` (one client connection), ``owner`` (what links and the
+state know of a connection), ``links`` (consumer, producer and coordinator links), ``browsing``
+(queue browsers), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``stored`` (a
+message as the broker keeps it), ``transactions``, ``state`` (one run's state and the admin
+view), ``persistence``
 (the store interface), ``store`` and ``store_lock`` (the SQLite store and the lock that makes a
 shared-store HA pair), ``subscriptions``, ``filters`` (selector, no-local), ``schedule`` (delays,
 expiry sweeps), ``topology`` (the announced peer list), ``wire`` (header parsing without proton).
