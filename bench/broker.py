@@ -24,8 +24,8 @@ itself: all Accepted, every message received once, in order, with its body and i
 flag, and the queue empty afterwards; anything else stops the run with ``BenchError``.
 
 ``--repeat K`` runs K rounds, alternating the order of the brokers; the table shows medians.
-The target of issue 3 (the reference broker alone: at least 5,000 transient msgs/s on this
-2-core machine) is checked on the medians of the reference broker's transient send and receive;
+The target (the reference broker alone: at least 5,000 transient msgs/s on a 2-core
+machine) is checked on the medians of the reference broker's transient send and receive;
 the exit status is 3 when it is missed.
 
 ``--broker-profile DIR`` runs the reference broker processes under cProfile (stopped with SIGINT,
@@ -318,7 +318,7 @@ class BrokerResults:
         return out
 
     def target(self) -> tuple[bool, str]:
-        """Issue 3's target: the reference broker's transient send and receive medians."""
+        """The target: the reference broker's transient send and receive medians."""
         send = self.median_rate(REFERENCE, "transient", "send")
         receive = self.median_rate(REFERENCE, "transient", "receive")
         passed = (

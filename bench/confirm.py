@@ -1,4 +1,4 @@
-"""What each acknowledgement confirmation costs (A6, issue 17): AUTO receive, per broker.
+"""What each acknowledgement confirmation costs (A6): AUTO receive, per broker.
 
 For each broker (the reference broker, the reference broker in ActiveMQ mode, a private RabbitMQ
 node when installed) and each confirmation the broker answers (``ack_confirmation=...``), fill a
@@ -26,7 +26,8 @@ from pathlib import Path
 import anyio
 
 import haclient.aio as aio
-from bench.broker import PASSWORD, USER, ActiveMQModeBroker, BenchError, BrokerProcess
+from bench.broker import ActiveMQModeBroker, BrokerProcess
+from bench.throughput import PASSWORD, USER, BenchError
 from chaos.rabbitmq import RabbitMQNode
 from haclient.destination import Queue
 from haclient.message import DeliveryMode, TextMessage

@@ -38,7 +38,7 @@ downtime, and in the wait before the next kill for the others).
    shared-store pair of ``haclient-broker --store`` processes, the **default** URL
    ``failover:(A,B)`` (no ``failover.*`` option), ``--kills`` SIGKILLs of the master; takeover
    (kill -> the standby's port accepts), downtime (kill -> first PERSISTENT send completed on
-   the standby) and overhead = downtime - takeover, median and max. Goal (issue 13): overhead
+   the standby) and overhead = downtime - takeover, median and max. Goal: overhead
    median <= 50 ms, max <= 100 ms.
 
 3. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
@@ -50,7 +50,7 @@ downtime, and in the wait before the next kill for the others).
    ``TemporaryQueue`` object now holds and with one consumer, and that a message sent to each
    destination (anonymous producer) reaches its consumer.
 
-Goals (issue): downtime median under 100 ms (loopback, zero connect delay, hard kill); restore
+Goals: downtime median under 100 ms (loopback, zero connect delay, hard kill); restore
 under 1 s. The table marks each PASS or MISSED (FAILED / NOT MEASURED as above); the exit
 status is 0 either way (1 when the bench itself fails with ``BenchError``). Progress, one line
 per kill and per restore, goes to stderr; the table to stdout.
@@ -73,16 +73,25 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import ExitStack, asynccontextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
 import haclient.aio as aio
+from bench.failover_client import (
+    FAILOVER_TIMEOUT,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    Recorder,
+    Sender,
+    kill_in_turn,
+)
+from bench.failover_ha import ha_report, measure_ha
 from bench.throughput import HOST, BenchError, Progress, _process_jiffies, check, machine_info
 from chaos.net import free_port
 from haclient.destination import Queue, TemporaryQueue
@@ -97,14 +106,9 @@ KILL_BROKER = "broker"
 KILL_PROCESS = "process"
 DOWNTIME_GOAL = 0.100
 RESTORE_GOAL = 1.0
-START_TIMEOUT = 30.0
-STOP_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 60.0
-FAILOVER_TIMEOUT = 30.0
 LEARN_TIMEOUT = 5.0
 PROFILED_KILLS = 5
-SETTLE_SENDS = 50
-SETTLE_SECONDS = 0.2
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -312,143 +316,6 @@ class Hosts:
         self.by_port[host.port] = host
         self.stack.callback(host.stop)
         return host
-
-
-# The client under test --------------------------------------------------------------------------
-
-
-class Recorder:
-    """A failover listener (F14) that notes when each callback came (``time.monotonic()``)."""
-
-    def __init__(self) -> None:
-        self.started: list[float] = []
-        self.completed: list[tuple[float, str, float]] = []
-        self.completed_cpu: list[float] = []
-        """``time.process_time()`` at each failover_completed (this process's CPU)."""
-        self.failed: list[str] = []
-        self.not_restored: list[str] = []
-        self._changed = anyio.Event()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    @property
-    def changed(self) -> anyio.Event:
-        """Set at the next change: take it before looking at the state, then wait on it."""
-        return self._changed
-
-    def failover_started(self, cause: BaseException) -> None:
-        self.started.append(time.monotonic())
-        self._wake()
-
-    def failover_completed(self, broker: object, downtime: float) -> None:
-        self.completed.append((time.monotonic(), str(broker), downtime))
-        self.completed_cpu.append(time.process_time())
-        self._wake()
-
-    def failover_failed(self, cause: BaseException) -> None:
-        self.failed.append(repr(cause))
-        self._wake()
-
-    def resource_not_restored(self, resource: object, error: BaseException) -> None:
-        self.not_restored.append(f"{resource!r}: {error!r}")
-
-
-class Sender:
-    """Sends PERSISTENT messages in a loop; notes when the first send of each connection epoch
-    completed."""
-
-    def __init__(self, conn: aio.Connection, producer: aio.MessageProducer) -> None:
-        self.conn = conn
-        self.producer = producer
-        self.sent = 0
-        self.epoch = conn.statistics().epoch
-        self.since_epoch = 0
-        self.first_done: dict[int, float] = {}
-        self.error: BaseException | None = None
-        self._changed = anyio.Event()
-
-    @classmethod
-    @asynccontextmanager
-    async def running(cls, conn: aio.Connection, queue: str) -> AsyncIterator[Sender]:
-        """A sender of PERSISTENT messages to ``queue`` (on an AUTO session of ``conn``) that
-        sends in a task of its own until the block ends."""
-        session = await conn.create_session(AckMode.AUTO)
-        producer = await session.create_producer(Queue(queue))
-        producer.delivery_mode = DeliveryMode.PERSISTENT
-        sender = cls(conn, producer)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sender.run)
-            yield sender
-            tg.cancel_scope.cancel()
-
-    async def run(self) -> None:
-        try:
-            while True:
-                await self.producer.send(TextMessage(f"m-{self.sent:08d}"))
-                done = time.monotonic()
-                self.sent += 1
-                epoch = self.conn.statistics().epoch
-                if epoch != self.epoch:
-                    self.epoch = epoch
-                    self.since_epoch = 0
-                    self.first_done.setdefault(epoch, done)
-                    self._changed.set()
-                    self._changed = anyio.Event()
-                self.since_epoch += 1
-        except Exception as exc:
-            self.error = exc
-            self._changed.set()
-
-    def first_after(self, epoch: int) -> float | None:
-        times = [t for e, t in self.first_done.items() if e > epoch]
-        return min(times) if times else None
-
-    @property
-    def changed(self) -> anyio.Event:
-        """Set at the next change: take it before looking at the state, then wait on it."""
-        return self._changed
-
-    async def settle(self) -> None:
-        """Until the sender has done ``SETTLE_SENDS`` sends on the connection in use, and at
-        least ``SETTLE_SECONDS`` passed (between kills: bounded polls are fine here)."""
-        await anyio.sleep(SETTLE_SECONDS)
-        with anyio.fail_after(FAILOVER_TIMEOUT):
-            while self.since_epoch < SETTLE_SENDS and self.error is None:
-                await anyio.sleep(0.01)
-
-
-class _Outcome(Protocol):
-    error: str | None
-
-
-K = TypeVar("K", bound=_Outcome)
-
-
-async def kill_in_turn(
-    sender: Sender,
-    kills: int,
-    one_kill: Callable[[int], Awaitable[K]],
-    done: list[K],
-    report: Callable[[int, K], str],
-    log: Any,
-) -> str | None:
-    """Kill ``kills`` times (``one_kill(number)``) while ``sender`` runs, letting its sends
-    settle before each kill; each kill goes to ``done`` and its ``report`` line to ``log``.
-
-    Returns why it stopped early (the sender or a kill failed), or None after the last kill.
-    """
-    for number in range(1, kills + 1):
-        await sender.settle()
-        if sender.error is not None:
-            return f"stopped: the sender failed: {sender.error!r}"
-        kill = await one_kill(number)
-        done.append(kill)
-        print(report(number, kill) + (f" ERROR {kill.error}" if kill.error else ""), file=log)
-        if kill.error is not None:
-            return f"stopped at kill {number}: {kill.error}"
-    return None
 
 
 @dataclass
@@ -835,8 +702,9 @@ async def _verify(
     await producer.flush()
     for n, (consumer, destination) in enumerate(everyone):
         message = await consumer.receive(timeout=10.0)
-        check(message is not None, f"{when}: nothing arrived for {destination}")
-        text = message.text  # type: ignore[union-attr]
+        if message is None:
+            raise BenchError(f"{when}: nothing arrived for {destination}")
+        text = message.text
         check(text == f"check-{tag}-{n}", f"{when}: {destination} received {text!r}")
 
 
@@ -1025,8 +893,6 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
                 top = args.profile_top if args.profile else None
                 methods.append(await measure_method(method, hosts, args.kills, run_id, log, top))
     if not args.no_ha:
-        from bench.failover_ha import measure_ha  # it builds on this module's Sender
-
         ha = await measure_ha(args.kills, work_dir, run_id, log)
     if not args.no_restore:
         with ExitStack() as hosts_stack:
@@ -1070,8 +936,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         methods, restore, ha = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
     text, summary = report(methods, restore, args.kill)
     if ha is not None:
-        from bench.failover_ha import ha_report
-
         ha_lines, summary["ha"] = ha_report(ha)
         text = "\n".join([*ha_lines, "", text])
     print(

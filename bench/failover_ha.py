@@ -16,8 +16,8 @@ Each kill is a SIGKILL of the master's process. Measured, from just before the k
 - overhead: downtime - takeover, what the client adds (noticing the loss, its reconnect
   schedule, the new connection, restoring the session and producer, the first send).
 
-The killed broker is then started again, as the new standby, before the next kill. Goal
-(issue 13): overhead median <= 50 ms, max <= 100 ms.
+The killed broker is then started again, as the new standby, before the next kill. Goal:
+overhead median <= 50 ms, max <= 100 ms.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import anyio
 import anyio.to_thread
 
 import haclient.aio as aio
-from bench.failover import (
+from bench.failover_client import (
     FAILOVER_TIMEOUT,
     START_TIMEOUT,
     STOP_TIMEOUT,

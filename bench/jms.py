@@ -21,13 +21,13 @@ without ``await``, on the process's shared event-loop thread) and proton:
    accepted settlements. Goal: haclient >= 1.5x the Container.
 3. receive with each acknowledge mode (AUTO; CLIENT acknowledging every 100; DUPS_OK;
    TRANSACTED committing every 100; NO_ACK) against ``BlockingConnection.create_receiver(addr,
-   credit=prefetch)`` + ``receive()`` + ``accept()``. Goals (issue 17): AUTO (acknowledgements
+   credit=prefetch)`` + ``receive()`` + ``accept()``. Goals: AUTO (acknowledgements
    confirmed by the broker) >= 0.9x haclient's own sync send rate on the same broker, and
    <= 150 us of this process's CPU per message. ``receive CLIENT each`` acknowledges every
    message (``message.acknowledge()``, one round trip each).
 
-The blocking API runs sync send, pipelined send, receive AUTO and receive CLIENT each. Its goals
-(issue 25), on each broker: sync send >= 1.2x ``BlockingConnection``; pipelined send >= 1.5x the
+The blocking API runs sync send, pipelined send, receive AUTO and receive CLIENT each. Its goals,
+on each broker: sync send >= 1.2x ``BlockingConnection``; pipelined send >= 1.5x the
 ``Container``; receive AUTO >= 0.9x its own sync send; CPU per sync send <= 1.15x the async API's.
 
 Every phase first moves ``--warmup`` messages on the same link (not timed), then times
@@ -61,7 +61,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import proton
@@ -80,6 +80,8 @@ from haclient.errors import NotImplementedByBrokerError
 from haclient.message import DeliveryMode, TextMessage
 from haclient.modes import AckMode
 from haclient.sync import Connection
+
+T = TypeVar("T")
 
 REFERENCE = "reference"
 ACTIVEMQ_MODE = "activemq-mode"
@@ -113,14 +115,20 @@ class Receive:
         have these names; the async caller awaits what the call returns."""
         if not self.every or n % self.every:
             return None
-        return message.acknowledge if self.mode is AckMode.CLIENT else session.commit
+        action: Callable[[], Any] = (
+            message.acknowledge if self.mode is AckMode.CLIENT else session.commit
+        )
+        return action
 
     def last(self, total: int, session: Any) -> Callable[[], Any] | None:
         """What to call after the last of ``total`` messages, for those after the last
         ``due`` call (``session.acknowledge`` or ``session.commit``), else None."""
         if not self.every or total % self.every == 0:
             return None
-        return session.acknowledge if self.mode is AckMode.CLIENT else session.commit
+        action: Callable[[], Any] = (
+            session.acknowledge if self.mode is AckMode.CLIENT else session.commit
+        )
+        return action
 
 
 RECEIVES = (
@@ -306,12 +314,12 @@ async def ha_drain(target: Target, queue: str, bodies: Sequence[str], timeout: f
 
 async def ha_receive(
     target: Target, queue: str, settings: Settings, total: int, receive: Receive
-) -> tuple[Clock, list[str], str]:
+) -> tuple[Clock, list[str | None], str]:
     """Receive ``total`` messages as ``receive`` says; the clock runs after the warm-up, up to
     the last message handed out and acknowledged as the mode says (CLIENT and TRANSACTED: the
     last ``acknowledge()``/``commit()`` included; DUPS_OK: its lazy flush is not)."""
     clock = Clock(target.pid)
-    texts: list[str] = []
+    texts: list[str | None] = []
     label = f"haclient {receive.test}"
     async with await _connect(target, prefetch=settings.prefetch) as conn:
         await conn.start()
@@ -324,7 +332,7 @@ async def ha_receive(
                     message = await consumer.receive()
                     if message is None:
                         raise BenchError(f"{label}: closed after {n - 1}")
-                    texts.append(message.text)  # type: ignore[attr-defined]
+                    texts.append(message.text)
                     if call := receive.due(n, message, session):
                         await call()
                 if call := receive.last(total, session):
@@ -337,7 +345,7 @@ async def ha_receive(
     return clock, texts, confirmation
 
 
-def run_async(fn: Callable[[], Awaitable[Any]]) -> Any:
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     return anyio.run(fn, backend="asyncio")
 
 
@@ -410,10 +418,10 @@ def bl_receive(
     total: int,
     receive: Receive,
     **options: Any,
-) -> tuple[Clock, list[str], str]:
+) -> tuple[Clock, list[str | None], str]:
     """``ha_receive`` through the blocking API (``options``: ``haclient.connect``'s)."""
     clock = Clock(target.pid)
-    texts: list[str] = []
+    texts: list[str | None] = []
     label = f"blocking {receive.test}"
     options.setdefault("prefetch", settings.prefetch)
     with _blocking_connection(target, settings.timeout, **options) as conn:
@@ -426,7 +434,7 @@ def bl_receive(
                 message = consumer.receive()
                 if message is None:
                     raise BenchError(f"{label}: closed after {n - 1}")
-                texts.append(message.text)  # type: ignore[attr-defined]
+                texts.append(message.text)
                 if call := receive.due(n, message, session):
                     call()
             if call := receive.last(total, session):
@@ -471,6 +479,7 @@ def proton_sync_send(target: Target, address: str, bodies: Sequence[str], warmup
     return clock
 
 
+# proton is read as untyped (pyproject.toml): its handler base class is Any to mypy.
 class ProtonPipelinedSender(MessagingHandler):  # type: ignore[misc]
     """A ``Container`` sender: sends as credit allows, counts accepted. The warm-up messages
     are sent and accepted first; then the clock starts and the rest go."""
@@ -635,7 +644,7 @@ class Runner:
             file=sys.stderr,
         )
 
-    def check_texts(self, label: str, got: Sequence[str], total: int) -> None:
+    def check_texts(self, label: str, got: Sequence[str | None], total: int) -> None:
         expected = self.sync_bodies[:total]
         check(len(got) == total, f"{label}: got {len(got)} messages, sent {total}")
         if list(got) != expected:
@@ -717,6 +726,7 @@ class Runner:
         run_async(lambda: ha_fill(target, queue, bodies))
         label = f"{target.name} {test} {impl}"
         confirmation = None
+        texts: Sequence[str | None]
         try:
             if receive is None:
                 clock, texts = proton_receive(target, target.proton_address(queue), s, total)
@@ -845,9 +855,10 @@ def table(
                 continue
             ratio = _ratio(rate[HACLIENT], rate[PROTON])
             blocking_ratio = _ratio(rate[BLOCKING], rate[PROTON])
+            blocking_cpu, haclient_cpu = cpu[BLOCKING], cpu[HACLIENT]
             extra_cpu = (
-                cpu[BLOCKING] - cpu[HACLIENT]
-                if cpu[BLOCKING] is not None and cpu[HACLIENT] is not None
+                blocking_cpu - haclient_cpu
+                if blocking_cpu is not None and haclient_cpu is not None
                 else None
             )
             confirmation = _confirmation(results, broker, test) if "receive" in test else ""
@@ -894,8 +905,8 @@ def table(
 def broker_goals(
     results: Sequence[Measurement], broker: str, cells: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Issue 17's goals for the async API on one broker, from the medians: each with its value
-    and verdict."""
+    """The goals for the async API on one broker (see the module docstring), from the
+    medians: each with its value and verdict."""
     auto_cpu = median_cpu(results, broker, RECEIVE_AUTO, HACLIENT)
     return [
         *_goals(results, broker, cells, HACLIENT),
@@ -906,7 +917,7 @@ def broker_goals(
 def blocking_goals(
     results: Sequence[Measurement], broker: str, cells: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Issue 25's goals for the blocking API on one broker (none when it was not measured):
+    """The goals for the blocking API on one broker (none when it was not measured):
     those of the async API, against its own sync send, and its CPU per sync send against the
     async API's."""
     if not any(m.broker == broker and m.impl == BLOCKING for m in results):

@@ -1,5 +1,5 @@
-"""What a message costs RabbitMQ, by its size and sections (issue 17: why pipelined send there
-is bound by the broker).
+"""What a message costs RabbitMQ, by its size and sections (why pipelined send there is bound
+by the broker).
 
 On one private RabbitMQ node, send ``--count`` pre-encoded messages pipelined (unsettled, every
 outcome awaited) through haclient's engine for each payload: bare text bodies of growing length,

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.scale                      # 1,000 connections; restore at 10x
     .venv/bin/python -m bench.scale --connections 50 --consumers 500 --sessions 5 --temp-queues 50
 
-Three parts (issue 25), each skippable (``--no-idle``, ``--no-failover``, ``--no-restore``):
+Three parts, each skippable (``--no-idle``, ``--no-failover``, ``--no-restore``):
 
 1. **idle**: ``--connections`` N blocking connections (``haclient.connect``, the default shared
    event-loop thread), each with an AUTO session and a consumer on a queue of its own, started,
@@ -71,7 +71,8 @@ import anyio
 
 import haclient
 from bench.broker import BrokerProcess, broker_cpu
-from bench.failover import FAILOVER_TIMEOUT, KILL_BROKER, Hosts, RestoreResult, measure_restore
+from bench.failover import KILL_BROKER, Hosts, RestoreResult, measure_restore
+from bench.failover_client import FAILOVER_TIMEOUT
 from bench.failover_ha import HaMember, wait_accepting
 from bench.throughput import HOST, PASSWORD, USER, BenchError, Progress, check, machine_info
 from failover.manager import ConnectionState
@@ -344,7 +345,7 @@ def measure_failover(
             sender.start()
             try:
                 time.sleep(send_before)
-                check(sender.sent, f"no PERSISTENT send completed in {send_before:g} s")
+                check(bool(sender.sent), f"no PERSISTENT send completed in {send_before:g} s")
                 before = _attempts(clients)
                 _kill_and_watch(clients, master, standby, result, log)
                 after = _attempts(clients)
@@ -369,7 +370,7 @@ def _kill_and_watch(
     """Kill the master; measure the takeover, then sweep the connections until each is
     connected to the standby (or the bound passes)."""
     offset = time.time() - time.monotonic()
-    cpu0, standby_cpu0 = time.process_time(), broker_cpu(standby.proc and standby.proc.pid)
+    cpu0, standby_cpu0 = time.process_time(), broker_cpu(standby.proc.pid if standby.proc else None)
     t_kill = master.kill()
     result.kill_wall = t_kill + offset
     opened = wait_accepting(standby.port, FAILOVER_TIMEOUT)
@@ -395,7 +396,7 @@ def _kill_and_watch(
         time.sleep(SWEEP_EVERY)
     progress.close()
     result.client_cpu = time.process_time() - cpu0
-    standby_cpu = broker_cpu(standby.proc and standby.proc.pid)
+    standby_cpu = broker_cpu(standby.proc.pid if standby.proc else None)
     if standby_cpu is not None and standby_cpu0 is not None:
         result.standby_cpu = standby_cpu - standby_cpu0
     result.completions = sorted(done.values())
@@ -430,7 +431,10 @@ def _check_sent(standby: HaMember, queue: str, sent: Sequence[int], result: Fail
                 message = consumer.receive(timeout=1.0)
                 if message is None:
                     break
-                received.append(int(message.text.split("-")[1]))  # type: ignore[attr-defined]
+                text = message.text
+                if text is None:
+                    raise BenchError(f"{queue}: a message without text")
+                received.append(int(text.split("-")[1]))
             else:
                 raise BenchError(f"{queue}: still receiving after the deadline")
     result.received = len(received)
@@ -543,7 +547,7 @@ def report(
     if restore is not None:
         ok = [r for r in restore.runs if r.kill_to_completed is not None and r.error is None]
         worst = (
-            max((r.kill_to_completed for r in ok), default=None)
+            max((r.kill_to_completed for r in ok if r.kill_to_completed is not None), default=None)
             if len(ok) == len(restore.runs)
             else None
         )

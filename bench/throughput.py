@@ -326,6 +326,7 @@ def proton_connect(container: Container, port: int) -> Any:
     )
 
 
+# proton is read as untyped (pyproject.toml): its handler base class is Any to mypy.
 class _ProtonBase(MessagingHandler):  # type: ignore[misc]
     def __init__(self, port: int, address: str, work: Workload, label: str, **kw: Any) -> None:
         super().__init__(**kw)
@@ -479,6 +480,7 @@ class _Call:
         self.fn()
 
 
+# proton is read as untyped (pyproject.toml): its handler base class is Any to mypy.
 class ProtonLatency(MessagingHandler):  # type: ignore[misc]
     """Send one message, wait for its settlement, send the next (proton's Container)."""
 

@@ -356,7 +356,9 @@ class Bed:
     ) -> None:
         names = []
         for member in self.members:
-            toxic = self.proxies.add_toxic(member.proxy, type, stream=stream, **attrs)  # type: ignore[arg-type]
+            toxic = self.proxies.add_toxic(
+                member.proxy, type, stream=stream, name=None, toxicity=1.0, **attrs
+            )
             names.append((member.proxy, toxic.name))
         try:
             time.sleep(seconds)

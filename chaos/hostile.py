@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 from typing import Self
 
 import anyio
-from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup
+from anyio.streams.stapled import MultiListener
 
 __all__ = [
     "AMQP_HEADER",
@@ -136,7 +137,7 @@ class HostilePeer:
 
     def __init__(self, script: Script) -> None:
         self._script = script
-        self._listener: SocketListener | None = None
+        self._listener: MultiListener[SocketStream] | None = None
         self._tasks: TaskGroup | None = None
         self.connections = 0
 
@@ -159,10 +160,11 @@ class HostilePeer:
                 await self._script(stream)
 
     async def __aenter__(self) -> Self:
-        self._listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        self._listener = listener
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()
-        self._tasks.start_soon(self._listener.serve, self._serve)
+        self._tasks.start_soon(listener.serve, self._serve)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Self
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Self
 
 import anyio
-from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup
+from anyio.abc import Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
 
 __all__ = ["Acceptor", "TcpServer", "free_port"]
 
@@ -89,6 +89,12 @@ class TcpServer:
             sock.close()
 
 
+def _socket_listener(listener: Listener[SocketStream]) -> SocketListener:
+    if not isinstance(listener, SocketListener):
+        raise TypeError(f"not a socket listener: {listener!r}")
+    return listener
+
+
 class Acceptor:
     """Accepts on anyio TCP listeners until ``stop()``, which shuts the listening sockets down
     instead of cancelling an accept: asyncio can accept a connection for an accept that was
@@ -97,13 +103,15 @@ class Acceptor:
     had not handed over yet.
     """
 
-    def __init__(self, listeners: list[SocketListener]) -> None:
-        self._listeners = listeners
+    def __init__(self, listeners: Sequence[Listener[SocketStream]]) -> None:
+        # anyio.create_tcp_listener's MultiListener types its parts as plain listeners; they
+        # are socket listeners, which accept one stream at a time.
+        self._listeners = [_socket_listener(listener) for listener in listeners]
         self._accepting = True
         self._ended = anyio.Event()
 
     async def serve(
-        self, handler: Callable[[SocketStream], Awaitable[None]], task_group: TaskGroup
+        self, handler: Callable[[SocketStream], Coroutine[Any, Any, None]], task_group: TaskGroup
     ) -> None:
         """Start ``handler`` in ``task_group`` for each accepted stream; returns after
         ``stop()``. Raises what an accept raised while not stopping."""
@@ -117,7 +125,7 @@ class Acceptor:
     async def _accept_loop(
         self,
         listener: SocketListener,
-        handler: Callable[[SocketStream], Awaitable[None]],
+        handler: Callable[[SocketStream], Coroutine[Any, Any, None]],
         task_group: TaskGroup,
     ) -> None:
         while self._accepting:

@@ -6,9 +6,11 @@ See ``server.py`` for the lifecycle, ``connection.py`` and ``links.py`` for the 
 ``nodes.py`` for queue semantics and ``transactions.py`` for local transactions.
 
 Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread), ``cli``
-(``haclient-broker``), ``connection`` (one client connection), ``links`` (consumer, producer and
-coordinator links), ``browsing`` (queue browsers), ``router`` (addresses to nodes), ``nodes``
-(Queue, Topic), ``transactions``, ``state`` (one run's state and the admin view), ``persistence``
+(``haclient-broker``), ``connection`` (one client connection), ``owner`` (what links and the
+state know of a connection), ``links`` (consumer, producer and coordinator links), ``browsing``
+(queue browsers), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``stored`` (a
+message as the broker keeps it), ``transactions``, ``state`` (one run's state and the admin
+view), ``persistence``
 (the store interface), ``store`` and ``store_lock`` (the SQLite store and the lock that makes a
 shared-store HA pair), ``subscriptions``, ``filters`` (selector, no-local), ``schedule`` (delays,
 expiry sweeps), ``topology`` (the announced peer list), ``wire`` (header parsing without proton).
@@ -41,15 +43,17 @@ Where it follows the AMQP 1.0 specification rather than one broker:
       the others are served on.
 
 JMS features (part 2):
-    - Subscriptions follow seed 001 row by row (``subscriptions.py``): the link name up to ``|``
-      names a shared subscription, the container id scopes it unless the source says
-      ``global``, the source's durability makes it durable; a null-source attach looks it up
-      and its close unsubscribes. Subscription queues are not addressable nodes
+    - Subscriptions follow Qpid JMS's conventions (QPIDJMS-220; ``subscriptions.py``): the
+      link name up to ``|`` names a shared subscription, the container id scopes it unless the
+      source says ``global``, the source's durability makes it durable; a null-source attach
+      looks it up and its close unsubscribes. Subscription queues are not addressable nodes
       (``broker.state.subscriptions()`` lists them).
-    - noLocal (seed 000) and JMS selectors (``filters.py``, with ``haclient.selector``): on a
-      queue the selector decides what each consumer is offered (others wait, in order); on a
-      subscription it decides what is added at publish time. An incompatible comparison is
-      UNKNOWN (issue 4), where the JMS text says FALSE: they differ only under NOT.
+    - noLocal (without a client id it has no effect: docs/semantics.md, S2) and JMS selectors
+      (``filters.py``, with ``haclient.selector``): on a queue the selector decides what each
+      consumer is offered (others wait, in order); on a subscription it decides what is added
+      at publish time. An incompatible comparison is
+      UNKNOWN (as ``haclient.selector`` evaluates it), where the JMS text says FALSE: they
+      differ only under NOT.
     - Priority 0-9 (FIFO per level; above 9 counts as 9), expiry by ttl or absolute time (to
       ``expiry_address`` if set), delayed delivery by ``x-opt-delivery-time`` or
       ``x-opt-delivery-delay`` (``schedule.py``: one task sleeping until the next due time), a

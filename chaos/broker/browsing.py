@@ -36,8 +36,8 @@ from haclient.amqp.endpoints import Delivery, Sender
 from haclient.amqp.types import ErrorCondition
 
 if TYPE_CHECKING:
-    from chaos.broker.connection import BrokerConnection
     from chaos.broker.filters import Matcher
+    from chaos.broker.owner import Waker
 
 __all__ = ["BrowserLink"]
 
@@ -56,7 +56,7 @@ class BrowserLink:
 
     def __init__(
         self,
-        connection: BrokerConnection,
+        connection: Waker,
         link: Sender,
         queue: Queue,
         *,

@@ -130,6 +130,11 @@ class BrokerConnection:
         self.engine.close(error)
         self.wake()
 
+    async def wait_ended(self) -> None:
+        """Wait until the driver has ended (at once when it never started)."""
+        if self.driver is not None:
+            await self.driver.wait_ended()
+
     # Events ------------------------------------------------------------------------------------
 
     def handle(self, events: list[EngineEvent]) -> None:

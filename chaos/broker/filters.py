@@ -32,7 +32,7 @@ from haclient.amqp.types import AmqpDescribed
 from haclient.errors import MessageFormatError
 
 if TYPE_CHECKING:
-    from chaos.broker.nodes import StoredMessage
+    from chaos.broker.stored import StoredMessage
 
 __all__ = [
     "NO_LOCAL_CODE",

@@ -40,7 +40,7 @@ from haclient.amqp.types import (
 from haclient.errors import MessageFormatError
 
 if TYPE_CHECKING:
-    from chaos.broker.connection import BrokerConnection
+    from chaos.broker.owner import LinkOwner
 
 __all__ = ["BrowserLink", "ConsumerLink", "CoordinatorLink", "LinkHandler", "ProducerLink"]
 
@@ -70,7 +70,7 @@ class ConsumerLink:
 
     def __init__(
         self,
-        connection: BrokerConnection,
+        connection: LinkOwner,
         link: Sender,
         queue: Queue,
         *,
@@ -169,7 +169,7 @@ class ConsumerLink:
 class ProducerLink:
     """A link on which a client sends messages to a node (or, with ``node=None``, any node)."""
 
-    def __init__(self, connection: BrokerConnection, link: Receiver, node: Node | None) -> None:
+    def __init__(self, connection: LinkOwner, link: Receiver, node: Node | None) -> None:
         self.connection = connection
         self.link = link
         self.node = node
@@ -244,7 +244,7 @@ class ProducerLink:
 class CoordinatorLink:
     """The transaction coordinator: declare and discharge requests arrive as messages."""
 
-    def __init__(self, connection: BrokerConnection, link: Receiver) -> None:
+    def __init__(self, connection: LinkOwner, link: Receiver) -> None:
         self.connection = connection
         self.link = link
         link.flow(CREDIT_WINDOW)

@@ -17,8 +17,9 @@ membership announcements) is a topic even when the address does not say so.
 from __future__ import annotations
 
 import itertools
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from chaos.broker.nodes import Node, Queue, StoredMessage, Topic
 from chaos.broker.persistence import MemoryPersistence, Persistence
@@ -37,8 +38,11 @@ __all__ = [
     "TEMPORARY_PREFIX",
     "NodeNotFoundError",
     "Router",
+    "expire_to",
     "kind_of",
 ]
+
+log = logging.getLogger("chaos.broker")
 
 TEMPORARY_PREFIX = "haclient.tmp."
 ACTIVEMQ_TEMPORARY_SCHEMES = ("temp-queue://", "temp-topic://")
@@ -230,3 +234,23 @@ class Router:
         """The node an address names, or None (never creates one)."""
         name, _kind = kind_of(address)
         return self.nodes.get(name)
+
+
+def expire_to(router: Router, address: str | None) -> Callable[[StoredMessage], None] | None:
+    """What ``NodePolicy.expire`` should be for a broker whose expiry address is ``address``:
+    route a fresh copy of the expired message (a new id, no expiry or delay of its own) there.
+    """
+    if address is None:
+        return None
+
+    def expire(message: StoredMessage) -> None:
+        copy = router.new_message(message.wire_bytes())
+        copy.timed = True  # due_at and expires_at stay None: it must not expire again
+        try:
+            node = router.lookup(address)
+        except LookupError:
+            log.warning("expiry address %r does not exist: an expired message is dropped", address)
+            return
+        router.route(node, copy)
+
+    return expire

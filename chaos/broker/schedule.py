@@ -30,14 +30,12 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from chaos.broker.nodes import StoredMessage
-    from chaos.broker.router import Router
+    from chaos.broker.stored import StoredMessage
 
 __all__ = [
     "NodePolicy",
     "Scheduler",
     "broker_policy",
-    "expire_to",
     "wall_clock_ms",
 ]
 
@@ -125,26 +123,6 @@ class NodePolicy:
         return self.max_delivery_count
 
 
-def expire_to(router: Router, address: str | None) -> Callable[[StoredMessage], None] | None:
-    """What ``NodePolicy.expire`` should be for a broker whose expiry address is ``address``:
-    route a fresh copy of the expired message (a new id, no expiry or delay of its own) there.
-    """
-    if address is None:
-        return None
-
-    def expire(message: StoredMessage) -> None:
-        copy = router.new_message(message.wire_bytes())
-        copy.timed = True  # due_at and expires_at stay None: it must not expire again
-        try:
-            node = router.lookup(address)
-        except LookupError:
-            log.warning("expiry address %r does not exist: an expired message is dropped", address)
-            return
-        router.route(node, copy)
-
-    return expire
-
-
 def broker_policy(
     *,
     dead_letter_queue: str,
@@ -154,7 +132,7 @@ def broker_policy(
 ) -> NodePolicy:
     """A new policy with its own scheduler, for a new router (the broker calls it at every start,
     before its router exists, and passes it as ``Router(policy=...)``; set ``expire`` with
-    ``expire_to`` once the router is made).
+    ``chaos.broker.router.expire_to`` once the router is made).
 
     Raises:
         ValueError: a redelivery limit below 1.

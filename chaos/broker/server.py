@@ -36,8 +36,8 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, Task
 from chaos.amqp_server import server_engine
 from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
-from chaos.broker.router import Router
-from chaos.broker.schedule import NodePolicy, broker_policy, expire_to
+from chaos.broker.router import Router, expire_to
+from chaos.broker.schedule import NodePolicy, broker_policy
 from chaos.broker.state import ACTIVEMQ_PREFIXES, BrokerMode, BrokerState, NodeInfo
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
@@ -387,7 +387,7 @@ class Broker:
         self._port = int(listener.extra(SocketAttribute.local_port))
         self._stopped = stopped = anyio.Event()
         self._accepting = True
-        self._acceptor = acceptor = Acceptor(list(listener.listeners))
+        self._acceptor = acceptor = Acceptor(listener.listeners)
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -440,8 +440,7 @@ class Broker:
             connection.close(closing)
         with anyio.move_on_after(timeout):
             for connection in list(state.connections.values()):
-                if connection.driver is not None:
-                    await connection.driver.wait_ended()
+                await connection.wait_ended()
         await self._end()
         log.info("broker on port %d stopped", self._port)
 

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from chaos.broker.nodes import Queue, Topic
+from chaos.broker.owner import LiveConnection
 from chaos.broker.router import Router
 from chaos.broker.subscriptions import SubscriptionInfo
 from chaos.broker.topology import FAILOVER_TOPIC, Topology
 from chaos.broker.transactions import TransactionManager
-
-if TYPE_CHECKING:
-    from chaos.broker.connection import BrokerConnection
 
 __all__ = ["ACTIVEMQ_PREFIXES", "BrokerMode", "BrokerState", "NodeInfo"]
 
@@ -71,7 +68,7 @@ class BrokerState:
         self.mode = mode
         self.topology = topology
         self.transactions = TransactionManager(router)
-        self.connections: dict[int, BrokerConnection] = {}
+        self.connections: dict[int, LiveConnection] = {}
         self.refuse_duplicate_container_id = (
             refuse_duplicate_container_id or mode is BrokerMode.ACTIVEMQ
         )
@@ -79,11 +76,11 @@ class BrokerState:
 
     # Connections -------------------------------------------------------------------------------
 
-    def add(self, connection: BrokerConnection) -> None:
+    def add(self, connection: LiveConnection) -> None:
         """Register an accepted connection."""
         self.connections[connection.id] = connection
 
-    def forget(self, connection: BrokerConnection) -> None:
+    def forget(self, connection: LiveConnection) -> None:
         """A connection ended."""
         self.connections.pop(connection.id, None)
 

@@ -90,7 +90,7 @@ class Proxy:
     async def _serve(
         self, listener: MultiListener[SocketStream], scope: anyio.CancelScope, done: Any
     ) -> None:
-        self._acceptor = acceptor = Acceptor(list(listener.listeners))
+        self._acceptor = acceptor = Acceptor(listener.listeners)
         try:
             with scope:
                 async with listener, anyio.create_task_group() as tg:

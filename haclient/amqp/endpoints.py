@@ -5,7 +5,8 @@ attributes of an endpoint in the endpoint's record), so an event for a proton en
 finds the same wrapper. A delivery, one per message, holds proton's C delivery itself and is
 found through its engine's map of unsettled deliveries: no proton Python object per message.
 All methods only change engine state; the bytes they cause go out with the engine's next
-``data_to_send()``.
+``data_to_send()``. What the wrappers need of their engine is ``EngineState`` (the engine
+imports this module, never the other way round).
 
 Thread-safety: none. Like the engine, these objects belong to the connection's event-loop thread.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import cproton
 import proton
@@ -29,12 +30,16 @@ from haclient.amqp.types import (
     Terminus,
 )
 
-if TYPE_CHECKING:
-    from haclient.amqp.engine import Engine
-
-__all__ = ["Delivery", "Link", "Receiver", "Sender", "Session"]
+__all__ = ["Delivery", "EngineState", "Link", "Receiver", "Sender", "Session"]
 
 _WRAPPER_ATTR = "_haclient_wrapper"
+
+
+class EngineState(Protocol):
+    """What the endpoints need of the engine they belong to (``haclient.amqp.engine.Engine``):
+    the map by which an event finds the ``Delivery`` of proton's C delivery."""
+
+    unsettled: dict[Any, Delivery]
 
 
 def _wrapper_of(pn_object: Any) -> Any:
@@ -59,18 +64,18 @@ def drop_wrapper_in(record: Any) -> None:
 class Session:
     """An AMQP session: a window of transfers shared by its links."""
 
-    def __init__(self, engine: Engine, pn_session: proton.Session) -> None:
+    def __init__(self, engine: EngineState, pn_session: proton.Session) -> None:
         self._engine = engine
         self._pn = pn_session
         setattr(pn_session, _WRAPPER_ATTR, self)
 
     @classmethod
-    def _of(cls, engine: Engine, pn_session: proton.Session) -> Session:
+    def _of(cls, engine: EngineState, pn_session: proton.Session) -> Session:
         existing = _wrapper_of(pn_session)
         return existing if existing is not None else cls(engine, pn_session)
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> EngineState:
         """The engine (physical connection) this session belongs to."""
         return self._engine
 
@@ -147,7 +152,7 @@ class Link:
 
     _pn: proton.Link
 
-    def __init__(self, engine: Engine, pn_link: proton.Link) -> None:
+    def __init__(self, engine: EngineState, pn_link: proton.Link) -> None:
         self._engine = engine
         self._pn = pn_link
         self.locally_opened = False
@@ -156,7 +161,7 @@ class Link:
         setattr(pn_link, _WRAPPER_ATTR, self)
 
     @staticmethod
-    def _of(engine: Engine, pn_link: proton.Link) -> Link:
+    def _of(engine: EngineState, pn_link: proton.Link) -> Link:
         existing = _wrapper_of(pn_link)
         if isinstance(existing, Link):
             return existing
@@ -201,7 +206,7 @@ class Link:
         return Session._of(self._engine, self._pn.session)
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> EngineState:
         """The engine (physical connection) this link belongs to."""
         return self._engine
 
@@ -331,7 +336,7 @@ def _answer(local: Any, given: Terminus | None, remote: Any, is_source: bool) ->
 class Sender(Link):
     """A sending link."""
 
-    def __init__(self, engine: Engine, pn_link: proton.Link) -> None:
+    def __init__(self, engine: EngineState, pn_link: proton.Link) -> None:
         super().__init__(engine, pn_link)
         self._tags = itertools.count(1)
 

@@ -160,7 +160,9 @@ class Connection:
             NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
         """
         session = Session(
-            self._loop.run(self._connection.create_session, ack_mode, timeout=timeout), self
+            self._loop.run(self._connection.create_session, ack_mode, timeout=timeout),
+            self._loop,
+            self._forget_session,
         )
         with self._lock:
             self._sessions.add(session)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -20,12 +19,10 @@ from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.destination import Destination
 from haclient.message import Message
 from haclient.modes import AckMode
+from haclient.sync._context import SessionContext
 from haclient.sync._dispatch import run_listener_job, wait_for_job
 from haclient.sync._forward import Forwarded
 from haclient.sync._loop import EventLoop, partial_run
-
-if TYPE_CHECKING:
-    from haclient.sync.session import Session
 
 __all__ = ["MessageConsumer", "MessageListener"]
 
@@ -59,10 +56,10 @@ class MessageConsumer:
     from inside this consumer's own listener.
     """
 
-    def __init__(self, consumer: AsyncMessageConsumer, session: Session) -> None:
+    def __init__(self, consumer: AsyncMessageConsumer, context: SessionContext) -> None:
         self._consumer = consumer
-        self._session = session
-        self._loop = session._loop
+        self._context = context
+        self._loop = context.loop
         self._listener: MessageListener | None = None
         self._receiving = 0
         self._receivers_done = threading.Condition()
@@ -120,7 +117,7 @@ class MessageConsumer:
                 self._receivers_done.notify_all()
         if message is None:
             return None
-        return make_acknowledge_blocking(message, self._loop, self._session.ack_mode)
+        return make_acknowledge_blocking(message, self._loop, self._context.ack_mode)
 
     def receive_nowait(self) -> Message | None:
         """A message if one is already here (prefetched), else None at once.
@@ -164,9 +161,9 @@ class MessageConsumer:
             self._loop.run(self._consumer.set_message_listener, None)
             self._listener = None
             return
-        dispatcher = self._session._dispatcher
+        dispatcher = self._context.dispatcher
         loop = self._loop
-        ack_mode = self._session.ack_mode
+        ack_mode = self._context.ack_mode
         waiter = anyio.CapacityLimiter(1)  # one worker thread waits for this consumer's jobs
 
         async def relay(message: Message) -> None:
@@ -190,7 +187,7 @@ class MessageConsumer:
         Raises:
             IllegalStateError: called from the event-loop thread.
         """
-        inside = from_listener or self._session._dispatcher.running() is self
+        inside = from_listener or self._context.dispatcher.running() is self
         self._loop.run_close(self._consumer.close, from_listener=inside)
         with self._receivers_done:
             self._receivers_done.wait_for(lambda: self._receiving == 0, timeout=_CLOSE_WAIT)

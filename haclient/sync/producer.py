@@ -6,16 +6,12 @@ the async producer's attributes; they are read by the loop when a message is sen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from haclient.aio.producer import CompletionListener
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.destination import Destination
 from haclient.message import DeliveryMode, Message
+from haclient.sync._context import SessionContext
 from haclient.sync._forward import Forwarded
-
-if TYPE_CHECKING:
-    from haclient.sync.session import Session
 
 __all__ = ["CompletionListener", "MessageProducer"]
 
@@ -26,10 +22,10 @@ class MessageProducer:
     Every method may be called from any thread (JMS allows one thread at a time per session).
     """
 
-    def __init__(self, producer: AsyncMessageProducer, session: Session) -> None:
+    def __init__(self, producer: AsyncMessageProducer, context: SessionContext) -> None:
         self._producer = producer
-        self._session = session
-        self._loop = session._loop
+        self._context = context
+        self._loop = context.loop
 
     # Properties --------------------------------------------------------------------------------
 
@@ -141,7 +137,7 @@ class MessageProducer:
         Raises:
             As ``send()``, for errors found before anything was sent.
         """
-        dispatcher = self._session._dispatcher
+        dispatcher = self._context.dispatcher
 
         def complete(sent: Message, error: BaseException | None) -> None:
             dispatcher.submit(lambda: on_completion(sent, error))

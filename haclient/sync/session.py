@@ -5,20 +5,19 @@ session's dispatcher thread, on which its message listeners and completion callb
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.aio.session import Session as AsyncSession
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from haclient.modes import AckConfirmation, AckMode
+from haclient.sync._context import SessionContext
 from haclient.sync._dispatch import Dispatcher
 from haclient.sync._forward import Forwarded
+from haclient.sync._loop import EventLoop
 from haclient.sync.browser import QueueBrowser
 from haclient.sync.consumer import MessageConsumer
 from haclient.sync.producer import MessageProducer
-
-if TYPE_CHECKING:
-    from haclient.sync.connection import Connection
 
 __all__ = ["Session"]
 
@@ -41,11 +40,14 @@ class Session:
     thread; JMS expects one thread at a time to use a session, listeners included.
     """
 
-    def __init__(self, session: AsyncSession, connection: Connection) -> None:
+    def __init__(
+        self, session: AsyncSession, loop: EventLoop, forget: Callable[[Session], None]
+    ) -> None:
         self._session = session
-        self._connection = connection
-        self._loop = connection._loop
+        self._loop = loop
+        self._forget = forget  # tells the connection this session is closed
         self._dispatcher = Dispatcher(f"haclient-session-{next(_session_numbers)}-dispatcher")
+        self._context = SessionContext(loop, self._dispatcher, session.ack_mode)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -78,7 +80,8 @@ class Session:
             ClosedError: the session is closed.
         """
         return MessageProducer(
-            self._loop.run(self._session.create_producer, destination, timeout=timeout), self
+            self._loop.run(self._session.create_producer, destination, timeout=timeout),
+            self._context,
         )
 
     def create_consumer(
@@ -99,7 +102,7 @@ class Session:
         consumer = self._loop.run(
             self._session.create_consumer, destination, selector, no_local, timeout=timeout
         )
-        return MessageConsumer(consumer, self)
+        return MessageConsumer(consumer, self._context)
 
     def create_durable_consumer(
         self,
@@ -120,7 +123,7 @@ class Session:
         consumer = self._loop.run(
             self._session.create_durable_consumer, topic, name, selector, no_local, timeout=timeout
         )
-        return MessageConsumer(consumer, self)
+        return MessageConsumer(consumer, self._context)
 
     def create_shared_consumer(
         self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
@@ -130,7 +133,7 @@ class Session:
         consumer = self._loop.run(
             self._session.create_shared_consumer, topic, name, selector, timeout=timeout
         )
-        return MessageConsumer(consumer, self)
+        return MessageConsumer(consumer, self._context)
 
     def create_shared_durable_consumer(
         self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
@@ -140,7 +143,7 @@ class Session:
         consumer = self._loop.run(
             self._session.create_shared_durable_consumer, topic, name, selector, timeout=timeout
         )
-        return MessageConsumer(consumer, self)
+        return MessageConsumer(consumer, self._context)
 
     def unsubscribe(self, name: str, *, timeout: float | None = None) -> None:
         """Remove the durable subscription ``name`` (S4).
@@ -233,7 +236,7 @@ class Session:
         try:
             self._loop.run_close(close_from_listener, self._running_consumer(), self._session)
         finally:
-            self._connection._forget_session(self)
+            self._forget(self)
             self._dispatcher.stop()
 
     def _connection_closed(self) -> None:

@@ -1,4 +1,4 @@
-"""Every command line in the documentation is run by a test (issue 26, item 5).
+"""Every command line in the documentation is run by a test.
 
 A command line is a line of a ``sh`` code block in README.md or under docs/ (a ``\\`` at the end
 of a line continues it). ``RUNNERS`` says which test runs each kind of line, and

@@ -1,4 +1,4 @@
-"""What a newcomer sees on stderr (issue 12, item 9): the library logs nowhere unless the
+"""What a newcomer sees on stderr: the library logs nowhere unless the
 application configures logging, and a failure that is raised is not also logged at ERROR."""
 
 from __future__ import annotations

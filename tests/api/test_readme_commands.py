@@ -1,5 +1,5 @@
-"""The README's shell commands for the reference broker and the examples, run as written
-(issue 12, item 9): real processes, on free ports instead of 5672/5673 and a temporary store
+"""The README's shell commands for the reference broker and the examples, run as written:
+real processes, on free ports instead of 5672/5673 and a temporary store
 file instead of /tmp/broker.db, each stopped by its pid."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/guide/tls.md, run as written (issue 26, item 5): the reference broker serves TLS with the
+"""docs/guide/tls.md, run as written: the reference broker serves TLS with the
 guide's command line, a client trusts a private certificate authority through ``SSL_CERT_FILE``
 and, without it, is refused at once with ``AuthenticationError``. Certificates come from
 trustme; the broker is stopped by its pid."""

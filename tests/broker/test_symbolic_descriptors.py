@@ -1,5 +1,5 @@
 """Symbolic descriptors (AMQP 1.0 names each described type by number *and* by symbol; a peer may
-send either) and what the broker does with a bug in its own handler. Issue 12, item 5."""
+send either) and what the broker does with a bug in its own handler."""
 
 from __future__ import annotations
 

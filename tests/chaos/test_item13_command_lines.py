@@ -1,4 +1,4 @@
-"""Issue 27 item 13: ``haclient-broker`` and ``haclient-toxiproxy`` refuse a bad argument with
+"""``haclient-broker`` and ``haclient-toxiproxy`` refuse a bad argument with
 one line naming it and exit 2, before anything starts (no traceback, no port blamed for a
 missing store directory)."""
 

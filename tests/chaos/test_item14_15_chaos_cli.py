@@ -1,4 +1,4 @@
-"""Issue 27 items 14 and 15: ``haclient-chaos run`` checks every argument before anything
+"""``haclient-chaos run`` checks every argument before anything
 starts, reports a set-up failure as one (never as a broken promise), and keeps the brokers'
 user and password through the proxies."""
 

@@ -1,4 +1,4 @@
-"""Issue 27 item 16: the report is real HTML (headings, tables, the plots), its figures come from
+"""The chaos report is real HTML (headings, tables, the plots), its figures come from
 the ledger with a label each, the demo's terminal says the same figures, the fault details
 explain themselves, the plots read in ms with plain counts, and ``--help`` is plain text with
 the defaults."""

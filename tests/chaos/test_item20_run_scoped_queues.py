@@ -1,4 +1,4 @@
-"""Issue 27 item 20: a run names its queues after a run id (a second run never finds the
+"""A chaos run names its queues after a run id (a second run never finds the
 first's leftovers), drains every queue it used at the end, and the audit accounts for what was
 left: a copy of a consumed message is a duplicate to report, not silence."""
 

@@ -1,4 +1,4 @@
-"""Item 19 of issue 27, found on a real ActiveMQ: a reply to a temporary queue that the
+"""Found on a real ActiveMQ: a reply to a temporary queue that the
 requester's failover took away is rejected by ActiveMQ with its catch-all condition ``failed``.
 The reference broker's ActiveMQ mode rejects it the same way; the request/reply workload's
 server meets it as ``InvalidDestinationError``, which the audit counts as the requester's

@@ -1,4 +1,4 @@
-"""Fuzzing message decoding (issue 12): arbitrary bytes, and valid encodings mutated, give a
+"""Fuzzing message decoding: arbitrary bytes, and valid encodings mutated, give a
 message or ``MessageFormatError`` from ``decode_message`` and the JMS mapping, never another
 exception (a consumer must be able to reject a bad message and go on)."""
 

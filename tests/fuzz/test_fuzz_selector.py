@@ -1,4 +1,4 @@
-"""Fuzzing the JMS selector parser (issue 12): any text compiles or raises
+"""Fuzzing the JMS selector parser: any text compiles or raises
 ``InvalidSelectorError``; a compiled selector evaluates any message without raising."""
 
 from __future__ import annotations

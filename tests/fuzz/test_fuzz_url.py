@@ -1,4 +1,4 @@
-"""Fuzzing failover URLs (issue 12): any text parses or raises ``ConfigurationError``, and what
+"""Fuzzing failover URLs: any text parses or raises ``ConfigurationError``, and what
 parses prints back to text that parses to the same value."""
 
 from __future__ import annotations

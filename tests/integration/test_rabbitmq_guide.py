@@ -1,4 +1,4 @@
-"""The README's RabbitMQ section, checked on a private RabbitMQ node (issue 26, item 5): a
+"""The README's RabbitMQ section, checked on a private RabbitMQ node: a
 TRANSACTED session needs ``jms.transactions=emulate`` there, and with it in the URL the session
 commits, emulated and saying so; selectors are applied by the client."""
 

@@ -1,4 +1,4 @@
-"""Where RabbitMQ users trip (issue 27, item 18), on a real RabbitMQ: a TRANSACTED session on a
+"""Where RabbitMQ users trip, on a real RabbitMQ: a TRANSACTED session on a
 broker without AMQP 1.0 transactions names the way out, ``jms.transactions=emulate``."""
 
 from __future__ import annotations

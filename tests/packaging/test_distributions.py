@@ -1,4 +1,4 @@
-"""The wheels and sdists as a user gets them (issue 26): built with ``python -m build``, checked
+"""The wheels and sdists as a user gets them: built with ``python -m build``, checked
 with ``twine check``, installed into fresh virtualenvs outside the checkout, where the client
 talks to a reference broker and ``pytest`` in an empty folder runs no test (exit 5).
 

@@ -1,5 +1,5 @@
 """The documentation site's include hook (docs/_hooks/include.py): guide pages take sections of
-the README and docs/api.md, with links that work on the site (issue 26, item 4). The strict
+the README and docs/api.md, with links that work on the site. The strict
 build itself runs in ``make test`` (``mkdocs build --strict``)."""
 
 from __future__ import annotations

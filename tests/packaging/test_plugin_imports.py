@@ -1,5 +1,5 @@
-"""The pytest plugin imports only pytest; each fixture imports the bed when a test uses it
-(issue 26), so the plugin never changes a test run that does not use it."""
+"""The pytest plugin imports only pytest; each fixture imports the bed when a test uses it,
+so the plugin never changes a test run that does not use it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile peers (issue 12, items 4 and 9): a broker address that answers with silence, garbage,
+"""Hostile peers: a broker address that answers with silence, garbage,
 half a protocol header, half a frame, a frame whose size lies, or legal AMQP the engine does not
 act on (symbolic descriptors). Through both APIs, every outcome is a haclient error (never a
 proton or anyio exception), with a message fit to print, within a bound (never a hang)."""

@@ -1,6 +1,6 @@
 """Brokers that do not fail cleanly, through both APIs: one that accepts TCP and never answers
 the Open (a hung broker, skipped like a dead one: F5) and one that refuses the login (F4: given
-up at once, with ``AuthenticationError``, not retried). Issue 12, items 4 and 8."""
+up at once, with ``AuthenticationError``, not retried)."""
 
 from __future__ import annotations
 

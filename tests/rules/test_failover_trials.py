@@ -1,4 +1,4 @@
-"""Regression tests for the failures independent trials found after failover (issue 12).
+"""Regression tests for the failures independent trials found after failover.
 
 Each test stages what a trial did on a shared-store HA pair (``HaPair``: the standby takes over
 every stored message) and checks the promise the trial saw broken: nothing stays unacknowledged
@@ -119,7 +119,7 @@ async def test_F8_recover_after_a_failed_acknowledge_raises_too_then_works(
             await api.acknowledge(first)  # type: ignore[arg-type]
         assert failed.value.in_doubt is False  # never sent: the broker redelivers for sure
         with pytest.raises(AcknowledgeFailedError):
-            await session.recover()  # seed 003: recover() raises as well
+            await session.recover()  # F8: recover() raises as well
         await session.recover()  # told once each: the session is usable again
         again = await consumer.receive(TIMEOUT)
         assert text_of(again) == "one"

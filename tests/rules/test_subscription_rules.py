@@ -83,7 +83,7 @@ async def test_S1_S2_without_a_client_id_the_name_is_global_and_no_local_has_no_
     async with await started(api, bed) as first:
         session = await first.create_session(AckMode.AUTO)
         consumer = await durable(bed, session, topic, name, no_local=True)
-        assert consumer.no_local is False  # seed 000: no client id, no effect
+        assert consumer.no_local is False  # S2: no client id, no effect
         producer = await session.create_producer(topic)
         await producer.send(TextMessage("own"))
         assert await drain(consumer) == ["own"]

@@ -24,7 +24,7 @@ def make(api: Http, name: str = "p", **fields: object) -> dict[str, object]:
 def test_version_answers_json_and_a_newline(api: Http) -> None:
     response = api.call("GET", "/version")
     assert response.status == 200
-    assert response.getheader("Content-Type") == "application/json;charset=utf-8"  # item 10
+    assert response.getheader("Content-Type") == "application/json;charset=utf-8"
     assert response.data == b'{"version": "2.12.0"}\n'  # type: ignore[attr-defined]
 
 
@@ -264,7 +264,7 @@ def test_concurrent_creates_of_one_name_make_one_proxy(api: Http, server: Endpoi
     assert statuses == [201] + [409] * 7
 
 
-# --- issue 27: what independent trials found against the real server -------------------------
+# --- What independent trials found against the real server -------------------------------------
 
 
 @pytest.mark.parametrize("body", [{}, {"listen": ""}], ids=["missing", "empty"])

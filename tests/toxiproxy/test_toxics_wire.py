@@ -240,7 +240,7 @@ def test_a_toxicity_update_re_rolls_on_open_connections(client: ToxiproxyClient,
             client.update_toxic("p", "latency_downstream", toxicity=1.0)
 
 
-# Values above int64 are refused (issue 27 item 12); the largest one accepted works.
+# Values above int64 are refused; the largest one accepted works.
 @deliberate("the real server's delay overflows at this latency and sends at once")
 def test_the_largest_latency_holds_data_without_an_error(
     client: ToxiproxyClient, port: int, caplog: pytest.LogCaptureFixture

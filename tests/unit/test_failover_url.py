@@ -399,7 +399,7 @@ def test_F12_merge_refuses_a_downgrade_to_plain_amqp() -> None:
     assert merge_broker_lists(seed, [plain], secure=False) == (plain, seed[0])
 
 
-# --- Item 4: no password in any error or repr, malformed URLs included -------------------------
+# --- No password in any error or repr, malformed URLs included --------------------------------
 
 _MALFORMED_WITH_SECRETS = [
     "amqp//app:s3cret@127.0.0.1:5672",
@@ -459,7 +459,7 @@ def test_item4_spark_options_repr_masks_as_parse_url_does(password: str) -> None
     url = f"amqp://u:{password}@h:5672"
     try:
         shown = repr(SparkOptions.parse({"url": url, "address": "q"}))
-    except ConfigurationError as exc:  # checked at planning (item 6): refused, masked
+    except ConfigurationError as exc:  # checked at planning: refused, masked
         shown = f"{exc} {exc!r}"
     assert "QQ" not in shown and "ZZ" not in shown, shown
     assert mask_secrets(url) in shown
