@@ -62,8 +62,9 @@ async def _phase(url: str, strategy: str, count: int) -> tuple[float, float]:
     """One timed AUTO receive of ``count`` messages: (msgs/s, CPU us per message)."""
     queue = f"confirm-{strategy}-{uuid.uuid4().hex[:8]}"
     await _fill(url, queue, count)
-    options = {"username": USER, "password": PASSWORD, "ack_confirmation": strategy}
-    async with await aio.connect(url, **options) as connection:
+    async with await aio.connect(
+        url, username=USER, password=PASSWORD, ack_confirmation=strategy
+    ) as connection:
         await connection.start()
         session = await connection.create_session(AckMode.AUTO)
         consumer = await session.create_consumer(Queue(queue))

@@ -15,7 +15,6 @@ import ast
 import functools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -32,8 +31,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("blocking API", ("haclient", "haclient.sync")),
     ("async API", ("haclient.aio",)),
     (
-        "values, the wire mapping, the exception tree and the selector language",
+        "values, the option table, the wire mapping, the exception tree and the selector language",
         (
+            "haclient.options",
             "haclient.outgoing",
             "haclient.mapping",
             "haclient.message",
@@ -46,42 +46,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("AMQP engine", ("haclient.amqp",)),
     ("a helper of the engine and the blocking API", ("haclient.typed_property",)),
     ("failover: knows nothing of AMQP or of the client above it", ("failover",)),
-)
-
-
-class Pending(NamedTuple):
-    """What the tests below let pass for now."""
-
-    arrows_up: frozenset[tuple[str, str]]
-    """(importer, imported) pairs."""
-    circles: frozenset[frozenset[str]]
-    """The modules of each circle (one strongly connected component)."""
-
-
-# Known arrows and circles that work on other branches removes; the merge that brings that work
-# in empties this (the tests below fail on an entry that is gone, so it cannot go stale).
-PENDING_ELSEWHERE = Pending(
-    # The generic exceptions move down into failover and the AMQP ones beside the engine;
-    # haclient.errors only re-exports them.
-    arrows_up=frozenset(
-        (module, "haclient.errors")
-        for module in (
-            *(f"failover.{name}" for name in ("manager", "policy", "states", "supervisor", "url")),
-            *(f"haclient.amqp.{name}" for name in ("config", "connection", "endpoints", "engine")),
-            *(
-                f"haclient.amqp.codec.{name}"
-                for name in ("coordinator", "decode", "encode", "message", "sections")
-            ),
-        )
-    ),
-    # A session sees its connection only through its context; the acknowledgement strategies
-    # and the transactions stop naming each other.
-    circles=frozenset(
-        {
-            frozenset({"haclient.aio.connection", "haclient.aio.session"}),
-            frozenset({"haclient.aio.acks", "haclient.aio.transaction"}),
-        }
-    ),
 )
 
 
@@ -216,10 +180,7 @@ def test_layers_point_down_only() -> None:
     """bench -> chaos -> haclient -> failover; inside haclient, the entry points -> the blocking
     API -> the async API -> values -> the AMQP engine. So nothing in haclient or failover
     imports chaos or bench, and failover imports nothing of haclient."""
-    pending = PENDING_ELSEWHERE.arrows_up
-    up = _arrows_up()
-    assert sorted(up - pending) == []
-    assert sorted(pending - up) == [], "gone: take these out of PENDING_ELSEWHERE"
+    assert sorted(_arrows_up()) == []
 
 
 def test_the_library_never_imports_the_test_bed_or_the_benchmarks() -> None:
@@ -230,12 +191,7 @@ def test_the_library_never_imports_the_test_bed_or_the_benchmarks() -> None:
 
 def test_no_module_imports_itself_through_others() -> None:
     """No circle of imports anywhere, type-level ones included: the graph is a hierarchy."""
-    pending = PENDING_ELSEWHERE.circles
-    circles = {frozenset(circle) for circle in _circles(_graph())}
-    assert sorted(sorted(circle) for circle in circles - pending) == []
-    assert sorted(sorted(circle) for circle in pending - circles) == [], (
-        "gone or changed: take these out of PENDING_ELSEWHERE"
-    )
+    assert _circles(_graph()) == []
 
 
 @pytest.mark.parametrize(
