@@ -30,6 +30,12 @@ class AckMode(enum.IntEnum):
     INDIVIDUAL = 101
     """Like CLIENT, but ``Message.acknowledge()`` acknowledges that message only."""
 
+    @property
+    def acknowledged_by_application(self) -> bool:
+        """True when the application acknowledges (``Message.acknowledge()``: CLIENT and
+        INDIVIDUAL); in every other mode the session does, and ``acknowledge()`` does nothing."""
+        return self in (AckMode.CLIENT, AckMode.INDIVIDUAL)
+
 
 class AckConfirmation(enum.Enum):
     """How the session learns that the broker processed its acknowledgements (A6)."""

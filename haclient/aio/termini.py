@@ -1,6 +1,6 @@
 """Link names and termini for producers, consumers, subscriptions and browsers (pure).
 
-The conventions are Qpid JMS's (QPIDJMS-220, seed 001), so a Java client can share a
+The conventions are Qpid JMS's (QPIDJMS-220), so a Java client can share a
 subscription with us and a broker built for Qpid JMS understands our attaches:
 
 - A producer's target carries the destination's type capability (``queue``, ``topic``,

@@ -16,8 +16,8 @@ The evaluation rules (JMS 2.0, 3.8.1.1, with the decisions the spec leaves open)
 2. A comparison involving NULL is UNKNOWN. Numbers compare with numbers: an int against a float
    is promoted to float (Java's binary numeric promotion). Strings compare with strings and
    booleans with booleans, only by ``=`` and ``<>``. Any other pairing, and ordering of strings
-   or booleans, is UNKNOWN (the spec says such a comparison is false; haclient's issue 4 asks
-   for UNKNOWN, which differs only under NOT).
+   or booleans, is UNKNOWN (the spec says such a comparison is false; haclient chooses
+   UNKNOWN, which differs only under NOT).
 3. Arithmetic is on numbers only (otherwise UNKNOWN; NULL gives NULL). int with int stays int
    (exact, without Java's 64-bit wrap-around); int/int truncates toward zero as Java does.
    Division by zero, of ints or floats, is UNKNOWN: a decision (Java would throw for ints and

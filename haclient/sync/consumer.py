@@ -41,9 +41,9 @@ def make_acknowledge_blocking(message: Message, loop: EventLoop, ack_mode: AckMo
     """Replace the async acknowledger the async layer gave ``message`` by a blocking one."""
     acknowledger = message._acknowledger
     if acknowledger is not None:
-        if ack_mode in (AckMode.CLIENT, AckMode.INDIVIDUAL):
+        if ack_mode.acknowledged_by_application:
             message._bind_acknowledger(partial_run(loop, acknowledger))
-        else:  # AUTO, DUPS_OK, TRANSACTED, NO_ACK: the async acknowledger does nothing
+        else:  # the session acknowledges: the async acknowledger does nothing
             message._bind_acknowledger(_no_op)
     return message
 
