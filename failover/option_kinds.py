@@ -7,12 +7,26 @@ at least 1, not 0"); the option adds its name and makes it a ``ConfigurationErro
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final, Protocol
 
-__all__ = ["Choice", "Duration", "Flag", "Kind", "Text", "WholeNumber"]
+__all__ = [
+    "Choice",
+    "Duration",
+    "Flag",
+    "Kind",
+    "Member",
+    "Milliseconds",
+    "MinusOneIsNone",
+    "Number",
+    "Text",
+    "WholeNumber",
+    "plain_number",
+]
 
 
 class Kind(Protocol):
@@ -41,6 +55,8 @@ class Kind(Protocol):
 
 
 _WHOLE: Final = re.compile(r"-?[0-9]+")
+# A non-negative decimal number as a URL writes it: no sign, exponent, spaces or underscores.
+_DECIMAL: Final = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +199,127 @@ class Duration:
 
     def describe(self) -> str:
         return "ms; 0 = off" if self.zero_is_none else self.unit
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A member of an ``enum.Enum`` whose values are words; the URL gives the word (in any
+    case with ``fold``), the value is the member."""
+
+    members: type[enum.Enum]
+    fold: bool = True
+
+    def parse(self, raw: str) -> enum.Enum:
+        try:
+            return self.members(raw.lower() if self.fold else raw)
+        except ValueError:
+            raise ValueError(f"must be one of {self._words()}, not {raw!r}") from None
+
+    def check(self, value: Any) -> enum.Enum:
+        if not isinstance(value, self.members):
+            raise ValueError(f"must be a {self.members.__name__} ({self._words()}), not {value!r}")
+        return value
+
+    def format(self, value: Any) -> str:
+        return str(value.value)
+
+    def describe(self) -> str:
+        return ""
+
+    def _words(self) -> str:
+        return ", ".join(str(member.value) for member in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """A decimal number (a float value) of at least ``minimum``; the URL writes it without a
+    sign or an exponent (``1.5``), and it prints back so (``plain_number``)."""
+
+    minimum: float = 0.0
+
+    def parse(self, raw: str) -> float:
+        if not _DECIMAL.fullmatch(raw):
+            raise ValueError(f"must be a non-negative decimal number, not {raw!r}")
+        return self.check(float(raw))
+
+    def check(self, value: Any) -> float:
+        good = isinstance(value, int | float) and not isinstance(value, bool)
+        if not good or not math.isfinite(value) or value < self.minimum:
+            raise ValueError(f"must be a finite number of at least {self.minimum:g}, not {value!r}")
+        return float(value)
+
+    def format(self, value: Any) -> str:
+        return plain_number(value)
+
+    def describe(self) -> str:
+        return f">= {self.minimum:g}" if self.minimum else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Milliseconds:
+    """A time in seconds as a value, in the URL a decimal number of milliseconds (``2.5`` is
+    2.5 ms), printed back exactly; zero is a value unless ``positive``.
+
+    Unlike ``Duration`` (whole milliseconds, always positive) it takes the delays of a schedule,
+    where 0 means "at once".
+    """
+
+    positive: bool = False
+
+    def parse(self, raw: str) -> float:
+        if not _DECIMAL.fullmatch(raw):
+            raise ValueError(f"must be a non-negative number of milliseconds, not {raw!r}")
+        return self.check(float(raw) / 1000.0)
+
+    def check(self, value: Any) -> float:
+        good = isinstance(value, int | float) and not isinstance(value, bool)
+        if not good or not math.isfinite(value) or value < 0 or (self.positive and value == 0):
+            least = "positive" if self.positive else "non-negative"
+            raise ValueError(f"must be a {least}, finite number of seconds, not {value!r}")
+        return float(value)
+
+    def format(self, value: Any) -> str:
+        ms = value * 1000.0
+        # Whole milliseconds print as such when they read back exactly (0.007 s * 1000 is
+        # 7.000000000000001, but 7 / 1000 is 0.007 again); anything else as a decimal.
+        whole = round(ms)
+        return str(whole) if whole / 1000.0 == value else plain_number(ms)
+
+    def describe(self) -> str:
+        return "ms"
+
+
+@dataclass(frozen=True, slots=True)
+class MinusOneIsNone:
+    """Another kind whose URL text may also be ``-1``: the value None (``means`` says what
+    None stands for: "unlimited", "none", ...), printed back as ``-1``."""
+
+    kind: Kind
+    means: str = "none"
+
+    def parse(self, raw: str) -> Any:
+        if raw == "-1":
+            return None
+        try:
+            return self.kind.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (or -1: {self.means})") from None
+
+    def check(self, value: Any) -> Any:
+        return None if value is None else self.kind.check(value)
+
+    def format(self, value: Any) -> str:
+        return "-1" if value is None else self.kind.format(value)
+
+    def describe(self) -> str:
+        inner = self.kind.describe()
+        return f"{inner}; -1 = {self.means}" if inner else f"-1 = {self.means}"
+
+
+def plain_number(value: float) -> str:
+    """``1.0`` -> ``"1"``, ``1e-05`` -> ``"0.00001"``: decimal text (never an exponent) that
+    parses back to the same float."""
+    text = format(Decimal(repr(float(value))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text

@@ -30,7 +30,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from failover.errors import ConfigurationError
-from failover.option_kinds import Choice, Duration, Flag, Kind, Text, WholeNumber
+from failover.option_kinds import (
+    Choice,
+    Duration,
+    Flag,
+    Kind,
+    Member,
+    Milliseconds,
+    MinusOneIsNone,
+    Number,
+    Text,
+    WholeNumber,
+)
 
 __all__ = [
     "MASK",
@@ -38,6 +49,10 @@ __all__ = [
     "Duration",
     "Flag",
     "Kind",
+    "Member",
+    "Milliseconds",
+    "MinusOneIsNone",
+    "Number",
     "Option",
     "OptionTable",
     "Scope",

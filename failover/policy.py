@@ -54,34 +54,18 @@ names) is given, the fast phase and the jitter are off unless the URL sets
 (``cyclecount`` or Qpid JMS's ``maxReconnectAttempts``) retries forever, as in Qpid JMS, unless
 ``failover.giveupafter`` is given too.
 
-Option names. haclient's own names (API.md) and Qpid JMS's names are both accepted and map onto
-the same fields; the same field given twice with different values raises ``ConfigurationError``.
-Durations in options are milliseconds; fields are seconds.
+Option names. Every ``failover.*`` option is declared once, in ``FAILOVER_OPTIONS`` (its URL
+name, its Qpid JMS name as an alias, its kind, default and docs row; the keyword is the field
+it sets): ``from_options`` reads URL text through it, ``to_options`` prints fields back through
+it, ``__post_init__`` checks fields with its kinds, and docs/api.md's failover options table is
+generated from it. haclient's names and Qpid JMS's map onto the same fields; the same field
+given twice with different values raises ``ConfigurationError``. Durations in options are
+milliseconds; fields are seconds. Two names need a word more:
 
-- ``failover.method``: ``method``.
-- ``failover.retries``: ``retries``.
-- ``failover.cyclecount`` or Qpid JMS's ``failover.maxReconnectAttempts``: ``cyclecount``;
-  ``-1`` is unlimited (``None``; the default, and Qpid JMS's), ``0`` no reconnect at all. Since
-  Qpid JMS 0.27 (QPIDJMS-336) one "reconnect attempt" is one pass over the whole list, so the
-  two names mean the same thing.
-- ``failover.startup.cyclecount`` or ``failover.startupMaxReconnectAttempts``:
-  ``startup_cyclecount``; ``-1`` means "the same as ``cyclecount``", as in Qpid JMS.
-- ``failover.giveupafter`` (ms): ``give_up_after``, the time budget of one failover (from the
-  loss) and of the first connect (from its start); ``-1``: none.
-- ``failover.initialdelay`` or ``failover.initialReconnectDelay`` (ms): ``initial_delay``.
-- ``failover.fastdelay`` (ms): ``fast_delay``; ``failover.fastperiod`` (ms): ``fast_period``
-  (``0``: no fast phase).
-- ``failover.connectdelay`` or ``failover.reconnectDelay`` (ms): ``connect_delay``.
-- ``failover.maxdelay`` or ``failover.maxReconnectDelay`` (ms): ``max_delay``.
-- ``failover.backoff`` or ``failover.reconnectBackOffMultiplier``: ``backoff``.
-- ``failover.useReconnectBackOff``: ``false`` sets ``backoff = 1``; ``true`` keeps the
-  multiplier given, else uses Qpid JMS's default multiplier 2.0.
-- ``failover.jitter`` (ms): ``jitter``.
-- ``failover.timeout`` (ms): ``timeout``; unset, a call blocks until failover ends.
-- ``failover.exchange.address``: ``exchange_address``.
-- ``failover.randomize``: ``randomize`` (shuffle the list once per plan).
-- ``failover.warnAfterReconnectAttempts``: ``warn_after_attempts`` (the manager logs a warning
-  every N failed attempts; ``<= 0``: never).
+- ``failover.cyclecount`` and Qpid JMS's ``failover.maxReconnectAttempts`` mean the same thing:
+  since Qpid JMS 0.27 (QPIDJMS-336) one "reconnect attempt" is one pass over the whole list.
+- ``failover.useReconnectBackOff`` (Qpid JMS's) sets no field of its own: ``false`` sets
+  ``backoff = 1``; ``true`` keeps the multiplier given, else uses Qpid JMS's default 2.0.
 
 Defaults differ from Qpid JMS's where the semantics ask for it: Qpid JMS retries forever, but F4
 promises that blocked calls eventually raise ``ConnectionFailedError``, hence the time budget
@@ -95,17 +79,27 @@ import enum
 import itertools
 import math
 import random
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from decimal import Decimal
 from typing import Any, Final, Generic, TypeVar
 
 from failover.errors import ConfigurationError
-from failover.options import unknown_option_error
+from failover.options import (
+    Flag,
+    Member,
+    Milliseconds,
+    MinusOneIsNone,
+    Number,
+    Option,
+    OptionTable,
+    Text,
+    WholeNumber,
+    unknown_option_error,
+)
 
 __all__ = [
     "DEFAULT_EXCHANGE_ADDRESS",
+    "FAILOVER_OPTIONS",
     "Attempt",
     "FailoverMethod",
     "FailoverPolicy",
@@ -126,6 +120,184 @@ class FailoverMethod(enum.Enum):
     ROUNDROBIN = "roundrobin"
     EXCHANGE = "exchange"
     NOFAILOVER = "nofailover"
+
+
+# --- The options -----------------------------------------------------------------------------
+
+_POLICY: Final = "failover"  # the layer that reads them: this module
+_UNLIMITED: Final = MinusOneIsNone(WholeNumber(0), "unlimited")
+
+#: Every ``failover.*`` option, in the order docs/api.md lists them; each keyword is the field of
+#: ``FailoverPolicy`` it sets, each alias Qpid JMS's name for it. ``failover.useReconnectBackOff``
+#: has no keyword: it sets ``backoff`` (see the module docstring).
+FAILOVER_OPTIONS: Final = OptionTable(
+    [
+        Option(
+            "failover.method",
+            Member(FailoverMethod),
+            FailoverMethod.ROUNDROBIN,
+            "`singlebroker`, `roundrobin`, `exchange`, `nofailover`",
+            keyword="method",
+            layer=_POLICY,
+            shown_default="`roundrobin` (`singlebroker` for a plain URL)",
+        ),
+        Option(
+            "failover.retries",
+            WholeNumber(1),
+            None,
+            "Consecutive attempts per broker in a pass; on `singlebroker`, when given, the "
+            "attempts in all",
+            keyword="retries",
+            layer=_POLICY,
+            optional=True,
+            shown_default="unset (1)",
+        ),
+        Option(
+            "failover.giveupafter",
+            MinusOneIsNone(Milliseconds(positive=True), "never"),
+            120.0,
+            "Time budget: a failover gives up this long after the loss, the first connect this "
+            "long after it began (F4); -1 never",
+            keyword="give_up_after",
+            layer=_POLICY,
+            optional=True,
+            shown_default="120000 (2 min)",
+        ),
+        Option(
+            "failover.cyclecount",
+            _UNLIMITED,
+            None,
+            "Passes over the list, an extra limit besides the time budget; an explicit -1 "
+            "retries forever (no time budget unless `giveupafter` is given), as in Qpid JMS",
+            keyword="cyclecount",
+            aliases=("failover.maxReconnectAttempts",),
+            layer=_POLICY,
+            optional=True,
+            shown_default="-1 (unlimited)",
+        ),
+        Option(
+            "failover.startup.cyclecount",
+            MinusOneIsNone(WholeNumber(0), "as cyclecount"),
+            1,
+            "Passes for the first connect (a dead URL fails fast); -1: as `cyclecount`",
+            keyword="startup_cyclecount",
+            aliases=("failover.startupMaxReconnectAttempts",),
+            layer=_POLICY,
+            optional=True,
+        ),
+        Option(
+            "failover.initialdelay",
+            Milliseconds(),
+            0.0,
+            "Before the first attempt of a plan",
+            keyword="initial_delay",
+            aliases=("failover.initialReconnectDelay",),
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.fastdelay",
+            Milliseconds(positive=True),
+            0.025,
+            "The fast phase: a pass over the whole list (brokers one after another, at once), "
+            "then this wait, plus jitter",
+            keyword="fast_delay",
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.fastperiod",
+            Milliseconds(),
+            3.0,
+            "How much waiting the fast phase lasts (`fastperiod / fastdelay` passes after the "
+            "first); 0: no fast phase",
+            keyword="fast_period",
+            layer=_POLICY,
+            shown_default="3000 (0 when the URL sets its own delays)",
+        ),
+        Option(
+            "failover.connectdelay",
+            Milliseconds(),
+            0.1,
+            "After the fast phase: the wait before each attempt starts here and backs off",
+            keyword="connect_delay",
+            aliases=("failover.reconnectDelay",),
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.backoff",
+            Number(1.0),
+            2.0,
+            "Delay multiplier per failed attempt after the fast phase; "
+            "`failover.useReconnectBackOff=true` without a multiplier means 2, `false` means 1",
+            keyword="backoff",
+            aliases=("failover.reconnectBackOffMultiplier",),
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.useReconnectBackOff",
+            Flag(),
+            None,
+            "Qpid JMS's switch for the back-off: `false` sets `backoff` to 1, `true` keeps the "
+            "multiplier given, else 2",
+            layer=_POLICY,
+            optional=True,
+            shown_default="unset",
+        ),
+        Option(
+            "failover.maxdelay",
+            Milliseconds(),
+            5.0,
+            "Cap on the back-off, before jitter",
+            keyword="max_delay",
+            aliases=("failover.maxReconnectDelay",),
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.jitter",
+            Milliseconds(),
+            0.025,
+            "Up to this much random delay added to every wait (never to an attempt that goes "
+            "at once)",
+            keyword="jitter",
+            layer=_POLICY,
+            shown_default="25 (0 when the URL sets its own delays)",
+        ),
+        Option(
+            "failover.timeout",
+            Milliseconds(positive=True),
+            None,
+            "How long a call may wait at the gate before `FailoverTimeoutError` (F4); unset: "
+            "until failover ends",
+            keyword="timeout",
+            layer=_POLICY,
+            optional=True,
+            shown_default="unset",
+        ),
+        Option(
+            "failover.exchange.address",
+            Text(empty=False),
+            DEFAULT_EXCHANGE_ADDRESS,
+            "Membership topic of `exchange` (F12)",
+            keyword="exchange_address",
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.randomize",
+            Flag(),
+            False,
+            "Shuffle the list once per plan (Qpid JMS's name too)",
+            keyword="randomize",
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.warnAfterReconnectAttempts",
+            WholeNumber(),
+            10,
+            "Log a warning every N failed attempts; <= 0: never (Qpid JMS's name too)",
+            keyword="warn_after_attempts",
+            layer=_POLICY,
+        ),
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,28 +366,9 @@ class FailoverPolicy:
     warn_after_attempts: int = 10
 
     def __post_init__(self) -> None:
-        if not isinstance(self.method, FailoverMethod):
-            raise ConfigurationError(
-                f"method must be a FailoverMethod, not {self.method!r}", option="method"
-            )
-        _check_int("retries", self.retries, minimum=1, optional=True)
-        _check_int("cyclecount", self.cyclecount, minimum=0, optional=True)
-        _check_int("startup_cyclecount", self.startup_cyclecount, minimum=0, optional=True)
-        _check_int("warn_after_attempts", self.warn_after_attempts, minimum=None)
-        for name in ("initial_delay", "fast_period", "connect_delay", "max_delay", "jitter"):
-            _check_float(name, getattr(self, name), minimum=0.0)
-        _check_float("fast_delay", self.fast_delay, minimum=0.0, exclusive=True)
-        _check_float(
-            "give_up_after", self.give_up_after, minimum=0.0, optional=True, exclusive=True
-        )
-        _check_float("backoff", self.backoff, minimum=1.0)
-        _check_float("timeout", self.timeout, minimum=0.0, optional=True, exclusive=True)
-        if not isinstance(self.exchange_address, str) or not self.exchange_address:
-            raise ConfigurationError(
-                "exchange_address must be a non-empty string", option="exchange_address"
-            )
-        if not isinstance(self.randomize, bool):
-            raise ConfigurationError("randomize must be a bool", option="randomize")
+        for option in FAILOVER_OPTIONS:  # each field by the kind of the option that sets it
+            if option.keyword is not None:
+                option.check(getattr(self, option.keyword))
 
     # --- Decisions -------------------------------------------------------------------------
 
@@ -387,14 +540,14 @@ class FailoverPolicy:
         source: dict[str, str] = {}
         use_backoff: bool | None = None
         for name, raw in options.items():
-            if name == "failover.useReconnectBackOff":
-                use_backoff = _parse_bool(name, raw)
+            option = FAILOVER_OPTIONS.named(name)
+            if option is None:
+                raise unknown_option_error(name, FAILOVER_OPTIONS.url_names)
+            value = option.parse(raw, as_named=name)
+            if option.keyword is None:  # failover.useReconnectBackOff: sets backoff, below
+                use_backoff = value
                 continue
-            spec = _OPTIONS.get(name)
-            if spec is None:
-                raise unknown_option_error(name, [*_OPTIONS, "failover.useReconnectBackOff"])
-            field_name, parse = spec
-            value = parse(name, raw)
+            field_name = option.keyword
             if field_name in source and values[field_name] != value:
                 raise ConfigurationError(
                     f"{source[field_name]} and {name} set {field_name} to different values",
@@ -415,27 +568,26 @@ class FailoverPolicy:
         try:
             return cls(**values)
         except ConfigurationError as exc:  # name the option, not the field
-            option = source.get(exc.option or "", exc.option)
-            raise ConfigurationError(f"{option}: {exc}", option=option) from None
+            named = source.get(exc.option or "", exc.option)
+            raise ConfigurationError(f"{named}: {exc}", option=named) from None
 
     def to_options(self) -> dict[str, str]:
         """The canonical ``failover.*`` options (haclient's names) that ``from_options`` reads
         back into an equal policy. ``failover.method`` is always given; other fields only when
         they differ from the defaults."""
-        out = {"failover.method": self.method.value}
-        default = _DEFAULT
-        for f in fields(self):
-            if f.name == "method":
-                continue
-            value = getattr(self, f.name)
-            if value == getattr(default, f.name):
-                continue
-            out[_CANONICAL[f.name]] = _format_field(f.name, value)
+        differ = [f for f in _FIELDS if getattr(self, f) != getattr(_DEFAULT, f)]
+        out = dict(self._option(f) for f in ("method", *differ))
         # What from_options would otherwise switch off, printed so that it reads back equal.
-        if any(_CANONICAL[name] in out for name in _OWN_DELAYS):
+        if any(self._option(name)[0] in out for name in _OWN_DELAYS):
             for name in _OWN_DELAYS_OFF:
-                out.setdefault(_CANONICAL[name], _format_field(name, getattr(self, name)))
+                out.setdefault(*self._option(name))
         return out
+
+    def _option(self, field_name: str) -> tuple[str, str]:
+        """The URL option (canonical name, text) that sets ``field_name`` to its value here."""
+        option = FAILOVER_OPTIONS.keyword(field_name)
+        assert option is not None and option.name is not None  # every field has one
+        return option.name, option.kind.format(getattr(self, field_name))
 
 
 # Fields whose option marks a URL that sets its own delays (Qpid JMS style), and the fields of
@@ -455,178 +607,8 @@ def _own_schedule(values: dict[str, Any], use_backoff_given: bool) -> None:
         values.setdefault("give_up_after", None)
 
 
-# --- Validation helpers ------------------------------------------------------------------------
-
-
-def _check_int(name: str, value: object, *, minimum: int | None, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be an int, not {value!r}", option=name)
-    if minimum is not None and value < minimum:
-        raise ConfigurationError(f"{name} must be >= {minimum}, not {value}", option=name)
-
-
-def _check_float(
-    name: str,
-    value: object,
-    *,
-    minimum: float,
-    optional: bool = False,
-    exclusive: bool = False,
-) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be a number, not {value!r}", option=name)
-    if not math.isfinite(value):
-        raise ConfigurationError(f"{name} must be finite, not {value}", option=name)
-    if value < minimum or (exclusive and value == minimum):
-        relation = ">" if exclusive else ">="
-        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {value}", option=name)
-
-
-# --- Option parsing ----------------------------------------------------------------------------
-
-_INT = re.compile(r"-?[0-9]+")
-_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
-
-
-def parse_int(option: str, raw: str, *, minimum: int | None = None) -> int:
-    """A decimal integer option value (no sign but ``-``, no spaces or underscores)."""
-    if not _INT.fullmatch(raw):
-        raise ConfigurationError(f"{option} must be an integer, not {raw!r}", option=option)
-    value = int(raw)
-    if minimum is not None and value < minimum:
-        raise ConfigurationError(f"{option} must be >= {minimum}, not {value}", option=option)
-    return value
-
-
-def _parse_number(option: str, raw: str) -> float:
-    if not _NUMBER.fullmatch(raw):
-        raise ConfigurationError(
-            f"{option} must be a non-negative number, not {raw!r}", option=option
-        )
-    return float(raw)
-
-
-def _parse_ms(option: str, raw: str) -> float:
-    return _parse_number(option, raw) / 1000.0
-
-
-def _parse_bool(option: str, raw: str) -> bool:
-    lowered = raw.lower()
-    if lowered not in ("true", "false"):
-        raise ConfigurationError(f"{option} must be true or false, not {raw!r}", option=option)
-    return lowered == "true"
-
-
-def _parse_method(option: str, raw: str) -> FailoverMethod:
-    try:
-        return FailoverMethod(raw.lower())
-    except ValueError:
-        choices = ", ".join(m.value for m in FailoverMethod)
-        raise ConfigurationError(
-            f"{option}: unknown method {raw!r} (expected one of {choices})", option=option
-        ) from None
-
-
-def _parse_passes(option: str, raw: str) -> int | None:
-    value = parse_int(option, raw, minimum=-1)
-    return None if value == -1 else value
-
-
-def _parse_timeout(option: str, raw: str) -> float | None:
-    value = _parse_ms(option, raw)
-    if value == 0.0:
-        raise ConfigurationError(f"{option} must be > 0 (omit it to wait)", option=option)
-    return value
-
-
-def _parse_budget(option: str, raw: str) -> float | None:
-    if raw == "-1":
-        return None
-    value = _parse_ms(option, raw)
-    if value == 0.0:
-        raise ConfigurationError(f"{option} must be > 0, or -1 for none", option=option)
-    return value
-
-
-def _parse_address(option: str, raw: str) -> str:
-    if not raw:
-        raise ConfigurationError(f"{option} must not be empty", option=option)
-    return raw
-
-
-_Parser = Callable[[str, str], Any]
-
-# option name -> (field, parser). The first name of each field is the canonical one.
-_OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
-    "failover.method": ("method", _parse_method),
-    "failover.retries": ("retries", lambda o, r: parse_int(o, r, minimum=1)),
-    "failover.cyclecount": ("cyclecount", _parse_passes),
-    "failover.maxReconnectAttempts": ("cyclecount", _parse_passes),
-    "failover.startup.cyclecount": ("startup_cyclecount", _parse_passes),
-    "failover.startupMaxReconnectAttempts": ("startup_cyclecount", _parse_passes),
-    "failover.giveupafter": ("give_up_after", _parse_budget),
-    "failover.initialdelay": ("initial_delay", _parse_ms),
-    "failover.initialReconnectDelay": ("initial_delay", _parse_ms),
-    "failover.fastdelay": ("fast_delay", _parse_ms),
-    "failover.fastperiod": ("fast_period", _parse_ms),
-    "failover.connectdelay": ("connect_delay", _parse_ms),
-    "failover.reconnectDelay": ("connect_delay", _parse_ms),
-    "failover.backoff": ("backoff", _parse_number),
-    "failover.reconnectBackOffMultiplier": ("backoff", _parse_number),
-    "failover.maxdelay": ("max_delay", _parse_ms),
-    "failover.maxReconnectDelay": ("max_delay", _parse_ms),
-    "failover.jitter": ("jitter", _parse_ms),
-    "failover.timeout": ("timeout", _parse_timeout),
-    "failover.exchange.address": ("exchange_address", _parse_address),
-    "failover.randomize": ("randomize", _parse_bool),
-    "failover.warnAfterReconnectAttempts": ("warn_after_attempts", parse_int),
-}
-
-_CANONICAL: Final[dict[str, str]] = {}
-for _name, (_field, _) in _OPTIONS.items():
-    _CANONICAL.setdefault(_field, _name)
-del _name, _field
-
-_MS_FIELDS: Final = frozenset(
-    {
-        "initial_delay",
-        "fast_delay",
-        "fast_period",
-        "connect_delay",
-        "max_delay",
-        "jitter",
-        "timeout",
-        "give_up_after",
-    }
-)
+# The fields to_options prints when they differ from the defaults (the method it always
+# prints), in the order of the class, which is the order of the printed URL's options.
+_FIELDS: Final = tuple(f.name for f in fields(FailoverPolicy) if f.name != "method")
 
 _DEFAULT: Final = FailoverPolicy()
-
-
-def plain_number(value: float) -> str:
-    """``1.0`` -> ``"1"``, ``1e-05`` -> ``"0.00001"``: decimal text (never an exponent) that
-    parses back to the same float."""
-    text = format(Decimal(repr(float(value))), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
-def _format_field(name: str, value: Any) -> str:
-    if value is None:  # cyclecount, startup_cyclecount, give_up_after: -1 is "none"
-        return "-1"
-    if name in _MS_FIELDS:
-        ms = value * 1000.0
-        # Whole milliseconds print as such when they read back exactly (0.007 s * 1000 is
-        # 7.000000000000001, but 7 / 1000 is 0.007 again); anything else as a decimal.
-        whole = round(ms)
-        return str(whole) if whole / 1000.0 == value else plain_number(ms)
-    if name == "randomize":
-        return "true" if value else "false"
-    if name == "backoff":
-        return plain_number(value)
-    return str(value)
