@@ -6,8 +6,10 @@ machinery of ``failover.options``, and registers the table when this module is i
 ``haclient`` package imports it), so that ``failover.url`` checks a URL's options against it.
 ``haclient.aio.ConnectionOptions`` is built from it (``ConnectionOptions.build``), the Spark
 data source reuses its declarations (``haclient.spark.options``), and the keyword table of
-docs/api.md is ``markdown()`` of it (``tests/unit/test_options_table.py`` keeps the two equal,
-and run as a script rewrites the block).
+docs/api.md is ``markdown()`` of it. The failover options table of docs/api.md is
+``failover_markdown()`` of ``failover.policy.FAILOVER_OPTIONS``, the ``failover.*`` options'
+one table (``tests/unit/test_options_table.py`` keeps both blocks equal to their tables, and run
+as a script rewrites them: ``docs_with_tables``).
 
 Adding an option is adding a declaration here (``Status.ACCEPTED`` for one parsed and checked
 but without effect, e.g. a Qpid JMS option the client has no use for), and a field of
@@ -29,8 +31,19 @@ from failover.options import (
     WholeNumber,
     register,
 )
+from failover.policy import FAILOVER_OPTIONS
 
-__all__ = ["ACK_CONFIRMATIONS", "CLIENT_OPTIONS", "SELECTORS", "TRANSACTIONS", "markdown"]
+__all__ = [
+    "ACK_CONFIRMATIONS",
+    "CLIENT_OPTIONS",
+    "SELECTORS",
+    "TRANSACTIONS",
+    "docs_with_failover_table",
+    "docs_with_table",
+    "docs_with_tables",
+    "failover_markdown",
+    "markdown",
+]
 
 TRANSACTIONS: Final = ("native", "emulate")
 SELECTORS: Final = ("auto", "broker", "client")
@@ -235,8 +248,63 @@ def docs_with_table(text: str, table: OptionTable = CLIENT_OPTIONS) -> str:
     Raises:
         ValueError: The markers are missing.
     """
-    head, begin, rest = text.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"the options table's markers are missing: {BEGIN} ... {END}")
-    return f"{head}{BEGIN}\n{markdown(table)}\n{END}{tail}"
+    return _with_block(text, BEGIN, END, markdown(table))
+
+
+# --- The docs' failover options table ----------------------------------------------------------
+
+FAILOVER_BEGIN: Final = (
+    "<!-- failover-options-table: generated from failover.policy.FAILOVER_OPTIONS by "
+    "`python tests/unit/test_options_table.py`; do not edit -->"
+)
+FAILOVER_END: Final = "<!-- failover-options-table: end -->"
+
+
+def failover_markdown(table: OptionTable = FAILOVER_OPTIONS) -> str:
+    """The failover options table of docs/api.md: one row per ``failover.*`` option, in
+    declaration order, its Qpid JMS names (the aliases) in the third column."""
+    rows = [
+        "| Option | Default | Qpid JMS name | Meaning (F5) |",
+        "|---|---|---|---|",
+    ]
+    for option in table:
+        qpid = ", ".join(f"`{alias}`" for alias in option.aliases)
+        rows.append(f"| `{option.label}` | {_url_default(option)} | {qpid} | {option.doc} |")
+    return "\n".join(rows)
+
+
+def _url_default(option: Option) -> str:
+    """The default as the URL writes it (milliseconds for a duration); unset: ``unset``."""
+    if option.shown_default is not None:
+        return option.shown_default
+    if option.default is None:
+        return "unset"
+    text = option.kind.format(option.default)
+    return f"`{text}`" if isinstance(option.kind, Text) else text
+
+
+def docs_with_failover_table(text: str, table: OptionTable = FAILOVER_OPTIONS) -> str:
+    """``text`` (docs/api.md) with the block between ``FAILOVER_BEGIN`` and ``FAILOVER_END``
+    regenerated.
+
+    Raises:
+        ValueError: The markers are missing.
+    """
+    return _with_block(text, FAILOVER_BEGIN, FAILOVER_END, failover_markdown(table))
+
+
+def docs_with_tables(text: str) -> str:
+    """``text`` (docs/api.md) with both generated options tables regenerated.
+
+    Raises:
+        ValueError: A table's markers are missing.
+    """
+    return docs_with_failover_table(docs_with_table(text))
+
+
+def _with_block(text: str, begin: str, end: str, body: str) -> str:
+    head, found_begin, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
+    if not found_begin or not found_end:
+        raise ValueError(f"the options table's markers are missing: {begin} ... {end}")
+    return f"{head}{begin}\n{body}\n{end}{tail}"

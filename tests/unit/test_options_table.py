@@ -1,7 +1,8 @@
 """One table of options: the docs, the keywords, the URL, did-you-mean, the masker and the
 per-broker overrides all come from ``haclient.options.CLIENT_OPTIONS``.
 
-Run as a script, this module rewrites the generated options table of docs/api.md.
+Run as a script, this module rewrites the generated options tables of docs/api.md (the
+keyword table and the failover options table, ``tests/unit/test_failover_options_table.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from failover.options import (
 from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
 from haclient.errors import ConfigurationError
-from haclient.options import CLIENT_OPTIONS, docs_with_table, markdown
+from haclient.options import CLIENT_OPTIONS, docs_with_table, docs_with_tables, markdown
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
@@ -270,6 +271,6 @@ def test_a_bad_secret_value_is_not_quoted_in_the_error() -> None:
     assert "hunter2" not in str(info.value)
 
 
-if __name__ == "__main__":  # rewrite docs/api.md's generated table
-    API_MD.write_text(docs_with_table(API_MD.read_text()))
+if __name__ == "__main__":  # rewrite docs/api.md's generated tables (the failover one too)
+    API_MD.write_text(docs_with_tables(API_MD.read_text()))
     sys.exit(0)
