@@ -269,6 +269,8 @@ class Milliseconds:
     def parse(self, raw: str) -> float:
         if not _DECIMAL.fullmatch(raw):
             raise ValueError(f"must be a non-negative number of milliseconds, not {raw!r}")
+        if self.positive and float(raw) == 0:
+            raise ValueError(f"must be a positive number of milliseconds, not {raw!r}")
         return self.check(float(raw) / 1000.0)
 
     def check(self, value: Any) -> float:
@@ -306,7 +308,12 @@ class MinusOneIsNone:
             raise ValueError(f"{exc} (or -1: {self.means})") from None
 
     def check(self, value: Any) -> Any:
-        return None if value is None else self.kind.check(value)
+        if value is None:
+            return None
+        try:
+            return self.kind.check(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (or None: {self.means})") from None
 
     def format(self, value: Any) -> str:
         return "-1" if value is None else self.kind.format(value)

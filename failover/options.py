@@ -7,8 +7,10 @@ in it is refused with the nearest known name), the conversion of URL text and ke
 values, their printing back (``Kind.format``), the per-broker overrides (``Scope.BROKER``) and
 the rows of the documentation. This module knows no option of its own and no protocol: the
 kinds (``failover.option_kinds``, re-exported here) are generic (a whole number, one of some
-words, a duration, text), and the layers above declare and ``register`` their tables, which
-the URL parser (``failover.url``) checks against.
+words, a duration, text), and the layers declare their tables: ``failover.policy`` the
+``failover.*`` options (``FAILOVER_OPTIONS``, which ``FailoverPolicy.from_options`` reads), the
+layers above the rest, which they ``register`` for the URL parser (``failover.url``) to check
+against.
 
 Three things every layer shares live here too, so that each exists once:
 

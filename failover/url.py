@@ -1,7 +1,8 @@
 """Failover URLs: parse and print ``failover:(amqp://a:5672,amqps://b:5671?...)?options``.
 
 How this works: ``parse_url`` splits the text into broker URLs and options, and turns the
-``failover.*`` options into a ``FailoverPolicy`` (``failover.policy``); every other option is a
+``failover.*`` options into a ``FailoverPolicy`` (``failover.policy``, whose table
+``FAILOVER_OPTIONS`` declares them); every other option is a
 connection option, checked against the option tables the layers above registered
 (``failover.options.register``; ``haclient`` registers the client's ``jms.*``/``amqp.*``
 options) and kept as text for them. The result is a frozen ``FailoverURL`` whose

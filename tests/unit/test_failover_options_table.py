@@ -182,3 +182,5 @@ def test_new_kinds_say_what_they_accept() -> None:
     assert unlimited.parse("-1") is None and unlimited.format(None) == "-1"
     with pytest.raises(ValueError, match=r"\(or -1: unlimited\)"):
         unlimited.parse("-2")
+    with pytest.raises(ValueError, match=r"\(or None: unlimited\)"):
+        unlimited.check(-1)
