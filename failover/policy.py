@@ -240,7 +240,6 @@ FAILOVER_OPTIONS: Final = OptionTable(
             "multiplier given, else 2",
             layer=_POLICY,
             optional=True,
-            shown_default="unset",
         ),
         Option(
             "failover.maxdelay",
@@ -270,7 +269,6 @@ FAILOVER_OPTIONS: Final = OptionTable(
             keyword="timeout",
             layer=_POLICY,
             optional=True,
-            shown_default="unset",
         ),
         Option(
             "failover.exchange.address",

@@ -45,7 +45,7 @@ from failover.options import (
     unknown_option_error,
     whole_connection_error,
 )
-from failover.policy import FailoverMethod, FailoverPolicy
+from failover.policy import FAILOVER_OPTIONS, FailoverMethod, FailoverPolicy
 
 __all__ = [
     "BROKER_OPTIONS",
@@ -233,6 +233,8 @@ class FailoverURL:
         options = dict(self.connection_options)
         table = registered()
         for name, raw in options.items():
+            if table.named(name) is None:  # the nearest name may be a failover.* one
+                raise unknown_option_error(name, (*table.url_names, *FAILOVER_OPTIONS.url_names))
             table.check_url_option(name, raw)
         object.__setattr__(self, "brokers", brokers)
         object.__setattr__(self, "connection_options", MappingProxyType(options))

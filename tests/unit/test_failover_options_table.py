@@ -123,6 +123,7 @@ def test_the_fields_are_checked_by_the_kinds_of_the_table() -> None:
         ("failover.maxReconectAttempts", "failover.maxReconnectAttempts"),
         ("failover.cyclecont", "failover.cyclecount"),
         ("failover.useReconnectBackof", "failover.useReconnectBackOff"),
+        ("failvoer.retries", "failover.retries"),  # not a failover.* name: a connection one
     ],
 )
 def test_a_misspelt_failover_option_is_answered_with_the_nearest_name(
