@@ -30,6 +30,7 @@ from failover.options import (
     masked,
     unknown_option_error,
 )
+from failover.policy import FAILOVER_OPTIONS
 from failover.url import mask_secrets, parse_url
 from haclient.destination import Destination, Queue, Topic
 from haclient.errors import ConfigurationError
@@ -234,7 +235,15 @@ class SparkOptions:
         return haclient.connect(startup_rides_out_takeovers(self.url), **keywords)
 
 
-_STARTUP_OPTION = re.compile(r"failover\.(startup\.cyclecount|startupMaxReconnectAttempts)=")
+def _names_pattern(keyword: str) -> re.Pattern[str]:
+    """``name=`` for each URL name of the failover option that sets the field ``keyword``."""
+    option = FAILOVER_OPTIONS.keyword(keyword)
+    assert option is not None and option.name is not None
+    return re.compile("|".join(f"{re.escape(n)}=" for n in (option.name, *option.aliases)))
+
+
+# failover.startup.cyclecount= or Qpid JMS's failover.startupMaxReconnectAttempts=
+_STARTUP_OPTION: Final = _names_pattern("startup_cyclecount")
 
 
 def startup_rides_out_takeovers(url: str) -> str:
