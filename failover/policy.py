@@ -125,7 +125,6 @@ class FailoverMethod(enum.Enum):
 # --- The options -----------------------------------------------------------------------------
 
 _POLICY: Final = "failover"  # the layer that reads them: this module
-_UNLIMITED: Final = MinusOneIsNone(WholeNumber(0), "unlimited")
 
 #: Every ``failover.*`` option, in the order docs/api.md lists them; each keyword is the field of
 #: ``FailoverPolicy`` it sets, each alias Qpid JMS's name for it. ``failover.useReconnectBackOff``
@@ -165,7 +164,7 @@ FAILOVER_OPTIONS: Final = OptionTable(
         ),
         Option(
             "failover.cyclecount",
-            _UNLIMITED,
+            MinusOneIsNone(WholeNumber(0), "unlimited"),
             None,
             "Passes over the list, an extra limit besides the time budget; an explicit -1 "
             "retries forever (no time budget unless `giveupafter` is given), as in Qpid JMS",
