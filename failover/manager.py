@@ -214,7 +214,7 @@ class ConnectionManager(Generic[P]):
     # --- Lifetime -------------------------------------------------------------------------
 
     async def __aenter__(self) -> ConnectionManager[P]:
-        if self._stack is not None:
+        if self._stack is not None or self._tasks is not None:
             raise IllegalStateError("a ConnectionManager can be entered only once")
         stack = AsyncExitStack()
         self._tasks = await stack.enter_async_context(anyio.create_task_group())
@@ -250,6 +250,21 @@ class ConnectionManager(Generic[P]):
         if self._gate.state is not ConnectionState.CLOSED:
             tasks.start_soon(self._supervisor.run, name="haclient failover supervisor")
         await self._gate.wait(None)
+
+    async def start_in(self, task_group: TaskGroup) -> None:
+        """``start()`` without ``async with``: the supervisor's task runs in ``task_group``,
+        which an owner that keeps a task group for its connection already has (one task and
+        one task group fewer per connection). ``close()`` then ends the manager; the task
+        group must outlive it.
+
+        Raises:
+            As ``start()``; IllegalStateError: the manager was entered or started already.
+        """
+        if self._stack is not None or self._tasks is not None:
+            raise IllegalStateError("a ConnectionManager can be started only once")
+        self._tasks = task_group
+        self._gate.activate()
+        await self.start()
 
     async def close(self) -> None:
         """Close the logical connection: state CLOSED, waiters and later calls raise

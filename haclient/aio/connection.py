@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 
 from failover.manager import ConnectionManager, ConnectionState, FailoverListener
 from failover.policy import FailoverMethod
@@ -219,7 +219,6 @@ class Connection:
             self._connect, url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
-        self._stop_manager: anyio.Event | None = None
         self._sessions: set[Session] = set()
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
@@ -245,13 +244,15 @@ class Connection:
 
     async def _open(self, owner: TaskGroup | None = None) -> None:
         self._host = await TaskHost.open(owner)
-        self._stop_manager = anyio.Event()
         failure: BaseException | None = None
         try:
-            await self._host.task_group.start(self._run_manager)
+            # The manager's task runs among the connection's own: no task to hold it.
+            await self._manager.start_in(self._host.task_group)
         except BaseException as exc:
             self._context.closed = True
             self._release_name()
+            with anyio.CancelScope(shield=True):
+                await self._manager.close()
             await self._host.close()
             inner = _only_exception(exc)
             # a refused login or client id: say so, not "gave up"; and ours, not anyio's group
@@ -263,13 +264,6 @@ class Connection:
             # (or the error that wrapped it) as its context: a cycle that loops chain walkers.
             raise failure
         self._manager.register(self._context.temporaries)
-
-    async def _run_manager(self, *, task_status: TaskStatus[None]) -> None:
-        assert self._stop_manager is not None
-        async with self._manager:
-            await self._manager.start()
-            task_status.started()
-            await self._stop_manager.wait()
 
     async def _connect(self, broker: BrokerURL) -> PhysicalConnection:
         """The connector the failover manager calls: one physical connection to ``broker``."""
@@ -499,8 +493,6 @@ class Connection:
             with anyio.move_on_after(self._options.close_timeout + 1):
                 await self._manager.close()
         finally:
-            if self._stop_manager is not None:
-                self._stop_manager.set()
             # Closed from one of its own tasks (a listener): that task cannot wait for itself.
             await self._host.close(wait=_running_in.get() is not self)
 

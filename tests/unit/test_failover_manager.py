@@ -331,6 +331,29 @@ async def test_start_twice_and_enter_twice_raise_illegal_state() -> None:
             await manager.__aenter__()
 
 
+@pytest.mark.anyio
+async def test_start_in_runs_the_supervisor_in_the_owners_task_group_until_close() -> None:
+    """The form for an owner that has a task group already: no ``async with``, and after
+    ``close()`` nothing of the manager runs in the owner's group."""
+    network = Network()
+    manager = Manager(network.connect, [A, B])
+    async with anyio.create_task_group() as owner:
+        await manager.start_in(owner)
+        connection, epoch = await manager.wait_connected()
+        assert (connection, epoch, manager.state) == (network.last, 0, S.CONNECTED)
+        network.last.drop()  # failover works as under async with
+        await until(lambda: manager.epoch == 1)
+        second, epoch = await manager.wait_connected()
+        assert (second.broker, epoch) == (B, 1)
+        with pytest.raises(IllegalStateError, match="once"):
+            await manager.start_in(owner)
+        with pytest.raises(IllegalStateError, match="once"):
+            await manager.__aenter__()
+        await manager.close()
+        assert second.closed and manager.state is S.CLOSED
+    # the owner's task group ended by itself: the supervisor's task had ended with close()
+
+
 # --- The first connect -------------------------------------------------------------------------
 
 
