@@ -158,7 +158,7 @@ class ConnectionGate(Generic[P]):
                 raise ClosedError("the connection is closed")
             settled = self._settled
             if settled is None:
-                raise IllegalStateError("use the manager inside `async with` first")
+                raise IllegalStateError("use the manager inside `async with` (or start_in) first")
             if not await self._settles(settled, deadline):
                 trying = self._trying
                 raise FailoverTimeoutError(

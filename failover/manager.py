@@ -66,6 +66,8 @@ The API, for ``P`` the physical connection type (anything with ``wait_closed`` a
         manager.learn_brokers(brokers, source=None)           # exchange (F12)
         manager.state, manager.epoch, manager.broker, manager.brokers, manager.statistics()
         await manager.close()                                 # idempotent; also on exit
+    # or, for an owner that has a task group already (no async with):
+    await manager.start_in(task_group)                        # then the same calls, and close()
 """
 
 from __future__ import annotations
@@ -294,7 +296,7 @@ class ConnectionManager(Generic[P]):
             FailoverTimeoutError: Still not connected after the limit (failover goes on, F4).
             ConnectionFailedError: Failover gave up (F4); ``.cause`` is the last failure.
             ClosedError: The manager is closed (or is closed while waiting).
-            IllegalStateError: Called outside ``async with``.
+            IllegalStateError: Called outside ``async with`` (before ``start_in``).
         """
         connected = self._gate.connected_nowait()
         if connected is not None:
@@ -415,7 +417,7 @@ class ConnectionManager(Generic[P]):
 
     def _entered(self) -> TaskGroup:
         if self._tasks is None:
-            raise IllegalStateError("use the manager inside `async with` first")
+            raise IllegalStateError("use the manager inside `async with` (or start_in) first")
         return self._tasks
 
     def _state_changed(self, state: ConnectionState) -> None:

@@ -158,8 +158,8 @@ class Duration:
     """A positive time, in seconds as a value; in the URL in whole ``unit`` (``ms`` or ``s``).
 
     Attributes:
-        unit: ``ms``: the URL gives whole milliseconds (as Qpid JMS does); ``s``: seconds, any
-            decimal number.
+        unit: ``ms``: the URL gives whole milliseconds (as Qpid JMS does; a value with a part of
+            a millisecond prints rounded up); ``s``: seconds, any decimal number.
         zero_is_none: The URL's ``0`` means "off", the value None (and a keyword may be None).
     """
 
@@ -193,9 +193,15 @@ class Duration:
         return float(value)
 
     def format(self, value: Any) -> str:
+        """URL text: whole milliseconds for ``ms``, a part of one rounded up (a positive time
+        never prints as 0, which reads back as "off" or is refused)."""
         if value is None:
             return "0"
-        return str(round(value * 1000)) if self.unit == "ms" else str(value)
+        if self.unit != "ms":
+            return str(value)
+        ms = value * 1000
+        whole = round(ms)
+        return str(whole if abs(ms - whole) < 1e-6 else math.ceil(ms))
 
     def describe(self) -> str:
         return "ms; 0 = off" if self.zero_is_none else self.unit

@@ -520,7 +520,8 @@ class Connection:
 class Connecting:
     """A connection being opened: what ``connect()`` and ``create_connection()`` return.
 
-    Two ways to use it:
+    Two ways to use it (and ``open_in(task_group)`` for a host that keeps connections in a
+    task group of its own, as the blocking API's loop thread does):
 
     * ``async with aio.connect(url) as connection:`` (preferred, structured): the calling
       task opens a task group in ``__aenter__`` that owns the connection's background tasks,

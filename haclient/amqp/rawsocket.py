@@ -12,11 +12,18 @@ costs one ``send`` call.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 from collections.abc import Callable
 
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
+
+_async_library: contextvars.ContextVar[str | None] | None
+try:
+    from sniffio import current_async_library_cvar as _async_library
+except ImportError:  # anyio then finds asyncio by its running loop
+    _async_library = None
 
 __all__ = ["SocketWatch", "own_socket", "read_socket", "send_some"]
 
@@ -64,12 +71,17 @@ class SocketWatch:
         self._on_end = on_end
         self.failure: BaseException | None = None
         self.active = True
-        loop.add_reader(self._fd, self._on_readable)
+        # The callback runs outside any task: tell anyio (through sniffio, when installed)
+        # that this is asyncio, or what it does there fails under a bare ``asyncio.run``.
+        context = contextvars.copy_context()
+        if _async_library is not None:
+            context.run(_async_library.set, "asyncio")
+        loop.add_reader(self._fd, context.run, self._on_readable)
 
     def _on_readable(self) -> None:
         try:
             go_on = self._reading.read_once()
-        except BaseException as exc:  # a bug below: the owner raises it
+        except Exception as exc:  # a bug below: the owner raises it
             self.failure = exc
             go_on = False
         if go_on is False:

@@ -274,3 +274,11 @@ def test_a_bad_secret_value_is_not_quoted_in_the_error() -> None:
 if __name__ == "__main__":  # rewrite docs/api.md's generated tables (the failover one too)
     API_MD.write_text(docs_with_tables(API_MD.read_text()))
     sys.exit(0)
+
+
+def test_a_time_with_a_part_of_a_millisecond_prints_rounded_up_never_as_zero() -> None:
+    """URL text is whole milliseconds: 0.4 ms is 1 ms there (0 would read back as "off", or be
+    refused), 1.0004 s is 1001 ms; whole milliseconds print exactly."""
+    kind = Duration()
+    assert [kind.format(v) for v in (0.0004, 1.0004, 0.007, 60.0)] == ["1", "1001", "7", "60000"]
+    assert kind.parse(kind.format(0.0004)) == 0.001
