@@ -20,7 +20,6 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,28 +49,12 @@ if TYPE_CHECKING:
     from haclient.aio.context import SessionContext
     from haclient.aio.physical import PhysicalConnection
 
-__all__ = ["CompletionListener", "HeldSend", "MessageProducer", "OutcomeCallback"]
+__all__ = ["CompletionListener", "MessageProducer"]
 
 log = logging.getLogger("haclient.producer")
 
 CompletionListener = Callable[[Message, BaseException | None], Any]
 """Called once per ``send_async``: the message, and None or the exception that failed it."""
-
-OutcomeCallback = Callable[[BaseException | None, bool], None]
-"""``(error, lost)`` of a held send: what the send raises (None: accepted), or ``lost`` when
-the connection ended before the broker's outcome arrived."""
-
-
-@dataclass(frozen=True, slots=True)
-class HeldSend:
-    """A PERSISTENT send made while the event loop was held (``MessageProducer.send_held``):
-    what ``finish_held`` needs when its outcome was lost with the connection."""
-
-    destination: Destination
-    message: Message
-    at: Connected
-    delivery: Delivery
-
 
 _ANONYMOUS_RELAY = "ANONYMOUS-RELAY"
 _LINK_CACHE_SIZE = 32
@@ -314,80 +297,6 @@ class MessageProducer:
         self._posted.post(destination, message, schedule)
         return True
 
-    def send_held(
-        self,
-        destination_or_message: Destination | Message,
-        message: Message | None = None,
-        *,
-        delivery_mode: DeliveryMode | None = None,
-        priority: int | None = None,
-        time_to_live: float | None = None,
-        delivery_delay: float | None = None,
-        on_outcome: OutcomeCallback,
-    ) -> HeldSend | None:
-        """From another thread, while the event loop is held still (between two of its waits,
-        under its lock: the blocking API's ``EventLoop.held``): ``send()`` of a PERSISTENT
-        message outside a transaction, while connected, on an attached link with credit,
-        transferred and written to the socket from the calling thread, with no task and no
-        wake-up of the loop. ``on_outcome`` is called on the loop when the broker's outcome is
-        read, or when the connection ends first (then ``finish_held`` sends it again).
-
-        Returns None, having sent nothing, when any of that does not hold: then call
-        ``send()`` on the loop.
-
-        Raises:
-            As ``send`` for what is found before anything is sent, and the failure of an
-            earlier pipelined send not reported yet.
-        """
-        self._check_open()
-        mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        if (
-            mode != DeliveryMode.PERSISTENT
-            or self._context.transaction is not None
-            or len(self._posted)
-        ):
-            return None
-        self._posted.raise_failure()
-        self._raise_pipelined_failure()
-        at = self._context.gate.connected_nowait()
-        if at is None or not at.physical.is_open:
-            return None
-        destination, message = self._resolve(destination_or_message, message)
-        link = self._attached_link(self._link_key(destination))
-        if link is None or link.credit <= 0:
-            return None
-        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        payload = self._encoder.encode(message, at.physical.prefixes)
-        delivery = self._booked(at.amqp.send_nowait(link, payload, wake_writer=False), message)
-
-        def settled(outcome: Outcome | None, error: BaseException | None) -> None:
-            self._unconfirmed.pop(delivery, None)
-            if error is None:
-                on_outcome(self._refusal(outcome, message), False)
-            elif at.physical.is_open:  # the link, not the connection: raised as send raises it
-                on_outcome(error.with_traceback(None), False)
-            else:
-                on_outcome(None, True)
-
-        at.amqp.when_settled(delivery, settled)
-        return HeldSend(destination, message, at, delivery)
-
-    async def finish_held(self, held: HeldSend, *, timeout: float | None = None) -> None:
-        """A ``send_held`` whose outcome was lost with its connection: sent again, same id,
-        once failover restored the connection (F11), as ``send`` does.
-
-        Raises:
-            As ``send``.
-        """
-        await self._send_until_done(
-            held.destination,
-            held.message,
-            wait=True,
-            in_transaction=False,
-            sent=(held.at, held.delivery),
-            deadline=deadline_after(timeout),
-        )
-
     def _posted_at_once(self, destination: Destination, message: Message) -> bool:
         """``_pipelined_at_once`` for a posted send, after forgetting the settled sends at the
         head of the pipeline (their refusals are raised by the producer's next call)."""
@@ -576,25 +485,20 @@ class MessageProducer:
         return delivery
 
     def _check_outcome(self, outcome: Outcome | None, message: Message) -> None:
-        refusal = self._refusal(outcome, message)
-        if refusal is not None:
-            raise refusal
-
-    @staticmethod
-    def _refusal(outcome: Outcome | None, message: Message) -> HAClientError | None:
-        """The error a send of ``message`` raises for the broker's ``outcome`` (None: accepted)."""
         if isinstance(outcome, TransactionalState):
             outcome = outcome.outcome or Accepted()
         if isinstance(outcome, Accepted):
-            return None
+            return
         if isinstance(outcome, Rejected) and outcome.error is not None:
-            return error_from_condition(
+            raise error_from_condition(
                 outcome.error.name,
                 outcome.error.description,
                 outcome.error.info,
                 context=f"the broker rejected message {message.message_id}",
             )
-        return AMQPError(f"the broker did not accept message {message.message_id}: {outcome!r}")
+        raise AMQPError(
+            f"the broker did not accept message {message.message_id}: {outcome!r}",
+        )
 
     async def _confirm_oldest(self) -> None:
         delivery, message = next(iter(self._unconfirmed.items()))

@@ -84,12 +84,10 @@ class _Slot:
     before anybody asks, and an ``anyio.Event`` per message is measurable.
     """
 
-    __slots__ = ("_event", "done", "error", "then", "value")
+    __slots__ = ("_event", "done", "error", "value")
 
     def __init__(self) -> None:
         self._event: anyio.Event | None = None
-        self.then: Callable[[Any, BaseException | None], None] | None = None
-        """Called with (value, None) or (None, error) when the slot is set, as it is set."""
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -108,9 +106,6 @@ class _Slot:
         self.done = True
         if self._event is not None:
             self._event.set()
-        if self.then is not None:
-            then, self.then = self.then, None
-            then(self.value, self.error)
 
     async def wait(self) -> Any:
         if not self.done:
@@ -499,25 +494,6 @@ class AmqpConnection:
         else:
             self._wake()
         return delivery
-
-    def when_settled(
-        self,
-        delivery: Delivery,
-        callback: Callable[[Outcome | None, BaseException | None], None],
-    ) -> None:
-        """Call ``callback(outcome, None)`` when the peer settles ``delivery``, or
-        ``callback(None, error)`` when the connection ends first; then write what is queued
-        (the caller waits for the answer next, as ``wait_settled`` does). The callback runs
-        where the answer is read, on the event loop; at once if ``delivery`` is settled."""
-        slot = self._outcomes.get(delivery)
-        if slot is None:
-            callback(delivery.remote_outcome, None)
-            return
-        if slot.done:
-            callback(slot.value, slot.error)
-            return
-        slot.then = callback
-        self._write_before_waiting()
 
     async def wait_settled(self, delivery: Delivery) -> Outcome | None:
         """Wait until the peer settled ``delivery``; return its outcome."""

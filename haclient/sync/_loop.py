@@ -7,11 +7,6 @@ which stores its outcome and releases a lock the calling thread waits on. No por
 cancel scope, ``concurrent.futures.Future`` or ``Condition`` per call: a blocking call costs one
 wake-up of the loop and one of the caller.
 
-A call that only needs to start work and then wait for the broker's answer (a PERSISTENT send)
-can skip the first of those: ``held()`` parks the loop between two of its turns while the
-calling thread does that work itself, as a loop callback would (``LoopThread.held``), and the
-loop hands the answer to a ``Waiter`` from the callback that read it. One wake-up per call.
-
 While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C) cancels the task, waits briefly
 until it ended, and is raised again. The main thread waits in short slices, because an
 interrupt (``_thread.interrupt_main``, or a SIGINT delivered to another thread) does not wake a
@@ -32,7 +27,6 @@ import functools
 import threading
 from _thread import allocate_lock, get_ident
 from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager, nullcontext
 from types import CoroutineType
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
@@ -41,7 +35,7 @@ from anyio.abc import TaskGroup
 from haclient.errors import ClosedError, IllegalStateError
 from haclient.sync._runtime import LoopThread, log, shared_loop
 
-__all__ = ["EventLoop", "Waiter", "partial_run"]
+__all__ = ["EventLoop", "partial_run"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -128,33 +122,6 @@ class _Call(Generic[T]):
         if isinstance(error, asyncio.CancelledError):
             raise ClosedError("the connection was closed while the call was waiting") from None
         raise error
-
-
-class Waiter:
-    """An answer that a callback on the loop hands to a thread waiting for it."""
-
-    __slots__ = ("_done", "error", "lost")
-
-    def __init__(self) -> None:
-        self._done = done = allocate_lock()
-        done.acquire()
-        self.error: BaseException | None = None
-        self.lost = False
-
-    def answer(self, error: BaseException | None, lost: bool) -> None:
-        """On the loop: the answer (an error to raise, or None), or ``lost``; wakes the
-        waiting thread."""
-        self.error, self.lost = error, lost
-        self._done.release()
-
-    def wait(self) -> None:
-        """In the caller's thread: block until answered (the main thread in short slices, so
-        that Ctrl-C is noticed, as a call's wait)."""
-        if get_ident() == _MAIN_THREAD_IDENT:
-            while not self._done.acquire(timeout=_POLL):
-                pass
-        else:
-            self._done.acquire()
 
 
 class EventLoop:
@@ -262,14 +229,6 @@ class EventLoop:
         except ClosedError:
             if not self._stopped:
                 raise
-
-    def held(self) -> AbstractContextManager[bool]:
-        """Hold the loop still while the block runs (``LoopThread.held``): the block may do
-        what a callback of the loop does, without a hop to the loop thread; it yields False
-        when that cannot be (then make the call with ``run``)."""
-        if self._stopped:
-            return nullcontext(False)
-        return self._thread.held()
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.

@@ -7,11 +7,6 @@ blocking connection of the process lives on one shared ``LoopThread`` (``shared_
 started on first use); a connection opened with ``private_loop=True`` gets one of its own,
 stopped when it closes.
 
-The loop thread holds a lock (``held``) at all times but while its selector waits for I/O, so
-another thread that takes the lock finds the loop parked between two turns and may do what a
-callback of the loop would do, with no hop to the loop thread; the loop is woken afterwards
-for what that scheduled.
-
 At interpreter exit the connections an application never closed must not keep the process
 alive. The loop threads are daemons, so they never hold up the exit themselves, and an exit
 hook (``threading._register_atexit``: it runs before the interpreter waits for non-daemon
@@ -27,13 +22,12 @@ import atexit
 import contextvars
 import itertools
 import logging
-import selectors
 import threading
 import warnings
 import weakref
 from _thread import get_ident
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Coroutine
+from contextlib import suppress
 from typing import Any, Protocol
 
 import anyio
@@ -58,8 +52,6 @@ class LoopThread:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._hold = threading.Lock()
-        """Held by the loop thread except while it waits in its selector (``held``)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self._host: TaskGroup | None = None
         self._stop: asyncio.Event | None = None
@@ -79,22 +71,15 @@ class LoopThread:
         return loop_thread
 
     def _main(self) -> None:
-        self._hold.acquire()
         try:
-            anyio.run(
-                self._serve, backend="asyncio", backend_options={"loop_factory": self._new_loop}
-            )
+            anyio.run(self._serve, backend="asyncio")
         except BaseException as exc:
             self._failure = exc
             if self._ready.is_set():
                 log.exception("the haclient event loop %s ended with an error", self.name)
         finally:
             self.loop = None
-            self._hold.release()
             self._ready.set()
-
-    def _new_loop(self) -> asyncio.AbstractEventLoop:
-        return asyncio.SelectorEventLoop(_HoldingSelector(self._hold))
 
     async def _serve(self) -> None:
         self._context = contextvars.copy_context()  # anyio's: where the backend is known
@@ -106,34 +91,6 @@ class LoopThread:
             await self._stop.wait()
             host.cancel_scope.cancel()
         self._host = None
-
-    @contextmanager
-    def held(self) -> Iterator[bool]:
-        """Hold the loop still, from another thread: while the block runs, the loop thread is
-        in its selector's wait (or waits to leave it), so the block may touch what the loop
-        owns, as a callback of the loop would, but must not wait for the loop. Yields False
-        (nothing held) when that is not possible: the loop has stopped, or runs in asyncio's
-        debug mode (which refuses calls from other threads). Whatever the block scheduled on
-        the loop runs once the block ends: the loop is woken for it.
-        """
-        loop = self.loop
-        if loop is None or loop.get_debug() or self.in_thread():
-            yield False
-            return
-        ready: Any = getattr(loop, "_ready", None)  # asyncio's queue of callbacks to run
-        scheduled: Any = getattr(loop, "_scheduled", None)  # and its timers
-        woken = True
-        try:
-            with self._hold:
-                before = (len(ready), len(scheduled)) if ready is not None else None
-                try:
-                    yield self.loop is loop
-                finally:
-                    woken = before is None or before != (len(ready), len(scheduled))
-        finally:
-            if woken:
-                with suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(_nothing)
 
     @property
     def running(self) -> bool:
@@ -204,22 +161,6 @@ class LoopThread:
 
 def _nothing() -> None:
     """A callback that only wakes the loop."""
-
-
-class _HoldingSelector(selectors.DefaultSelector):
-    """The loop's selector: it lets go of ``hold`` only while it waits for I/O, so that
-    ``LoopThread.held`` finds the loop between two turns."""
-
-    def __init__(self, hold: threading.Lock) -> None:
-        super().__init__()
-        self._hold = hold
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        self._hold.release()
-        try:
-            return super().select(timeout)
-        finally:
-            self._hold.acquire()
 
 
 _shared: LoopThread | None = None

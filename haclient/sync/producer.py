@@ -12,7 +12,6 @@ from haclient.destination import Destination
 from haclient.message import DeliveryMode, Message
 from haclient.sync._context import SessionContext
 from haclient.sync._forward import Forwarded
-from haclient.sync._loop import Waiter
 
 __all__ = ["CompletionListener", "MessageProducer"]
 
@@ -105,26 +104,6 @@ class MessageProducer:
             delivery_delay=delivery_delay,
             schedule=self._loop.call_soon,
         ):
-            return
-        # A PERSISTENT send while connected: sent from this thread with the loop held still,
-        # then a wait for the broker's answer, which the loop hands over: one thread hop.
-        waiter = Waiter()
-        with self._loop.held() as held:
-            sent = held and self._producer.send_held(
-                destination_or_message,
-                message,
-                delivery_mode=delivery_mode,
-                priority=priority,
-                time_to_live=time_to_live,
-                delivery_delay=delivery_delay,
-                on_outcome=waiter.answer,
-            )
-        if sent:
-            waiter.wait()
-            if waiter.lost:  # the connection ended first: sent again after failover (F11)
-                self._loop.run(self._producer.finish_held, sent, timeout=timeout)
-            elif waiter.error is not None:
-                raise waiter.error
             return
         self._loop.run(
             self._producer.send,

@@ -34,18 +34,9 @@ RENAMED = {
     "__anext__": "__next__",
 }
 
-NOT_API = {
-    "restore",
-    "begin_restore",
-    "connection_lost",
-    "restore_order",
-    "post",
-    "send_held",
-    "finish_held",
-}
+NOT_API = {"restore", "begin_restore", "connection_lost", "restore_order", "post"}
 """The async objects' hooks for the failover manager, which the application never calls, and
-the async producer's ``post``, ``send_held`` and ``finish_held`` (sends from another thread:
-what the blocking ``send`` uses)."""
+the async producer's ``post`` (a send from another thread: what the blocking ``send`` uses)."""
 
 
 def api(cls: type) -> dict[str, object]:

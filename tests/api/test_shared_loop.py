@@ -18,7 +18,6 @@ from blockingkit import FailoverSeen
 import haclient
 from chaos.broker import BrokerThread
 from haclient import Message, Queue, TextMessage
-from haclient.sync._runtime import LoopThread
 
 HANG = 10.0
 _names = itertools.count(1)
@@ -152,36 +151,3 @@ def test_calls_work_on_a_loop_in_asyncio_debug_mode(broker: BrokerThread, queue:
 
 async def _never() -> None:
     raise AssertionError("never started")
-
-
-def test_a_held_loop_runs_nothing_until_the_block_ends_then_what_it_scheduled() -> None:
-    """``LoopThread.held``, which a blocking PERSISTENT send writes under: while the block runs
-    the loop thread is parked between two turns; afterwards it runs what came meanwhile,
-    woken for it; from the loop thread itself, or once the loop stopped, nothing is held."""
-    loop_thread = LoopThread.start("haclient-held-test")
-    loop = loop_thread.loop
-    assert loop is not None
-    from_outside, from_block = threading.Event(), threading.Event()
-    in_loop_thread: list[bool] = []
-    try:
-        with loop_thread.held() as held:
-            assert held
-            loop.call_soon_threadsafe(from_outside.set)
-            assert not from_outside.wait(0.3)  # parked: the callback waits for the block's end
-            loop.call_soon(from_block.set)  # as a callback of the loop would schedule it
-        assert from_outside.wait(HANG) and from_block.wait(HANG)
-
-        asked = threading.Event()
-
-        def on_the_loop() -> None:
-            with loop_thread.held() as held:
-                in_loop_thread.append(held)
-            asked.set()
-
-        loop.call_soon_threadsafe(on_the_loop)
-        assert asked.wait(HANG)
-        assert in_loop_thread == [False]  # holding itself would wait forever
-    finally:
-        loop_thread.stop()
-    with loop_thread.held() as held:
-        assert not held

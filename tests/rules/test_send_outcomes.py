@@ -1,7 +1,5 @@
 """What a PERSISTENT send raises when the broker answers other than with an accept, the same
-through both APIs (the blocking one writes such a send from the caller's thread, with the event
-loop held, and takes the answer from the loop: ``MessageProducer.send_held``); staged with the
-scripted peer (``chaos.peer``)."""
+through both APIs; staged with the scripted peer (``chaos.peer``)."""
 
 from __future__ import annotations
 
