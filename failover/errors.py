@@ -9,34 +9,9 @@ condition into one of these classes, lives with the AMQP engine (``haclient.amqp
 has one identity wherever it is imported from: ``haclient.ClosedError is
 failover.errors.ClosedError``.
 
-The tree (builtin mixins in parentheses; ``*`` marks the classes ``haclient.amqp.conditions``
-adds)::
-
-    HAClientError                           the root: ``except HAClientError`` catches them all
-      ConfigurationError (ValueError)       a bad URL, option or argument: fix the config or code
-      InvalidSelectorError (ValueError)     a message selector that does not parse: fix it
-      IllegalStateError (RuntimeError)      not allowed in the object's current state
-        ClosedError                         the object (or its session, connection) is closed
-        ClientIdInUseError                  another connection holds this client id
-      ConnectionFailedError                 failover gave up (F4); ``.cause`` is the last failure
-      FailoverTimeoutError (TimeoutError)   blocked past ``failover.timeout``; failover goes on
-      TransactionRolledBackError            rolled back: replay it; ``.in_doubt``: check first (F7)
-      AcknowledgeFailedError                acknowledge lost to a failover; redelivered (F8)
-      BrowserFailoverError                  a browse cut by a failover: browse again (F10)
-      InvalidDestinationError               the queue or topic does not exist (any more)
-      MessageFormatError                    the message cannot be built, read or sent as it is
-      ResourceLockedError                   someone else holds it exclusively: wait or give up
-      ResourceLimitError                    a broker limit is reached: back off, then retry
-      AuthenticationError                   credentials or permissions refused: fix them
-      NotImplementedByBrokerError           the broker lacks a feature (``.feature``)
-      AMQPError                             any other broker error condition
-        ProtocolError *                     a peer broke the AMQP protocol (a bug, or corruption)
-        ConnectionLostError                 one physical connection ended; failover handles it
-        RedirectError *                     the broker sent us elsewhere (``.network_host``)
-        LinkDetachedError *                 the broker closed one producer or consumer
-        OpenTimeoutError * (TimeoutError)   the peer never answered an Open or Begin: a hung
-                                            broker; failover skips it (retriable)
-        AttachTimeoutError * (TimeoutError) the broker never answered an attach
+The whole tree, both halves, is drawn once, in ``haclient.errors``; the classes here are all of
+it but ``ProtocolError``, ``RedirectError``, ``LinkDetachedError``, ``OpenTimeoutError`` and
+``AttachTimeoutError``.
 
 ``AMQPError`` is here, under its public name, only because ``ConnectionLostError`` is one and
 the failover manager raises ``ConnectionLostError`` when a physical connection ends; nothing in

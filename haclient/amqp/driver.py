@@ -80,6 +80,7 @@ class Driver:
         self._wake = anyio.Event()
         self._writer_idle = False  # the writer waits for a wakeup (is not in the middle of a write)
         self._deadline = math.inf  # when the engine must be ticked next
+        self._now: Callable[[], float] = anyio.current_time  # the loop's clock
         self._timer = anyio.CancelScope()  # the timer task's wait (when the timer is a task)
         self._loop: asyncio.AbstractEventLoop | None = None  # set while callbacks pump
         self._timer_handle: asyncio.TimerHandle | None = None  # the timer (when callbacks pump)
@@ -242,7 +243,7 @@ class Driver:
                 await self._write_loop()
                 tg.cancel_scope.cancel()
             return
-        self._loop = loop
+        self._loop, self._now = loop, loop.time  # anyio's clock there, without its lookup
         self._watch = watch = SocketWatch(
             loop, self._socket, _READ_SIZE, self._take_input, self._read_failed, self._read_ended
         )
@@ -316,7 +317,7 @@ class Driver:
         engine.receive_data(data)
         # Tick now: proton counts the idle timeout from the first tick that sees new input, so
         # a late tick would make a silent peer's detection late (F13).
-        self._arm(engine.tick(anyio.current_time()))
+        self._arm(engine.tick(self._now()))
         self._dispatch()
         if not data:
             self.wakeup()
@@ -345,7 +346,7 @@ class Driver:
             if self._wake.is_set():  # fresh before looking, so no wakeup is lost
                 self._wake = anyio.Event()
             flushes, self._flush_waiters = self._flush_waiters, []  # satisfied by this write
-            self._arm(engine.tick(anyio.current_time()))
+            self._arm(engine.tick(self._now()))
             data = self._take_output()
             self._dispatch()  # after both: either may end the transport
             if data:

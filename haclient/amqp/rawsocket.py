@@ -73,10 +73,11 @@ class SocketWatch:
         self.active = True
         # The callback runs outside any task: tell anyio (through sniffio, when installed)
         # that this is asyncio, or what it does there fails under a bare ``asyncio.run``.
+        # The loop copies the registering context into the callback's handle, once.
         context = contextvars.copy_context()
         if _async_library is not None:
             context.run(_async_library.set, "asyncio")
-        loop.add_reader(self._fd, context.run, self._on_readable)
+        context.run(loop.add_reader, self._fd, self._on_readable)
 
     def _on_readable(self) -> None:
         try:
