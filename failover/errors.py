@@ -248,7 +248,10 @@ class ConnectionFailedError(HAClientError):
         if len(self.failures) > 1:
             each = "; ".join(f"{broker}: {error}" for broker, error in self.failures.items())
             text = f"failover gave up; the last failure of each broker: {each}"
-            if self.cause is not None and all(e is not self.cause for e in self.failures.values()):
+            if self.cause is not None and all(
+                e is not self.cause and e is not self.cause.__cause__
+                for e in self.failures.values()
+            ):  # a cause that is one of the failures, or was raised from one, is told already
                 text += f"; last failure: {self.cause}"
             return text
         if self.cause is not None:

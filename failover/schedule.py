@@ -20,6 +20,11 @@ whatever the wait; a failover also asks the stop before it (``attempt_number`` 0
 policy that allows no reconnect makes none, while the first connect always makes one attempt
 (``failover.states`` invariant 7).
 
+After a refusal of trust (``failover.states.is_refusal``: the broker refused our credentials or
+its TLS handshake failed), the next attempt, when it is on another broker, goes at once: the
+wait is not asked (the stop still is), since the refusal was an answer, not a broker that may
+be on its way back. A retry of the same broker (``retries`` > 1) waits as usual.
+
 The policy's own schedule is one such pair: ``PolicyWait`` (the delays of the module docstring
 of ``failover.policy``, jitter drawn from the injected ``random.Random``, so a seed makes the
 plan exact) and ``policy_stop`` (the pass count as ``stop_after_attempt``, the time budget
@@ -140,19 +145,30 @@ class ReconnectPlan:
         self._retrying = tenacity.Retrying(wait=self._wait, stop=self._stop)
         self._made = 0
         self._slept = 0.0
+        self._last: int | None = None  # the broker index of the last attempt handed out
 
     @property
     def made(self) -> int:
         """The attempts handed out so far."""
         return self._made
 
-    def next(self, now: float, failure: BaseException | None = None) -> Attempt[BrokerURL] | None:
+    @property
+    def brokers_of_a_pass(self) -> tuple[BrokerURL, ...]:
+        """The brokers one pass of this plan visits, in its order (the first broker alone when
+        the plan makes no pass: the one try of a first connect without failover)."""
+        return tuple(self._brokers[i] for i in self._order) or tuple(self._brokers[:1])
+
+    def next(
+        self, now: float, failure: BaseException | None = None, *, refused: bool = False
+    ) -> Attempt[BrokerURL] | None:
         """The next attempt, ``now`` being the time of the caller's clock and ``failure`` what
-        made the last attempt fail; None when the plan ends (give up, F4)."""
-        attempt = self._first(now) if self._made == 0 else self._after(now, failure)
+        made the last attempt fail (``refused``: a refusal of trust, after which another broker
+        is tried at once); None when the plan ends (give up, F4)."""
+        attempt = self._first(now) if self._made == 0 else self._after(now, failure, refused)
         if attempt is not None:
             self._made += 1
             self._slept += attempt.delay
+            self._last = attempt.broker_index
         return attempt
 
     def _first(self, now: float) -> Attempt[BrokerURL] | None:
@@ -163,12 +179,16 @@ class ReconnectPlan:
         delay = self._policy.delay(0, brokers=len(self._order), rng=self._rng)
         return Attempt(index, self._brokers[index], delay, 1)
 
-    def _after(self, now: float, failure: BaseException | None) -> Attempt[BrokerURL] | None:
+    def _after(
+        self, now: float, failure: BaseException | None, refused: bool
+    ) -> Attempt[BrokerURL] | None:
         index = next(self._cycle, None)
         if index is None:
             return None
         state = self.retry_state(now, failure, 0.0)
-        delay = max(0.0, float(self._wait(state)))
+        # A refusal was an answer, not a broker on its way back: another broker goes at once.
+        at_once = refused and index != self._last
+        delay = 0.0 if at_once else max(0.0, float(self._wait(state)))
         if self._cut:  # the policy's stop: no attempt after the time budget (invariant 8)
             cut = budget_delay(self._policy, delay, now - self._began)
             delay = delay if cut is None else cut  # None: spent, and the stop says so

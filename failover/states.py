@@ -34,7 +34,8 @@ Invariants it keeps (a unit test walks every (state, event) pair and random even
 6. A loss while CONNECTED gives up at once (GAVE_UP, not LOST) when failover is off
    (``nofailover``) or the cause is one no reconnect can fix (``retriable`` says no); a loss
    while RESTORING is always LOST. After any failed attempt (or a loss during restore) the
-   walk asks ``retriable`` before the next attempt: False gives up, attempts left or not.
+   walk asks ``retriable`` before the next attempt: False gives up, attempts left or not,
+   unless the failure is a refusal of trust by the broker tried (invariant 10).
 7. The plan of a failover starts after the lost broker (roundrobin, exchange); the first
    connect makes at least one attempt on the first broker, even under ``nofailover`` or
    ``cyclecount=0`` (which make no *re*connect at all).
@@ -45,6 +46,14 @@ Invariants it keeps (a unit test walks every (state, event) pair and random even
    ``ConnectionLostError``, any error once the connection has ended, or a retriable
    ``TimeoutError`` (the broker stopped answering). Anything else is the resource's own
    failure: reported to the listeners while the others restore (``restore_failure``).
+10. A refusal of trust (``is_refusal``: an ``AuthenticationError`` that ``retriable`` says no
+   reconnect fixes, such as refused credentials or a failed TLS handshake) from a connection
+   attempt is one broker's answer, not the end: the walk goes on to the next broker, at once.
+   It gives up, with an ``AuthenticationError`` naming each broker and its reason
+   (``refusal_error``), when every broker of a pass refused at its last attempt
+   (``refused_everywhere``); one broker that failed otherwise (unreachable, say) keeps the
+   walk going, by the plan, until it ends. A loss of a connection that was accepted is not a
+   refusal: invariant 6 holds for it, whatever its cause.
 """
 
 from __future__ import annotations
@@ -52,12 +61,17 @@ from __future__ import annotations
 import enum
 import itertools
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from failover.errors import ConnectionLostError, HAClientError, IllegalStateError
+from failover.errors import (
+    AuthenticationError,
+    ConnectionLostError,
+    HAClientError,
+    IllegalStateError,
+)
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.url import BrokerURL
 
@@ -71,10 +85,13 @@ __all__ = [
     "RestoreFailure",
     "budget_delay",
     "index_of",
+    "is_refusal",
     "is_retriable_failure",
     "loss_event",
     "next_state",
     "plan",
+    "refusal_error",
+    "refused_everywhere",
     "reports_events",
     "restore_failure",
     "state_after",
@@ -182,6 +199,49 @@ def loss_event(state: ConnectionState, method: FailoverMethod, retriable: bool) 
     if connected and (method is FailoverMethod.NOFAILOVER or not retriable):
         return ManagerEvent.GAVE_UP
     return ManagerEvent.LOST
+
+
+def is_refusal(error: BaseException, *, retriable: bool) -> bool:
+    """Whether ``error``, raised by a connection attempt, is the broker's refusal of trust
+    (invariant 10): an ``AuthenticationError`` (the broker refused the credentials, or the TLS
+    handshake failed: an untrusted or misnamed certificate, or our certificate refused) that
+    no reconnect to that broker fixes (``retriable`` False). Another broker of the list, with
+    its own certificate and user store, may still accept."""
+    return isinstance(error, AuthenticationError) and not retriable
+
+
+def refused_everywhere(refusals: Mapping[str, BaseException], brokers: Iterable[BrokerURL]) -> bool:
+    """Whether every broker of a pass (``brokers``) refused at its last attempt: ``refusals``
+    holds, by broker (``str(broker)``), the refusal of each broker whose last attempt was one
+    (invariant 10)."""
+    return all(str(broker) in refusals for broker in brokers)
+
+
+def refusal_error(
+    refusals: Mapping[str, BaseException], brokers: Iterable[BrokerURL], last: BaseException
+) -> AuthenticationError:
+    """The error failover gives up with when every broker of a pass refused (invariant 10):
+    an ``AuthenticationError`` whose message names each broker of ``brokers`` and its reason
+    (from ``refusals``, in the order of the pass), raised from ``last``, the last refusal, and
+    carrying its condition. With one broker in the pass, ``last`` itself: nothing to add."""
+    brokers = tuple(brokers)
+    if len(brokers) == 1 and isinstance(last, AuthenticationError):
+        return last
+    reasons = []
+    for broker in brokers:
+        error = refusals.get(str(broker))
+        if error is not None:
+            text = str(error)
+            reasons.append(text if str(broker) in text else f"{broker}: {text}")
+    fields = last if isinstance(last, HAClientError) else None
+    summary = AuthenticationError(
+        f"every broker refused the connection: {'; '.join(reasons)}",
+        condition=None if fields is None else fields.condition,
+        description=None if fields is None else fields.description,
+        info=None if fields is None else fields.info,
+    )
+    summary.__cause__ = last
+    return summary
 
 
 class RestoreFailure(enum.Enum):

@@ -45,7 +45,10 @@ from failover.states import (
     ConnectionState,
     ManagerEvent,
     RestoreFailure,
+    is_refusal,
     loss_event,
+    refusal_error,
+    refused_everywhere,
     reports_events,
     restore_failure,
 )
@@ -265,17 +268,23 @@ class Supervisor(Generic[P]):
 
     async def _walk_plan(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:
         failed: BaseException | None = None
-        refused = 0
-        while (attempt := plan.next(self._clock(), failed)) is not None:
+        refused = False  # the last attempt was a refusal of trust
+        failures = 0
+        # broker -> its refusal, for each broker whose last attempt was one (invariant 10)
+        refusals: dict[str, BaseException] = {}
+        while (attempt := plan.next(self._clock(), failed, refused=refused)) is not None:
             self._gate.attempting(attempt)
             if attempt.delay > 0:
                 await self._sleep(attempt.delay)
             connection = await self._try(attempt)
             if connection is None:
                 failed = self._cause()
-                refused += 1
-                self._log_failure(attempt, refused)
-                if not self._retriable(failed):
+                failures += 1
+                refused = self._note_refusal(attempt, failed, refusals, failures)
+                if refused and refused_everywhere(refusals, plan.brokers_of_a_pass):
+                    self._failure = refusal_error(refusals, plan.brokers_of_a_pass, failed)
+                    return False
+                if not refused and not self._retriable(failed):
                     return False
                 continue
             if self._gate.state is ConnectionState.CLOSED:  # closed while the connector ran
@@ -289,10 +298,32 @@ class Supervisor(Generic[P]):
                 return True
             await close_quietly(link.connection)  # lost during restore: the next attempt
             failed = self._failures[str(attempt.broker)] = self._cause()
+            refused = False  # it accepted the connection
+            refusals.pop(str(attempt.broker), None)
             if not self._retriable(failed):
                 return False
         _log.info("the reconnect schedule ends after %d attempts", plan.made)
         return False
+
+    def _note_refusal(
+        self,
+        attempt: Attempt[BrokerURL],
+        failed: BaseException,
+        refusals: dict[str, BaseException],
+        failures: int,
+    ) -> bool:
+        """Log the failed ``attempt`` and keep ``refusals`` (broker -> its refusal, for each
+        broker whose last attempt was one) up to date; True when ``failed`` is a refusal of
+        trust (invariant 10 of ``failover.states``). A broker's first refusal is a warning
+        that says which broker and why."""
+        key = str(attempt.broker)
+        refused = is_refusal(failed, retriable=self._retriable(failed))
+        self._log_failure(attempt, failures, warn=refused and key not in refusals)
+        if refused:
+            refusals[key] = failed
+        else:
+            refusals.pop(key, None)
+        return refused
 
     async def _try(self, attempt: Attempt[BrokerURL]) -> P | None:
         self._attempts += 1
@@ -462,11 +493,13 @@ class Supervisor(Generic[P]):
     def _cause(self) -> BaseException:
         return self._failure or ConnectionLostError("no connection attempt was made")
 
-    def _log_failure(self, attempt: Attempt[BrokerURL], failures: int) -> None:
+    def _log_failure(self, attempt: Attempt[BrokerURL], failures: int, *, warn: bool) -> None:
+        """Log a failed attempt: a warning when ``warn`` (a broker's first refusal of trust in
+        a walk: which broker, and why) and every ``warn_after_attempts`` failures."""
         every = self._policy.warn_after_attempts
-        level = logging.WARNING if every > 0 and failures % every == 0 else logging.INFO
+        warn = warn or (every > 0 and failures % every == 0)
         _log.log(
-            level,
+            logging.WARNING if warn else logging.INFO,
             "attempt %d to connect to %s failed (%d failed so far): %s",
             attempt.number,
             attempt.broker,

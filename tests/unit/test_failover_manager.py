@@ -421,13 +421,14 @@ async def test_F4_waiters_blocked_during_a_failing_start_get_connection_failed()
 @pytest.mark.anyio
 async def test_a_failure_no_reconnect_can_fix_stops_the_start_at_once() -> None:
     network = Network()
-    network.errors["a"] = AuthenticationError("bad password")
+    # The same everywhere (unlike a broker's refusal of trust, F15): no other broker is tried.
+    network.errors["a"] = ConfigurationError("the key file cannot be read")
     with anyio.fail_after(HANG):
         async with make(network, [A, B]) as manager:
             with pytest.raises(ConnectionFailedError) as info:
                 await manager.start()
     assert network.calls == ["a"]
-    assert isinstance(info.value.cause, AuthenticationError)
+    assert isinstance(info.value.cause, ConfigurationError)
 
 
 @pytest.mark.anyio
@@ -596,13 +597,13 @@ async def test_a_loss_no_reconnect_can_fix_fails_at_once() -> None:
 async def test_F4_a_connect_failure_no_reconnect_can_fix_ends_failover() -> None:
     network = Network()
     async with running(network) as manager:
-        network.errors["b"] = AuthenticationError("bad password")
+        network.errors["b"] = ConfigurationError("the key file cannot be read")
         network.last.drop()
         await until(lambda: manager.state is S.FAILED)
         assert network.calls == ["a", "b"]  # c is not tried
         with pytest.raises(ConnectionFailedError) as info:
             await manager.wait_connected()
-        assert isinstance(info.value.cause, AuthenticationError)
+        assert isinstance(info.value.cause, ConfigurationError)
 
 
 @pytest.mark.anyio
@@ -1704,3 +1705,211 @@ def test_reconnect_strategies_must_be_callable() -> None:
         Manager(Network().connect, [A], reconnect_wait=5)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="reconnect_stop must be a tenacity stop"):
         Manager(Network().connect, [A], reconnect_stop=60)  # type: ignore[arg-type]
+
+
+# --- Refusals of trust (F15) --------------------------------------------------------------------
+
+
+def refuse(network: Network, *hosts: str) -> None:
+    """Make each of ``hosts`` refuse the connection as a broker refuses our login or our TLS
+    handshake: ``AuthenticationError``, naming the broker and the reason."""
+    for host in hosts:
+        network.errors[host] = AuthenticationError(f"{host} refused: unknown CA ({host})")
+
+
+UNTIL_THE_BUDGET = FailoverPolicy(startup_cyclecount=None, give_up_after=10.0, jitter=0.0)
+
+
+@pytest.mark.anyio
+async def test_F15_a_broker_that_refuses_is_skipped_and_the_next_one_connects() -> None:
+    network = Network()
+    refuse(network, "a")
+    async with running(network, [A, B, C]) as manager:
+        assert manager.broker == B
+        assert network.calls == ["a", "b"]
+        assert network.clock.now == 0.0
+
+
+@pytest.mark.anyio
+async def test_F15_when_every_broker_refuses_the_connect_gives_up_at_once_naming_each() -> None:
+    network = Network()
+    refuse(network, "a", "b", "c")
+    # Without F15 this plan would walk the list for the whole time budget (10 s).
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B, C], UNTIL_THE_BUDGET) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+            assert manager.state is S.FAILED
+    assert network.calls == ["a", "b", "c"]  # one pass, at once
+    assert network.clock.now == 0.0
+    cause = info.value.cause
+    assert isinstance(cause, AuthenticationError) and not cause.retriable
+    assert str(cause) == (
+        "every broker refused the connection: amqp://a:5672: a refused: unknown CA (a); "
+        "amqp://b:5672: b refused: unknown CA (b); amqp://c:5672: c refused: unknown CA (c)"
+    )
+    assert cause.__cause__ is network.errors["c"]  # chained from the last refusal
+    assert info.value.__cause__ is cause
+    assert set(info.value.failures) == {"amqp://a:5672", "amqp://b:5672", "amqp://c:5672"}
+    # The message of the final error names each broker once, not the summary again.
+    assert str(info.value).count("unknown CA (a)") == 1
+
+
+@pytest.mark.anyio
+async def test_F15_one_broker_that_refuses_gives_up_at_once_with_its_own_error() -> None:
+    network = Network()
+    refuse(network, "a")
+    with anyio.fail_after(HANG):
+        async with make(network, [A], UNTIL_THE_BUDGET) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+    assert network.calls == ["a"]
+    assert info.value.cause is network.errors["a"]
+
+
+@pytest.mark.anyio
+async def test_F15_a_refusal_and_an_unreachable_broker_go_on_by_the_plan() -> None:
+    network = Network(down={"b"})
+    refuse(network, "a")
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B], UNTIL_THE_BUDGET) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+    # Not every broker refused: the plan runs to the end of its time budget.
+    assert network.clock.now == pytest.approx(10.0)
+    assert len(network.calls) > 100 and set(network.calls) == {"a", "b"}
+    # The last failure is the cause (F4), and the message names each broker's.
+    assert info.value.cause is info.value.failures[f"amqp://{network.calls[-1]}:5672"]
+    assert isinstance(info.value.failures["amqp://a:5672"], AuthenticationError)
+    assert isinstance(info.value.failures["amqp://b:5672"], OSError)
+    assert "unknown CA (a)" in str(info.value) and "refused by b" in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_F15_a_broker_that_comes_back_after_refusals_elsewhere_is_connected() -> None:
+    network = Network()
+    refuse(network, "a")
+    network.refusals["b"] = 3  # b is down for three attempts, then answers
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B], UNTIL_THE_BUDGET) as manager:
+            await manager.start()
+            assert manager.broker == B
+    assert network.calls == ["a", "b"] * 4
+
+
+@pytest.mark.anyio
+async def test_F15_after_a_refusal_the_next_broker_is_tried_without_the_wait() -> None:
+    network = Network(down={"b"})
+    refuse(network, "a")
+    # Every attempt waits 1 s (no fast phase), except the one right after a refusal.
+    policy = FailoverPolicy(
+        startup_cyclecount=3, connect_delay=1.0, backoff=1.0, fast_period=0.0, jitter=0.0
+    )
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B], policy) as manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert network.calls == ["a", "b"] * 3
+    assert network.times == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+
+
+@pytest.mark.anyio
+async def test_F15_during_a_failover_a_refusing_broker_is_skipped() -> None:
+    network = Network()
+    recorder = Recorder()
+    async with running(network, [A, B, C]) as manager:
+        manager.add_listener(recorder)
+        refuse(network, "b")
+        connection, epoch = await drop_and_reconnect(manager)
+        assert (connection.broker, epoch) == (C, 1)
+        assert network.calls == ["a", "b", "c"]
+    assert [e[0] for e in recorder.events] == ["started", "completed"]
+
+
+@pytest.mark.anyio
+async def test_F15_during_a_failover_every_broker_refusing_gives_up_at_once() -> None:
+    network = Network()
+    recorder = Recorder()
+    errors: list[ConnectionFailedError] = []
+    async with running(network, [A, B, C], FailoverPolicy(jitter=0.0)) as manager:
+        manager.add_listener(recorder)
+        network.hold = anyio.Event()
+        refuse(network, "a", "b", "c")
+        network.clock.now = 1000.0
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILING_OVER)
+
+        async def waiter() -> None:
+            try:
+                await manager.wait_connected()
+            except ConnectionFailedError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            network.hold.set()
+        assert manager.state is S.FAILED
+    assert network.calls == ["a", "b", "c", "a"]  # the one pass after the loss of a
+    assert network.clock.now == 1000.0  # at once, not after the two-minute budget
+    (error,) = errors
+    cause = error.cause
+    assert isinstance(cause, AuthenticationError)
+    assert str(cause).startswith("every broker refused the connection: amqp://b:5672: b refused")
+    assert cause.__cause__ is network.errors["a"]
+    assert [e[0] for e in recorder.events] == ["started", "failed"]
+    assert recorder.events[1][1] is cause
+
+
+@pytest.mark.anyio
+async def test_F15_during_a_failover_refusals_and_a_dead_broker_go_on_until_the_budget() -> None:
+    network = Network()
+    policy = FailoverPolicy(give_up_after=5.0, jitter=0.0)
+    async with running(network, [A, B, C], policy) as manager:
+        refuse(network, "b", "c")
+        network.down = {"a"}  # the broker just lost does not answer: not a refusal
+        network.last.drop()
+        await until(lambda: manager.state is S.FAILED)
+        assert network.clock.now == pytest.approx(5.0)
+        with pytest.raises(ConnectionFailedError) as info:
+            await manager.wait_connected()
+    assert isinstance(info.value.cause, OSError | AuthenticationError)
+    assert len(network.calls) > 100
+
+
+@pytest.mark.anyio
+async def test_F15_a_refusal_that_retriable_calls_retriable_is_retried_as_any_failure() -> None:
+    network = Network()
+    refuse(network, "a", "b")
+    clock = network.clock
+    manager = Manager(
+        network.connect,
+        [A, B],
+        UNTIL_THE_BUDGET,
+        retriable=lambda error: True,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    with anyio.fail_after(HANG):
+        async with manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    assert clock.now == pytest.approx(10.0)
+
+
+@pytest.mark.anyio
+async def test_F15_each_brokers_first_refusal_is_a_warning_with_the_broker_and_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="haclient.failover")
+    network = Network(down={"b"})
+    refuse(network, "a")
+    policy = FailoverPolicy(startup_cyclecount=3, connect_delay=0.0, warn_after_attempts=0)
+    with anyio.fail_after(HANG):
+        async with make(network, [A, B], policy) as manager:
+            with pytest.raises(ConnectionFailedError):
+                await manager.start()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "attempt 1 to connect to amqp://a:5672 failed (1 failed so far): a refused: unknown CA (a)"
+    ]

@@ -18,7 +18,7 @@ from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.schedule import PolicyWait, ReconnectPlan, checked_strategies, policy_stop
 from failover.states import plan
 from failover.url import BrokerURL
-from haclient.errors import ConfigurationError
+from haclient.errors import AuthenticationError, ConfigurationError
 
 REFUSED = OSError("refused")
 
@@ -184,6 +184,40 @@ def test_nofailover_makes_one_first_attempt_whatever_the_stop() -> None:
         policy, [A, B], None, startup=True, began=0.0, rng=random.Random(1), stop=stop
     )
     assert walk(given) == [Attempt(0, A, 0.0, 1)]
+
+
+def test_F15_after_a_refusal_the_next_broker_goes_at_once_a_retry_of_the_same_waits() -> None:
+    policy = FailoverPolicy(
+        retries=2, connect_delay=1.0, backoff=1.0, fast_period=0.0, jitter=0.0, cyclecount=2
+    )
+    schedule = ReconnectPlan(policy, [A, B], None, startup=False, began=0.0, rng=random.Random(1))
+    refusal = AuthenticationError("refused")
+    got = [schedule.next(0.0)]
+    for _ in range(4):
+        got.append(schedule.next(0.0, refusal, refused=True))
+    got.append(schedule.next(0.0, REFUSED))
+    assert [(a.broker.host, a.delay) for a in got if a is not None] == [
+        ("a", 0.0),
+        ("a", 1.0),  # the same broker again (retries=2): the wait
+        ("b", 0.0),  # another broker after a refusal: at once
+        ("b", 1.0),
+        ("a", 0.0),
+        ("a", 1.0),  # after a failure that is no refusal: the wait
+    ]
+
+
+def test_F15_the_brokers_of_a_pass() -> None:
+    policy = FailoverPolicy()
+    after_b = ReconnectPlan(policy, [A, B, C], B, startup=False, began=0.0, rng=random.Random(1))
+    assert after_b.brokers_of_a_pass == (C, A, B)
+    single = FailoverPolicy(method=FailoverMethod.SINGLEBROKER)
+    assert ReconnectPlan(
+        single, [A], None, startup=True, began=0.0, rng=random.Random(1)
+    ).brokers_of_a_pass == (A,)
+    off = FailoverPolicy(method=FailoverMethod.NOFAILOVER)
+    assert ReconnectPlan(
+        off, [A, B], None, startup=True, began=0.0, rng=random.Random(1)
+    ).brokers_of_a_pass == (A,)  # the one try of the first connect
 
 
 def test_the_retry_state_is_the_plans() -> None:

@@ -139,6 +139,40 @@ def test_a_loss_while_connected_gives_up_without_failover_or_hope(
     assert loss_event(S.CONNECTED, method, retriable) is (E.GAVE_UP if gives_up else E.LOST)
 
 
+# --- Refusals of trust (F15) --------------------------------------------------------------------
+
+
+def test_F15_a_refusal_is_an_authentication_error_no_reconnect_fixes() -> None:
+    assert states.is_refusal(AuthenticationError("unknown CA"), retriable=False)
+    assert not states.is_refusal(AuthenticationError("unknown CA"), retriable=True)
+    assert not states.is_refusal(ResourceLockedError("taken"), retriable=False)
+    assert not states.is_refusal(OSError("refused"), retriable=True)
+
+
+def test_F15_every_broker_of_the_pass_must_have_refused_at_its_last_attempt() -> None:
+    refusals = {str(A): AuthenticationError("a"), str(C): AuthenticationError("c")}
+    assert not states.refused_everywhere(refusals, [A, B, C])
+    assert states.refused_everywhere(refusals, [A, C])
+    assert states.refused_everywhere({**refusals, str(B): AuthenticationError("b")}, [A, B, C])
+
+
+def test_F15_the_error_names_each_broker_in_pass_order_and_is_raised_from_the_last() -> None:
+    last = AuthenticationError("refused: no", condition="amqp:unauthorized-access")
+    refusals = {str(B): last, str(A): AuthenticationError(f"{A} refused the login of 'u'")}
+    error = states.refusal_error(refusals, [A, B], last)
+    assert str(error) == (
+        "every broker refused the connection: amqp://a:5672 refused the login of 'u'; "
+        "amqp://b:5672: refused: no"  # a reason that names its broker is not told it twice
+    )
+    assert error.__cause__ is last
+    assert (error.condition, error.retriable) == ("amqp:unauthorized-access", False)
+
+
+def test_F15_with_one_broker_the_error_is_its_own_refusal() -> None:
+    last = AuthenticationError("refused")
+    assert states.refusal_error({str(A): last}, [A], last) is last
+
+
 # --- A failed restore ---------------------------------------------------------------------------
 
 
