@@ -685,10 +685,15 @@ class ConnectionFactory:
 
 def _refusal(exc: BaseException) -> HAClientError | None:
     """The broker's refusal behind a first connect that gave up, when it is one that no retry
-    can fix and ``connect()`` promises by name (a wrong password, a client id in use)."""
-    if isinstance(exc, ConnectionFailedError) and isinstance(
-        exc.cause, AuthenticationError | ClientIdInUseError
-    ):
+    can fix and ``connect()`` promises by name (a wrong password, a client id in use). A
+    refused login is that only when every broker refused (F15): when another failed
+    otherwise, the ``ConnectionFailedError`` names each broker's failure."""
+    if not isinstance(exc, ConnectionFailedError):
+        return None
+    if isinstance(exc.cause, ClientIdInUseError):
+        return exc.cause
+    refused = (isinstance(e, AuthenticationError) for e in exc.failures.values())
+    if isinstance(exc.cause, AuthenticationError) and all(refused):
         return exc.cause
     return None
 

@@ -1,6 +1,6 @@
 """Brokers that do not fail cleanly, through both APIs: one that accepts TCP and never answers
-the Open (a hung broker, skipped like a dead one: F5) and one that refuses the login (F4: given
-up at once, with ``AuthenticationError``, not retried)."""
+the Open (a hung broker, skipped like a dead one: F5) and one that refuses the login (F15: the
+next broker is tried; with no other broker, given up at once with ``AuthenticationError``)."""
 
 from __future__ import annotations
 
@@ -59,17 +59,22 @@ async def test_F5_a_failover_whose_next_broker_is_silent_moves_on(api: Api) -> N
         assert last.queue_depth("hung-next") == 1
 
 
-async def test_F4_a_wrong_password_raises_authentication_error_and_is_not_retried(
+async def test_F15_a_wrong_password_moves_on_to_the_next_broker_and_both_failures_are_named(
     api: Api,
 ) -> None:
     with BrokerThread(users={"app": "secret"}) as broker:
         async with HostilePeer(silent) as next_broker:
             url = failover_url(broker, next_broker)
-            with anyio.fail_after(BOUND), pytest.raises(AuthenticationError) as refused:
+            with anyio.fail_after(BOUND), pytest.raises(ConnectionFailedError) as gave_up:
                 await api.connect(url, username="app", password="wrong", connect_timeout=1)
-            assert refused.value.condition == "amqp:unauthorized-access"
-            assert not refused.value.retriable
-            assert next_broker.connections == 0  # given up at once: nothing else was tried
+            assert next_broker.connections == 1  # one broker's refusal is not the list's
+            refused = gave_up.value.failures[f"amqp://127.0.0.1:{broker.port}"]
+            assert isinstance(refused, AuthenticationError) and not refused.retriable
+            assert refused.condition == "amqp:unauthorized-access"
+            assert "refused the login of user 'app'" in str(gave_up.value)
+        with anyio.fail_after(BOUND), pytest.raises(AuthenticationError) as alone:
+            await api.connect(broker.url, username="app", password="wrong")
+        assert not alone.value.retriable  # the only broker refused: given up at once
         async with await api.connect(broker.url, username="app", password="secret"):
             pass  # the right password gets in
 
