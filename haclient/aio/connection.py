@@ -685,17 +685,27 @@ class ConnectionFactory:
 
 def _refusal(exc: BaseException) -> HAClientError | None:
     """The broker's refusal behind a first connect that gave up, when it is one that no retry
-    can fix and ``connect()`` promises by name (a wrong password, a client id in use). A
-    refused login is that only when every broker refused (F15): when another failed
-    otherwise, the ``ConnectionFailedError`` names each broker's failure."""
+    can fix and ``connect()`` promises by name (a wrong password, a client id in use).
+
+    A refused login or TLS handshake (F15) is raised as it is when every broker refused; when
+    one refused and the others failed otherwise (the standby of an HA pair does not answer),
+    as an ``AuthenticationError`` whose message names each broker's last failure, raised from
+    the ``ConnectionFailedError``."""
     if not isinstance(exc, ConnectionFailedError):
         return None
     if isinstance(exc.cause, ClientIdInUseError):
         return exc.cause
-    refused = (isinstance(e, AuthenticationError) for e in exc.failures.values())
-    if isinstance(exc.cause, AuthenticationError) and all(refused):
+    refusals = [e for e in exc.failures.values() if isinstance(e, AuthenticationError)]
+    if isinstance(exc.cause, AuthenticationError) and len(refusals) == len(exc.failures):
         return exc.cause
-    return None
+    if not refusals:
+        return None
+    last = refusals[-1]
+    refused = AuthenticationError(
+        str(exc), condition=last.condition, description=last.description, info=last.info
+    )
+    refused.__cause__ = exc
+    return refused
 
 
 def _only_exception(exc: BaseException) -> BaseException:

@@ -65,13 +65,16 @@ async def test_F15_a_wrong_password_moves_on_to_the_next_broker_and_both_failure
     with BrokerThread(users={"app": "secret"}) as broker:
         async with HostilePeer(silent) as next_broker:
             url = failover_url(broker, next_broker)
-            with anyio.fail_after(BOUND), pytest.raises(ConnectionFailedError) as gave_up:
+            with anyio.fail_after(BOUND), pytest.raises(AuthenticationError) as refused:
                 await api.connect(url, username="app", password="wrong", connect_timeout=1)
+            assert refused.value.condition == "amqp:unauthorized-access"
+            assert not refused.value.retriable
             assert next_broker.connections == 1  # one broker's refusal is not the list's
-            refused = gave_up.value.failures[f"amqp://127.0.0.1:{broker.port}"]
-            assert isinstance(refused, AuthenticationError) and not refused.retriable
-            assert refused.condition == "amqp:unauthorized-access"
-            assert "refused the login of user 'app'" in str(gave_up.value)
+            text = str(refused.value)
+            assert f"127.0.0.1:{broker.port} refused the login of user 'app'" in text, text
+            assert f"127.0.0.1:{next_broker.port} accepted the TCP connection" in text, text
+            gave_up = refused.value.__cause__
+            assert isinstance(gave_up, ConnectionFailedError) and len(gave_up.failures) == 2
         with anyio.fail_after(BOUND), pytest.raises(AuthenticationError) as alone:
             await api.connect(broker.url, username="app", password="wrong")
         assert not alone.value.retriable  # the only broker refused: given up at once
