@@ -535,3 +535,22 @@ def test_item19_activemqs_failed_naming_a_temporary_address_is_an_invalid_destin
     )
     other = error_from_condition("failed", "java.io.IOException: disk full")
     assert type(other) is AMQPError  # ActiveMQ's catch-all stays what it was otherwise
+
+
+def test_connection_failed_names_each_broker_and_a_different_last_cause() -> None:
+    a, b = OSError("refused by a"), OSError("refused by b")
+    later = OSError("refused by a again")
+    failures = {"amqp://a:5672": a, "amqp://b:5672": b}
+    assert str(ConnectionFailedError(cause=b, failures=failures)) == (
+        "failover gave up; the last failure of each broker: amqp://a:5672: refused by a; "
+        "amqp://b:5672: refused by b"
+    )
+    assert str(ConnectionFailedError(cause=later, failures=failures)).endswith(
+        "; last failure: refused by a again"
+    )
+    # A cause raised from one of the failures (a summary of them) is not told twice.
+    summary = AuthenticationError("every broker refused the connection: ...")
+    summary.__cause__ = b
+    assert "every broker refused" not in str(
+        ConnectionFailedError(cause=summary, failures=failures)
+    )
