@@ -7,7 +7,8 @@ registered resources tier by tier on the new connection, and tells the gate. It 
 step to the ``ConnectionGate`` it is given (``failover.gate``), which holds the state and the
 waiting callers, and the failover events to the ``Listeners`` (F14). Every decision on the state
 is a pure function of ``failover.states`` (which event a loss is, what a failed restore means,
-whether an event is still reported); this module applies them. It holds the rest of what the
+whether an event is still reported, whether a failed attempt is a broker's refusal of trust and
+every broker of the pass refused); this module applies them. It holds the rest of what the
 logical connection knows: the epoch, the current physical connection, the broker lists, the
 resources, the last failures and the counters. ``failover.manager.ConnectionManager`` holds a
 supervisor and a gate and is the public API; the rules they keep together are listed there.
