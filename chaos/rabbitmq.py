@@ -302,7 +302,10 @@ class RabbitMQNode:
             (tls.cert_file, "server.pem"),
             (tls.key_file, "server.key"),
         ):
-            shutil.copyfile(source, files / name)
+            try:
+                shutil.copyfile(source, files / name)
+            except OSError as exc:
+                raise RabbitMQNodeError(f"cannot copy the node's TLS file: {exc}") from exc
         (files / "server.key").chmod(0o600)
         (base / "definitions.json").write_text(json.dumps(definitions(tls.users), indent=2))
         assert self._tls_port is not None
@@ -474,9 +477,12 @@ def _chown_tree(root: Path, user: str) -> None:
 
 def _client_context(tls: RabbitMQTls) -> ssl.SSLContext:
     """What the readiness probe trusts and presents on the TLS port."""
-    context = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.client_cert_file is not None:
-        context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.client_cert_file is not None:
+            context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
+    except (OSError, ssl.SSLError) as exc:  # ssl.SSLError is an OSError; named for the reader
+        raise RabbitMQNodeError(f"cannot load the probe's CA or client certificate: {exc}") from exc
     return context
 
 

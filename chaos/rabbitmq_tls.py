@@ -114,6 +114,8 @@ class RabbitMQTls:
             user: The client certificate's common name, the user EXTERNAL logs in.
         """
         server = ca.issue_cert("127.0.0.1", "localhost")
+        # A name beside the common name: given none, trustme writes an empty subjectAltName,
+        # which Erlang's TLS refuses ("Unsupported Certificate"). RabbitMQ reads the CN only.
         client = ca.issue_cert(f"{user}.client.invalid", common_name=user)
         files = {
             "ca.pem": ca.cert_pem.bytes(),
