@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Final, Self
 
 from chaos.net import free_port
+from chaos.processes import find_processes, signal_all, stop_group, wait_gone
 from chaos.rabbitmq_tls import PLUGIN, RabbitMQTls, config_lines, definitions
 
 __all__ = ["AMQP_SASL_HEADER", "RabbitMQNode", "RabbitMQNodeError", "start_all"]
@@ -64,7 +65,6 @@ _EXTRA_PATH: Final = ("/usr/sbin", "/usr/lib/rabbitmq/bin")
 _RUN_AS: Final = "rabbitmq"
 _PLUGINS: Final = "[rabbitmq_amqp1_0].\n"
 _PLUGINS_WITH_TLS: Final = f"[rabbitmq_amqp1_0,{PLUGIN}].\n"
-_STOP_TIMEOUT: Final = 30.0
 _LEFTOVER_TIMEOUT: Final = 5.0
 
 
@@ -227,7 +227,7 @@ class RabbitMQNode:
         try:
             for leader in (proc, epmd):  # the node first: it talks to epmd until it is down
                 if leader is not None:
-                    _stop_group(leader)
+                    stop_group(leader)
             if self._port is not None:
                 self._end_leftovers()
         finally:
@@ -239,10 +239,10 @@ class RabbitMQNode:
         """Pids of every process of this node: its launcher, the VM and its helpers, its epmd."""
         if self._port is None:
             return []
-        pids = _find_processes(self._markers())
+        pids = find_processes(self._markers())
         for leader in (self._proc, self._epmd):
             if leader is not None:
-                pids |= _find_processes(frozenset(), leader.pid)
+                pids |= find_processes(frozenset(), leader.pid)
         return sorted(pids)
 
     def __enter__(self) -> Self:
@@ -439,17 +439,17 @@ class RabbitMQNode:
         """End processes that outlived the group: epmd, and anything the VM left behind."""
         markers = self._markers()
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = _find_processes(markers)
+            pids = find_processes(markers)
             if not pids:
                 return
-            _signal_all(pids, sig)
-            if _wait_gone(markers, _LEFTOVER_TIMEOUT):
+            signal_all(pids, sig)
+            if wait_gone(markers, _LEFTOVER_TIMEOUT):
                 return
-        survivors = _find_processes(markers)
+        survivors = find_processes(markers)
         raise RabbitMQNodeError(f"processes of {self.node_name} survived SIGKILL: {survivors}")
 
 
-# -- helpers: finding, signalling and waiting for processes -------------------------------
+# -- helpers ------------------------------------------------------------------------------
 
 
 def _find_executable() -> Path | None:
@@ -539,67 +539,3 @@ def start_all(nodes: Iterable[RabbitMQNode], timeout: float = 90.0) -> None:
         for node in nodes:
             node.stop()
         raise errors[0]
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group led by ``proc``, wait, then SIGKILL it; reap ``proc``."""
-    pgid = proc.pid  # start_new_session=True made it the leader of its own group
-    _killpg(pgid, signal.SIGTERM)
-    try:
-        proc.wait(_STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        _killpg(pgid, signal.SIGKILL)
-        proc.wait()
-    # The launcher waits for the VM, but helpers of the VM may still be exiting.
-    deadline = time.monotonic() + _LEFTOVER_TIMEOUT
-    while _find_processes(frozenset(), pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _killpg(pgid, signal.SIGKILL)
-
-
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
-
-
-def _signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _wait_gone(markers: frozenset[bytes], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _find_processes(markers):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _find_processes(markers: frozenset[bytes], pgid: int | None = None) -> set[int]:
-    """Live processes in group ``pgid`` or whose environment holds one of ``markers``.
-
-    Zombies are dead already (only not yet reaped by their parent) and are not reported.
-    """
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _belongs(entry, markers, pgid):
-            found.add(int(entry.name))
-    return found
-
-
-def _belongs(proc_dir: Path, markers: frozenset[bytes], pgid: int | None) -> bool:
-    try:
-        stat = (proc_dir / "stat").read_bytes()
-        # Format: "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
-        state, _ppid, group = stat[stat.rindex(b")") + 2 :].split(b" ", 3)[:3]
-        if state == b"Z":
-            return False
-        if pgid is not None and int(group) == pgid:
-            return True
-        return bool(markers) and not markers.isdisjoint(
-            (proc_dir / "environ").read_bytes().split(b"\0")
-        )
-    except (OSError, ValueError):
-        return False  # it exited meanwhile, or it is not ours to read
