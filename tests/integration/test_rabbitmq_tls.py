@@ -128,6 +128,17 @@ def test_the_plain_listener_still_logs_guest_in_with_plain(node: RabbitMQNode) -
     connection.close()
 
 
+def test_the_plain_listener_does_not_offer_external(node: RabbitMQNode) -> None:
+    """EXTERNAL needs a client certificate, so only the TLS listener offers it."""
+    with pytest.raises(ConnectionException, match=r"Authentication failed \[mech=none\]"):
+        BlockingConnection(
+            f"amqp://{node.host}:{node.port}",
+            timeout=TIMEOUT,
+            sasl_enabled=True,
+            allowed_mechs="EXTERNAL",
+        )
+
+
 @pytest.mark.slow
 def test_two_tls_nodes_share_one_ca_and_one_client_identity(
     two_rabbitmq_tls_nodes: tuple[RabbitMQNode, RabbitMQNode],
