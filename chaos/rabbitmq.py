@@ -21,26 +21,38 @@ How this works:
   still carrying the node's markers in its environment (its node name, its epmd port) is found
   in ``/proc`` and ended too. When ``stop()`` returns, no process of the node is running;
   orphaned helpers may stay zombies for a moment, until PID 1 reaps them.
+- With ``tls=`` (:class:`chaos.rabbitmq_tls.RabbitMQTls`) the node also has an ``amqps``
+  listener on a fourth free port, which verifies client certificates against the given CA and
+  offers SASL EXTERNAL; the users named by certificates are imported at boot. Such a node is
+  ready when, on top, the TLS port completes a handshake verified against the CA and answers the
+  SASL header through it, presenting the client certificate. The TLS listener costs no time
+  that shows: 3.1-3.3 s a start against 3.0-3.3 s without, alternating on a 2-CPU VM.
+  :func:`start_all` starts several nodes side by side, each on its own thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, Self
 
 from chaos.net import free_port
+from chaos.processes import find_processes, signal_all, stop_group, wait_gone
+from chaos.rabbitmq_tls import PLUGIN, RabbitMQTls, config_lines, definitions
 
-__all__ = ["AMQP_SASL_HEADER", "RabbitMQNode", "RabbitMQNodeError"]
+__all__ = ["AMQP_SASL_HEADER", "RabbitMQNode", "RabbitMQNodeError", "start_all"]
 
 AMQP_SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
 """The protocol header an AMQP 1.0 client sends first when it wants SASL."""
@@ -52,7 +64,7 @@ _DEBIAN_SCRIPT: Final = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 _EXTRA_PATH: Final = ("/usr/sbin", "/usr/lib/rabbitmq/bin")
 _RUN_AS: Final = "rabbitmq"
 _PLUGINS: Final = "[rabbitmq_amqp1_0].\n"
-_STOP_TIMEOUT: Final = 30.0
+_PLUGINS_WITH_TLS: Final = f"[rabbitmq_amqp1_0,{PLUGIN}].\n"
 _LEFTOVER_TIMEOUT: Final = 5.0
 
 
@@ -61,7 +73,8 @@ class RabbitMQNodeError(RuntimeError):
 
 
 class RabbitMQNode:
-    """A throw-away RabbitMQ node with the AMQP 1.0 plugin, listening on 127.0.0.1 only.
+    """A throw-away RabbitMQ node with the AMQP 1.0 plugin, listening on 127.0.0.1 only;
+    with ``tls``, also over TLS with SASL EXTERNAL.
 
     No I/O happens in the constructor; ports are chosen by :meth:`start`. Use it as a context
     manager, or call :meth:`start` and :meth:`stop` (idempotent) yourself::
@@ -74,16 +87,20 @@ class RabbitMQNode:
 
     host: Final = "127.0.0.1"
 
-    def __init__(self, *, keep_files: bool = False) -> None:
+    def __init__(self, *, keep_files: bool = False, tls: RabbitMQTls | None = None) -> None:
         """Prepare a node without starting it.
 
         Args:
             keep_files: Keep the base directory (logs, mnesia) after :meth:`stop`, for
                 debugging. By default it is removed.
+            tls: Also listen for ``amqps`` with these files and offer SASL EXTERNAL there
+                (see :mod:`chaos.rabbitmq_tls`). The files are read at :meth:`start`.
         """
         self.keep_files = keep_files
+        self.tls = tls
         self.start_seconds: float | None = None
         self._port: int | None = None
+        self._tls_port: int | None = None
         self._dist_port: int | None = None
         self._epmd_port: int | None = None
         self._base: Path | None = None
@@ -114,6 +131,28 @@ class RabbitMQNode:
     def url(self) -> str:
         """``amqp://guest:guest@127.0.0.1:<port>``; ``guest`` may log in over loopback."""
         return f"amqp://guest:guest@{self.host}:{self.port}"
+
+    @property
+    def tls_port(self) -> int:
+        """The ``amqps`` port on :attr:`host`.
+
+        Raises:
+            RabbitMQNodeError: The node has no TLS listener, or has not been started.
+        """
+        if self.tls is None:
+            raise RabbitMQNodeError("the node has no TLS listener: pass tls= to RabbitMQNode")
+        if self._tls_port is None:
+            raise RabbitMQNodeError("the node has no port before start()")
+        return self._tls_port
+
+    @property
+    def amqps_url(self) -> str:
+        """``amqps://127.0.0.1:<tls_port>``: no user, the client certificate names it.
+
+        Raises:
+            RabbitMQNodeError: The node has no TLS listener, or has not been started.
+        """
+        return f"amqps://{self.host}:{self.tls_port}"
 
     @property
     def node_name(self) -> str:
@@ -188,7 +227,7 @@ class RabbitMQNode:
         try:
             for leader in (proc, epmd):  # the node first: it talks to epmd until it is down
                 if leader is not None:
-                    _stop_group(leader)
+                    stop_group(leader)
             if self._port is not None:
                 self._end_leftovers()
         finally:
@@ -200,10 +239,10 @@ class RabbitMQNode:
         """Pids of every process of this node: its launcher, the VM and its helpers, its epmd."""
         if self._port is None:
             return []
-        pids = _find_processes(self._markers())
+        pids = find_processes(self._markers())
         for leader in (self._proc, self._epmd):
             if leader is not None:
-                pids |= _find_processes(frozenset(), leader.pid)
+                pids |= find_processes(frozenset(), leader.pid)
         return sorted(pids)
 
     def __enter__(self) -> Self:
@@ -222,9 +261,11 @@ class RabbitMQNode:
 
     def _choose_ports(self) -> None:
         ports: set[int] = set()
-        while len(ports) < 3:
+        while len(ports) < (3 if self.tls is None else 4):
             ports.add(free_port(self.host))
-        self._port, self._dist_port, self._epmd_port = sorted(ports)
+        chosen = sorted(ports)
+        self._port, self._dist_port, self._epmd_port = chosen[:3]
+        self._tls_port = chosen[3] if self.tls is not None else None
 
     def _write_base_dir(self) -> dict[str, str]:
         """Create the base directory and return the environment that points the node at it."""
@@ -232,7 +273,7 @@ class RabbitMQNode:
         self._base = base
         for sub in ("mnesia", "log", "home"):
             (base / sub).mkdir()
-        (base / "rabbitmq.conf").write_text(
+        config = (
             f"listeners.tcp.default = {self.host}:{self.port}\n"
             "loopback_users = none\n"
             "log.console = false\n"
@@ -240,12 +281,35 @@ class RabbitMQNode:
             # A test machine's disk may be nearly full; do not block publishers for it.
             "disk_free_limit.absolute = 1MB\n"
         )
-        (base / "enabled_plugins").write_text(_PLUGINS)
+        plugins = _PLUGINS
+        if self.tls is not None:
+            config += self._write_tls_files(self.tls, base)
+            plugins = _PLUGINS_WITH_TLS
+        (base / "rabbitmq.conf").write_text(config)
+        (base / "enabled_plugins").write_text(plugins)
         # Empty, so that /etc/rabbitmq/rabbitmq-env.conf cannot override our settings.
         (base / "rabbitmq-env.conf").write_text("")
         if os.geteuid() == 0:
             _chown_tree(base, _RUN_AS)
         return self._environment(base)
+
+    def _write_tls_files(self, tls: RabbitMQTls, base: Path) -> str:
+        """Copy the PEM files and write the definitions; return the config lines for TLS."""
+        files = base / "tls"
+        files.mkdir()
+        for source, name in (
+            (tls.ca_file, "ca.pem"),
+            (tls.cert_file, "server.pem"),
+            (tls.key_file, "server.key"),
+        ):
+            try:
+                shutil.copyfile(source, files / name)
+            except OSError as exc:
+                raise RabbitMQNodeError(f"cannot copy the node's TLS file: {exc}") from exc
+        (files / "server.key").chmod(0o600)
+        (base / "definitions.json").write_text(json.dumps(definitions(tls.users), indent=2))
+        assert self._tls_port is not None
+        return config_lines(tls, self.host, self._tls_port, files, base / "definitions.json")
 
     def _environment(self, base: Path) -> dict[str, str]:
         env = {
@@ -323,16 +387,25 @@ class RabbitMQNode:
 
     def _wait_ready(self, deadline: float) -> None:
         last = "no answer yet"
+        probes: list[tuple[int, ssl.SSLContext | None]] = [(self.port, None)]
+        if self.tls is not None:
+            probes.append((self.tls_port, _client_context(self.tls)))
         while True:
             assert self._proc is not None
             code = self._proc.poll()
             if code is not None:
                 raise RabbitMQNodeError(f"node {self.node_name} exited with {code}{self._tail()}")
-            answer = _probe(self.host, self.port)
+            port, context = probes[0]
+            answer = _probe(self.host, port, context)
             if answer == AMQP_SASL_HEADER:
-                return
-            if answer is not None:
-                last = f"answered {answer!r}"
+                probes.pop(0)
+                if not probes:
+                    return
+                continue
+            if isinstance(answer, bytes):
+                last = f"port {port} answered {answer!r}"
+            elif answer is not None:
+                last = f"port {port}: {answer}"
             if time.monotonic() >= deadline:
                 raise RabbitMQNodeError(
                     f"node {self.node_name} not ready in time ({last}){self._tail()}"
@@ -366,17 +439,17 @@ class RabbitMQNode:
         """End processes that outlived the group: epmd, and anything the VM left behind."""
         markers = self._markers()
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = _find_processes(markers)
+            pids = find_processes(markers)
             if not pids:
                 return
-            _signal_all(pids, sig)
-            if _wait_gone(markers, _LEFTOVER_TIMEOUT):
+            signal_all(pids, sig)
+            if wait_gone(markers, _LEFTOVER_TIMEOUT):
                 return
-        survivors = _find_processes(markers)
+        survivors = find_processes(markers)
         raise RabbitMQNodeError(f"processes of {self.node_name} survived SIGKILL: {survivors}")
 
 
-# -- helpers: finding, signalling and waiting for processes -------------------------------
+# -- helpers ------------------------------------------------------------------------------
 
 
 def _find_executable() -> Path | None:
@@ -402,11 +475,27 @@ def _chown_tree(root: Path, user: str) -> None:
             os.chown(os.path.join(directory, name), account.pw_uid, account.pw_gid)
 
 
-def _probe(host: str, port: int) -> bytes | None:
-    """Send the AMQP 1.0 SASL header; return the 8-byte answer, or None if there is none."""
+def _client_context(tls: RabbitMQTls) -> ssl.SSLContext:
+    """What the readiness probe trusts and presents on the TLS port."""
     try:
-        with socket.create_connection((host, port), timeout=2.0) as sock:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.client_cert_file is not None:
+            context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
+    except (OSError, ssl.SSLError) as exc:  # ssl.SSLError is an OSError; named for the reader
+        raise RabbitMQNodeError(f"cannot load the probe's CA or client certificate: {exc}") from exc
+    return context
+
+
+def _probe(host: str, port: int, context: ssl.SSLContext | None = None) -> bytes | str | None:
+    """Send the AMQP 1.0 SASL header, through TLS with ``context``; return the 8-byte answer,
+    the TLS error (a handshake failed: the node is up, the cause may be ours), or None if there
+    is no answer."""
+    try:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=2.0))
             sock.settimeout(5.0)
+            if context is not None:
+                sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
             sock.sendall(AMQP_SASL_HEADER)
             answer = b""
             while len(answer) < len(AMQP_SASL_HEADER):
@@ -414,70 +503,39 @@ def _probe(host: str, port: int) -> bytes | None:
                 if not chunk:
                     return None
                 answer += chunk
+    except ssl.SSLError as exc:
+        return f"TLS failed: {exc}"
     except OSError:
         return None
     return answer if answer.startswith(b"AMQP") else None
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group led by ``proc``, wait, then SIGKILL it; reap ``proc``."""
-    pgid = proc.pid  # start_new_session=True made it the leader of its own group
-    _killpg(pgid, signal.SIGTERM)
-    try:
-        proc.wait(_STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        _killpg(pgid, signal.SIGKILL)
-        proc.wait()
-    # The launcher waits for the VM, but helpers of the VM may still be exiting.
-    deadline = time.monotonic() + _LEFTOVER_TIMEOUT
-    while _find_processes(frozenset(), pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _killpg(pgid, signal.SIGKILL)
+def start_all(nodes: Iterable[RabbitMQNode], timeout: float = 90.0) -> None:
+    """Start ``nodes`` side by side, each on a thread of its own, and wait for all of them.
 
+    Args:
+        nodes: Nodes not started yet.
+        timeout: Seconds each node may take to become ready.
 
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
-
-
-def _signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _wait_gone(markers: frozenset[bytes], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _find_processes(markers):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _find_processes(markers: frozenset[bytes], pgid: int | None = None) -> set[int]:
-    """Live processes in group ``pgid`` or whose environment holds one of ``markers``.
-
-    Zombies are dead already (only not yet reaped by their parent) and are not reported.
+    Raises:
+        RabbitMQNodeError: A node did not start (the first such error); the nodes that did
+            start are stopped again.
     """
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _belongs(entry, markers, pgid):
-            found.add(int(entry.name))
-    return found
+    nodes = list(nodes)
+    errors: list[BaseException] = []
 
+    def start(node: RabbitMQNode) -> None:
+        try:
+            node.start(timeout)
+        except BaseException as exc:  # raised below, on the caller's thread
+            errors.append(exc)
 
-def _belongs(proc_dir: Path, markers: frozenset[bytes], pgid: int | None) -> bool:
-    try:
-        stat = (proc_dir / "stat").read_bytes()
-        # Format: "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
-        state, _ppid, group = stat[stat.rindex(b")") + 2 :].split(b" ", 3)[:3]
-        if state == b"Z":
-            return False
-        if pgid is not None and int(group) == pgid:
-            return True
-        return bool(markers) and not markers.isdisjoint(
-            (proc_dir / "environ").read_bytes().split(b"\0")
-        )
-    except (OSError, ValueError):
-        return False  # it exited meanwhile, or it is not ours to read
+    threads = [threading.Thread(target=start, args=(node,)) for node in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        for node in nodes:
+            node.stop()
+        raise errors[0]

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.rabbitmq import RabbitMQNode
+from chaos.rabbitmq import RabbitMQNode, start_all
+from chaos.rabbitmq_tls import RabbitMQTls
 
 REQUIRE_BROKERS = "HACLIENT_REQUIRE_BROKERS"
 
@@ -45,6 +46,41 @@ def rabbitmq(rabbitmq_installed: None) -> Iterator[RabbitMQNode]:
     """A private RabbitMQ node with the AMQP 1.0 plugin, shared by the whole session."""
     with RabbitMQNode() as node:
         yield node
+
+
+@pytest.fixture
+def two_rabbitmq_tls_nodes(
+    rabbitmq_installed: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RabbitMQNode, RabbitMQNode]]:
+    """Two independent RabbitMQ nodes with TLS and SASL EXTERNAL, sharing one test CA.
+
+    Yields the two started nodes; for each ``node``:
+
+    - ``node.amqps_url``: ``amqps://127.0.0.1:<node.tls_port>``, no user in it. The node's
+      certificate names 127.0.0.1 (IP) and ``localhost`` (DNS); a client whose host name check
+      knows DNS names only (proton's) must check ``localhost`` (SNI).
+    - ``node.tls.ca_file``: the CA (PEM) that signed both nodes' and the client's certificates;
+      the same file for both nodes.
+    - ``node.tls.client_cert_file``, ``node.tls.client_key_file``: the client certificate and
+      its unencrypted key (PEM), the same for both nodes. The nodes refuse a TLS client
+      without a certificate.
+    - ``node.tls.user``: ``haclient-tls``, the certificate's common name, the user EXTERNAL
+      logs in (every permission on vhost ``/``; no password, so PLAIN cannot log it in).
+    - ``node.url``: the plain listener, ``guest``/``guest`` over PLAIN as before.
+
+    Function-scoped, as a test may kill a node (SIGKILL of ``node.vm_pid``). The nodes start
+    side by side; both are stopped, by pid, whatever happened to them.
+    """
+    import trustme  # a test dependency; loaded only by the tests that use TLS
+
+    tls = RabbitMQTls.from_ca(trustme.CA(), tmp_path_factory.mktemp("rabbitmq-tls"))
+    nodes = (RabbitMQNode(tls=tls), RabbitMQNode(tls=tls))
+    try:
+        start_all(nodes)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Iterator
 
 import anyio
@@ -16,7 +15,7 @@ import pytest
 from apikit import Api, Bed, Signal
 from failoverkit import TIMEOUT, Recorder, port_of
 
-from chaos.rabbitmq import RabbitMQNode
+from chaos.rabbitmq import RabbitMQNode, start_all
 from haclient.destination import Queue
 from haclient.message import TextMessage
 from haclient.modes import AckMode
@@ -29,22 +28,8 @@ def two_rabbits(rabbitmq_installed: None) -> Iterator[tuple[RabbitMQNode, Rabbit
     """Two independent nodes for one test (the test kills one), started side by side (each
     takes ~7 s); both stopped, by pid, whatever happened to them."""
     nodes = (RabbitMQNode(), RabbitMQNode())
-    errors: list[BaseException] = []
-
-    def start(node: RabbitMQNode) -> None:
-        try:
-            node.start()
-        except BaseException as exc:  # reported below, on the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(node,)) for node in nodes]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
+        start_all(nodes)
         yield nodes
     finally:
         for node in nodes:
