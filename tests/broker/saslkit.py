@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,12 +77,34 @@ class SocketWire:
             return b""
 
 
+OPENED: list[socket.socket] = []
+"""Every socket ``connect`` made; ``close_all`` closes them (a test's fixture calls it)."""
+
+
 def connect(port: int, tls: ssl.SSLContext | None = None) -> SocketWire:
     """A socket to the broker on 127.0.0.1 (TLS with the name ``broker.test`` when given)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    OPENED.append(sock)
     if tls is not None:
         sock = tls.wrap_socket(sock, server_hostname="broker.test")
+        OPENED.append(sock)
     return SocketWire(sock)
+
+
+def close_all() -> None:
+    """Close every socket ``connect`` made."""
+    while OPENED:
+        OPENED.pop().close()
+
+
+@contextmanager
+def sockets() -> Iterator[None]:
+    """Close the sockets made inside on leaving (before the broker stops: a broker waits a
+    while for connections that never finished their login to answer its Close)."""
+    try:
+        yield
+    finally:
+        close_all()
 
 
 @dataclass
