@@ -10,7 +10,7 @@ next sasl-response goes back to the exchange, until it accepts or refuses: a sas
 Rule 1: nothing reaches the AMQP layer, and no AMQP byte leaves, before an ``ok`` outcome.
 Rule 2: every failure after the protocol header (a refused login, a frame that is not the one
 expected, bytes that are no frame) sends the outcome ``auth`` and ends the stream; the reason
-stays in ``error`` for the broker's log. The exchange never waits for more than one frame.
+stays in ``error`` for the broker's log. Each frame is answered as soon as it is complete.
 A peer that skips SASL (plain AMQP header) is let through only when ANONYMOUS is offered.
 """
 
