@@ -6,7 +6,8 @@ See ``server.py`` for the lifecycle, ``connection.py`` and ``links.py`` for the 
 ``nodes.py`` for queue semantics and ``transactions.py`` for local transactions.
 
 Modules: ``server`` (Broker, listener, pause gate), ``blocking`` (BrokerThread), ``cli``
-(``haclient-broker``), ``connection`` (one client connection), ``owner`` (what links and the
+(``haclient-broker``), ``accounts`` (who may log in, and with which SASL mechanisms),
+``connection`` (one client connection), ``owner`` (what links and the
 state know of a connection), ``links`` (consumer, producer and coordinator links), ``browsing``
 (queue browsers), ``router`` (addresses to nodes), ``nodes`` (Queue, Topic), ``stored`` (a
 message as the broker keeps it), ``transactions``, ``state`` (one run's state and the admin

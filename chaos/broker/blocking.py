@@ -153,3 +153,11 @@ class BrokerThread:
     def delete_node(self, address: str) -> bool:
         """Delete a node."""
         return self.portal.call(self.broker.delete_node, address)
+
+    def add_token(self, token: str, user: str) -> None:
+        """Accept an OAuth token as ``user``'s from the next login on."""
+        self.portal.call(self.broker.add_token, token, user)
+
+    def revoke_token(self, token: str) -> bool:
+        """Refuse an OAuth token from the next login on."""
+        return self.portal.call(self.broker.revoke_token, token)

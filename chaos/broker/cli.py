@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 
 import anyio
 
+from chaos.amqp_server import TlsServerLayer
 from chaos.args import LOG_LEVELS, log_level, port, positive_seconds, store
+from chaos.broker.accounts import MECHANISMS, parse_mechanisms
 from chaos.broker.server import Broker
 from chaos.broker.state import BrokerMode
 from chaos.broker.topology import parse_peer
@@ -26,6 +29,20 @@ def _user(text: str) -> tuple[str, str]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME:PASSWORD, got {text!r}")
     return name, password
+
+
+def _token(text: str) -> tuple[str, str]:
+    token, sep, user = text.rpartition("=")
+    if not sep or not token or not user:
+        raise argparse.ArgumentTypeError("expected TOKEN=USER")  # the token is never echoed
+    return token, user
+
+
+def _mechanisms(text: str) -> tuple[str, ...]:
+    try:
+        return parse_mechanisms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _limit(text: str) -> int:
@@ -70,12 +87,37 @@ def build_parser() -> argparse.ArgumentParser:
         type=_user,
         default=[],
         metavar="NAME:PASS",
-        help="accept this SASL PLAIN login (repeatable); without any, ANONYMOUS is allowed",
+        help="accept this user's SASL logins: SCRAM-SHA-512, SCRAM-SHA-256, SCRAM-SHA-1 and "
+        "PLAIN (repeatable; only salted credentials are kept); without any, ANONYMOUS and any "
+        "PLAIN login are allowed",
+    )
+    parser.add_argument(
+        "--oauth-token",
+        action="append",
+        type=_token,
+        default=[],
+        metavar="TOKEN=USER",
+        help="accept this OAuth 2 bearer token as USER's over SASL XOAUTH2 (repeatable)",
+    )
+    parser.add_argument(
+        "--sasl-mechanisms",
+        type=_mechanisms,
+        default=None,
+        metavar="LIST",
+        help="offer only these SASL mechanisms, comma-separated, in this order; each must be "
+        f"enabled by the other options (known: {', '.join(MECHANISMS)})",
     )
     parser.add_argument("--idle-timeout", type=positive_seconds, default=None, metavar="SECONDS")
     parser.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES")
     parser.add_argument("--tls-cert", default=None, help="certificate chain file (PEM)")
     parser.add_argument("--tls-key", default=None, help="private key file (PEM)")
+    parser.add_argument(
+        "--tls-client-ca",
+        default=None,
+        metavar="FILE",
+        help="require client certificates signed by this CA (PEM) and offer SASL EXTERNAL: "
+        "the certificate's common name is the user (needs --tls-cert)",
+    )
     parser.add_argument(
         "--refuse-duplicate-container-id",
         action="store_true",
@@ -161,23 +203,8 @@ def _bind_error(exc: BaseException) -> OSError | None:
     return exc if isinstance(exc, OSError) else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``haclient-broker``; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if (args.tls_cert is None) != (args.tls_key is None):
-        print("--tls-cert and --tls-key go together", file=sys.stderr)
-        return 2
-    tls = TlsServerOptions(args.tls_cert, args.tls_key) if args.tls_cert else None
-    try:
-        for url in args.peer:
-            parse_peer(url)
-    except ValueError as exc:
-        print(f"--peer: {exc}", file=sys.stderr)
-        return 2
-    broker = Broker(
+def _broker(args: argparse.Namespace, tls: TlsServerOptions | None) -> Broker:
+    return Broker(
         host=args.host,
         port=args.port,
         users=dict(args.user) if args.user else None,
@@ -193,7 +220,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         queue_policies=dict(args.queue_policy),
         on_standby=_standby(args.store) if args.store else None,
         mode="activemq" if args.activemq else "reference",
+        oauth_tokens=dict(args.oauth_token) if args.oauth_token else None,
+        sasl_mechanisms=args.sasl_mechanisms,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``haclient-broker``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("--tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        print("--tls-client-ca needs --tls-cert and --tls-key", file=sys.stderr)
+        return 2
+    tls = (
+        TlsServerOptions(args.tls_cert, args.tls_key, client_ca_file=args.tls_client_ca)
+        if args.tls_cert
+        else None
+    )
+    try:
+        if tls is not None:
+            TlsServerLayer(tls)  # the files are read now, not at the first connection
+    except (OSError, ssl.SSLError) as exc:
+        print(f"haclient-broker: cannot load the TLS files: {exc}", file=sys.stderr)
+        return 2
+    try:
+        for url in args.peer:
+            parse_peer(url)
+    except ValueError as exc:
+        print(f"--peer: {exc}", file=sys.stderr)
+        return 2
+    try:
+        broker = _broker(args, tls)
+    except ValueError as exc:  # the SASL mechanisms do not fit the other options
+        print(f"--sasl-mechanisms: {exc}", file=sys.stderr)
+        return 2
     try:
         anyio.run(_run, broker)
     except (OSError, BaseExceptionGroup) as exc:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import itertools
 import logging
 import socket
@@ -34,6 +33,7 @@ import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
 
 from chaos.amqp_server import server_engine
+from chaos.broker.accounts import Accounts
 from chaos.broker.connection import BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
 from chaos.broker.router import Router, expire_to
@@ -43,7 +43,7 @@ from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
 from chaos.broker.topology import Topology
 from chaos.net import Acceptor
-from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
+from haclient.amqp.config import EngineConfig, Role, TlsServerOptions
 from haclient.amqp.driver import Driver
 from haclient.amqp.types import ErrorCondition
 
@@ -120,20 +120,6 @@ class GatedStream(ByteStream):
         return self._inner.extra_attributes
 
 
-def _server_auth(users: Mapping[str, str] | None) -> ServerAuth:
-    if users is None:
-        return ServerAuth(("PLAIN", "ANONYMOUS"))
-    known = dict(users)
-
-    def check(mechanism: str, user: str | None, password: str | None) -> bool:
-        expected = known.get(user or "")
-        if mechanism != "PLAIN" or expected is None or password is None:
-            return False
-        return hmac.compare_digest(expected.encode(), password.encode())
-
-    return ServerAuth(("PLAIN",), check)
-
-
 class Broker:
     """The haclient reference AMQP 1.0 broker.
 
@@ -143,8 +129,14 @@ class Broker:
     Args:
         host: Interface to bind (loopback only by default).
         port: TCP port; 0 picks a free one (kept across restarts).
-        users: ``{name: password}`` for SASL PLAIN; None allows ANONYMOUS (and any PLAIN login).
-        tls: Serve TLS with this certificate and key.
+        users: ``{name: password}``: their logins over SCRAM-SHA-512/256/1 and PLAIN (only
+            salted credentials are kept); None allows ANONYMOUS (and any PLAIN login).
+        tls: Serve TLS with this certificate and key; with its ``client_ca_file``, clients
+            must present a certificate, and EXTERNAL logs them in as its common name.
+        oauth_tokens: ``{token: user}``: offer XOAUTH2 with these tokens (``add_token`` and
+            ``revoke_token`` change them at run time).
+        sasl_mechanisms: Offer only these SASL mechanisms, in this order (None: every one
+            the settings above enable; ``chaos.broker.accounts``).
         idle_timeout: Seconds; advertised and enforced on every connection.
         max_frame_size: Largest frame accepted.
         refuse_duplicate_container_id: Refuse a second connection with a container id already
@@ -177,7 +169,8 @@ class Broker:
             id refused (implies ``refuse_duplicate_container_id``).
 
     Raises:
-        ValueError: an unknown ``mode``, or both ``store`` and ``persistence``.
+        ValueError: an unknown ``mode``, or both ``store`` and ``persistence``, or a SASL
+            mechanism that is unknown or not enabled.
     """
 
     def __init__(
@@ -200,6 +193,8 @@ class Broker:
         queue_policies: Mapping[str, int | None] | None = None,
         on_standby: Callable[[], None] | None = None,
         mode: BrokerMode | str = BrokerMode.REFERENCE,
+        oauth_tokens: Mapping[str, str] | None = None,
+        sasl_mechanisms: Iterable[str] | None = None,
     ) -> None:
         if store is not None and persistence is not None:
             raise ValueError("give either store or persistence, not both")
@@ -222,6 +217,12 @@ class Broker:
         self._policy: NodePolicy | None = None
         self.topology = Topology(peers)
         self.refuse_duplicate_container_id = refuse_duplicate_container_id
+        self.accounts = Accounts(
+            users,
+            oauth_tokens,
+            client_certificates=tls is not None and tls.client_ca_file is not None,
+            mechanisms=sasl_mechanisms,
+        )
         self.engine_config = EngineConfig(
             container_id=container_id,
             role=Role.SERVER,
@@ -230,7 +231,7 @@ class Broker:
             properties=self._open_properties(),
             offered_capabilities=OFFERED_CAPABILITIES,
             auth=None,
-            server_auth=_server_auth(users),
+            server_auth=self.accounts.server_auth(),
             tls=tls,
         )
         self._task_group: TaskGroup | None = None
@@ -535,6 +536,19 @@ class Broker:
     def purge(self, address: str) -> int:
         """Drop a node's waiting messages; return how many."""
         return self.state.purge(address)
+
+    def add_token(self, token: str, user: str) -> None:
+        """Accept an OAuth token as ``user``'s (XOAUTH2) from the next login on.
+
+        Raises:
+            ValueError: an empty token or user.
+        """
+        self.accounts.add_token(token, user)
+
+    def revoke_token(self, token: str) -> bool:
+        """Refuse an OAuth token from the next login on (open connections stay); False if it
+        was not accepted."""
+        return self.accounts.revoke_token(token)
 
     def delete_node(self, address: str) -> bool:
         """Delete a node; False if there was none."""

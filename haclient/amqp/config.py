@@ -58,17 +58,30 @@ Authenticator = Callable[[str, str | None, str | None], bool]
 
 @dataclass(frozen=True, slots=True)
 class ServerAuth:
-    """SASL for the server role: the mechanisms offered and how to check a login."""
+    """SASL for the server role: the mechanisms offered and how to check a login.
+
+    ``authenticate`` is asked about what the server sees: ``("PLAIN", user, password)``,
+    ``("XOAUTH2", user, token)``, ``("EXTERNAL", identity, None)`` with the identity of the
+    verified TLS client certificate, ``("ANONYMOUS", None, None)``. SCRAM never shows the
+    password: ``scram_credentials(mechanism, user)`` gives the user's stored credentials, the
+    RFC 5802 ``(salt, stored_key, server_key, iteration_count)`` (None: no such user), and the
+    proofs are checked against them. A SCRAM mechanism is offered only with that lookup.
+    """
 
     mechanisms: tuple[str, ...] = ("PLAIN", "ANONYMOUS")
     authenticate: Authenticator = field(default=lambda mechanism, user, password: True)
+    scram_credentials: Callable[[str, str], tuple[bytes, bytes, bytes, int] | None] | None = None
 
     def __post_init__(self) -> None:
-        unknown = set(self.mechanisms) - {"PLAIN", "ANONYMOUS"}
+        known = ("SCRAM-SHA-1", "SCRAM-SHA-256", "SCRAM-SHA-512", "EXTERNAL", "XOAUTH2")
+        unknown = set(self.mechanisms) - {*known, "PLAIN", "ANONYMOUS"}
         if unknown:
             raise ConfigurationError(f"unsupported SASL mechanism(s): {sorted(unknown)}")
         if not self.mechanisms:
             raise ConfigurationError("ServerAuth needs at least one SASL mechanism")
+        scram = [m for m in self.mechanisms if m.startswith("SCRAM-")]
+        if scram and self.scram_credentials is None:
+            raise ConfigurationError(f"{scram[0]} needs scram_credentials (the stored keys)")
 
 
 @dataclass(frozen=True, slots=True)
