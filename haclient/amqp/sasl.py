@@ -35,7 +35,7 @@ from failover.errors import MessageFormatError
 from haclient.amqp import _convert
 from haclient.amqp.codec import decode_value, encode_value
 from haclient.amqp.config import CLEAR_TEXT_MECHANISMS, ClientAuth
-from haclient.amqp.types import ErrorCondition
+from haclient.amqp.types import SASL_FAILED, ErrorCondition
 
 __all__ = [
     "SASL_FAILED",
@@ -46,9 +46,6 @@ __all__ = [
 log = logging.getLogger("haclient.amqp")
 
 SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
-#: Ours, not the spec's: the client gave up on the SASL exchange (no mechanism it may use, a
-#: SCRAM server signature that does not match). Trying again gets the same answer.
-SASL_FAILED: Final = "haclient:sasl-failed"
 FRAMING_ERROR: Final = "amqp:connection:framing-error"
 UNAUTHORIZED: Final = "amqp:unauthorized-access"
 
