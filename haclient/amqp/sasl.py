@@ -289,7 +289,7 @@ class SaslClientLayer:
         self._held = b""
         self.error: ErrorCondition | None = None
         self.eof = False  # EOF passes through; the engine sees it in the empty read
-        self.user: str | None = None
+        self.user: str | None = None  # a server's verdict; the client has none to report
 
     def __repr__(self) -> str:
         mechanism = self._mechanism.name if self._mechanism else None
@@ -314,8 +314,7 @@ class SaslClientLayer:
         except SaslFailure as failure:
             self._state = _State.FAILED
             self._buffer = b""
-            self.error = failure.condition
-            log.info("SASL login failed: %s", failure.condition.description)
+            self.error = failure.condition  # the engine logs it and ends the connection
             return b""
 
     def _advance(self) -> bytes:
@@ -405,7 +404,6 @@ class SaslClientLayer:
         if additional is not None and not isinstance(additional, bytes):
             raise SaslFailure(FRAMING_ERROR, "a sasl-outcome whose additional data is not binary")
         self._mechanism.complete(additional)
-        self.user = self._auth.username if self._mechanism.name != "ANONYMOUS" else None
         self._state = _State.DONE
 
     # Bytes from the AMQP layer ----------------------------------------------------------------
