@@ -228,13 +228,31 @@ def test_an_outcome_without_the_server_signature_is_refused() -> None:
     assert "did not prove" in str(layer.error.description)
 
 
-def test_a_challenge_with_another_nonce_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("server_first", "says"),
+    [
+        (b"r=somebody-else,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "challenge is not valid"),
+        (b"r=rOprNGfwEbeRWgbNEkqOxx,s=!!!,i=4096", "challenge is not valid"),
+        (b"\xff\xfe", "challenge is not valid"),
+        (b"garbage", "challenge is not valid"),
+        (b"r=rOprNGfwEbeRWgbNEkqOxx,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=99999999999", "iterations"),
+    ],
+)
+def test_a_bad_scram_challenge_is_refused_without_computing(server_first: bytes, says: str) -> None:
     layer = SaslClientLayer(ClientAuth("user", "pencil"), nonce=RFC_NONCE)
     layer.send(b"")
     layer.receive(SASL_HEADER + _mechanisms_frame("SCRAM-SHA-256"))
     layer.send(b"")
-    layer.receive(sasl_frame(0x42, [b"r=somebody-else,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"]))
+    layer.receive(sasl_frame(0x42, [server_first]))
     assert layer.error is not None and layer.error.name == SASL_FAILED
+    assert says in str(layer.error.description)
+
+
+def test_a_server_error_in_place_of_the_signature_is_a_refusal() -> None:
+    layer, _ = _rfc_layer()
+    layer.receive(sasl_frame(0x42, [b"e=invalid-proof"]))
+    assert layer.error is not None and layer.error.name == UNAUTHORIZED
+    assert "refused the SCRAM-SHA-256 login: invalid-proof" in str(layer.error.description)
 
 
 # --- Every mechanism -----------------------------------------------------------------------------
@@ -281,6 +299,16 @@ def test_xoauth2_with_a_revoked_token_is_refused_without_quoting_it() -> None:
     layer = _login(ClientAuth("alice", TOKEN), broker, secure=True)
     assert layer.error is not None and layer.error.name == UNAUTHORIZED
     _assert_no_secret(layer.error, repr(layer))
+
+
+def test_plain_answers_a_challenge_empty() -> None:
+    layer = SaslClientLayer(ClientAuth("alice", PASSWORD), secure=True)
+    layer.send(b"")
+    layer.receive(SASL_HEADER + _mechanisms_frame("PLAIN"))
+    layer.send(b"")
+    layer.receive(sasl_frame(0x42, [b""]))
+    assert _frames(layer.send(b"")) == [(0x43, [b""])]
+    assert layer.receive(_outcome(0) + AMQP_HEADER) == AMQP_HEADER
 
 
 def test_xoauth2_answers_an_error_challenge_and_reads_the_refusal() -> None:
