@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from proton import Array, Data, Described, symbol
 from scramp import ScramException, ScramMechanism
 
@@ -501,3 +503,22 @@ def test_the_engine_logs_in_with_scram_and_opens() -> None:
     assert broker.logged_in == "scram"
     assert engine.head == SASL_HEADER
     assert sent[-2].startswith(AMQP_HEADER) and not sent[-1]  # then proton's header and Open
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.sampled_from([b"", SASL_HEADER, SASL_HEADER + _mechanisms_frame("SCRAM-SHA-256")]),
+    junk=st.binary(max_size=200),
+    cuts=st.lists(st.integers(0, 400), max_size=4),
+)
+def test_any_bytes_either_wait_or_fail_and_never_raise(
+    prefix: bytes, junk: bytes, cuts: list[int]
+) -> None:
+    layer = SaslClientLayer(ClientAuth("user", PASSWORD), nonce=RFC_NONCE)
+    data = prefix + junk
+    for start, end in zip([0, *sorted(cuts)], [*sorted(cuts), len(data)], strict=True):
+        layer.receive(data[start:end])
+        layer.send(b"")
+    if layer.error is not None:
+        assert layer.receive(b"x") == b"" and layer.send(b"y") == b""
+        _assert_no_secret(layer.error)
