@@ -53,12 +53,12 @@ def engine_config(
 ) -> EngineConfig:
     """The engine configuration for one broker of a logical connection.
 
-    Raises:
-        ConfigurationError: A token without a username.
-
     Args:
         token: The token ``options.token_provider`` returned for this connect: the password,
             sent with XOAUTH2 unless ``sasl_mechanisms`` says otherwise.
+
+    Raises:
+        ConfigurationError: A token without a username.
     """
     options = options.for_broker(broker)  # the broker URL's own options win for it
     username = broker.username or options.username

@@ -185,9 +185,10 @@ class Engine:
             if auth.password is not None:
                 self._connection.password = auth.password
         sasl = self._sasl = self._transport.sasl()
-        # Proton skips the names it cannot do; none left is a failed login, as it should be.
-        mechanisms = [m for m in auth.allowed if m != "PLAIN" or auth.username]
-        sasl.allowed_mechs(" ".join(mechanisms))
+        # As before our layer: PLAIN with a username, else ANONYMOUS, unless mechanisms are
+        # named (proton skips those it cannot do; none left is a failed login).
+        default = ("PLAIN",) if auth.username else ("ANONYMOUS",)
+        sasl.allowed_mechs(" ".join(auth.mechanisms or default))
         sasl.allow_insecure_mechs = True  # only over TLS
 
     # The connection ----------------------------------------------------------------------------
