@@ -18,6 +18,8 @@ but without effect, e.g. a Qpid JMS option the client has no use for), and a fie
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from failover.options import (
@@ -32,6 +34,7 @@ from failover.options import (
     register,
 )
 from failover.policy import FAILOVER_OPTIONS
+from haclient.amqp.config import SASL_MECHANISMS, sasl_mechanism_names
 
 __all__ = [
     "ACK_CONFIRMATIONS",
@@ -51,6 +54,46 @@ ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "roun
 
 _ENGINE: Final = "engine"  # read by the AMQP engine's configuration (haclient.aio.physical)
 
+
+@dataclass(frozen=True, slots=True)
+class SaslMechanisms:
+    """SASL mechanism names: a comma list in the URL (Qpid JMS's form), a comma list or a
+    sequence of names as a keyword; the value is a tuple of upper-case names."""
+
+    def parse(self, raw: str) -> tuple[str, ...]:
+        return self.check(raw)
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, str | list | tuple):
+            raise ValueError(f"must be a comma list of SASL mechanism names, not {value!r}")
+        return sasl_mechanism_names(value)
+
+    def format(self, value: Any) -> str:
+        return ",".join(value)
+
+    def describe(self) -> str:
+        return "comma list"
+
+
+@dataclass(frozen=True, slots=True)
+class Callback:
+    """A callable, as a keyword only (a URL cannot carry one)."""
+
+    def parse(self, raw: str) -> Callable[..., Any]:
+        raise ValueError("cannot be given in a URL")
+
+    def check(self, value: Any) -> Callable[..., Any]:
+        if not callable(value):
+            raise ValueError(f"must be a callable, not {type(value).__name__}")
+        return value  # type: ignore[no-any-return]
+
+    def format(self, value: Any) -> str:
+        return repr(value)
+
+    def describe(self) -> str:
+        return ""
+
+
 #: Every option of a connection, in the order the docs list them.
 CLIENT_OPTIONS: Final = OptionTable(
     [
@@ -68,7 +111,7 @@ CLIENT_OPTIONS: Final = OptionTable(
             "jms.username",
             Text(),
             None,
-            "SASL PLAIN user name (ANONYMOUS without one). `user:pass@` in a broker URL wins "
+            "SASL user name (ANONYMOUS without one). `user:pass@` in a broker URL wins "
             "for that broker.",
             keyword="username",
             optional=True,
@@ -77,8 +120,34 @@ CLIENT_OPTIONS: Final = OptionTable(
             "jms.password",
             Text(),
             None,
-            "SASL PLAIN password; masked wherever it is shown.",
+            "SASL password (the token, for XOAUTH2); masked wherever it is shown.",
             keyword="password",
+            optional=True,
+            secret=True,
+        ),
+        Option(
+            "amqp.saslMechanisms",
+            SaslMechanisms(),
+            None,
+            "The SASL mechanisms allowed (Qpid JMS's option), e.g. `SCRAM-SHA-256,PLAIN`; the "
+            "client logs in with the strongest the broker offers among them that its "
+            "credentials suit. None: all it supports, strongest first: "
+            f"{', '.join(SASL_MECHANISMS)} (XOAUTH2 alone with a `token_provider`).",
+            keyword="sasl_mechanisms",
+            scope=Scope.BROKER,
+            layer=_ENGINE,
+            optional=True,
+        ),
+        Option(
+            None,
+            Callback(),
+            None,
+            "A callable (plain or async) returning an OAuth 2 access token, called before "
+            "every connect (each failover logs in with a fresh token). The token is the SASL "
+            "password and goes with XOAUTH2 (`amqp.saslMechanisms=PLAIN` for a broker that "
+            "takes it as a PLAIN password); needs `username`. A provider that raises fails the "
+            "connect with `AuthenticationError`.",
+            keyword="token_provider",
             optional=True,
             secret=True,
         ),

@@ -8,7 +8,7 @@ unknown one or a bad value raises ``ConfigurationError`` naming it, never silent
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -34,7 +34,11 @@ class ConnectionOptions:
     Attributes:
         client_id: The JMS client id, sent as the AMQP container id (S1, S2). None: a generated
             id is used and the connection has no client id in the JMS sense.
-        username / password: SASL PLAIN credentials (ANONYMOUS without a username).
+        username / password: SASL credentials (ANONYMOUS without a username).
+        sasl_mechanisms: The SASL mechanisms allowed (None: every one haclient supports); the
+            strongest the broker offers among them that the credentials suit is used.
+        token_provider: A callable (plain or async) returning an OAuth 2 token, called before
+            each connect; the token is the password (XOAUTH2).
         prefetch: Link credit of each consumer (messages buffered ahead of ``receive``); 0
             pulls one message per ``receive``.
         idle_timeout: Seconds of silence after which the broker counts as dead (F13); None: off.
@@ -63,6 +67,8 @@ class ConnectionOptions:
     client_id: str | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    sasl_mechanisms: tuple[str, ...] | None = None
+    token_provider: Callable[[], str | Awaitable[str]] | None = field(default=None, repr=False)
     prefetch: int = 1000
     idle_timeout: float | None = 60.0
     max_frame_size: int | None = None
@@ -81,7 +87,9 @@ class ConnectionOptions:
         for f in fields(self):
             option = CLIENT_OPTIONS.keyword(f.name)
             assert option is not None, f.name  # tests/unit/test_options_table.py
-            option.check(getattr(self, f.name))
+            checked = option.check(getattr(self, f.name))
+            if f.name == "sasl_mechanisms":  # a comma list or names, kept as a tuple
+                object.__setattr__(self, f.name, checked)
 
     @classmethod
     def build(cls, url: FailoverURL, keywords: Mapping[str, Any]) -> ConnectionOptions:

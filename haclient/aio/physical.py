@@ -15,6 +15,7 @@ session on a receiver settle mode ``second`` request, see ``settle_second``).
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import logging
 from typing import Any
@@ -24,12 +25,13 @@ from anyio.abc import TaskGroup
 from failover.url import BrokerURL
 from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
-from haclient.amqp.config import ClientAuth, EngineConfig, TlsClientOptions
+from haclient.amqp.config import CLEAR_TEXT_MECHANISMS, ClientAuth, EngineConfig, TlsClientOptions
 from haclient.amqp.connection import AmqpConnection, connect_amqp
+from haclient.amqp.types import SASL_FAILED
 from haclient.destination import DestinationPrefixes
-from haclient.errors import AuthenticationError, HAClientError
+from haclient.errors import AuthenticationError, ConfigurationError, HAClientError
 
-__all__ = ["PhysicalConnection", "open_physical"]
+__all__ = ["PhysicalConnection", "engine_config", "fresh_token", "open_physical"]
 
 log = logging.getLogger("haclient.connection")
 
@@ -46,22 +48,71 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def engine_config(broker: BrokerURL, options: ConnectionOptions, container_id: str) -> EngineConfig:
-    """The engine configuration for one broker of a logical connection."""
+def engine_config(
+    broker: BrokerURL, options: ConnectionOptions, container_id: str, *, token: str | None = None
+) -> EngineConfig:
+    """The engine configuration for one broker of a logical connection.
+
+    Args:
+        token: The token ``options.token_provider`` returned for this connect: the password,
+            sent with XOAUTH2 unless ``sasl_mechanisms`` says otherwise.
+
+    Raises:
+        ConfigurationError: A token without a username.
+    """
+    options = options.for_broker(broker)  # the broker URL's own options win for it
     username = broker.username or options.username
     password = broker.password if broker.username else options.password
-    if username and not broker.secure and not _is_loopback(broker.host):
-        log.warning("sending the password for %r in clear text to %s (use amqps)", username, broker)
-    options = options.for_broker(broker)  # the broker URL's own options win for it
+    mechanisms = options.sasl_mechanisms
+    if token is not None:
+        if not username:
+            raise ConfigurationError("token_provider needs a username (XOAUTH2 sends it)")
+        password = token
+        mechanisms = mechanisms or ("XOAUTH2",)
+    auth = ClientAuth(username, password, mechanisms, allow_insecure=not broker.secure)
+    readable = CLEAR_TEXT_MECHANISMS.intersection(auth.allowed)
+    if username and readable and not broker.secure and not _is_loopback(broker.host):
+        log.warning(
+            "the password for %r may go in clear text to %s (SASL %s over a plain socket): use "
+            "amqps, or amqp.saslMechanisms=SCRAM-SHA-256",
+            username,
+            broker,
+            " or ".join(sorted(readable)),
+        )
     return EngineConfig(
         container_id=container_id,
         hostname=broker.host,
         idle_timeout=options.idle_timeout,
         max_frame_size=options.max_frame_size,
         desired_capabilities=(SHARED_SUBS,),
-        auth=ClientAuth(username, password, allow_insecure=not broker.secure),
+        auth=auth,
         tls=TlsClientOptions() if broker.secure else None,
     )
+
+
+async def fresh_token(options: ConnectionOptions) -> str | None:
+    """The token of ``options.token_provider`` for one connect (None: no provider).
+
+    Raises:
+        AuthenticationError: The provider raised, or returned something that is not a
+            non-empty str (the message names the failure, never a token).
+    """
+    provider = options.token_provider
+    if provider is None:
+        return None
+    try:
+        token = provider()
+        if inspect.isawaitable(token):
+            token = await token
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise AuthenticationError(
+            f"the token_provider failed: {reason[:200]}", retriable=False
+        ) from exc
+    if not isinstance(token, str) or not token:
+        what = "an empty str" if isinstance(token, str) else type(token).__name__
+        raise AuthenticationError(f"the token_provider returned {what}, not a token (a str)")
+    return token
 
 
 class PhysicalConnection:
@@ -132,7 +183,7 @@ async def open_physical(
             tries the next broker).
         ClientIdInUseError, ProtocolError ...: the broker refused the connection.
     """
-    config = engine_config(broker, options, container_id)
+    config = engine_config(broker, options, container_id, token=await fresh_token(options))
     host, port = broker.address
     try:
         amqp = await connect_amqp(
@@ -147,7 +198,10 @@ def _refused_login(exc: AuthenticationError, broker: BrokerURL, config: EngineCo
     """``exc`` said again with the broker and the user it refused (the password masked)."""
     user = config.auth.username if config.auth is not None else None
     who = f"the login of user {user!r}" if user else "an anonymous login"
-    text = f"{broker} refused {who}: {exc} (check the user name and password)"
+    if exc.condition == SASL_FAILED:  # our own verdict on the broker, not a refusal
+        text = f"{who[0].upper()}{who[1:]} to {broker} failed: {exc}"
+    else:
+        text = f"{broker} refused {who}: {exc} (check the user name and password)"
     return AuthenticationError(
         text, condition=exc.condition, description=exc.description, info=exc.info
     )

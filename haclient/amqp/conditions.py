@@ -188,6 +188,9 @@ CONDITIONS: Final[Mapping[str, ConditionRule]] = MappingProxyType(
         # Ours too: the TLS handshake failed (an untrusted or misnamed certificate, a missing
         # client certificate). Trying again gets the same answer: fix the configuration.
         "haclient:tls-failed": _R(AuthenticationError, False, "the TLS handshake failed"),
+        # Ours too: the client gave up on the SASL login (a SCRAM broker that could not prove it
+        # knows the password, an unreadable challenge). The same broker answers the same way.
+        "haclient:sasl-failed": _R(AuthenticationError, False, "the SASL login failed"),
         # -- session-error: protocol violations; retrying would hide a bug and may loop --
         "amqp:session:window-violation": _R(
             ProtocolError, False, "the session window was exceeded"

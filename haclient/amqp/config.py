@@ -7,19 +7,22 @@ message naming it, not later inside proton.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from failover.errors import ConfigurationError
 
 __all__ = [
+    "CLEAR_TEXT_MECHANISMS",
+    "SASL_MECHANISMS",
     "ClientAuth",
     "EngineConfig",
     "Role",
     "ServerAuth",
     "TlsClientOptions",
     "TlsServerOptions",
+    "sasl_mechanism_names",
 ]
 
 
@@ -30,23 +33,82 @@ class Role(enum.Enum):
     SERVER = "server"
 
 
+#: The SASL mechanisms the client can use, strongest first: the order in which it chooses among
+#: those the broker offers (Qpid JMS's priorities, ``haclient.amqp.sasl``).
+SASL_MECHANISMS: Final = (
+    "EXTERNAL",
+    "SCRAM-SHA-512",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-1",
+    "PLAIN",
+    "XOAUTH2",
+    "ANONYMOUS",
+)
+#: The mechanisms that send the password (or token) itself, readable by anyone on the wire
+#: unless TLS protects it.
+CLEAR_TEXT_MECHANISMS: Final = frozenset({"PLAIN", "XOAUTH2"})
+
+
+def sasl_mechanism_names(value: str | Iterable[str]) -> tuple[str, ...]:
+    """Mechanism names (a comma list as ``amqp.saslMechanisms`` writes it, or names), checked
+    and upper-cased, in the order given, each once.
+
+    Raises:
+        ValueError: An unknown or empty name, the message naming it and the supported ones
+            (completing "<option> ...").
+    """
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"must name SASL mechanisms as text, not {name!r}")
+        upper = name.strip().upper()
+        if upper not in SASL_MECHANISMS:
+            raise ValueError(
+                f"names the SASL mechanism {name.strip()!r}, which haclient does not support "
+                f"(supported: {', '.join(SASL_MECHANISMS)})"
+            )
+        if upper not in out:
+            out.append(upper)
+    if not out:
+        raise ValueError("must name at least one SASL mechanism")
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class ClientAuth:
-    """SASL for the client role.
+    """SASL for the client role: the credentials, and which mechanisms may be used.
 
-    With a username, PLAIN is used; without one, ANONYMOUS. PLAIN sends the password in the
-    clear, so over a plain socket it needs ``allow_insecure=True`` (the engine refuses
-    otherwise); over TLS it is always allowed.
+    The client uses the strongest mechanism the broker offers among ``mechanisms`` (None: all
+    of ``SASL_MECHANISMS``) for which it has what the mechanism needs: EXTERNAL a TLS client
+    certificate (``client_certificate``), SCRAM, PLAIN and XOAUTH2 a username and password
+    (XOAUTH2's password is the token), ANONYMOUS nothing. PLAIN and XOAUTH2 send the password
+    readable, so over a plain socket they need ``allow_insecure=True`` (the engine refuses
+    otherwise, or leave them out of ``mechanisms``); SCRAM never sends it and needs no consent.
     """
 
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # a secret: never shown
     mechanisms: tuple[str, ...] | None = None
     allow_insecure: bool = False
+    client_certificate: bool = False
+    """True when the TLS layer presents a client certificate (what EXTERNAL logs in with)."""
 
     def __post_init__(self) -> None:
         if self.password is not None and self.username is None:
             raise ConfigurationError("a SASL password was given without a username")
+        if self.mechanisms is not None:
+            try:
+                names = sasl_mechanism_names(self.mechanisms)
+            except ValueError as exc:
+                raise ConfigurationError(f"ClientAuth.mechanisms {exc}") from None
+            object.__setattr__(self, "mechanisms", names)
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The mechanisms that may be used, strongest first."""
+        allowed = self.mechanisms or SASL_MECHANISMS
+        return tuple(name for name in SASL_MECHANISMS if name in allowed)
 
     def __repr__(self) -> str:  # never show the password
         return f"ClientAuth(username={self.username!r}, mechanisms={self.mechanisms!r})"
@@ -158,9 +220,13 @@ class EngineConfig:
                 raise ConfigurationError("a client engine needs TlsClientOptions, not server ones")
             auth = self.auth
             if auth and auth.username and self.tls is None and not auth.allow_insecure:
-                raise ConfigurationError(
-                    "SASL PLAIN would send the password in clear text over a plain socket: "
-                    "use amqps:// (TLS) or allow it explicitly with allow_insecure=True"
-                )
+                readable = sorted(CLEAR_TEXT_MECHANISMS.intersection(auth.allowed))
+                if readable:
+                    raise ConfigurationError(
+                        f"SASL {' and '.join(readable)} would send the password in clear text "
+                        "over a plain socket: use amqps:// (TLS), allow only SCRAM "
+                        "(mechanisms=('SCRAM-SHA-256',)), or allow it explicitly with "
+                        "allow_insecure=True"
+                    )
         elif isinstance(self.tls, TlsClientOptions):
             raise ConfigurationError("a server engine needs TlsServerOptions, not client ones")

@@ -28,7 +28,13 @@ from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
 
 from failover.errors import ConfigurationError
 from haclient.amqp import _convert
-from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
+from haclient.amqp.config import (
+    ClientAuth,
+    EngineConfig,
+    Role,
+    TlsClientOptions,
+    TlsServerOptions,
+)
 from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, drop_wrapper_in, wrapper_in
 from haclient.amqp.events import (
     ConnectionRemoteClose,
@@ -43,6 +49,7 @@ from haclient.amqp.events import (
     SessionRemoteOpen,
     TransportClosed,
 )
+from haclient.amqp.sasl import SaslClientLayer
 from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
 
 __all__ = ["ByteLayer", "Engine"]
@@ -56,8 +63,9 @@ class ByteLayer(Protocol):
     """A byte layer below proton's AMQP transport, such as a server's TLS or SASL exchange.
 
     ``receive`` turns bytes from the socket side (``b""``: EOF) into bytes for the layer above;
-    ``send`` turns bytes from above into bytes for the socket side. The client's wheel has none:
-    the reference broker's (``chaos.amqp_server``) are given to its engines.
+    ``send`` turns bytes from above into bytes for the socket side. The client's SASL is one
+    (``haclient.amqp.sasl``, built by the engine itself); the reference broker's
+    (``chaos.amqp_server``) are given to its engines.
     """
 
     error: ErrorCondition | None
@@ -84,7 +92,8 @@ class Engine:
         config: Identity, limits, SASL and TLS settings (validated when built).
         layers: Byte layers below the AMQP transport, the socket's side first. The server
             role's SASL (``server_auth``) and TLS (``TlsServerOptions``) run in such layers;
-            without them a server engine speaks bare AMQP (no SASL).
+            without them a server engine speaks bare AMQP (no SASL). The client role adds its
+            SASL layer (``config.auth``) itself, above these.
 
     Raises:
         ConfigurationError: A server's ``server_auth`` or TLS was configured without layers.
@@ -107,7 +116,8 @@ class Engine:
         ``Delivery``; cffi's pointers hash and compare by the address they hold)."""
         self._backlog = b""  # input proton had no room for yet
         self.head = b""
-        """The first 8 bytes the peer sent (its protocol header), fewer until they came."""
+        """The first 8 bytes of the peer's protocol stream (its protocol header: the SASL one
+        when the client logs in), fewer until they came."""
         self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
         self._connection = Connection()
         self._connection.container = config.container_id
@@ -125,7 +135,8 @@ class Engine:
             )
         self._collector = Collector()
         self._connection.collect(self._collector)
-        self._sasl: SASL | None = None  # the client role's SASL, when it logs in
+        self._head_at = len(self._layers)  # the layer whose input is the protocol stream
+        self._sasl: SASL | None = None  # proton's SASL, while TLS runs inside proton
         if config.role is Role.SERVER:
             self._transport = Transport(Transport.SERVER)
         else:
@@ -144,16 +155,13 @@ class Engine:
     def _setup_client_security(self) -> None:
         config = self.config
         auth = config.auth
-        if auth is not None:
-            if auth.username:
-                self._connection.user = auth.username
-                if auth.password is not None:
-                    self._connection.password = auth.password
-            sasl = self._sasl = self._transport.sasl()
-            mechanisms = auth.mechanisms or (("PLAIN",) if auth.username else ("ANONYMOUS",))
-            sasl.allowed_mechs(" ".join(mechanisms))
-            sasl.allow_insecure_mechs = auth.allow_insecure or config.tls is not None
         tls = config.tls
+        if auth is not None and isinstance(tls, TlsClientOptions):
+            self._setup_proton_sasl(auth)
+        elif auth is not None:  # our SASL layer, above any other (proton's SASL lacks SCRAM)
+            self._head_at = len(self._layers)
+            sasl = SaslClientLayer(auth, secure=tls is not None, hostname=config.hostname)
+            self._layers = (*self._layers, sasl)
         if isinstance(tls, TlsClientOptions):
             domain = SSLDomain(SSLDomain.MODE_CLIENT)
             if tls.ca_file:
@@ -168,6 +176,20 @@ class Engine:
             peer_name = tls.peer_name or config.hostname
             if peer_name:
                 ssl.peer_hostname = peer_name
+
+    def _setup_proton_sasl(self, auth: ClientAuth) -> None:
+        """Proton's SASL (ANONYMOUS, PLAIN, EXTERNAL), for as long as TLS runs inside proton's
+        transport: every byte layer sits below proton's TLS, where SASL cannot be."""
+        if auth.username:
+            self._connection.user = auth.username
+            if auth.password is not None:
+                self._connection.password = auth.password
+        sasl = self._sasl = self._transport.sasl()
+        # As before our layer: PLAIN with a username, else ANONYMOUS, unless mechanisms are
+        # named (proton skips those it cannot do; none left is a failed login).
+        default = ("PLAIN",) if auth.username else ("ANONYMOUS",)
+        sasl.allowed_mechs(" ".join(auth.mechanisms or default))
+        sasl.allow_insecure_mechs = True  # only over TLS
 
     # The connection ----------------------------------------------------------------------------
 
@@ -233,18 +255,24 @@ class Engine:
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the socket; ``b""`` means the peer closed its end (EOF)."""
         eof = not data
-        for layer in self._layers:
+        for index, layer in enumerate(self._layers):
+            if index == self._head_at:
+                self._note_head(data)
             data = layer.receive(data)
             if layer.error is not None:
                 self._fail_layer(layer.error)
                 return
             eof = eof or layer.eof
-        if len(self.head) < 8:  # the peer's protocol header (a client has no byte layers)
-            self.head += data[: 8 - len(self.head)]
+        if self._head_at == len(self._layers):
+            self._note_head(data)
         self._push(data)
         self._eof_pending = self._eof_pending or eof
         self._close_tail_when_drained()
         self._process()
+
+    def _note_head(self, data: bytes) -> None:
+        if len(self.head) < 8:
+            self.head += data[: 8 - len(self.head)]
 
     def _close_tail_when_drained(self) -> None:
         if self._eof_pending and not self._backlog and self._transport.capacity() >= 0:
@@ -463,7 +491,7 @@ class Engine:
         self._events.append(TransportClosed(ending))
 
     def _sasl_refused(self) -> bool:
-        """Whether the peer answered our SASL login with a failure outcome."""
+        """Whether the peer answered proton's SASL login with a failure outcome."""
         sasl = self._sasl
         return sasl is not None and sasl.outcome is not None and sasl.outcome != SASL.OK
 

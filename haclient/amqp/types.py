@@ -56,10 +56,15 @@ CONNECTION_LOST = "haclient:connection-lost"
 TLS_FAILED = "haclient:tls-failed"
 """Condition name for a TLS handshake that failed (untrusted or misnamed certificate ...)."""
 
+SASL_FAILED = "haclient:sasl-failed"
+"""Condition name for a SASL login the client gave up on (a SCRAM server signature that does
+not match: the broker could not prove it knows the password)."""
+
 __all__ = [
     "ACCEPTED",
     "CONNECTION_LOST",
     "RELEASED",
+    "SASL_FAILED",
     "TLS_FAILED",
     "Accepted",
     "AmqpArray",

@@ -165,8 +165,8 @@ def test_item1_every_import_is_declared_by_the_part_that_installs_it(part: Part)
     assert _undeclared(part) == []
 
 
-def test_item1_the_base_install_needs_only_proton_anyio_and_tenacity() -> None:
-    assert _client_requirements(set()) == {"python-qpid-proton", "anyio", "tenacity"}
+def test_item1_the_base_install_needs_only_proton_anyio_tenacity_and_scramp() -> None:
+    assert _client_requirements(set()) == {"python-qpid-proton", "anyio", "tenacity", "scramp"}
     assert "prometheus-client" in _client_requirements({"metrics"})
     assert "pyspark" in _client_requirements({"spark"})
 

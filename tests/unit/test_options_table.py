@@ -35,8 +35,15 @@ from failover.options import (
 )
 from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
+from haclient.amqp.config import SASL_MECHANISMS
 from haclient.errors import ConfigurationError
-from haclient.options import CLIENT_OPTIONS, docs_with_table, docs_with_tables, markdown
+from haclient.options import (
+    CLIENT_OPTIONS,
+    SaslMechanisms,
+    docs_with_table,
+    docs_with_tables,
+    markdown,
+)
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
@@ -119,6 +126,9 @@ def _values(option: Option) -> st.SearchStrategy[Any]:
         return st.sampled_from(kind.choices)
     if isinstance(kind, Text):
         return st.text(min_size=0 if kind.empty else 1, max_size=12)
+    if isinstance(kind, SaslMechanisms):
+        names = st.lists(st.sampled_from(SASL_MECHANISMS), min_size=1, unique=True)
+        return st.none() | names.map(tuple)
     assert isinstance(kind, Duration)
     whole_ms = st.integers(1, 10**6).map(lambda ms: ms / 1000)
     return st.none() | whole_ms if kind.zero_is_none else whole_ms
@@ -164,9 +174,41 @@ def test_engine_config_takes_the_broker_override() -> None:
     assert (config.idle_timeout, config.max_frame_size) == (None, 4096)
 
 
+def test_sasl_mechanisms_reach_the_engine_and_may_differ_per_broker() -> None:
+    from haclient.aio.physical import engine_config
+
+    url = parse_url(
+        "failover:(amqp://a?amqp.saslMechanisms=PLAIN,amqp://b)?amqp.saslMechanisms=scram-sha-256"
+    )
+    options = ConnectionOptions.build(url, {"username": "u", "password": "p"})
+    assert options.sasl_mechanisms == ("SCRAM-SHA-256",)
+    a, b = (engine_config(broker, options, "c").auth for broker in url.brokers)
+    assert a is not None and a.mechanisms == ("PLAIN",)
+    assert b is not None and b.mechanisms == ("SCRAM-SHA-256",)
+    with pytest.raises(ConfigurationError, match=r"'CRAM-MD5'.*supported: EXTERNAL, SCRAM-SHA-512"):
+        parse_url("amqp://a?amqp.saslMechanisms=PLAIN,CRAM-MD5")
+    with pytest.raises(ConfigurationError, match=r"sasl_mechanisms .*'NOPE'"):
+        ConnectionOptions(sasl_mechanisms=["NOPE"])
+
+
+def test_a_token_is_the_password_sent_with_xoauth2_by_default() -> None:
+    from haclient.aio.physical import engine_config
+
+    broker = BrokerURL("amqps", "a")
+    options = ConnectionOptions(username="u", token_provider=lambda: "t")
+    auth = engine_config(broker, options, "c", token="tok-1").auth
+    assert auth is not None and (auth.password, auth.mechanisms) == ("tok-1", ("XOAUTH2",))
+    with pytest.raises(ConfigurationError, match="token_provider needs a username"):
+        engine_config(broker, ConnectionOptions(token_provider=lambda: "t"), "c", token="t")
+    with pytest.raises(ConfigurationError, match="token_provider must be a callable"):
+        ConnectionOptions(token_provider="not-callable")
+    assert "token_provider='******'" in repr(ConnectionOptions(token_provider=lambda: "t"))
+
+
 def test_only_broker_scoped_options_go_on_a_broker() -> None:
     broker_scoped = {o.name for o in CLIENT_OPTIONS if o.scope is Scope.BROKER}
-    assert broker_scoped == {"amqp.idleTimeout", "amqp.maxFrameSize"}
+    # The amqp.* options Qpid JMS reads per broker URI inside failover:(...).
+    assert broker_scoped == {"amqp.idleTimeout", "amqp.maxFrameSize", "amqp.saslMechanisms"}
     with pytest.raises(ConfigurationError, match="applies to the whole connection") as info:
         parse_url("failover:(amqp://a?jms.prefetch=1)")
     assert info.value.option == "jms.prefetch"
