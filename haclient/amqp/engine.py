@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol
 
 import cproton
 import proton
-from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
+from proton import SASL, Collector, Connection, Event, Transport
 
 from failover.errors import ConfigurationError
 from haclient.amqp import _convert
@@ -43,6 +43,7 @@ from haclient.amqp.events import (
     SessionRemoteOpen,
     TransportClosed,
 )
+from haclient.amqp.tls import TlsClientLayer
 from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
 
 __all__ = ["ByteLayer", "Engine"]
@@ -56,8 +57,9 @@ class ByteLayer(Protocol):
     """A byte layer below proton's AMQP transport, such as a server's TLS or SASL exchange.
 
     ``receive`` turns bytes from the socket side (``b""``: EOF) into bytes for the layer above;
-    ``send`` turns bytes from above into bytes for the socket side. The client's wheel has none:
-    the reference broker's (``chaos.amqp_server``) are given to its engines.
+    ``send`` turns bytes from above into bytes for the socket side. The client role makes its
+    own TLS layer (``haclient.amqp.tls``); the reference broker's (``chaos.amqp_server``) are
+    given to its engines.
     """
 
     error: ErrorCondition | None
@@ -154,20 +156,9 @@ class Engine:
             sasl.allowed_mechs(" ".join(mechanisms))
             sasl.allow_insecure_mechs = auth.allow_insecure or config.tls is not None
         tls = config.tls
-        if isinstance(tls, TlsClientOptions):
-            domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            if tls.ca_file:
-                domain.set_trusted_ca_db(tls.ca_file)
-            if tls.cert_file and tls.key_file:
-                domain.set_credentials(tls.cert_file, tls.key_file, tls.key_password)
-            if tls.verify:
-                domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, tls.ca_file)
-            else:
-                domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
-            ssl = self._transport.ssl(domain)
-            peer_name = tls.peer_name or config.hostname
-            if peer_name:
-                ssl.peer_hostname = peer_name
+        if isinstance(tls, TlsClientOptions):  # TLS is the layer nearest the socket
+            layer = TlsClientLayer(tls.ssl_context(), tls.peer_name or config.hostname)
+            self._layers = (layer, *self._layers)
 
     # The connection ----------------------------------------------------------------------------
 
@@ -239,7 +230,7 @@ class Engine:
                 self._fail_layer(layer.error)
                 return
             eof = eof or layer.eof
-        if len(self.head) < 8:  # the peer's protocol header (a client has no byte layers)
+        if len(self.head) < 8:  # the peer's protocol header (above the byte layers)
             self.head += data[: 8 - len(self.head)]
         self._push(data)
         self._eof_pending = self._eof_pending or eof
