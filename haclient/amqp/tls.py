@@ -199,5 +199,5 @@ def describe_tls_error(exc: ssl.SSLError, server_name: str | None, first: bytes 
         return "the broker answered in plain AMQP, not TLS: use amqp:// or the broker's TLS port"
     if reason in _NOT_TLS:
         return f"the peer does not speak TLS on this port ({openssl})"
-    plain = _REASONS.get(reason)
-    return f"{plain} ({openssl})" if plain else f"TLS failed: {openssl}"
+    said = _REASONS.get(reason)
+    return f"{said} ({openssl})" if said else f"TLS failed: {openssl}"
