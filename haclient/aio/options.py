@@ -7,6 +7,7 @@ unknown one or a bad value raises ``ConfigurationError`` naming it, never silent
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -55,6 +56,11 @@ class ConnectionOptions:
             (receiver settle mode ``second`` where granted, else the cheapest exchange the
             broker answers), or one of ``link-flow``, ``drain``, ``round-trip`` to use that
             exchange instead of mode ``second`` (benchmarks, tests; see ``haclient.aio.confirm``).
+        ssl_context: The ``ssl.SSLContext`` for ``amqps`` brokers; wins over the TLS options
+            below but ``server_name``.
+        ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
+            makes the context from them): trusted CAs, the client certificate, its key and its
+            password, host name check, trust-all, TLS versions, cipher suites, SNI name.
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
@@ -76,12 +82,28 @@ class ConnectionOptions:
     dedup_window: int = 10_000
     dedup_age: float = 600.0
     ack_confirmation: str = "auto"
+    ssl_context: ssl.SSLContext | None = None
+    ca_file: str | None = None
+    trust_store_password: str | None = field(default=None, repr=False)
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    key_alias: str | None = None
+    verify_host: bool = True
+    trust_all: bool = False
+    enabled_protocols: tuple[str, ...] | None = None
+    disabled_protocols: tuple[str, ...] | None = None
+    enabled_cipher_suites: tuple[str, ...] | None = None
+    disabled_cipher_suites: tuple[str, ...] | None = None
+    server_name: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             option = CLIENT_OPTIONS.keyword(f.name)
             assert option is not None, f.name  # tests/unit/test_options_table.py
-            option.check(getattr(self, f.name))
+            value = option.check(getattr(self, f.name))
+            if isinstance(value, tuple):  # a list given as text or a list: kept as a tuple
+                object.__setattr__(self, f.name, value)
 
     @classmethod
     def build(cls, url: FailoverURL, keywords: Mapping[str, Any]) -> ConnectionOptions:

@@ -24,8 +24,10 @@ from anyio.abc import TaskGroup
 from failover.url import BrokerURL
 from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
-from haclient.amqp.config import ClientAuth, EngineConfig, TlsClientOptions
+from haclient.aio.tls_options import tls_client_options
+from haclient.amqp.config import ClientAuth, EngineConfig
 from haclient.amqp.connection import AmqpConnection, connect_amqp
+from haclient.amqp.types import TLS_FAILED
 from haclient.destination import DestinationPrefixes
 from haclient.errors import AuthenticationError, HAClientError
 
@@ -47,7 +49,11 @@ def _is_loopback(host: str) -> bool:
 
 
 def engine_config(broker: BrokerURL, options: ConnectionOptions, container_id: str) -> EngineConfig:
-    """The engine configuration for one broker of a logical connection."""
+    """The engine configuration for one broker of a logical connection.
+
+    Raises:
+        ConfigurationError: The TLS options cannot be used (``haclient.aio.tls_options``).
+    """
     username = broker.username or options.username
     password = broker.password if broker.username else options.password
     if username and not broker.secure and not _is_loopback(broker.host):
@@ -60,7 +66,7 @@ def engine_config(broker: BrokerURL, options: ConnectionOptions, container_id: s
         max_frame_size=options.max_frame_size,
         desired_capabilities=(SHARED_SUBS,),
         auth=ClientAuth(username, password, allow_insecure=not broker.secure),
-        tls=TlsClientOptions() if broker.secure else None,
+        tls=tls_client_options(options) if broker.secure else None,
     )
 
 
@@ -144,7 +150,13 @@ async def open_physical(
 
 
 def _refused_login(exc: AuthenticationError, broker: BrokerURL, config: EngineConfig) -> Exception:
-    """``exc`` said again with the broker and the user it refused (the password masked)."""
+    """``exc`` said again with the broker and the user it refused (the password masked), or
+    the broker whose TLS handshake failed and why."""
+    if exc.condition == TLS_FAILED:
+        text = f"TLS with {broker} failed: {exc.description or exc}"
+        return AuthenticationError(
+            text, condition=exc.condition, description=exc.description, info=exc.info
+        )
     user = config.auth.username if config.auth is not None else None
     who = f"the login of user {user!r}" if user else "an anonymous login"
     text = f"{broker} refused {who}: {exc} (check the user name and password)"

@@ -21,6 +21,7 @@ from failover.options import (
     MASK,
     Choice,
     Duration,
+    Flag,
     Option,
     OptionTable,
     Scope,
@@ -36,7 +37,7 @@ from failover.options import (
 from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
 from haclient.errors import ConfigurationError
-from haclient.options import CLIENT_OPTIONS, docs_with_table, docs_with_tables, markdown
+from haclient.options import CLIENT_OPTIONS, Names, docs_with_table, docs_with_tables, markdown
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
@@ -119,6 +120,15 @@ def _values(option: Option) -> st.SearchStrategy[Any]:
         return st.sampled_from(kind.choices)
     if isinstance(kind, Text):
         return st.text(min_size=0 if kind.empty else 1, max_size=12)
+    if isinstance(kind, Flag):
+        return st.booleans()
+    if isinstance(kind, Names):
+        name = (
+            st.sampled_from(kind.known)
+            if kind.known
+            else st.from_regex(r"[A-Z0-9-]{1,10}", fullmatch=True)
+        )
+        return st.lists(name, min_size=1, max_size=3).map(tuple)
     assert isinstance(kind, Duration)
     whole_ms = st.integers(1, 10**6).map(lambda ms: ms / 1000)
     return st.none() | whole_ms if kind.zero_is_none else whole_ms
@@ -166,7 +176,9 @@ def test_engine_config_takes_the_broker_override() -> None:
 
 def test_only_broker_scoped_options_go_on_a_broker() -> None:
     broker_scoped = {o.name for o in CLIENT_OPTIONS if o.scope is Scope.BROKER}
-    assert broker_scoped == {"amqp.idleTimeout", "amqp.maxFrameSize"}
+    transport = {o.name for o in CLIENT_OPTIONS if o.name and o.name.startswith("transport.")}
+    assert len(transport) == 13  # and their aliases
+    assert broker_scoped == {"amqp.idleTimeout", "amqp.maxFrameSize", *transport}
     with pytest.raises(ConfigurationError, match="applies to the whole connection") as info:
         parse_url("failover:(amqp://a?jms.prefetch=1)")
     assert info.value.option == "jms.prefetch"
