@@ -186,6 +186,8 @@ class TlsServerLayer:
         if options.client_ca_file:
             context.load_verify_locations(options.client_ca_file)
             context.verify_mode = ssl.CERT_REQUIRED
+        if options.maximum_version is not None:
+            context.maximum_version = options.maximum_version
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import ssl
 import uuid
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from failover.options import masked, unknown_option_error
 from failover.url import BrokerURL, FailoverURL
+from haclient.aio.tls_options import tls_client_options
 from haclient.options import CLIENT_OPTIONS
 
-__all__ = ["ConnectionOptions", "generated_client_id"]
+__all__ = ["ConnectionOptions", "TrustAllWarning", "generated_client_id"]
+
+
+class TrustAllWarning(UserWarning):
+    """``transport.trustAll=true``: no certificate is checked (anyone can pose as the broker)."""
 
 
 def generated_client_id() -> str:
@@ -110,7 +116,8 @@ class ConnectionOptions:
         """The options of the URL, overridden by ``keywords`` (``connect(url, **keywords)``).
 
         Raises:
-            ConfigurationError: an unknown keyword (with the closest known name) or a bad value.
+            ConfigurationError: an unknown keyword (with the closest known name) or a bad value,
+                or TLS options that cannot be used (a missing file, a wrong key password ...).
         """
         values = CLIENT_OPTIONS.values(url.connection_options)
         for name, value in keywords.items():
@@ -120,7 +127,18 @@ class ConnectionOptions:
                 raise unknown_option_error(name, known, what="connection option", quote=True)
             if value is not None or option.none_is_value:
                 values[name] = value
-        return cls(**values)
+        options = cls(**values)
+        secure = [options.for_broker(broker) for broker in url.brokers if broker.secure]
+        for each in secure:
+            tls_client_options(each)  # a file or a name that will not do fails here
+        if options.ssl_context is None and any(each.trust_all for each in secure):
+            warnings.warn(
+                "transport.trustAll=true: the brokers' certificates are not checked, anyone on "
+                "the path can pose as a broker (for tests only)",
+                TrustAllWarning,
+                stacklevel=3,
+            )
+        return options
 
     def for_broker(self, broker: BrokerURL) -> ConnectionOptions:
         """These options with ``broker``'s own (per-broker) URL options applied over them."""

@@ -1,7 +1,9 @@
 """The TLS options (``ssl_context=``, ``transport.*``) made into the engine's TLS settings.
 
 How this works: ``tls_client_options`` is called for each ``amqps`` connection attempt with the
-options as they apply to that broker (``ConnectionOptions.for_broker``). An ``ssl_context``
+options as they apply to that broker (``ConnectionOptions.for_broker``), so that a renewed
+certificate is read at the next reconnect; ``ConnectionOptions.build`` calls it once per
+``amqps`` broker too, so that a bad option fails ``connect()`` at once. An ``ssl_context``
 keyword is used as given. Otherwise a context is made: ``ssl.create_default_context()`` (the
 system's trust store, chain and host name verified, TLS 1.2 at least), then each option changes
 it. A file that cannot be read, a wrong key password, an unknown version or cipher suite raises
@@ -16,16 +18,14 @@ from __future__ import annotations
 
 import logging
 import ssl
-import warnings
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from failover.errors import ConfigurationError
-from haclient.aio.options import ConnectionOptions
 from haclient.amqp.config import TlsClientOptions
 from haclient.options import TLS_VERSIONS
 
-__all__ = ["TrustAllWarning", "tls_client_options"]
+__all__ = ["TlsSettings", "tls_client_options"]
 
 log = logging.getLogger("haclient.connection")
 
@@ -63,11 +63,36 @@ _KEY_CONVERT: Final = (
 )
 
 
-class TrustAllWarning(UserWarning):
-    """``transport.trustAll=true``: no certificate is checked (anyone can pose as the broker)."""
+class TlsSettings(Protocol):
+    """The TLS options ``tls_client_options`` reads (``haclient.aio.ConnectionOptions``'s)."""
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None: ...
+    @property
+    def ca_file(self) -> str | None: ...
+    @property
+    def cert_file(self) -> str | None: ...
+    @property
+    def key_file(self) -> str | None: ...
+    @property
+    def key_password(self) -> str | None: ...
+    @property
+    def verify_host(self) -> bool: ...
+    @property
+    def trust_all(self) -> bool: ...
+    @property
+    def enabled_protocols(self) -> tuple[str, ...] | None: ...
+    @property
+    def disabled_protocols(self) -> tuple[str, ...] | None: ...
+    @property
+    def enabled_cipher_suites(self) -> tuple[str, ...] | None: ...
+    @property
+    def disabled_cipher_suites(self) -> tuple[str, ...] | None: ...
+    @property
+    def server_name(self) -> str | None: ...
 
 
-def tls_client_options(options: ConnectionOptions) -> TlsClientOptions:
+def tls_client_options(options: TlsSettings) -> TlsClientOptions:
     """The engine's TLS settings for one ``amqps`` broker (``options`` already for it).
 
     Raises:
@@ -80,13 +105,8 @@ def tls_client_options(options: ConnectionOptions) -> TlsClientOptions:
             context=options.ssl_context, peer_name=options.server_name, has_client_certificate=True
         )
     context = _trust(options.ca_file)
-    if options.trust_all:
-        warnings.warn(
-            "transport.trustAll=true: the broker's certificate is not checked, anyone on the "
-            "path can pose as the broker",
-            TrustAllWarning,
-            stacklevel=2,
-        )
+    if options.trust_all:  # ConnectionOptions.build warned (TrustAllWarning)
+        log.warning("TLS trusts any certificate (transport.trustAll=true)")
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     elif not options.verify_host:

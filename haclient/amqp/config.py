@@ -141,12 +141,14 @@ class TlsServerOptions:
     """TLS for the server role: the server's certificate chain and key.
 
     With ``client_ca_file`` set, clients must present a certificate that chains to it.
+    ``maximum_version`` limits the TLS versions served (a broker that has no TLS 1.3, say).
     """
 
     cert_file: str
     key_file: str
     key_password: str | None = field(default=None, repr=False)  # a secret: never shown
     client_ca_file: str | None = None
+    maximum_version: ssl.TLSVersion | None = None
 
 
 @dataclass(frozen=True, slots=True)
