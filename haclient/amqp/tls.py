@@ -73,7 +73,8 @@ class TlsClientLayer:
             checks host names (an IP address is checked, not sent).
 
     Raises:
-        ConfigurationError: The context checks host names and ``server_name`` is None.
+        ConfigurationError: The context checks host names and ``server_name`` is None, or it
+            allows no TLS version or cipher suite.
     """
 
     def __init__(self, context: ssl.SSLContext, server_name: str | None) -> None:
@@ -92,6 +93,8 @@ class TlsClientLayer:
         self.eof = False
         self.user: str | None = None  # the identity is SASL's, above
         self._handshake()  # Rule 1: the ClientHello goes into the outgoing buffer now
+        if self.error is not None:  # the context allows nothing (no version, no cipher suite)
+            raise ConfigurationError(f"TLS cannot start: {self.error.description}")
 
     @property
     def is_handshaken(self) -> bool:
@@ -151,10 +154,12 @@ class TlsClientLayer:
 
     def _read(self) -> bytes:
         chunks: list[bytes] = []
-        read = self._tls.read
+        tls, incoming = self._tls, self._incoming
         try:
-            while True:
-                chunk = read(_READ_SIZE)
+            # A read returns one record at most; stop when nothing is left rather than on
+            # SSLWantReadError, an exception per batch of input on the hot path.
+            while incoming.pending or tls.pending() or not chunks:
+                chunk = tls.read(_READ_SIZE)
                 if not chunk:
                     self.eof = True
                     break

@@ -107,3 +107,11 @@ def test_tls_client_options_take_a_context_or_files_not_both(
     assert not TlsClientOptions().has_client_certificate
     with pytest.raises(ConfigurationError, match="cannot be used"):
         TlsClientOptions(ca_file=str(tmp_path / "missing.pem")).ssl_context()
+
+
+def test_a_context_that_allows_no_version_fails_at_once(ca: trustme.CA) -> None:
+    context = _context(ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ConfigurationError, match="no TLS version is left"):
+        TlsClientLayer(context, "broker.test")
