@@ -86,10 +86,12 @@ class Engine:
         config: Identity, limits, SASL and TLS settings (validated when built).
         layers: Byte layers below the AMQP transport, the socket's side first. The server
             role's SASL (``server_auth``) and TLS (``TlsServerOptions``) run in such layers;
-            without them a server engine speaks bare AMQP (no SASL).
+            without them a server engine speaks bare AMQP (no SASL). The client role puts its
+            TLS layer (``TlsClientOptions``, ``haclient.amqp.tls``) beneath them itself.
 
     Raises:
-        ConfigurationError: A server's ``server_auth`` or TLS was configured without layers.
+        ConfigurationError: A server's ``server_auth`` or TLS was configured without layers, or
+            the client's TLS cannot start (an unreadable file, a context that allows nothing).
 
     A client calls ``open()`` at once; a server calls it when ``ConnectionRemoteOpen`` arrives
     (or ``close(error)`` to refuse).
