@@ -44,7 +44,7 @@ from haclient.amqp.events import (
     TransportClosed,
 )
 from haclient.amqp.tls import TlsClientLayer
-from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
+from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
 __all__ = ["ByteLayer", "Engine"]
 
@@ -491,9 +491,6 @@ def _ending_condition(error: ErrorCondition | None, remote_closed: bool) -> Erro
     if error is not None and "idle-timeout expired" in description:
         # proton calls a silent peer a resource limit; for us it is a lost connection.
         return ErrorCondition(CONNECTION_LOST, "no frames from the peer within the idle timeout")
-    if error is not None and description.startswith("SSL Failure"):
-        # proton files TLS failures under framing-error; they are about trust, not bytes.
-        return ErrorCondition(TLS_FAILED, description)
     return error
 
 
