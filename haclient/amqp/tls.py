@@ -190,7 +190,7 @@ def describe_tls_error(exc: ssl.SSLError, server_name: str | None, first: bytes 
     """
     if isinstance(exc, ssl.SSLCertVerificationError):
         code = exc.verify_code
-        message = exc.verify_message
+        message = exc.verify_message.rstrip(".")
         if code == _HOSTNAME_MISMATCH:
             plain = f"the broker's certificate is not valid for the host name {server_name!r}"
         elif code == _IP_MISMATCH:
