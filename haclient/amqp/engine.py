@@ -217,6 +217,13 @@ class Engine:
         return float(self._transport.remote_idle_timeout)
 
     @property
+    def awaits_tls_handshake(self) -> bool:
+        """True while the client's TLS handshake is not done (False without TLS)."""
+        return any(
+            isinstance(layer, TlsClientLayer) and not layer.is_handshaken for layer in self._layers
+        )
+
+    @property
     def user(self) -> str | None:
         """The user a layer authenticated (the server role's SASL), if any."""
         return next((layer.user for layer in self._layers if layer.user), None)

@@ -7,6 +7,7 @@ The brokers run in threads of this process (``BrokerThread``) on free ports of 1
 from __future__ import annotations
 
 import datetime
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -353,3 +354,13 @@ def test_tls_secrets_are_masked(pki: Pki) -> None:
     )
     shown = repr(factory) + repr(factory.options) + str(factory.options.url_options())
     assert "canary" not in shown
+
+
+def test_a_port_that_accepts_and_says_nothing_names_the_tls_handshake() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody answers
+        port = silent.getsockname()[1]
+        url = f"amqps://localhost:{port}?jms.connectTimeout=300"
+        started = time.monotonic()
+        with pytest.raises(HAClientError, match="did not finish the TLS handshake"):
+            haclient.connect(url).close()
+        assert time.monotonic() - started < BUDGET
