@@ -364,3 +364,14 @@ def test_a_port_that_accepts_and_says_nothing_names_the_tls_handshake() -> None:
         with pytest.raises(HAClientError, match="did not finish the TLS handshake"):
             haclient.connect(url).close()
         assert time.monotonic() - started < BUDGET
+
+
+def test_transport_options_in_every_place_a_url_takes_them(pki: Pki) -> None:
+    """Connection-wide, per broker, and Qpid JMS's failover.nested. spelling for every broker."""
+    for url in (
+        f"amqps://h?transport.trustStoreLocation={pki.ca}",
+        f"failover:(amqps://a?transport.caFile={pki.ca},amqps://b)",
+        f"failover:(amqps://a,amqps://b)?failover.nested.transport.trustStoreLocation={pki.ca}",
+    ):
+        factory = haclient.ConnectionFactory(url)
+        assert factory.options.for_broker(factory.url.brokers[0]).ca_file == pki.ca, url
