@@ -117,6 +117,12 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
         suite in _TLS13_SUITES for suite in options.enabled_cipher_suites
     ):
         context.minimum_version = ssl.TLSVersion.TLSv1_3
+        if context.maximum_version == ssl.TLSVersion.TLSv1_2:
+            raise ConfigurationError(
+                "transport.enabledCipherSuites names only TLS 1.3 suites, but TLS 1.3 is not "
+                "enabled",
+                option="transport.enabledCipherSuites",
+            )
     if options.key_file and not options.cert_file:
         raise ConfigurationError(
             "transport.keyFile needs transport.certFile (the certificate it belongs to)",

@@ -247,6 +247,18 @@ def test_cipher_suites_by_openssl_or_iana_name(pki: Pki, tls12_port: int) -> Non
     assert "cipher" in text
 
 
+def test_tls_1_3_suites_only_mean_tls_1_3_only(pki: Pki, port: int, tls12_port: int) -> None:
+    suites = ("TLS_AES_256_GCM_SHA384",)
+    url = f"amqps://localhost:{port}?{_q(trustStoreLocation=pki.ca)}"
+    assert _round_trip(url, enabled_cipher_suites=suites) == "over TLS"
+    url12 = f"amqps://localhost:{tls12_port}?{_q(trustStoreLocation=pki.ca)}"
+    assert "no TLS version in common" in _refused(url12, enabled_cipher_suites=suites)
+    text = _refused(
+        url, ConfigurationError, enabled_cipher_suites=suites, enabled_protocols="TLSv1.2"
+    )
+    assert "only TLS 1.3 suites" in text
+
+
 def test_an_unknown_cipher_suite_is_a_configuration_error(pki: Pki, port: int) -> None:
     url = f"amqps://localhost:{port}?{_q(enabledCipherSuites='TLS_NO_SUCH_CIPHER')}"
     text = _refused(url, ConfigurationError)
