@@ -37,6 +37,8 @@ class TlsServerLayer:
         if options.client_ca_file:
             context.load_verify_locations(options.client_ca_file)
             context.verify_mode = ssl.CERT_REQUIRED
+        if options.maximum_version is not None:
+            context.maximum_version = options.maximum_version
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
@@ -48,7 +50,8 @@ class TlsServerLayer:
 
     @property
     def peer_identity(self) -> str | None:
-        """The common name (CN) of the client certificate the handshake verified, if any.
+        """The identity of the client certificate the handshake verified, if any: its common
+        name (CN), or for a certificate without one its first subject alternative name.
 
         Only a server given ``client_ca_file`` asks for one; without it, or before the
         handshake ends, there is none.
@@ -58,6 +61,7 @@ class TlsServerLayer:
         certificate = self._tls.getpeercert()  # {} for a certificate that was not verified
         subject: Any = (certificate or {}).get("subject", ())
         names = [value for rdn in subject for name, value in rdn if name == "commonName"]
+        names += [value for _, value in (certificate or {}).get("subjectAltName", ())]
         return str(names[0]) if names else None
 
     def receive(self, data: bytes) -> bytes:

@@ -18,6 +18,7 @@ but without effect, e.g. a Qpid JMS option the client has no use for), and a fie
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -25,6 +26,7 @@ from typing import Any, Final
 from failover.options import (
     Choice,
     Duration,
+    Flag,
     Option,
     OptionTable,
     Scope,
@@ -40,7 +42,10 @@ __all__ = [
     "ACK_CONFIRMATIONS",
     "CLIENT_OPTIONS",
     "SELECTORS",
+    "TLS_VERSIONS",
     "TRANSACTIONS",
+    "Names",
+    "SslContext",
     "docs_with_failover_table",
     "docs_with_table",
     "docs_with_tables",
@@ -53,6 +58,64 @@ SELECTORS: Final = ("auto", "broker", "client")
 ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
 
 _ENGINE: Final = "engine"  # read by the AMQP engine's configuration (haclient.aio.physical)
+_TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLContext
+
+#: The TLS version names ``transport.enabledProtocols`` and ``disabledProtocols`` take, oldest
+#: first (Qpid JMS's, Java's, spelling).
+TLS_VERSIONS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """A comma-separated list of names (a tuple as a value; a keyword may give a str or any
+    sequence of str); with ``known``, each must be one of them (matched exactly)."""
+
+    known: tuple[str, ...] | None = None
+
+    def parse(self, raw: str) -> tuple[str, ...]:
+        return self.check(raw)
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ValueError(f"must be a comma-separated str or a sequence of str, not {value!r}")
+        names = tuple(item.strip() for item in items if item.strip())
+        if not names:
+            raise ValueError(f"names nothing: {value!r}")
+        unknown = [n for n in names if self.known is not None and n not in self.known]
+        if unknown and self.known is not None:
+            raise ValueError(f"must name some of {', '.join(self.known)}, not {unknown[0]!r}")
+        return names
+
+    def format(self, value: Any) -> str:
+        return ",".join(value)
+
+    def describe(self) -> str:
+        return "comma-separated"
+
+
+@dataclass(frozen=True, slots=True)
+class SslContext:
+    """An ``ssl.SSLContext``, as a keyword only."""
+
+    def parse(self, raw: str) -> ssl.SSLContext:
+        raise ValueError("is a keyword only (an ssl.SSLContext)")
+
+    def check(self, value: Any) -> ssl.SSLContext:
+        if not isinstance(value, ssl.SSLContext):
+            raise ValueError(f"must be an ssl.SSLContext, not {type(value).__name__}")
+        return value
+
+    def format(self, value: Any) -> str:
+        return repr(value)
+
+    def describe(self) -> str:
+        return ""
+
+
+def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
+    """A ``transport.*`` option: TLS, for the whole connection or one broker."""
+    return Option(name, kind, default, doc, keyword=keyword, scope=Scope.BROKER, layer=_TLS, **more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +321,132 @@ CLIENT_OPTIONS: Final = OptionTable(
             "one of `settle-second`, `link-flow`, `drain`, `round-trip` to use that exchange "
             "(benchmarks, tests).",
             keyword="ack_confirmation",
+        ),
+        Option(
+            None,
+            SslContext(),
+            None,
+            "An `ssl.SSLContext` for `amqps` brokers; it wins over every `transport.*` option "
+            "but `transport.serverName`. The client cannot read from a context whether it holds "
+            "a client certificate and assumes it does (for SASL EXTERNAL).",
+            keyword="ssl_context",
+            optional=True,
+        ),
+        _tls(
+            "transport.trustStoreLocation",
+            Text(empty=False),
+            None,
+            "PEM file of the certificate authorities to trust instead of the system's store. "
+            "A JKS or PKCS12 store raises `ConfigurationError` saying how to convert it to PEM.",
+            "ca_file",
+            aliases=("transport.caFile",),
+            optional=True,
+        ),
+        _tls(
+            "transport.trustStorePassword",
+            Text(),
+            None,
+            "A PEM trust store has no password; masked wherever it is shown.",
+            "trust_store_password",
+            status=Status.ACCEPTED,
+            secret=True,
+            optional=True,
+        ),
+        _tls(
+            "transport.certFile",
+            Text(empty=False),
+            None,
+            "PEM file of the client certificate (its chain), and of its key when "
+            "`transport.keyFile` is not given (`transport.keyStoreLocation`: cert and key).",
+            "cert_file",
+            aliases=("transport.keyStoreLocation",),
+            optional=True,
+        ),
+        _tls(
+            "transport.keyFile",
+            Text(empty=False),
+            None,
+            "PEM file of the client certificate's private key.",
+            "key_file",
+            optional=True,
+        ),
+        _tls(
+            "transport.keyPassword",
+            Text(),
+            None,
+            "Password of an encrypted private key; masked wherever it is shown.",
+            "key_password",
+            aliases=("transport.keyStorePassword",),
+            secret=True,
+            optional=True,
+        ),
+        _tls(
+            "transport.keyAlias",
+            Text(empty=False),
+            None,
+            "Which key of a Java key store to use; a PEM key store holds one key, so the alias "
+            "is not checked.",
+            "key_alias",
+            status=Status.ACCEPTED,
+            optional=True,
+        ),
+        _tls(
+            "transport.verifyHost",
+            Flag(),
+            True,
+            "Check that the broker's certificate names the host (or `transport.serverName`).",
+            "verify_host",
+        ),
+        _tls(
+            "transport.trustAll",
+            Flag(),
+            False,
+            "Trust any certificate, checking nothing (tests only: warns when on).",
+            "trust_all",
+        ),
+        _tls(
+            "transport.enabledProtocols",
+            Names(TLS_VERSIONS),
+            None,
+            "TLS versions to allow (`TLSv1.2`, `TLSv1.3`, ...; consecutive); None: TLS 1.2 "
+            "and newer.",
+            "enabled_protocols",
+            optional=True,
+        ),
+        _tls(
+            "transport.disabledProtocols",
+            Names(TLS_VERSIONS),
+            None,
+            "TLS versions to refuse, taken from the oldest or the newest end.",
+            "disabled_protocols",
+            optional=True,
+        ),
+        _tls(
+            "transport.enabledCipherSuites",
+            Names(),
+            None,
+            "Cipher suites for TLS 1.2 and older (OpenSSL or IANA names); None: OpenSSL's "
+            "defaults. TLS 1.3 suites are always OpenSSL's: naming only those allows TLS 1.3 "
+            "only.",
+            "enabled_cipher_suites",
+            optional=True,
+        ),
+        _tls(
+            "transport.disabledCipherSuites",
+            Names(),
+            None,
+            "Cipher suites for TLS 1.2 and older to refuse (OpenSSL or IANA names).",
+            "disabled_cipher_suites",
+            optional=True,
+        ),
+        _tls(
+            "transport.serverName",
+            Text(empty=False),
+            None,
+            "The name sent as SNI and checked against the broker's certificate; None: the "
+            "host of the broker URL.",
+            "server_name",
+            optional=True,
         ),
     ]
 )

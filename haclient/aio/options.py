@@ -7,16 +7,23 @@ unknown one or a bad value raises ``ConfigurationError`` naming it, never silent
 
 from __future__ import annotations
 
+import ssl
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from failover.options import masked, unknown_option_error
 from failover.url import BrokerURL, FailoverURL
+from haclient.aio.tls_options import tls_client_options
 from haclient.options import CLIENT_OPTIONS
 
-__all__ = ["ConnectionOptions", "generated_client_id"]
+__all__ = ["ConnectionOptions", "TrustAllWarning", "generated_client_id"]
+
+
+class TrustAllWarning(UserWarning):
+    """``transport.trustAll=true``: no certificate is checked (anyone can pose as the broker)."""
 
 
 def generated_client_id() -> str:
@@ -59,6 +66,11 @@ class ConnectionOptions:
             (receiver settle mode ``second`` where granted, else the cheapest exchange the
             broker answers), or one of ``link-flow``, ``drain``, ``round-trip`` to use that
             exchange instead of mode ``second`` (benchmarks, tests; see ``haclient.aio.confirm``).
+        ssl_context: The ``ssl.SSLContext`` for ``amqps`` brokers; wins over the TLS options
+            below but ``server_name``.
+        ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
+            makes the context from them): trusted CAs, the client certificate, its key and its
+            password, host name check, trust-all, TLS versions, cipher suites, SNI name.
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
@@ -82,21 +94,36 @@ class ConnectionOptions:
     dedup_window: int = 10_000
     dedup_age: float = 600.0
     ack_confirmation: str = "auto"
+    ssl_context: ssl.SSLContext | None = None
+    ca_file: str | None = None
+    trust_store_password: str | None = field(default=None, repr=False)
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    key_alias: str | None = None
+    verify_host: bool = True
+    trust_all: bool = False
+    enabled_protocols: tuple[str, ...] | None = None
+    disabled_protocols: tuple[str, ...] | None = None
+    enabled_cipher_suites: tuple[str, ...] | None = None
+    disabled_cipher_suites: tuple[str, ...] | None = None
+    server_name: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             option = CLIENT_OPTIONS.keyword(f.name)
             assert option is not None, f.name  # tests/unit/test_options_table.py
-            checked = option.check(getattr(self, f.name))
-            if f.name == "sasl_mechanisms":  # a comma list or names, kept as a tuple
-                object.__setattr__(self, f.name, checked)
+            value = option.check(getattr(self, f.name))
+            if isinstance(value, tuple):  # a list given as text or a list: kept as a tuple
+                object.__setattr__(self, f.name, value)
 
     @classmethod
     def build(cls, url: FailoverURL, keywords: Mapping[str, Any]) -> ConnectionOptions:
         """The options of the URL, overridden by ``keywords`` (``connect(url, **keywords)``).
 
         Raises:
-            ConfigurationError: an unknown keyword (with the closest known name) or a bad value.
+            ConfigurationError: an unknown keyword (with the closest known name) or a bad value,
+                or TLS options that cannot be used (a missing file, a wrong key password ...).
         """
         values = CLIENT_OPTIONS.values(url.connection_options)
         for name, value in keywords.items():
@@ -106,7 +133,18 @@ class ConnectionOptions:
                 raise unknown_option_error(name, known, what="connection option", quote=True)
             if value is not None or option.none_is_value:
                 values[name] = value
-        return cls(**values)
+        options = cls(**values)
+        secure = [options.for_broker(broker) for broker in url.brokers if broker.secure]
+        for each in secure:
+            tls_client_options(each)  # a file or a name that will not do fails here
+        if options.ssl_context is None and any(each.trust_all for each in secure):
+            warnings.warn(
+                "transport.trustAll=true: the brokers' certificates are not checked, anyone on "
+                "the path can pose as a broker (for tests only)",
+                TrustAllWarning,
+                stacklevel=3,
+            )
+        return options
 
     def for_broker(self, broker: BrokerURL) -> ConnectionOptions:
         """These options with ``broker``'s own (per-broker) URL options applied over them."""

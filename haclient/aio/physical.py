@@ -25,9 +25,10 @@ from anyio.abc import TaskGroup
 from failover.url import BrokerURL
 from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
-from haclient.amqp.config import CLEAR_TEXT_MECHANISMS, ClientAuth, EngineConfig, TlsClientOptions
+from haclient.aio.tls_options import tls_client_options
+from haclient.amqp.config import CLEAR_TEXT_MECHANISMS, ClientAuth, EngineConfig
 from haclient.amqp.connection import AmqpConnection, connect_amqp
-from haclient.amqp.types import SASL_FAILED
+from haclient.amqp.types import SASL_FAILED, TLS_FAILED
 from haclient.destination import DestinationPrefixes
 from haclient.errors import AuthenticationError, ConfigurationError, HAClientError
 
@@ -58,9 +59,11 @@ def engine_config(
             sent with XOAUTH2 unless ``sasl_mechanisms`` says otherwise.
 
     Raises:
-        ConfigurationError: A token without a username.
+        ConfigurationError: A token without a username, or TLS options that cannot be used
+            (``haclient.aio.tls_options``).
     """
     options = options.for_broker(broker)  # the broker URL's own options win for it
+    tls = tls_client_options(options) if broker.secure else None
     username = broker.username or options.username
     password = broker.password if broker.username else options.password
     mechanisms = options.sasl_mechanisms
@@ -69,7 +72,13 @@ def engine_config(
             raise ConfigurationError("token_provider needs a username (XOAUTH2 sends it)")
         password = token
         mechanisms = mechanisms or ("XOAUTH2",)
-    auth = ClientAuth(username, password, mechanisms, allow_insecure=not broker.secure)
+    auth = ClientAuth(
+        username,
+        password,
+        mechanisms,
+        allow_insecure=not broker.secure,
+        client_certificate=tls is not None and tls.has_client_certificate,
+    )
     readable = CLEAR_TEXT_MECHANISMS.intersection(auth.allowed)
     if username and readable and not broker.secure and not _is_loopback(broker.host):
         log.warning(
@@ -86,7 +95,7 @@ def engine_config(
         max_frame_size=options.max_frame_size,
         desired_capabilities=(SHARED_SUBS,),
         auth=auth,
-        tls=TlsClientOptions() if broker.secure else None,
+        tls=tls,
     )
 
 
@@ -195,7 +204,13 @@ async def open_physical(
 
 
 def _refused_login(exc: AuthenticationError, broker: BrokerURL, config: EngineConfig) -> Exception:
-    """``exc`` said again with the broker and the user it refused (the password masked)."""
+    """``exc`` said again with the broker and the user it refused (the password masked), or
+    the broker whose TLS handshake failed and why."""
+    if exc.condition == TLS_FAILED:
+        text = f"TLS with {broker} failed: {exc.description or exc}"
+        return AuthenticationError(
+            text, condition=exc.condition, description=exc.description, info=exc.info
+        )
     user = config.auth.username if config.auth is not None else None
     who = f"the login of user {user!r}" if user else "an anonymous login"
     if exc.condition == SASL_FAILED:  # our own verdict on the broker, not a refusal

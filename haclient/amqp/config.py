@@ -7,6 +7,7 @@ message naming it, not later inside proton.
 from __future__ import annotations
 
 import enum
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -148,22 +149,66 @@ class ServerAuth:
 
 @dataclass(frozen=True, slots=True)
 class TlsClientOptions:
-    """TLS for the client role (``amqps://``), done by proton's SSL layer.
+    """TLS for the client role (``amqps://``): an ``ssl.SSLContext`` and the name to check.
 
-    Verification is on by default: the broker's certificate must chain to ``ca_file`` (or the
-    system store) and name ``peer_name`` (default: the host connected to).
+    The resolved form: ``context`` decides what is trusted and checked (chain, host name,
+    versions, ciphers, the client certificate), ``peer_name`` is sent as SNI and checked against
+    the certificate when the context checks host names (None: the host connected to, the
+    engine's ``hostname``). ``has_client_certificate`` says whether the context holds a client
+    certificate (SASL EXTERNAL needs one). ``haclient.aio.tls_options`` builds these from the
+    connection's options.
+
+    Without a ``context``, one is made from the PEM files given here, the engine's shorthand:
+    the system's trust store, or ``ca_file``; ``verify=False`` checks nothing;
+    ``cert_file``/``key_file`` (``key_password``) is the client certificate.
+
+    Raises:
+        ConfigurationError: From the constructor: a certificate without its key (or the reverse),
+            or a context given together with PEM files.
     """
 
+    context: ssl.SSLContext | None = None
+    peer_name: str | None = None
+    has_client_certificate: bool = False
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
     key_password: str | None = field(default=None, repr=False)  # a secret: never shown
     verify: bool = True
-    peer_name: str | None = None
 
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigurationError("a client certificate needs both cert_file and key_file")
+        files = (self.ca_file, self.cert_file, self.key_file)
+        if self.context is not None and (any(files) or not self.verify):
+            raise ConfigurationError("give TlsClientOptions a context or PEM files, not both")
+        if self.cert_file is not None:
+            object.__setattr__(self, "has_client_certificate", True)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The context to use: ``context``, or one made from the PEM files (read now).
+
+        Raises:
+            ConfigurationError: A file cannot be read, or the key's password is wrong.
+        """
+        if self.context is not None:
+            return self.context
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            if not self.verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            if self.cert_file and self.key_file:
+                password = self.key_password
+                # Never let OpenSSL prompt on the terminal for an encrypted key's password.
+                context.load_cert_chain(self.cert_file, self.key_file, password or _no_password)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(f"the TLS files cannot be used: {exc}") from None
+        return context
+
+
+def _no_password() -> str:
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,12 +216,14 @@ class TlsServerOptions:
     """TLS for the server role: the server's certificate chain and key.
 
     With ``client_ca_file`` set, clients must present a certificate that chains to it.
+    ``maximum_version`` limits the TLS versions served (a broker that has no TLS 1.3, say).
     """
 
     cert_file: str
     key_file: str
     key_password: str | None = field(default=None, repr=False)  # a secret: never shown
     client_ca_file: str | None = None
+    maximum_version: ssl.TLSVersion | None = None
 
 
 @dataclass(frozen=True, slots=True)

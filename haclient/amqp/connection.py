@@ -806,7 +806,12 @@ class AmqpConnection:
 
 def _unanswered(host: str, port: int, engine: Engine, timeout: float) -> str:
     """Why an open timed out, naming what was awaited."""
-    if not engine.head:
+    if engine.awaits_tls_handshake:
+        awaited = (
+            "accepted the TCP connection but did not finish the TLS handshake (awaited: its "
+            "TLS answer; is this the broker's TLS port?)"
+        )
+    elif not engine.head:
         awaited = (
             "accepted the TCP connection but sent nothing back (awaited: its AMQP protocol "
             "header; is this an AMQP 1.0 broker's port?)"

@@ -24,17 +24,11 @@ from typing import Any, Final, Protocol
 
 import cproton
 import proton
-from proton import SASL, Collector, Connection, Event, SSLDomain, Transport
+from proton import Collector, Connection, Event, Transport
 
 from failover.errors import ConfigurationError
 from haclient.amqp import _convert
-from haclient.amqp.config import (
-    ClientAuth,
-    EngineConfig,
-    Role,
-    TlsClientOptions,
-    TlsServerOptions,
-)
+from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
 from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, drop_wrapper_in, wrapper_in
 from haclient.amqp.events import (
     ConnectionRemoteClose,
@@ -50,7 +44,8 @@ from haclient.amqp.events import (
     TransportClosed,
 )
 from haclient.amqp.sasl import SaslClientLayer
-from haclient.amqp.types import CONNECTION_LOST, TLS_FAILED, ErrorCondition
+from haclient.amqp.tls import TlsClientLayer
+from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 
 __all__ = ["ByteLayer", "Engine"]
 
@@ -63,9 +58,9 @@ class ByteLayer(Protocol):
     """A byte layer below proton's AMQP transport, such as a server's TLS or SASL exchange.
 
     ``receive`` turns bytes from the socket side (``b""``: EOF) into bytes for the layer above;
-    ``send`` turns bytes from above into bytes for the socket side. The client's SASL is one
-    (``haclient.amqp.sasl``, built by the engine itself); the reference broker's
-    (``chaos.amqp_server``) are given to its engines.
+    ``send`` turns bytes from above into bytes for the socket side. The client role makes its
+    own TLS and SASL layers (``haclient.amqp.tls``, ``haclient.amqp.sasl``); the reference
+    broker's (``chaos.amqp_server``) are given to its engines.
     """
 
     error: ErrorCondition | None
@@ -92,11 +87,12 @@ class Engine:
         config: Identity, limits, SASL and TLS settings (validated when built).
         layers: Byte layers below the AMQP transport, the socket's side first. The server
             role's SASL (``server_auth``) and TLS (``TlsServerOptions``) run in such layers;
-            without them a server engine speaks bare AMQP (no SASL). The client role adds its
-            SASL layer (``config.auth``) itself, above these.
+            without them a server engine speaks bare AMQP (no SASL). The client role makes its
+            own: TLS (``TlsClientOptions``) nearest the socket, then SASL (``config.auth``).
 
     Raises:
-        ConfigurationError: A server's ``server_auth`` or TLS was configured without layers.
+        ConfigurationError: A server's ``server_auth`` or TLS was configured without layers, or
+            the client's TLS cannot start (an unreadable file, a context that allows nothing).
 
     A client calls ``open()`` at once; a server calls it when ``ConnectionRemoteOpen`` arrives
     (or ``close(error)`` to refuse).
@@ -136,7 +132,6 @@ class Engine:
         self._collector = Collector()
         self._connection.collect(self._collector)
         self._head_at = len(self._layers)  # the layer whose input is the protocol stream
-        self._sasl: SASL | None = None  # proton's SASL, while TLS runs inside proton
         if config.role is Role.SERVER:
             self._transport = Transport(Transport.SERVER)
         else:
@@ -156,40 +151,13 @@ class Engine:
         config = self.config
         auth = config.auth
         tls = config.tls
-        if auth is not None and isinstance(tls, TlsClientOptions):
-            self._setup_proton_sasl(auth)
-        elif auth is not None:  # our SASL layer, above any other (proton's SASL lacks SCRAM)
-            self._head_at = len(self._layers)
+        if isinstance(tls, TlsClientOptions):  # TLS is the layer nearest the socket
+            layer = TlsClientLayer(tls.ssl_context(), tls.peer_name or config.hostname)
+            self._layers = (layer, *self._layers)
+        self._head_at = len(self._layers)  # the protocol stream starts above TLS
+        if auth is not None:  # our SASL layer (proton's, without Cyrus, lacks SCRAM)
             sasl = SaslClientLayer(auth, secure=tls is not None, hostname=config.hostname)
             self._layers = (*self._layers, sasl)
-        if isinstance(tls, TlsClientOptions):
-            domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            if tls.ca_file:
-                domain.set_trusted_ca_db(tls.ca_file)
-            if tls.cert_file and tls.key_file:
-                domain.set_credentials(tls.cert_file, tls.key_file, tls.key_password)
-            if tls.verify:
-                domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, tls.ca_file)
-            else:
-                domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
-            ssl = self._transport.ssl(domain)
-            peer_name = tls.peer_name or config.hostname
-            if peer_name:
-                ssl.peer_hostname = peer_name
-
-    def _setup_proton_sasl(self, auth: ClientAuth) -> None:
-        """Proton's SASL (ANONYMOUS, PLAIN, EXTERNAL), for as long as TLS runs inside proton's
-        transport: every byte layer sits below proton's TLS, where SASL cannot be."""
-        if auth.username:
-            self._connection.user = auth.username
-            if auth.password is not None:
-                self._connection.password = auth.password
-        sasl = self._sasl = self._transport.sasl()
-        # As before our layer: PLAIN with a username, else ANONYMOUS, unless mechanisms are
-        # named (proton skips those it cannot do; none left is a failed login).
-        default = ("PLAIN",) if auth.username else ("ANONYMOUS",)
-        sasl.allowed_mechs(" ".join(auth.mechanisms or default))
-        sasl.allow_insecure_mechs = True  # only over TLS
 
     # The connection ----------------------------------------------------------------------------
 
@@ -244,6 +212,13 @@ class Engine:
     def remote_idle_timeout(self) -> float:
         """The idle timeout the peer advertised, in seconds (0: none)."""
         return float(self._transport.remote_idle_timeout)
+
+    @property
+    def awaits_tls_handshake(self) -> bool:
+        """True while the client's TLS handshake is not done (False without TLS)."""
+        return any(
+            isinstance(layer, TlsClientLayer) and not layer.is_handshaken for layer in self._layers
+        )
 
     @property
     def user(self) -> str | None:
@@ -483,17 +458,8 @@ class Engine:
         self._finished = True
         error = _convert.condition_from_pn(self._transport.condition)
         remote_closed = bool(self._connection.state & proton.Endpoint.REMOTE_CLOSED)
-        if self._sasl_refused():
-            # proton names a refused login or an EOF after it, depending on which it read
-            # first in one batch of bytes: the refusal is the reason either way.
-            error = ErrorCondition("amqp:unauthorized-access", "the SASL login was refused")
         ending = _other_protocol(self.head) or _ending_condition(error, remote_closed)
         self._events.append(TransportClosed(ending))
-
-    def _sasl_refused(self) -> bool:
-        """Whether the peer answered proton's SASL login with a failure outcome."""
-        sasl = self._sasl
-        return sasl is not None and sasl.outcome is not None and sasl.outcome != SASL.OK
 
 
 FRAMING_ERROR: Final = "amqp:connection:framing-error"
@@ -526,9 +492,6 @@ def _ending_condition(error: ErrorCondition | None, remote_closed: bool) -> Erro
     if error is not None and "idle-timeout expired" in description:
         # proton calls a silent peer a resource limit; for us it is a lost connection.
         return ErrorCondition(CONNECTION_LOST, "no frames from the peer within the idle timeout")
-    if error is not None and description.startswith("SSL Failure"):
-        # proton files TLS failures under framing-error; they are about trust, not bytes.
-        return ErrorCondition(TLS_FAILED, description)
     return error
 
 

@@ -424,9 +424,19 @@ def test_external_over_tls_is_the_client_certificates_common_name(pki: dict[str,
     assert engine.user == "app-1"
 
 
-def test_external_is_refused_for_a_certificate_without_a_common_name(pki: dict[str, str]) -> None:
+def test_external_without_a_common_name_is_the_first_alternative_name(
+    pki: dict[str, str],
+) -> None:
     engine = _tls_engine(pki, client_ca=True)
-    assert login(EngineWire(engine, client_context(pki, "nameless")), "EXTERNAL", b"").code == AUTH
+    assert login(EngineWire(engine, client_context(pki, "nameless")), "EXTERNAL", b"").code == OK
+    assert engine.user == "nobody@clients.test"
+
+
+def test_external_as_another_identity_than_the_certificates_is_refused(
+    pki: dict[str, str],
+) -> None:
+    engine = _tls_engine(pki, client_ca=True)
+    assert login(EngineWire(engine, client_context(pki)), "EXTERNAL", b"intruder").code == AUTH
     assert engine.user is None
 
 

@@ -21,6 +21,7 @@ from failover.options import (
     MASK,
     Choice,
     Duration,
+    Flag,
     Option,
     OptionTable,
     Scope,
@@ -39,6 +40,7 @@ from haclient.amqp.config import SASL_MECHANISMS
 from haclient.errors import ConfigurationError
 from haclient.options import (
     CLIENT_OPTIONS,
+    Names,
     SaslMechanisms,
     docs_with_table,
     docs_with_tables,
@@ -129,6 +131,15 @@ def _values(option: Option) -> st.SearchStrategy[Any]:
     if isinstance(kind, SaslMechanisms):
         names = st.lists(st.sampled_from(SASL_MECHANISMS), min_size=1, unique=True)
         return st.none() | names.map(tuple)
+    if isinstance(kind, Flag):
+        return st.booleans()
+    if isinstance(kind, Names):
+        name = (
+            st.sampled_from(kind.known)
+            if kind.known
+            else st.from_regex(r"[A-Z0-9-]{1,10}", fullmatch=True)
+        )
+        return st.lists(name, min_size=1, max_size=3).map(tuple)
     assert isinstance(kind, Duration)
     whole_ms = st.integers(1, 10**6).map(lambda ms: ms / 1000)
     return st.none() | whole_ms if kind.zero_is_none else whole_ms
@@ -207,8 +218,11 @@ def test_a_token_is_the_password_sent_with_xoauth2_by_default() -> None:
 
 def test_only_broker_scoped_options_go_on_a_broker() -> None:
     broker_scoped = {o.name for o in CLIENT_OPTIONS if o.scope is Scope.BROKER}
-    # The amqp.* options Qpid JMS reads per broker URI inside failover:(...).
-    assert broker_scoped == {"amqp.idleTimeout", "amqp.maxFrameSize", "amqp.saslMechanisms"}
+    # The amqp.* options Qpid JMS reads per broker URI inside failover:(...), and TLS.
+    transport = {o.name for o in CLIENT_OPTIONS if o.name and o.name.startswith("transport.")}
+    assert len(transport) == 13  # and their aliases
+    amqp = {"amqp.idleTimeout", "amqp.maxFrameSize", "amqp.saslMechanisms"}
+    assert broker_scoped == {*amqp, *transport}
     with pytest.raises(ConfigurationError, match="applies to the whole connection") as info:
         parse_url("failover:(amqp://a?jms.prefetch=1)")
     assert info.value.option == "jms.prefetch"
