@@ -61,7 +61,8 @@ class TlsServerLayer:
         certificate = self._tls.getpeercert()  # {} for a certificate that was not verified
         subject: Any = (certificate or {}).get("subject", ())
         names = [value for rdn in subject for name, value in rdn if name == "commonName"]
-        names += [value for _, value in (certificate or {}).get("subjectAltName", ())]
+        alternatives: Any = (certificate or {}).get("subjectAltName", ())
+        names += [value for _, value in alternatives]
         return str(names[0]) if names else None
 
     def receive(self, data: bytes) -> bytes:
