@@ -327,8 +327,9 @@ CLIENT_OPTIONS: Final = OptionTable(
             SslContext(),
             None,
             "An `ssl.SSLContext` for `amqps` brokers; it wins over every `transport.*` option "
-            "but `transport.serverName`. The client cannot read from a context whether it holds "
-            "a client certificate and assumes it does (for SASL EXTERNAL).",
+            "but `transport.serverName`. A context cannot be asked whether it holds a client "
+            "certificate: SASL EXTERNAL may be chosen without a username, or when "
+            "`amqp.saslMechanisms` names it.",
             keyword="ssl_context",
             optional=True,
         ),

@@ -26,7 +26,12 @@ from failover.url import BrokerURL
 from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
 from haclient.aio.tls_options import tls_client_options
-from haclient.amqp.config import CLEAR_TEXT_MECHANISMS, ClientAuth, EngineConfig
+from haclient.amqp.config import (
+    CLEAR_TEXT_MECHANISMS,
+    ClientAuth,
+    EngineConfig,
+    TlsClientOptions,
+)
 from haclient.amqp.connection import AmqpConnection, connect_amqp
 from haclient.amqp.types import SASL_FAILED, TLS_FAILED
 from haclient.destination import DestinationPrefixes
@@ -77,7 +82,7 @@ def engine_config(
         password,
         mechanisms,
         allow_insecure=not broker.secure,
-        client_certificate=tls is not None and tls.has_client_certificate,
+        client_certificate=_may_log_in_by_certificate(tls, options, username, mechanisms),
     )
     readable = CLEAR_TEXT_MECHANISMS.intersection(auth.allowed)
     if username and readable and not broker.secure and not _is_loopback(broker.host):
@@ -122,6 +127,25 @@ async def fresh_token(options: ConnectionOptions) -> str | None:
         what = "an empty str" if isinstance(token, str) else type(token).__name__
         raise AuthenticationError(f"the token_provider returned {what}, not a token (a str)")
     return token
+
+
+def _may_log_in_by_certificate(
+    tls: TlsClientOptions | None,
+    options: ConnectionOptions,
+    username: str | None,
+    mechanisms: tuple[str, ...] | None,
+) -> bool:
+    """Whether SASL EXTERNAL may be chosen: TLS presents a client certificate.
+
+    An application's ``ssl_context`` cannot be asked whether it holds one. With a username, it
+    is taken not to (the credentials are what the application means to log in with) unless
+    ``sasl_mechanisms`` names EXTERNAL; without one, it is taken to.
+    """
+    if tls is None or not tls.has_client_certificate:
+        return False
+    if options.ssl_context is None or not username:
+        return True
+    return mechanisms is not None and "EXTERNAL" in mechanisms
 
 
 class PhysicalConnection:

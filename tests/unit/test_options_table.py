@@ -216,6 +216,26 @@ def test_a_token_is_the_password_sent_with_xoauth2_by_default() -> None:
     assert "token_provider='******'" in repr(ConnectionOptions(token_provider=lambda: "t"))
 
 
+def test_an_applications_ssl_context_logs_in_by_certificate_only_without_credentials() -> None:
+    import ssl
+
+    from haclient.aio.physical import engine_config
+
+    context = ssl.create_default_context()
+    broker = BrokerURL("amqps", "a")
+
+    def by_certificate(**keywords: Any) -> bool:
+        auth = engine_config(broker, ConnectionOptions(ssl_context=context, **keywords), "c").auth
+        assert auth is not None
+        return auth.client_certificate
+
+    assert by_certificate()
+    assert not by_certificate(username="u", password="p")
+    assert by_certificate(username="u", password="p", sasl_mechanisms="EXTERNAL,PLAIN")
+    plain = engine_config(BrokerURL("amqp", "a"), ConnectionOptions(), "c").auth
+    assert plain is not None and not plain.client_certificate
+
+
 def test_only_broker_scoped_options_go_on_a_broker() -> None:
     broker_scoped = {o.name for o in CLIENT_OPTIONS if o.scope is Scope.BROKER}
     # The amqp.* options Qpid JMS reads per broker URI inside failover:(...), and TLS.
