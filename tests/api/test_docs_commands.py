@@ -42,6 +42,11 @@ RUNNERS = {
     r"rabbitmq-plugins enable rabbitmq_amqp1_0": "test_the_rabbitmq_plugin_command (here)",
     r"\.venv/bin/haclient-broker .*--tls-cert .+": "tests/api/test_tls_guide.py",
     r"SSL_CERT_FILE=\S+ python .+": "tests/api/test_tls_guide.py",
+    r"\.venv/bin/haclient-broker .*--tls-client-ca .+": "tests/api/test_security_guide.py",
+    r"\.venv/bin/haclient-broker .*--oauth-token .+": "tests/api/test_security_guide.py",
+    r"(APP_PASSWORD=\S+ )?\.venv/bin/python examples/secure_orders\.py .+": (
+        "tests/api/test_security_guide.py"
+    ),
 }
 
 
