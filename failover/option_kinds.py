@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, Protocol
@@ -18,10 +19,12 @@ __all__ = [
     "Choice",
     "Duration",
     "Flag",
+    "KeywordOnly",
     "Kind",
     "Member",
     "Milliseconds",
     "MinusOneIsNone",
+    "Names",
     "Number",
     "Text",
     "WholeNumber",
@@ -101,6 +104,67 @@ class Choice:
 
     def format(self, value: Any) -> str:
         return str(value)
+
+    def describe(self) -> str:
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """A list of names: comma-separated in a URL, a str or a sequence of str as a keyword. The
+    value is a tuple, each name once, in the order given. With ``known``, each must be one of
+    them (upper-cased first with ``upper``); ``what`` is what one name is, for messages."""
+
+    known: tuple[str, ...] | None = None
+    upper: bool = False
+    what: str = "name"
+
+    def parse(self, raw: str) -> tuple[str, ...]:
+        return self.check(raw)
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ValueError(f"must be a comma-separated str or a sequence of str, not {value!r}")
+        names: list[str] = []
+        for item in items:
+            name = item.strip().upper() if self.upper else item.strip()
+            if self.known is not None and name and name not in self.known:
+                raise ValueError(
+                    f"names {self.what} {item.strip()!r}, which is not supported "
+                    f"(supported: {', '.join(self.known)})"
+                )
+            if name and name not in names:
+                names.append(name)
+        if not names:
+            raise ValueError(f"must name at least one {self.what}, not {value!r}")
+        return tuple(names)
+
+    def format(self, value: Any) -> str:
+        return ",".join(value)
+
+    def describe(self) -> str:
+        return "comma-separated"
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordOnly:
+    """A value only a keyword can give (an object, a callable): ``accepts`` checks it, and
+    ``expected`` says what it must be ("an ssl.SSLContext")."""
+
+    expected: str
+    accepts: Callable[[Any], bool]
+
+    def parse(self, raw: str) -> Any:
+        raise ValueError(f"is a keyword only ({self.expected}): a URL cannot carry it")
+
+    def check(self, value: Any) -> Any:
+        if not self.accepts(value):
+            raise ValueError(f"must be {self.expected}, not {type(value).__name__}")
+        return value
+
+    def format(self, value: Any) -> str:
+        return repr(value)
 
     def describe(self) -> str:
         return ""

@@ -19,14 +19,14 @@ but without effect, e.g. a Qpid JMS option the client has no use for), and a fie
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from failover.options import (
     Choice,
     Duration,
     Flag,
+    KeywordOnly,
+    Names,
     Option,
     OptionTable,
     Scope,
@@ -36,7 +36,7 @@ from failover.options import (
     register,
 )
 from failover.policy import FAILOVER_OPTIONS
-from haclient.amqp.config import SASL_MECHANISMS, sasl_mechanism_names
+from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
 
 __all__ = [
     "ACK_CONFIRMATIONS",
@@ -44,8 +44,6 @@ __all__ = [
     "SELECTORS",
     "TLS_VERSIONS",
     "TRANSACTIONS",
-    "Names",
-    "SslContext",
     "docs_with_failover_table",
     "docs_with_table",
     "docs_with_tables",
@@ -65,96 +63,9 @@ _TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLCont
 TLS_VERSIONS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 
 
-@dataclass(frozen=True, slots=True)
-class Names:
-    """A comma-separated list of names (a tuple as a value; a keyword may give a str or any
-    sequence of str); with ``known``, each must be one of them (matched exactly)."""
-
-    known: tuple[str, ...] | None = None
-
-    def parse(self, raw: str) -> tuple[str, ...]:
-        return self.check(raw)
-
-    def check(self, value: Any) -> tuple[str, ...]:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-            raise ValueError(f"must be a comma-separated str or a sequence of str, not {value!r}")
-        names = tuple(item.strip() for item in items if item.strip())
-        if not names:
-            raise ValueError(f"names nothing: {value!r}")
-        unknown = [n for n in names if self.known is not None and n not in self.known]
-        if unknown and self.known is not None:
-            raise ValueError(f"must name some of {', '.join(self.known)}, not {unknown[0]!r}")
-        return names
-
-    def format(self, value: Any) -> str:
-        return ",".join(value)
-
-    def describe(self) -> str:
-        return "comma-separated"
-
-
-@dataclass(frozen=True, slots=True)
-class SslContext:
-    """An ``ssl.SSLContext``, as a keyword only."""
-
-    def parse(self, raw: str) -> ssl.SSLContext:
-        raise ValueError("is a keyword only (an ssl.SSLContext)")
-
-    def check(self, value: Any) -> ssl.SSLContext:
-        if not isinstance(value, ssl.SSLContext):
-            raise ValueError(f"must be an ssl.SSLContext, not {type(value).__name__}")
-        return value
-
-    def format(self, value: Any) -> str:
-        return repr(value)
-
-    def describe(self) -> str:
-        return ""
-
-
 def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
     """A ``transport.*`` option: TLS, for the whole connection or one broker."""
     return Option(name, kind, default, doc, keyword=keyword, scope=Scope.BROKER, layer=_TLS, **more)
-
-
-@dataclass(frozen=True, slots=True)
-class SaslMechanisms:
-    """SASL mechanism names: a comma list in the URL (Qpid JMS's form), a comma list or a
-    sequence of names as a keyword; the value is a tuple of upper-case names."""
-
-    def parse(self, raw: str) -> tuple[str, ...]:
-        return self.check(raw)
-
-    def check(self, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, str | list | tuple):
-            raise ValueError(f"must be a comma list of SASL mechanism names, not {value!r}")
-        return sasl_mechanism_names(value)
-
-    def format(self, value: Any) -> str:
-        return ",".join(value)
-
-    def describe(self) -> str:
-        return "comma list"
-
-
-@dataclass(frozen=True, slots=True)
-class Callback:
-    """A callable, as a keyword only (a URL cannot carry one)."""
-
-    def parse(self, raw: str) -> Callable[..., Any]:
-        raise ValueError("cannot be given in a URL")
-
-    def check(self, value: Any) -> Callable[..., Any]:
-        if not callable(value):
-            raise ValueError(f"must be a callable, not {type(value).__name__}")
-        return value  # type: ignore[no-any-return]
-
-    def format(self, value: Any) -> str:
-        return repr(value)
-
-    def describe(self) -> str:
-        return ""
 
 
 #: Every option of a connection, in the order the docs list them.
@@ -190,7 +101,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             "amqp.saslMechanisms",
-            SaslMechanisms(),
+            SASL_NAMES,
             None,
             "The SASL mechanisms allowed (Qpid JMS's option), e.g. `SCRAM-SHA-256,PLAIN`; the "
             "client logs in with the strongest the broker offers among them that its "
@@ -203,7 +114,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             None,
-            Callback(),
+            KeywordOnly("a callable", callable),
             None,
             "A callable (plain or async) returning an OAuth 2 access token, called before "
             "every connect (each failover logs in with a fresh token). The token is the SASL "
@@ -324,7 +235,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             None,
-            SslContext(),
+            KeywordOnly("an ssl.SSLContext", lambda value: isinstance(value, ssl.SSLContext)),
             None,
             "An `ssl.SSLContext` for `amqps` brokers; it wins over every `transport.*` option "
             "but `transport.serverName`. A context cannot be asked whether it holds a client "
@@ -407,7 +318,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         _tls(
             "transport.enabledProtocols",
-            Names(TLS_VERSIONS),
+            Names(TLS_VERSIONS, what="TLS version"),
             None,
             "TLS versions to allow (`TLSv1.2`, `TLSv1.3`, ...; consecutive); None: TLS 1.2 "
             "and newer.",
@@ -416,7 +327,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         _tls(
             "transport.disabledProtocols",
-            Names(TLS_VERSIONS),
+            Names(TLS_VERSIONS, what="TLS version"),
             None,
             "TLS versions to refuse, taken from the oldest or the newest end.",
             "disabled_protocols",
@@ -424,7 +335,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         _tls(
             "transport.enabledCipherSuites",
-            Names(),
+            Names(what="cipher suite"),
             None,
             "Cipher suites for TLS 1.2 and older (OpenSSL or IANA names); None: OpenSSL's "
             "defaults. TLS 1.3 suites are always OpenSSL's: naming only those allows TLS 1.3 "
@@ -434,7 +345,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         _tls(
             "transport.disabledCipherSuites",
-            Names(),
+            Names(what="cipher suite"),
             None,
             "Cipher suites for TLS 1.2 and older to refuse (OpenSSL or IANA names).",
             "disabled_cipher_suites",

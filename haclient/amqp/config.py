@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import enum
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from failover.errors import ConfigurationError
+from failover.option_kinds import Names
 
 __all__ = [
     "CLEAR_TEXT_MECHANISMS",
     "SASL_MECHANISMS",
+    "SASL_NAMES",
     "ClientAuth",
     "EngineConfig",
     "Role",
     "ServerAuth",
     "TlsClientOptions",
     "TlsServerOptions",
-    "sasl_mechanism_names",
 ]
 
 
@@ -50,30 +51,10 @@ SASL_MECHANISMS: Final = (
 CLEAR_TEXT_MECHANISMS: Final = frozenset({"PLAIN", "XOAUTH2"})
 
 
-def sasl_mechanism_names(value: str | Iterable[str]) -> tuple[str, ...]:
-    """Mechanism names (a comma list as ``amqp.saslMechanisms`` writes it, or names), checked
-    and upper-cased, in the order given, each once.
-
-    Raises:
-        ValueError: An unknown or empty name, the message naming it and the supported ones
-            (completing "<option> ...").
-    """
-    names = value.split(",") if isinstance(value, str) else list(value)
-    out: list[str] = []
-    for name in names:
-        if not isinstance(name, str):
-            raise ValueError(f"must name SASL mechanisms as text, not {name!r}")
-        upper = name.strip().upper()
-        if upper not in SASL_MECHANISMS:
-            raise ValueError(
-                f"names the SASL mechanism {name.strip()!r}, which haclient does not support "
-                f"(supported: {', '.join(SASL_MECHANISMS)})"
-            )
-        if upper not in out:
-            out.append(upper)
-    if not out:
-        raise ValueError("must name at least one SASL mechanism")
-    return tuple(out)
+SASL_NAMES: Final = Names(SASL_MECHANISMS, upper=True, what="SASL mechanism")
+"""How mechanism names are read (``amqp.saslMechanisms``, ``ClientAuth.mechanisms``): a comma
+list or names, upper-cased, each once, in the order given; an unknown one is a ``ValueError``
+naming it and the supported ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +81,7 @@ class ClientAuth:
             raise ConfigurationError("a SASL password was given without a username")
         if self.mechanisms is not None:
             try:
-                names = sasl_mechanism_names(self.mechanisms)
+                names = SASL_NAMES.check(self.mechanisms)
             except ValueError as exc:
                 raise ConfigurationError(f"ClientAuth.mechanisms {exc}") from None
             object.__setattr__(self, "mechanisms", names)

@@ -234,7 +234,8 @@ def test_disabled_protocols_leave_the_rest(pki: Pki, tls12_port: int) -> None:
 
 
 def test_an_unknown_protocol_name_is_refused_by_the_url_parser() -> None:
-    with pytest.raises(ConfigurationError, match=r"transport\.enabledProtocols must name some of"):
+    named = r"transport\.enabledProtocols names TLS version 'TLSv1\.4', which is not supported"
+    with pytest.raises(ConfigurationError, match=named):
         haclient.connect("amqps://localhost:1?transport.enabledProtocols=TLSv1.4")
 
 

@@ -22,6 +22,7 @@ from failover.options import (
     Choice,
     Duration,
     Flag,
+    Names,
     Option,
     OptionTable,
     Scope,
@@ -36,12 +37,9 @@ from failover.options import (
 )
 from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
-from haclient.amqp.config import SASL_MECHANISMS
 from haclient.errors import ConfigurationError
 from haclient.options import (
     CLIENT_OPTIONS,
-    Names,
-    SaslMechanisms,
     docs_with_table,
     docs_with_tables,
     markdown,
@@ -128,9 +126,6 @@ def _values(option: Option) -> st.SearchStrategy[Any]:
         return st.sampled_from(kind.choices)
     if isinstance(kind, Text):
         return st.text(min_size=0 if kind.empty else 1, max_size=12)
-    if isinstance(kind, SaslMechanisms):
-        names = st.lists(st.sampled_from(SASL_MECHANISMS), min_size=1, unique=True)
-        return st.none() | names.map(tuple)
     if isinstance(kind, Flag):
         return st.booleans()
     if isinstance(kind, Names):
@@ -139,7 +134,7 @@ def _values(option: Option) -> st.SearchStrategy[Any]:
             if kind.known
             else st.from_regex(r"[A-Z0-9-]{1,10}", fullmatch=True)
         )
-        return st.lists(name, min_size=1, max_size=3).map(tuple)
+        return st.lists(name, min_size=1, max_size=3, unique=True).map(tuple)
     assert isinstance(kind, Duration)
     whole_ms = st.integers(1, 10**6).map(lambda ms: ms / 1000)
     return st.none() | whole_ms if kind.zero_is_none else whole_ms
