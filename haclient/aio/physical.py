@@ -20,6 +20,7 @@ import ipaddress
 import logging
 from typing import Any
 
+import anyio
 from anyio.abc import TaskGroup
 
 from failover.url import BrokerURL
@@ -107,6 +108,9 @@ def engine_config(
 async def fresh_token(options: ConnectionOptions) -> str | None:
     """The token of ``options.token_provider`` for one connect (None: no provider).
 
+    An async provider is awaited; a plain one runs in a worker thread, since it may block (a
+    file, an HTTP call to the identity provider) and the event loop serves other connections.
+
     Raises:
         AuthenticationError: The provider raised, or returned something that is not a
             non-empty str (the message names the failure, never a token).
@@ -115,7 +119,11 @@ async def fresh_token(options: ConnectionOptions) -> str | None:
     if provider is None:
         return None
     try:
-        token = provider()
+        call = type(provider).__call__  # an object with an async __call__ counts too
+        if inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(call):
+            token: Any = provider()
+        else:
+            token = await anyio.to_thread.run_sync(provider)
         if inspect.isawaitable(token):
             token = await token
     except Exception as exc:

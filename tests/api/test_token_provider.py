@@ -8,6 +8,7 @@ token goes with ``sasl_mechanisms="PLAIN"``, as for a broker that takes a token 
 from __future__ import annotations
 
 import logging
+import threading
 
 import anyio
 import pytest
@@ -91,3 +92,21 @@ async def test_a_provider_that_returns_no_str_is_an_authentication_error() -> No
             pytest.raises(AuthenticationError, match="returned NoneType"),
         ):
             await aio.connect(broker.url, username="app", token_provider=lambda: None)
+
+
+async def test_a_plain_provider_runs_off_the_event_loop_thread() -> None:
+    """A plain provider may block (a file, an HTTP call): it runs in a worker thread, so the
+    event loop that serves other connections goes on meanwhile."""
+    threads: list[int] = []
+
+    def provider() -> str:
+        threads.append(threading.get_ident())
+        return TOKEN
+
+    async with Broker(users={"app": TOKEN}) as broker:
+        with anyio.fail_after(TIMEOUT):
+            connection = await aio.connect(
+                broker.url, username="app", token_provider=provider, sasl_mechanisms="PLAIN"
+            )
+            await connection.close()
+    assert threads and threading.get_ident() not in threads
