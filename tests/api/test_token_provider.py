@@ -26,7 +26,7 @@ TOKEN = "canary-token-5e1d"
 TIMEOUT = 20.0
 
 
-async def test_the_token_provider_is_called_on_every_connect(
+async def test_T4_the_token_provider_is_called_on_every_connect(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     calls: list[int] = []

@@ -1,11 +1,12 @@
-"""The trust rules (T1-T4) end to end, through both APIs: reference brokers serving TLS with
+"""The trust rules (T1-T4, T6) end to end, through both APIs: reference brokers serving TLS with
 trustme's certificates and every SASL mechanism, on free ports of 127.0.0.1.
 
 Which mechanism a login used is proved twice: the broker offers only the mechanism under test
 (``sasl_mechanisms=``), or, where the choice is the point, the client's DEBUG record
 ``logging in with <mechanism>`` says what it chose; the broker's DEBUG record of the open names
 the user it authenticated (the certificate's identity for EXTERNAL, the token's owner for
-XOAUTH2, none for ANONYMOUS).
+XOAUTH2, none for ANONYMOUS). T5 (no secret is shown) has its own module,
+tests/rules/test_no_secret_leaks.py.
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ async def test_T1_F15_when_every_certificate_is_refused_connect_gives_up_at_once
     assert "issued by a certificate authority that is not trusted" in text, text
 
 
-# --- T1 to T4: bad input is a clear error, without traceback noise ---------------------------
+# --- T6: bad input is a clear error, without traceback noise ---------------------------------
 
 
 def _bad_inputs(pki: Pki) -> dict[str, tuple[type[HAClientError], dict[str, Any], str]]:
@@ -370,7 +371,7 @@ def trust_brokers(pki: Pki) -> Iterator[dict[str, BrokerThread]]:
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS)
-async def test_T1_T2_T4_bad_input_is_a_clear_error_without_traceback_noise(
+async def test_T6_bad_input_is_a_clear_error_without_traceback_noise(
     api: Api,
     pki: Pki,
     trust_brokers: dict[str, BrokerThread],
@@ -402,7 +403,7 @@ async def test_T1_T2_T4_bad_input_is_a_clear_error_without_traceback_noise(
     started = time.monotonic()
     with anyio.fail_after(BUDGET), pytest.raises(error) as caught:
         await api.connect(url, **keywords)
-    assert time.monotonic() - started < BUDGET
+    assert time.monotonic() - started < AT_ONCE
     text = str(caught.value)
     assert says.lower() in text.lower(), text
     assert "Traceback" not in text and PASSWORD not in text and KEY_PASSWORD not in text
