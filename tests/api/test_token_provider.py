@@ -64,7 +64,7 @@ def test_a_plain_callable_works_through_the_blocking_api() -> None:
         connection.create_session().close()  # logged in and working
 
 
-async def test_a_provider_that_raises_fails_the_connect_naming_the_failure() -> None:
+async def test_T4_a_provider_that_raises_fails_the_connect_naming_the_failure() -> None:
     def provider() -> str:
         raise RuntimeError("the identity provider is down")
 
