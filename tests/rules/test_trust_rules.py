@@ -157,7 +157,7 @@ async def test_T2_each_mechanism_logs_in_over_tls_and_a_message_goes_through(
     options, user = LOGINS[mechanism]
     tls = pki.mutual() if mechanism == "EXTERNAL" else pki.server
     keywords: dict[str, Any] = {"ca_file": pki.ca}
-    if mechanism in ("EXTERNAL",):
+    if mechanism == "EXTERNAL":
         keywords.update(pki.client)
     elif mechanism == "XOAUTH2":
         keywords.update(username="app", token_provider=lambda: "tok-1")
@@ -267,7 +267,9 @@ async def test_T4_a_revoked_token_is_replaced_by_the_providers_fresh_one_at_fail
                 await eventually(lambda: recorder.named("completed"), TIMEOUT)
                 assert port_of(recorder.named("completed")[0]) == second.port
                 await round_trip(connection, "token-after")
-    assert calls == ["tok-old", "tok-new"]
+    # Once for the first connect, then before each attempt of the failover (the dead broker's
+    # too, if the walk tries it first): every later call gave the fresh token.
+    assert calls[0] == "tok-old" and calls[1:] and set(calls[1:]) == {"tok-new"}, calls
 
 
 # --- T1 and F15: refused trust ----------------------------------------------------------------
@@ -303,7 +305,7 @@ async def test_T1_F15_when_every_certificate_is_refused_connect_gives_up_at_once
 
 def _bad_inputs(pki: Pki) -> dict[str, tuple[type[HAClientError], dict[str, Any], str]]:
     """case: (the error, connect's keywords, what its message must say); the broker is
-    ``trust_broker``'s (good certificate, client certificates optional only where named)."""
+    ``trust_brokers``' good one."""
     password = {"username": "app", "password": PASSWORD}
     return {
         "missing key file": (
