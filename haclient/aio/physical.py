@@ -34,6 +34,7 @@ from haclient.amqp.config import (
     TlsClientOptions,
 )
 from haclient.amqp.connection import AmqpConnection, connect_amqp
+from haclient.amqp.sasl import NO_MECHANISM
 from haclient.amqp.types import SASL_FAILED, TLS_FAILED
 from haclient.destination import DestinationPrefixes
 from haclient.errors import AuthenticationError, ConfigurationError, HAClientError
@@ -224,31 +225,44 @@ async def open_physical(
             tries the next broker).
         ClientIdInUseError, ProtocolError ...: the broker refused the connection.
     """
-    config = engine_config(broker, options, container_id, token=await fresh_token(options))
+    token = await fresh_token(options)
+    config = engine_config(broker, options, container_id, token=token)
     host, port = broker.address
     try:
         amqp = await connect_amqp(
             host, port, config, task_group, connect_timeout=options.connect_timeout
         )
     except AuthenticationError as exc:  # say whose login which broker refused (no password)
-        raise _refused_login(exc, broker, config) from None
+        raise _refused_login(exc, broker, config, token=token is not None) from None
     return PhysicalConnection(amqp, broker, options.ack_confirmation)
 
 
-def _refused_login(exc: AuthenticationError, broker: BrokerURL, config: EngineConfig) -> Exception:
-    """``exc`` said again with the broker and the user it refused (the password masked), or
-    the broker whose TLS handshake failed and why."""
+def _refused_login(
+    exc: AuthenticationError, broker: BrokerURL, config: EngineConfig, *, token: bool
+) -> Exception:
+    """``exc`` said again with the broker and the login it refused (never the password or
+    token) and what to check, or the broker whose TLS handshake failed and why. A verdict of
+    our own (no mechanism in common, a broker that cannot prove SCRAM) is said as a failed
+    login, not as the broker's refusal."""
     if exc.condition == TLS_FAILED:
         text = f"TLS with {broker} failed: {exc.description or exc}"
         return AuthenticationError(
             text, condition=exc.condition, description=exc.description, info=exc.info
         )
-    user = config.auth.username if config.auth is not None else None
-    who = f"the login of user {user!r}" if user else "an anonymous login"
-    if exc.condition == SASL_FAILED:  # our own verdict on the broker, not a refusal
+    auth = config.auth
+    user = auth.username if auth is not None else None
+    certificate = auth is not None and auth.client_certificate
+    if user:
+        who = f"the login of user {user!r}"
+        check = "the token token_provider returns" if token else "the user name and password"
+    elif certificate:
+        who, check = "the login by client certificate", "the client certificate"
+    else:
+        who, check = "an anonymous login", "whether the broker wants a user name and password"
+    if exc.condition == SASL_FAILED or (exc.description or "").startswith(NO_MECHANISM):
         text = f"{who[0].upper()}{who[1:]} to {broker} failed: {exc}"
     else:
-        text = f"{broker} refused {who}: {exc} (check the user name and password)"
+        text = f"{broker} refused {who}: {exc} (check {check})"
     return AuthenticationError(
         text, condition=exc.condition, description=exc.description, info=exc.info
     )

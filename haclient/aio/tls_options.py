@@ -194,11 +194,30 @@ def _client_certificate(
                 f"transport.keyPassword does not decrypt the private key in {where}",
                 option="transport.keyPassword",
             ) from None
+        if exc.reason != "KEY_VALUES_MISMATCH":  # OpenSSL says only "PEM lib": which file?
+            if not _reads_certificate(cert_file):
+                option, path, what = "transport.certFile", cert_file, "certificate"
+            else:
+                option = "transport.keyFile" if key_file else "transport.certFile"
+                path, what = key_file or cert_file, "private key"
+            raise ConfigurationError(
+                f"{option}: OpenSSL cannot read the {what} in {path!r} (a PEM {what} is expected)",
+                option=option,
+            ) from None
         raise ConfigurationError(
             f"the client certificate {cert_file!r} and the key in {where} cannot be used "
             f"together ({exc.reason or exc})",
             option="transport.certFile",
         ) from None
+
+
+def _reads_certificate(path: str) -> bool:
+    """Whether OpenSSL reads a certificate in ``path`` (PEM)."""
+    try:
+        ssl.create_default_context().load_verify_locations(path)
+    except ssl.SSLError:
+        return False
+    return True
 
 
 def _encrypted(path: str) -> bool:

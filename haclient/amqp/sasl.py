@@ -39,6 +39,7 @@ from haclient.amqp.types import SASL_FAILED, ErrorCondition
 
 __all__ = [
     "MAX_SCRAM_ITERATIONS",
+    "NO_MECHANISM",
     "SASL_FAILED",
     "SASL_HEADER",
     "SaslClientLayer",
@@ -52,6 +53,9 @@ log = logging.getLogger("haclient.amqp")
 SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
 FRAMING_ERROR: Final = "amqp:connection:framing-error"
 UNAUTHORIZED: Final = "amqp:unauthorized-access"
+#: How the client's own verdict that no mechanism fits begins (its condition is the broker's
+#: refusal's, ``amqp:unauthorized-access``, yet nothing was sent: no credential to check).
+NO_MECHANISM: Final = "no SASL mechanism in common"
 
 _MECHANISMS: Final = 0x40
 _INIT: Final = 0x41
@@ -234,7 +238,7 @@ def choose_mechanism(offered: Sequence[str], auth: ClientAuth, secure: bool) -> 
     why = f" ({'; '.join(reasons)})" if reasons else ""
     raise SaslFailure(
         UNAUTHORIZED,
-        f"no SASL mechanism in common: the broker offers {', '.join(offered) or 'none'}; "
+        f"{NO_MECHANISM}: the broker offers {', '.join(offered) or 'none'}; "
         f"haclient allows {', '.join(allowed)}{why}",
     )
 

@@ -94,7 +94,7 @@ async def _refused(url: str, **keywords: Any) -> AuthenticationError:
     return raised.value
 
 
-async def test_a_broker_that_cannot_prove_it_knows_the_password_is_refused() -> None:
+async def test_T3_a_broker_that_cannot_prove_it_knows_the_password_is_refused() -> None:
     async with HostilePeer(scram_broker(forge=True)) as peer:
         error = await _refused(peer.url)
         assert peer.connections == 1  # not retried: the same broker answers the same way

@@ -156,7 +156,7 @@ def test_a_private_ca_through_an_ssl_context(pki: Pki, port: int) -> None:
     assert _round_trip(f"amqps://localhost:{port}", ssl_context=context) == "over TLS"
 
 
-def test_the_ssl_context_wins_over_the_url_options(pki: Pki, port: int) -> None:
+def test_T1_the_ssl_context_wins_over_the_url_options(pki: Pki, port: int) -> None:
     url = f"amqps://localhost:{port}?{_q(trustStoreLocation=pki.stranger_ca)}"
     context = ssl.create_default_context(cafile=pki.ca)
     assert _round_trip(url, ssl_context=context) == "over TLS"
@@ -167,7 +167,7 @@ def test_an_ssl_context_keyword_of_another_type_is_refused() -> None:
         haclient.connect("amqps://localhost:1", ssl_context="/etc/ca.pem")
 
 
-def test_the_system_store_alone_does_not_trust_a_private_ca(pki: Pki, port: int) -> None:
+def test_T1_the_system_store_alone_does_not_trust_a_private_ca(pki: Pki, port: int) -> None:
     text = _refused(f"amqps://localhost:{port}")
     assert f"localhost:{port}" in text
     assert "certificate verify failed" in text and "not trusted" in text
@@ -181,7 +181,9 @@ def test_a_ca_that_did_not_issue_the_certificate_is_refused(pki: Pki, port: int)
 # --- Host names ----------------------------------------------------------------------------------
 
 
-def test_a_host_name_the_certificate_does_not_have_is_refused(pki: Pki, misnamed_port: int) -> None:
+def test_T1_a_host_name_the_certificate_does_not_have_is_refused(
+    pki: Pki, misnamed_port: int
+) -> None:
     text = _refused(f"amqps://localhost:{misnamed_port}?{_q(trustStoreLocation=pki.ca)}")
     assert "not valid for the host name 'localhost'" in text
     assert f"localhost:{misnamed_port}" in text
@@ -192,20 +194,20 @@ def test_verify_host_false_accepts_the_misnamed_certificate(pki: Pki, misnamed_p
     assert _round_trip(url) == "over TLS"
 
 
-def test_server_name_is_the_name_checked(pki: Pki, misnamed_port: int) -> None:
+def test_T1_server_name_is_the_name_checked(pki: Pki, misnamed_port: int) -> None:
     url = f"amqps://127.0.0.1:{misnamed_port}?{_q(trustStoreLocation=pki.ca)}"
     assert _round_trip(url, server_name="other.test") == "over TLS"
     text = _refused(url, server_name="third.test")
     assert "'third.test'" in text
 
 
-def test_trust_all_checks_nothing_and_warns(pki: Pki, misnamed_port: int) -> None:
+def test_T1_trust_all_checks_nothing_and_warns(pki: Pki, misnamed_port: int) -> None:
     url = f"amqps://localhost:{misnamed_port}?transport.trustAll=true"
     with pytest.warns(TrustAllWarning, match="not checked"):
         assert _round_trip(url) == "over TLS"
 
 
-def test_an_expired_certificate_is_refused(pki: Pki, expired_port: int) -> None:
+def test_T1_an_expired_certificate_is_refused(pki: Pki, expired_port: int) -> None:
     text = _refused(f"amqps://localhost:{expired_port}?{_q(trustStoreLocation=pki.ca)}")
     assert "has expired" in text and f"localhost:{expired_port}" in text
 

@@ -27,7 +27,7 @@ TOKEN = "canary-token-5e1d"
 TIMEOUT = 20.0
 
 
-async def test_the_token_provider_is_called_on_every_connect(
+async def test_T4_the_token_provider_is_called_on_every_connect(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     calls: list[int] = []
@@ -65,7 +65,7 @@ def test_a_plain_callable_works_through_the_blocking_api() -> None:
         connection.create_session().close()  # logged in and working
 
 
-async def test_a_provider_that_raises_fails_the_connect_naming_the_failure() -> None:
+async def test_T4_a_provider_that_raises_fails_the_connect_naming_the_failure() -> None:
     def provider() -> str:
         raise RuntimeError("the identity provider is down")
 

@@ -195,7 +195,7 @@ def _rfc_layer() -> tuple[SaslClientLayer, list[tuple[int, list[Any]]]]:
     return layer, sent
 
 
-def test_scram_sha_256_follows_rfc_7677_byte_for_byte() -> None:
+def test_T3_scram_sha_256_follows_rfc_7677_byte_for_byte() -> None:
     layer, [(code, fields)] = _rfc_layer()
     assert code == 0x43 and fields == [RFC_CLIENT_FINAL]
     assert layer.receive(_outcome(0, RFC_SERVER_FINAL) + AMQP_HEADER) == AMQP_HEADER
@@ -212,7 +212,7 @@ def test_scram_server_final_may_come_as_a_challenge() -> None:
     assert layer.error is None
 
 
-def test_a_server_signature_that_does_not_match_is_an_authentication_error() -> None:
+def test_T3_a_server_signature_that_does_not_match_is_an_authentication_error() -> None:
     layer, _ = _rfc_layer()
     forged = b"v=" + base64.b64encode(b"\0" * 32)
     assert layer.receive(_outcome(0, forged) + AMQP_HEADER) == b""
@@ -354,13 +354,13 @@ ALL = SASL_MECHANISMS
         (ClientAuth("u", "p", mechanisms=("scram-sha-1", "PLAIN")), True, ALL, "SCRAM-SHA-1"),
     ],
 )
-def test_the_strongest_usable_mechanism_the_broker_offers_is_chosen(
+def test_T2_the_strongest_usable_mechanism_the_broker_offers_is_chosen(
     auth: ClientAuth, secure: bool, offered: tuple[str, ...], chosen: str
 ) -> None:
     assert choose_mechanism(offered, auth, secure) == chosen
 
 
-def test_no_mechanism_in_common_names_both_sides() -> None:
+def test_T2_no_mechanism_in_common_names_both_sides() -> None:
     auth = ClientAuth("alice", PASSWORD, mechanisms=("SCRAM-SHA-256", "PLAIN"))
     layer = _login(auth, Broker(("GSSAPI", "PLAIN")))  # PLAIN over a plain socket: no
     assert layer.error is not None and layer.error.name == UNAUTHORIZED

@@ -151,7 +151,7 @@ def refused(seen: Seen, where: str, error: type[HAClientError], url: str, **kw: 
     seen.error(where, caught.value)
 
 
-def test_no_canary_secret_reaches_what_users_and_operators_see(
+def test_T5_no_canary_secret_reaches_what_users_and_operators_see(
     pki: dict[str, Path],
     records: Records,
     tmp_path: Path,

@@ -24,7 +24,7 @@ def plans(frame: Any, capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out + frame._jdf.queryExecution().toString()
 
 
-def test_no_canary_password_in_spark_plans_or_task_errors(
+def test_T5_no_canary_password_in_spark_plans_or_task_errors(
     spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with BrokerThread(users={"app": PASSWORD}) as broker:
