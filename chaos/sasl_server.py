@@ -21,27 +21,12 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from proton import UNDESCRIBED, Array, Data, symbol, ubyte
+from proton import UNDESCRIBED, Array, Data, symbol
 
 from chaos.sasl_mechanisms import Accept, Challenge, Exchange, Refuse, Step, exchange_for
+from haclient.amqp import sasl_frames as frames
 from haclient.amqp.config import ServerAuth
-from haclient.amqp.sasl_frames import (
-    AMQP_HEADER,
-    CHALLENGE,
-    FRAMING_ERROR,
-    INIT,
-    MECHANISMS,
-    OUTCOME,
-    OUTCOME_AUTH,
-    OUTCOME_OK,
-    RESPONSE,
-    SASL_HEADER,
-    UNAUTHORIZED,
-    HeldOutput,
-    SaslFrameError,
-    encode_frame,
-    read_frame,
-)
+from haclient.amqp.sasl_frames import SaslFrameError, SaslLayer
 from haclient.amqp.types import ErrorCondition
 
 __all__ = ["SaslServerLayer"]
@@ -55,12 +40,15 @@ class _State(enum.Enum):
     FAILED = "failed"
 
 
-_EXPECTED = {_State.INIT: (INIT, "sasl-init"), _State.RESPONSE: (RESPONSE, "sasl-response")}
+_EXPECTED = {
+    _State.INIT: (frames.INIT, "sasl-init"),
+    _State.RESPONSE: (frames.RESPONSE, "sasl-response"),
+}
 
 
-class SaslServerLayer(HeldOutput):
-    """The server side of the SASL exchange, for ``ServerAuth.mechanisms`` (its output side,
-    ``send`` and ``has_output``, is ``HeldOutput``'s: rule 1).
+class SaslServerLayer(SaslLayer):
+    """The server side of the SASL exchange, for ``ServerAuth.mechanisms`` (``receive``,
+    ``send`` and ``has_output`` are ``SaslLayer``'s, which keeps rule 1).
 
     Args:
         auth: What is offered and how logins are checked; None offers ANONYMOUS only.
@@ -76,61 +64,41 @@ class SaslServerLayer(HeldOutput):
         self._state = _State.HEADER
         self._exchange: Exchange | None = None
         self._mechanism = ""
-        self._buffer = b""
-        self.user: str | None = None
-        self.error: ErrorCondition | None = None
-        self.eof = False  # EOF passes through; TLS below reports it
 
     @property
     def failed(self) -> bool:
         """True once the exchange ended without a login; the stream must end."""
         return self._state is _State.FAILED
 
-    def receive(self, data: bytes) -> bytes:
-        """Consume bytes from the peer; return those meant for the AMQP layer."""
-        if self._state is _State.DONE:
-            return data
-        if self._state is _State.FAILED:
-            return b""
-        self._buffer += data
+    def _advance(self) -> None:
         if self._state is _State.HEADER:
             self._read_header()
         while self._state in _EXPECTED:
             try:
-                frame = read_frame(self._buffer)
+                frame = self._next_frame()
             except SaslFrameError as exc:
                 self._refuse(exc.condition, str(exc))
-                return b""
+                return
             if frame is None:
-                return b""
-            descriptor, fields, size = frame
-            self._buffer = self._buffer[size:]
-            self._apply(self._step(descriptor, fields))
-        return self._passed()
-
-    def _passed(self) -> bytes:
-        """What the AMQP layer gets of the input: all that is left once authenticated."""
-        if self._state is not _State.DONE:
-            return b""
-        rest, self._buffer = self._buffer, b""
-        return rest
+                return
+            self._apply(self._step(*frame))
 
     def _read_header(self) -> None:
         """Take the protocol header: offer the mechanisms, or let plain AMQP through."""
         if len(self._buffer) < 8:
             return
         header = self._buffer[:8]
-        if header == AMQP_HEADER and "ANONYMOUS" in self._auth.mechanisms:
+        if header == frames.AMQP_HEADER and "ANONYMOUS" in self._auth.mechanisms:
             self._state = _State.DONE  # the AMQP layer reads the header itself
             self.release()
             return
         self._buffer = self._buffer[8:]
-        if header != SASL_HEADER:
-            self._fail(FRAMING_ERROR, f"unexpected header {header!r}")
-            self.queue(SASL_HEADER)
+        if header != frames.SASL_HEADER:
+            self._fail(frames.FRAMING_ERROR, f"unexpected header {header!r}")
+            self.queue(frames.SASL_HEADER)
             return
         offered = Array(UNDESCRIBED, Data.SYMBOL, *(symbol(m) for m in self._auth.mechanisms))
-        self.queue(SASL_HEADER + encode_frame(MECHANISMS, [offered]))
+        self.queue(frames.SASL_HEADER + frames.encode_frame(frames.MECHANISMS, [offered]))
         self._state = _State.INIT
 
     def _step(self, descriptor: int, fields: list[Any]) -> Step:
@@ -154,19 +122,19 @@ class SaslServerLayer(HeldOutput):
 
     def _apply(self, step: Step) -> None:
         if isinstance(step, Challenge):
-            self.queue(encode_frame(CHALLENGE, [step.data]))
+            self.queue(frames.encode_frame(frames.CHALLENGE, [step.data]))
             self._state = _State.RESPONSE
         elif isinstance(step, Accept):
-            self.queue(encode_frame(OUTCOME, [ubyte(OUTCOME_OK), step.additional_data]))
+            self.queue(frames.encode_outcome(frames.OUTCOME_OK, step.additional_data))
             self._state = _State.DONE
             self.release()
             self.user = step.user
         else:
             mechanism = self._mechanism or "-"
-            self._refuse(UNAUTHORIZED, f"SASL {mechanism} login refused: {step.reason}")
+            self._refuse(frames.UNAUTHORIZED, f"SASL {mechanism} login refused: {step.reason}")
 
     def _refuse(self, name: str, description: str) -> None:
-        self.queue(encode_frame(OUTCOME, [ubyte(OUTCOME_AUTH), None]))
+        self.queue(frames.encode_outcome(frames.OUTCOME_AUTH))
         self._fail(name, description)
 
     def _fail(self, name: str, description: str) -> None:

@@ -44,11 +44,10 @@ from haclient.amqp.sasl_frames import (
     RESPONSE,
     SASL_HEADER,
     UNAUTHORIZED,
-    HeldOutput,
     SaslFrameError,
+    SaslLayer,
     encode_frame,
     quoted,
-    read_frame,
 )
 from haclient.amqp.types import SASL_FAILED, ErrorCondition
 
@@ -254,9 +253,9 @@ class _State(enum.Enum):
     FAILED = "failed"
 
 
-class SaslClientLayer(HeldOutput):
-    """The client side of the SASL exchange (a ``haclient.amqp.engine.ByteLayer``; its output
-    side, ``send`` and ``has_output``, is ``HeldOutput``'s: rule 1).
+class SaslClientLayer(SaslLayer):
+    """The client side of the SASL exchange (a ``haclient.amqp.engine.ByteLayer``; ``receive``,
+    ``send`` and ``has_output`` are ``SaslLayer``'s, which keeps rule 1).
 
     Args:
         auth: The credentials and the mechanisms allowed.
@@ -281,10 +280,6 @@ class SaslClientLayer(HeldOutput):
         self._nonce = nonce
         self._state = _State.HEADER
         self._mechanism: Mechanism | None = None
-        self._buffer = b""
-        self.error: ErrorCondition | None = None
-        self.eof = False  # EOF passes through; the engine sees it in the empty read
-        self.user: str | None = None  # a server's verdict; the client has none to report
 
     def __repr__(self) -> str:
         mechanism = self._mechanism.name if self._mechanism else None
@@ -295,29 +290,25 @@ class SaslClientLayer(HeldOutput):
         """The mechanism chosen, once the broker's list has arrived."""
         return self._mechanism.name if self._mechanism else None
 
-    # Bytes from the socket --------------------------------------------------------------------
-
-    def receive(self, data: bytes) -> bytes:
-        """Consume bytes from the broker; return those meant for the AMQP layer."""
-        if self._state is _State.DONE:
-            return data
-        if self._state is _State.FAILED:
-            return b""
-        self._buffer += data
+    def _advance(self) -> None:
         try:
-            return self._advance()
+            self._exchange()
         except SaslFailure as failure:
-            self._state = _State.FAILED
-            self._buffer = b""
-            self.error = failure.condition  # the engine logs it and ends the connection
-            return b""
+            self._fail(failure.condition)
+        except SaslFrameError as exc:
+            self._fail(ErrorCondition(exc.condition, str(exc)))
 
-    def _advance(self) -> bytes:
+    def _fail(self, condition: ErrorCondition) -> None:
+        self._state = _State.FAILED
+        self._buffer = b""
+        self.error = condition  # the engine logs it and ends the connection
+
+    def _exchange(self) -> None:
         if self._state is _State.HEADER:
             if len(self._buffer) < 8:
                 if not SASL_HEADER.startswith(self._buffer):
                     self._wrong_header()
-                return b""
+                return
             if self._buffer[:8] != SASL_HEADER:
                 self._wrong_header()
             self._buffer = self._buffer[8:]
@@ -325,28 +316,14 @@ class SaslClientLayer(HeldOutput):
         while self._state in (_State.MECHANISMS, _State.STEPS):
             frame = self._next_frame()
             if frame is None:
-                return b""
+                return
             self._on_frame(*frame)
-        rest, self._buffer = self._buffer, b""
-        return rest  # the broker's AMQP header and Open, after a successful outcome
 
     def _wrong_header(self) -> None:
         raise SaslFailure(
             FRAMING_ERROR,
             f"the peer answered the SASL protocol header with {quoted(self._buffer)}",
         )
-
-    def _next_frame(self) -> tuple[int, list[Any]] | None:
-        """The next whole frame's descriptor and fields (None: not all here yet)."""
-        try:
-            frame = read_frame(self._buffer)
-        except SaslFrameError as exc:
-            raise SaslFailure(exc.condition, str(exc)) from None
-        if frame is None:
-            return None
-        descriptor, fields, used = frame
-        self._buffer = self._buffer[used:]
-        return descriptor, fields
 
     def _on_frame(self, descriptor: int, fields: list[Any]) -> None:
         if self._state is _State.MECHANISMS:

@@ -6,15 +6,16 @@ How this works: a SASL frame (AMQP 1.0, part 5.3) is an 8-byte header (size, dat
 sasl-challenge, sasl-response or sasl-outcome. ``encode_frame`` writes one; ``read_frame``
 takes the first whole frame of a buffer and says how many bytes it used, so each layer keeps
 its own buffer. Values are proton's Python types (``symbol``, ``ubyte``, ``Array`` ...),
-encoded by ``haclient.amqp.codec``. ``HeldOutput`` is the output side both layers share: their
-own frames go at once, the AMQP layer's bytes wait for a successful outcome.
+encoded by ``haclient.amqp.codec``. ``SaslLayer`` is what both layers share around their
+exchange: input buffered and read frame by frame, their own frames sent at once, and the AMQP
+layer's bytes, both ways, held until a successful outcome.
 
 Rules:
     Rule 1: ``read_frame`` either returns a whole frame, returns None (more bytes needed), or
         raises ``SaslFrameError``; bytes that are not a SASL frame never read as one, and no
         frame header makes it wait for more than ``MAX_FRAME_SIZE`` bytes.
-    Rule 2: ``HeldOutput`` sends nothing of the AMQP layer before ``release``, and everything
-        in the order it came after it.
+    Rule 2: a ``SaslLayer`` passes nothing between the socket and the AMQP layer before
+        ``release`` (the login succeeded), and everything, in the order it came, after it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from proton import Described, ulong
+from proton import Described, ubyte, ulong
 
 from failover.errors import MessageFormatError
 from haclient.amqp.codec import decode_value, encode_value
+from haclient.amqp.types import ErrorCondition
 
 __all__ = [
     "AMQP_HEADER",
@@ -46,9 +48,10 @@ __all__ = [
     "SASL_HEADER",
     "SYMBOLIC_DESCRIPTORS",
     "UNAUTHORIZED",
-    "HeldOutput",
     "SaslFrameError",
+    "SaslLayer",
     "encode_frame",
+    "encode_outcome",
     "quoted",
     "read_frame",
 ]
@@ -118,6 +121,12 @@ def encode_frame(descriptor: int, fields: list[Any]) -> bytes:
     return _HEADER.pack(8 + len(body), 2, _SASL_FRAME_TYPE, 0) + body
 
 
+def encode_outcome(code: int, additional: bytes | None = None) -> bytes:
+    """A sasl-outcome frame: ``code`` (``OUTCOME_OK``, ``OUTCOME_AUTH`` ...) and the
+    mechanism's additional data, if any (SCRAM's server-final message)."""
+    return encode_frame(OUTCOME, [ubyte(code), additional])
+
+
 def read_frame(buffer: bytes) -> tuple[int, list[Any], int] | None:
     """The first frame of ``buffer``: ``(descriptor, fields, bytes used)``; None while it is
     not all there. Empty frames before it (heartbeats) are skipped and counted as used.
@@ -168,28 +177,74 @@ def _code(descriptor: Any) -> int | None:
     return None
 
 
-class HeldOutput:
-    """The output side of a SASL layer (a ``haclient.amqp.engine.ByteLayer``): the layer's own
-    bytes go out at once, the AMQP layer's wait until the login succeeded (rule 2).
+class SaslLayer:
+    """What both ends' SASL layers share (each a ``haclient.amqp.engine.ByteLayer``): the bytes
+    around the exchange. Input is buffered for the exchange until it ends; the layer's own
+    output goes at once, the AMQP layer's waits until the login succeeded (rule 2).
 
-    A layer subclasses it, queues what it sends with ``queue`` and calls ``release`` on a
-    successful outcome; the engine calls ``send`` and ``has_output``.
+    A layer subclasses it and implements ``_advance``, which takes what the buffered input
+    completes of the exchange (``_next_frame``), answers with ``queue``, and ends it with
+    ``release`` (logged in) or by setting ``error``. The engine calls ``receive``, ``send`` and
+    ``has_output``.
 
     Args:
         first: Bytes to send before anything else (the client's protocol header).
     """
 
     def __init__(self, first: bytes = b"") -> None:
+        self._buffer = b""  # input the exchange has not taken yet
         self._frames = first
         self._held = b""
         self._released = False
+        self.error: ErrorCondition | None = None
+        """Why the exchange failed; the stream must end."""
+        self.eof = False  # EOF passes through; the engine (or TLS below) sees it
+        self.user: str | None = None
+        """The identity a server's exchange authenticated."""
+
+    # Bytes from the socket --------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> bytes:
+        """Consume bytes from the peer; return those meant for the AMQP layer: all of them once
+        the login succeeded, none before it (rule 2) nor after a failure."""
+        if self._released:
+            return data
+        if self.error is not None:
+            return b""
+        self._buffer += data
+        self._advance()
+        if not self._released:
+            return b""
+        rest, self._buffer = self._buffer, b""
+        return rest  # the AMQP bytes that came with the last SASL frame
+
+    def _advance(self) -> None:
+        """Take what the buffered input completes of the exchange (a subclass's work)."""
+        raise NotImplementedError
+
+    def _next_frame(self) -> tuple[int, list[Any]] | None:
+        """The input's next whole frame (descriptor, fields), taken off it; None while it is
+        not all there.
+
+        Raises:
+            SaslFrameError: the input is not a SASL frame.
+        """
+        frame = read_frame(self._buffer)
+        if frame is None:
+            return None
+        descriptor, fields, used = frame
+        self._buffer = self._buffer[used:]
+        return descriptor, fields
+
+    # Bytes from the AMQP layer ----------------------------------------------------------------
 
     def queue(self, frames: bytes) -> None:
         """Send ``frames`` (SASL frames, a protocol header) at the next ``send``."""
         self._frames += frames
 
     def release(self) -> None:
-        """The login succeeded: the AMQP layer's bytes go out from now on, the held first."""
+        """The login succeeded: bytes pass between the socket and the AMQP layer from now on,
+        the AMQP layer's held ones first."""
         self._released = True
 
     @property

@@ -17,11 +17,13 @@ from haclient.amqp.sasl_frames import (
     MECHANISMS,
     OUTCOME,
     OUTCOME_OK,
-    HeldOutput,
     SaslFrameError,
+    SaslLayer,
     encode_frame,
+    encode_outcome,
     read_frame,
 )
+from haclient.amqp.types import ErrorCondition
 
 
 def _frame(body: bytes, frame_type: int = 1, size: int | None = None, doff: int = 2) -> bytes:
@@ -39,8 +41,9 @@ def test_a_frame_reads_back_with_the_bytes_it_used() -> None:
 
 
 def test_a_frame_not_all_there_reads_as_none() -> None:
-    frame = encode_frame(OUTCOME, [ubyte(OUTCOME_OK), b"v=proof"])
+    frame = encode_outcome(OUTCOME_OK, b"v=proof")
     assert all(read_frame(frame[:n]) is None for n in range(len(frame)))
+    assert read_frame(frame) == (OUTCOME, [OUTCOME_OK, b"v=proof"], len(frame))
 
 
 def test_missing_trailing_fields_read_as_none_and_heartbeats_are_skipped() -> None:
@@ -87,12 +90,29 @@ def test_any_bytes_read_as_a_frame_none_or_a_frame_error(data: bytes) -> None:
     assert read is None or 8 <= read[2] <= len(data) + 8
 
 
-def test_held_output_sends_its_frames_at_once_and_amqp_bytes_only_once_released() -> None:
-    output = HeldOutput(b"hdr")
-    assert output.has_output and output.send(b"amqp1") == b"hdr"
-    output.queue(b"frame")
-    assert output.send(b"amqp2") == b"frame" and not output.has_output
-    output.release()
-    assert output.has_output and output.send(b"") == b"amqp1amqp2"
-    output.queue(b"last")
-    assert output.send(b"amqp3") == b"lastamqp3" and output.send(b"") == b""
+class _Layer(SaslLayer):
+    """Logs in at the first frame it reads."""
+
+    def _advance(self) -> None:
+        if self._next_frame() is not None:
+            self.queue(b"outcome")
+            self.release()
+
+
+def test_a_layer_sends_its_frames_at_once_and_amqp_bytes_only_once_released() -> None:
+    layer = _Layer(b"hdr")
+    assert layer.has_output and layer.send(b"amqp1") == b"hdr"
+    assert layer.receive(encode_frame(INIT, [])[:-1]) == b""
+    assert layer.send(b"amqp2") == b"" and not layer.has_output
+    assert layer.receive(encode_frame(INIT, [])[-1:] + b"open") == b"open"
+    assert layer.has_output and layer.send(b"") == b"outcomeamqp1amqp2"
+    layer.queue(b"last")
+    assert layer.send(b"amqp3") == b"lastamqp3" and layer.send(b"") == b""
+    assert layer.receive(b"more") == b"more"
+
+
+def test_a_failed_layer_takes_no_more_input_and_sends_no_amqp_bytes() -> None:
+    layer = _Layer()
+    layer.error = ErrorCondition(FRAMING_ERROR, "garbage")
+    assert layer.receive(encode_frame(INIT, [])) == b"" and layer.send(b"amqp") == b""
+    assert not layer.has_output
