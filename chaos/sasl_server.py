@@ -5,7 +5,8 @@ sasl-mechanisms frame, reads the client's sasl-init, and hands it to the chosen 
 exchange (``chaos.sasl_mechanisms``); each ``Challenge`` goes out as a sasl-challenge and the
 next sasl-response goes back to the exchange, until it accepts or refuses: a sasl-outcome
 (``ok`` with the exchange's additional data, such as SCRAM's server-final message, or
-``auth``). Only then do bytes pass between the socket and the AMQP layer.
+``auth``). Only then do bytes pass between the socket and the AMQP layer. The frames, and the
+output held until the login succeeded, are ``haclient.amqp.sasl_frames``'s, as the client's.
 
 Rule 1: nothing reaches the AMQP layer, and no AMQP byte leaves, before an ``ok`` outcome.
 Rule 2: every failure after the protocol header (a refused login, a frame that is not the one
@@ -17,80 +18,18 @@ A peer that skips SASL (plain AMQP header) is let through only when ANONYMOUS is
 from __future__ import annotations
 
 import enum
-import struct
 from collections.abc import Callable
 from typing import Any
 
-from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, ulong
+from proton import UNDESCRIBED, Array, Data, symbol
 
 from chaos.sasl_mechanisms import Accept, Challenge, Exchange, Refuse, Step, exchange_for
+from haclient.amqp import sasl_frames as frames
 from haclient.amqp.config import ServerAuth
+from haclient.amqp.sasl_frames import SaslFrameError, SaslLayer
 from haclient.amqp.types import ErrorCondition
 
-__all__ = [
-    "AMQP_HEADER",
-    "SASL_HEADER",
-    "SaslFrameError",
-    "SaslServerLayer",
-    "decode_sasl_frame",
-    "encode_sasl_frame",
-]
-
-SASL_HEADER = b"AMQP\x03\x01\x00\x00"
-AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
-MECHANISMS = 0x40
-INIT = 0x41
-CHALLENGE = 0x42
-RESPONSE = 0x43
-OUTCOME = 0x44
-OUTCOME_OK = 0
-OUTCOME_AUTH = 1
-_MAX_SASL_FRAME = 65536
-_UNAUTHORIZED = "amqp:unauthorized-access"
-
-
-class SaslFrameError(ValueError):
-    """Bytes that are not a SASL frame."""
-
-
-def encode_sasl_frame(descriptor: int, fields: list[object]) -> bytes:
-    """One SASL frame: the described list ``fields`` under ``descriptor``."""
-    data = Data()
-    data.put_object(Described(ulong(descriptor), fields))
-    body = bytes(data.encode())
-    return struct.pack(">IBBH", 8 + len(body), 2, 1, 0) + body
-
-
-def decode_sasl_frame(buffer: bytes) -> tuple[int, list[Any], int] | None:
-    """The first frame of ``buffer``: ``(descriptor, fields, bytes used)``; None if incomplete.
-
-    Missing trailing fields read as None; binary fields are ``bytes``.
-
-    Raises:
-        SaslFrameError: the bytes are not a SASL frame.
-    """
-    if len(buffer) < 8:
-        return None
-    size, doff, frame_type = struct.unpack(">IBB", buffer[:6])
-    if frame_type != 1 or size > _MAX_SASL_FRAME or size < 8 or doff < 2 or doff * 4 > size:
-        raise SaslFrameError("malformed SASL frame header")
-    if len(buffer) < size:
-        return None
-    try:
-        data = Data()
-        data.decode(buffer[doff * 4 : size])
-        data.rewind()
-        data.next()
-        frame = data.get_object()
-        descriptor = int(frame.descriptor)
-        if not isinstance(frame.value, list):
-            raise TypeError(f"a described {type(frame.value).__name__}, not a list")
-        # Binary values are views of proton's buffer, gone with ``data``: copy them now.
-        values = [bytes(v) if isinstance(v, memoryview) else v for v in frame.value]
-        fields = [*values, None, None, None]
-    except Exception as exc:  # proton raises a zoo of types for garbage
-        raise SaslFrameError(f"undecodable SASL frame: {exc}") from None
-    return descriptor, fields, size
+__all__ = ["SaslServerLayer"]
 
 
 class _State(enum.Enum):
@@ -101,11 +40,15 @@ class _State(enum.Enum):
     FAILED = "failed"
 
 
-_EXPECTED = {_State.INIT: (INIT, "sasl-init"), _State.RESPONSE: (RESPONSE, "sasl-response")}
+_EXPECTED = {
+    _State.INIT: (frames.INIT, "sasl-init"),
+    _State.RESPONSE: (frames.RESPONSE, "sasl-response"),
+}
 
 
-class SaslServerLayer:
-    """The server side of the SASL exchange, for ``ServerAuth.mechanisms``.
+class SaslServerLayer(SaslLayer):
+    """The server side of the SASL exchange, for ``ServerAuth.mechanisms`` (``receive``,
+    ``send`` and ``has_output`` are ``SaslLayer``'s, which keeps rule 1).
 
     Args:
         auth: What is offered and how logins are checked; None offers ANONYMOUS only.
@@ -115,67 +58,47 @@ class SaslServerLayer:
     def __init__(
         self, auth: ServerAuth | None, peer_identity: Callable[[], str | None] | None = None
     ) -> None:
+        super().__init__()
         self._auth = auth if auth is not None else ServerAuth(("ANONYMOUS",))
         self._peer_identity = peer_identity or (lambda: None)
         self._state = _State.HEADER
         self._exchange: Exchange | None = None
         self._mechanism = ""
-        self._buffer = b""
-        self._output = b""
-        self._held = b""
-        self.user: str | None = None
-        self.error: ErrorCondition | None = None
-        self.eof = False  # EOF passes through; TLS below reports it
 
     @property
     def failed(self) -> bool:
         """True once the exchange ended without a login; the stream must end."""
         return self._state is _State.FAILED
 
-    def receive(self, data: bytes) -> bytes:
-        """Consume bytes from the peer; return those meant for the AMQP layer."""
-        if self._state is _State.DONE:
-            return data
-        if self._state is _State.FAILED:
-            return b""
-        self._buffer += data
+    def _advance(self) -> None:
         if self._state is _State.HEADER:
             self._read_header()
         while self._state in _EXPECTED:
             try:
-                frame = decode_sasl_frame(self._buffer)
+                frame = self._next_frame()
             except SaslFrameError as exc:
-                self._refuse("amqp:connection:framing-error", str(exc))
-                return b""
+                self._refuse(exc.condition, str(exc))
+                return
             if frame is None:
-                return b""
-            descriptor, fields, size = frame
-            self._buffer = self._buffer[size:]
-            self._apply(self._step(descriptor, fields))
-        return self._passed()
-
-    def _passed(self) -> bytes:
-        """What the AMQP layer gets of the input: all that is left once authenticated."""
-        if self._state is not _State.DONE:
-            return b""
-        rest, self._buffer = self._buffer, b""
-        return rest
+                return
+            self._apply(self._step(*frame))
 
     def _read_header(self) -> None:
         """Take the protocol header: offer the mechanisms, or let plain AMQP through."""
         if len(self._buffer) < 8:
             return
         header = self._buffer[:8]
-        if header == AMQP_HEADER and "ANONYMOUS" in self._auth.mechanisms:
+        if header == frames.AMQP_HEADER and "ANONYMOUS" in self._auth.mechanisms:
             self._state = _State.DONE  # the AMQP layer reads the header itself
+            self.release()
             return
         self._buffer = self._buffer[8:]
-        if header != SASL_HEADER:
-            self._fail("amqp:connection:framing-error", f"unexpected header {header!r}")
-            self._output += SASL_HEADER
+        if header != frames.SASL_HEADER:
+            self._fail(frames.FRAMING_ERROR, f"unexpected header {header!r}")
+            self.queue(frames.SASL_HEADER)
             return
         offered = Array(UNDESCRIBED, Data.SYMBOL, *(symbol(m) for m in self._auth.mechanisms))
-        self._output += SASL_HEADER + encode_sasl_frame(MECHANISMS, [offered])
+        self.queue(frames.SASL_HEADER + frames.encode_frame(frames.MECHANISMS, [offered]))
         self._state = _State.INIT
 
     def _step(self, descriptor: int, fields: list[Any]) -> Step:
@@ -199,37 +122,21 @@ class SaslServerLayer:
 
     def _apply(self, step: Step) -> None:
         if isinstance(step, Challenge):
-            self._output += encode_sasl_frame(CHALLENGE, [step.data])
+            self.queue(frames.encode_frame(frames.CHALLENGE, [step.data]))
             self._state = _State.RESPONSE
         elif isinstance(step, Accept):
-            self._output += encode_sasl_frame(OUTCOME, [ubyte(OUTCOME_OK), step.additional_data])
+            self.queue(frames.encode_outcome(frames.OUTCOME_OK, step.additional_data))
             self._state = _State.DONE
+            self.release()
             self.user = step.user
         else:
             mechanism = self._mechanism or "-"
-            self._refuse(_UNAUTHORIZED, f"SASL {mechanism} login refused: {step.reason}")
+            self._refuse(frames.UNAUTHORIZED, f"SASL {mechanism} login refused: {step.reason}")
 
     def _refuse(self, name: str, description: str) -> None:
-        self._output += encode_sasl_frame(OUTCOME, [ubyte(OUTCOME_AUTH), None])
+        self.queue(frames.encode_outcome(frames.OUTCOME_AUTH))
         self._fail(name, description)
 
     def _fail(self, name: str, description: str) -> None:
         self._state = _State.FAILED
         self.error = ErrorCondition(name, description)
-
-    @property
-    def has_output(self) -> bool:
-        """True when ``send`` would return bytes even with nothing from the AMQP layer."""
-        return bool(self._output) or (self._state is _State.DONE and bool(self._held))
-
-    def send(self, data: bytes) -> bytes:
-        """Bytes from the AMQP layer, prefixed by any SASL frames still to go out."""
-        if self._state is not _State.DONE:
-            # Rule 1 in the other direction: AMQP output waits for a successful outcome.
-            self._held += data
-            data = b""
-        elif self._held:
-            data, self._held = self._held + data, b""
-        if self._output:
-            data, self._output = self._output + data, b""
-        return data

@@ -2,13 +2,14 @@
 
 Why our own: proton's built-in SASL (its Python wheel has no Cyrus) can only do ANONYMOUS, PLAIN
 and EXTERNAL; SCRAM and XOAUTH2 need the exchange in our hands. SCRAM's arithmetic is the
-``scramp`` library's (its client side), the frames are ours (``haclient.amqp.codec``).
+``scramp`` library's (its client side), the frames are ours.
 
 How this works: ``SaslClientLayer`` sends the SASL protocol header at once, reads the broker's
 sasl-mechanisms, chooses a mechanism (``choose_mechanism``: the strongest the broker offers among
 those allowed and usable with the credentials given), sends sasl-init with the mechanism's
 initial response, answers each sasl-challenge with a sasl-response, and reads sasl-outcome. From
-then on bytes pass through both ways.
+then on bytes pass through both ways. The frames, and the output held until the login succeeded,
+are ``haclient.amqp.sasl_frames``'s, which the reference broker's layer uses too.
 
 Rules:
     Rule 1: nothing from the AMQP layer reaches the socket before a successful outcome (proton's
@@ -25,54 +26,46 @@ from __future__ import annotations
 import enum
 import logging
 import re
-import struct
 from collections.abc import Sequence
 from typing import Any, Final
 
-from proton import Array, Described, symbol, ulong
+from proton import Array, symbol
 
-from failover.errors import MessageFormatError
-from haclient.amqp import _convert
-from haclient.amqp.codec import decode_value, encode_value
 from haclient.amqp.config import CLEAR_TEXT_MECHANISMS, ClientAuth
+from haclient.amqp.sasl_frames import (
+    CHALLENGE,
+    FRAMING_ERROR,
+    INIT,
+    MECHANISMS,
+    OUTCOME,
+    OUTCOME_NAMES,
+    OUTCOME_OK,
+    OUTCOME_SYS_TEMP,
+    RESPONSE,
+    SASL_HEADER,
+    UNAUTHORIZED,
+    SaslFrameError,
+    SaslLayer,
+    encode_frame,
+    quoted,
+)
 from haclient.amqp.types import SASL_FAILED, ErrorCondition
 
 __all__ = [
     "MAX_SCRAM_ITERATIONS",
     "NO_MECHANISM",
     "SASL_FAILED",
-    "SASL_HEADER",
     "SaslClientLayer",
     "SaslFailure",
     "choose_mechanism",
-    "sasl_frame",
 ]
 
 log = logging.getLogger("haclient.amqp")
 
-SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
-FRAMING_ERROR: Final = "amqp:connection:framing-error"
-UNAUTHORIZED: Final = "amqp:unauthorized-access"
 #: How the client's own verdict that no mechanism fits begins (its condition is the broker's
 #: refusal's, ``amqp:unauthorized-access``, yet nothing was sent: no credential to check).
 NO_MECHANISM: Final = "no SASL mechanism in common"
 
-_MECHANISMS: Final = 0x40
-_INIT: Final = 0x41
-_CHALLENGE: Final = 0x42
-_RESPONSE: Final = 0x43
-_OUTCOME: Final = 0x44
-_SYMBOLIC: Final = {
-    "amqp:sasl-mechanisms:list": _MECHANISMS,
-    "amqp:sasl-init:list": _INIT,
-    "amqp:sasl-challenge:list": _CHALLENGE,
-    "amqp:sasl-response:list": _RESPONSE,
-    "amqp:sasl-outcome:list": _OUTCOME,
-}
-_SASL_FRAME: Final = 1
-# Generous: a SASL frame carries a few hundred bytes (an OAuth token some kilobytes).
-_MAX_FRAME: Final = 65536
-_OUTCOMES: Final = {1: "auth", 2: "sys", 3: "sys-perm", 4: "sys-temp"}
 #: The most PBKDF2 iterations a broker may ask SCRAM for: they run on the event loop (100,000 of
 #: SHA-512 take some 0.2 s); brokers use 4096 (Artemis, Qpid Broker-J) to some 15,000.
 MAX_SCRAM_ITERATIONS: Final = 100_000
@@ -254,18 +247,7 @@ def _mechanism(name: str, auth: ClientAuth, nonce: str | None) -> Mechanism:
     return _External() if name == "EXTERNAL" else _Anonymous()
 
 
-# --- Frames ----------------------------------------------------------------------------------
-
-
-def sasl_frame(descriptor: int, fields: list[Any]) -> bytes:
-    """One SASL frame: the frame header, then the described list ``fields``."""
-    body = encode_value(Described(ulong(descriptor), fields))
-    return struct.pack(">IBBH", 8 + len(body), 2, _SASL_FRAME, 0) + body
-
-
-def _quoted(data: bytes) -> str:
-    """Bytes as error text quotes them (``['...']``, escaped; the error tree cuts it short)."""
-    return f"['{repr(bytes(data))[2:-1]}']"
+# --- The exchange ----------------------------------------------------------------------------
 
 
 class _State(enum.Enum):
@@ -276,8 +258,9 @@ class _State(enum.Enum):
     FAILED = "failed"
 
 
-class SaslClientLayer:
-    """The client side of the SASL exchange (a ``haclient.amqp.engine.ByteLayer``).
+class SaslClientLayer(SaslLayer):
+    """The client side of the SASL exchange (a ``haclient.amqp.engine.ByteLayer``; ``receive``,
+    ``send`` and ``has_output`` are ``SaslLayer``'s, which keeps rule 1).
 
     Args:
         auth: The credentials and the mechanisms allowed.
@@ -295,18 +278,13 @@ class SaslClientLayer:
         hostname: str | None = None,
         nonce: str | None = None,
     ) -> None:
+        super().__init__(SASL_HEADER)  # the client speaks first
         self._auth = auth
         self._secure = secure
         self._hostname = hostname
         self._nonce = nonce
         self._state = _State.HEADER
         self._mechanism: Mechanism | None = None
-        self._buffer = b""
-        self._output = SASL_HEADER  # the client speaks first
-        self._held = b""
-        self.error: ErrorCondition | None = None
-        self.eof = False  # EOF passes through; the engine sees it in the empty read
-        self.user: str | None = None  # a server's verdict; the client has none to report
 
     def __repr__(self) -> str:
         mechanism = self._mechanism.name if self._mechanism else None
@@ -317,29 +295,25 @@ class SaslClientLayer:
         """The mechanism chosen, once the broker's list has arrived."""
         return self._mechanism.name if self._mechanism else None
 
-    # Bytes from the socket --------------------------------------------------------------------
-
-    def receive(self, data: bytes) -> bytes:
-        """Consume bytes from the broker; return those meant for the AMQP layer."""
-        if self._state is _State.DONE:
-            return data
-        if self._state is _State.FAILED:
-            return b""
-        self._buffer += data
+    def _advance(self) -> None:
         try:
-            return self._advance()
+            self._exchange()
         except SaslFailure as failure:
-            self._state = _State.FAILED
-            self._buffer = b""
-            self.error = failure.condition  # the engine logs it and ends the connection
-            return b""
+            self._fail(failure.condition)
+        except SaslFrameError as exc:
+            self._fail(ErrorCondition(exc.condition, str(exc)))
 
-    def _advance(self) -> bytes:
+    def _fail(self, condition: ErrorCondition) -> None:
+        self._state = _State.FAILED
+        self._buffer = b""
+        self.error = condition  # the engine logs it and ends the connection
+
+    def _exchange(self) -> None:
         if self._state is _State.HEADER:
             if len(self._buffer) < 8:
                 if not SASL_HEADER.startswith(self._buffer):
                     self._wrong_header()
-                return b""
+                return
             if self._buffer[:8] != SASL_HEADER:
                 self._wrong_header()
             self._buffer = self._buffer[8:]
@@ -347,45 +321,25 @@ class SaslClientLayer:
         while self._state in (_State.MECHANISMS, _State.STEPS):
             frame = self._next_frame()
             if frame is None:
-                return b""
+                return
             self._on_frame(*frame)
-        rest, self._buffer = self._buffer, b""
-        return rest  # the broker's AMQP header and Open, after a successful outcome
 
     def _wrong_header(self) -> None:
         raise SaslFailure(
             FRAMING_ERROR,
-            f"the peer answered the SASL protocol header with {_quoted(self._buffer)}",
+            f"the peer answered the SASL protocol header with {quoted(self._buffer)}",
         )
-
-    def _next_frame(self) -> tuple[int, list[Any]] | None:
-        """The next whole frame's descriptor and fields (None: not all here yet)."""
-        while True:
-            if len(self._buffer) < 8:
-                return None
-            size, doff, frame_type = struct.unpack(">IBB", self._buffer[:6])
-            if frame_type != _SASL_FRAME or size < 8 or size > _MAX_FRAME or doff < 2:
-                raise SaslFailure(
-                    FRAMING_ERROR, f"malformed SASL frame header {_quoted(self._buffer[:8])}"
-                )
-            if doff * 4 > size:
-                raise SaslFailure(FRAMING_ERROR, "malformed SASL frame: its data offset is past it")
-            if len(self._buffer) < size:
-                return None
-            body, self._buffer = self._buffer[doff * 4 : size], self._buffer[size:]
-            if body:  # an empty frame is a heartbeat
-                return _decode(body)
 
     def _on_frame(self, descriptor: int, fields: list[Any]) -> None:
         if self._state is _State.MECHANISMS:
-            if descriptor != _MECHANISMS:
+            if descriptor != MECHANISMS:
                 raise SaslFailure(FRAMING_ERROR, f"expected sasl-mechanisms, got {descriptor:#x}")
-            self._choose(_symbols(fields[0] if fields else None))
-        elif descriptor == _CHALLENGE:
+            self._choose(_symbols(fields[0]))
+        elif descriptor == CHALLENGE:
             assert self._mechanism is not None
-            response = self._mechanism.challenge(_binary(fields, "sasl-challenge"))
-            self._output += sasl_frame(_RESPONSE, [response])
-        elif descriptor == _OUTCOME:
+            response = self._mechanism.challenge(_binary(fields[0], "sasl-challenge"))
+            self.queue(encode_frame(RESPONSE, [response]))
+        elif descriptor == OUTCOME:
             self._on_outcome(fields)
         else:
             raise SaslFailure(
@@ -399,60 +353,29 @@ class SaslClientLayer:
         fields: list[Any] = [symbol(name), mechanism.initial_response()]
         if self._hostname:
             fields.append(self._hostname)
-        self._output += sasl_frame(_INIT, fields)
+        self.queue(encode_frame(INIT, fields))
         self._state = _State.STEPS
 
     def _on_outcome(self, fields: list[Any]) -> None:
         assert self._mechanism is not None
-        code = fields[0] if fields else None
-        if code != 0:
+        code, additional = fields[0], fields[1]
+        if code != OUTCOME_OK:
             if not isinstance(code, int):
                 raise SaslFailure(
                     FRAMING_ERROR, f"a sasl-outcome without a valid code: {code!r:.40}"
                 )
-            kind = _OUTCOMES.get(int(code), str(code))
-            temporary = ", a temporary failure of the broker" if kind == "sys-temp" else ""
+            kind = OUTCOME_NAMES.get(int(code), str(code))
+            temporary = ", a temporary failure of the broker" if code == OUTCOME_SYS_TEMP else ""
             raise SaslFailure(
                 UNAUTHORIZED,
                 f"the broker refused the SASL {self._mechanism.name} login "
                 f"(outcome {kind}{temporary})",
             )
-        additional = fields[1] if len(fields) > 1 else None
         if additional is not None and not isinstance(additional, bytes):
             raise SaslFailure(FRAMING_ERROR, "a sasl-outcome whose additional data is not binary")
         self._mechanism.complete(additional)
         self._state = _State.DONE
-
-    # Bytes from the AMQP layer ----------------------------------------------------------------
-
-    @property
-    def has_output(self) -> bool:
-        """True when ``send(b"")`` would return bytes."""
-        return bool(self._output) or (self._state is _State.DONE and bool(self._held))
-
-    def send(self, data: bytes) -> bytes:
-        """SASL frames still to go out, then the AMQP layer's bytes once logged in (rule 1)."""
-        if self._state is not _State.DONE:
-            self._held += data
-            data = b""
-        elif self._held:
-            data, self._held = self._held + data, b""
-        if self._output:
-            data, self._output = self._output + data, b""
-        return data
-
-
-def _decode(body: bytes) -> tuple[int, list[Any]]:
-    try:
-        value, end = decode_value(body)
-    except MessageFormatError as exc:
-        raise SaslFailure("amqp:decode-error", f"undecodable SASL frame: {exc}") from None
-    code = _convert.descriptor_code(value.descriptor) if isinstance(value, Described) else None
-    if code is None and isinstance(value, Described) and isinstance(value.descriptor, str):
-        code = _SYMBOLIC.get(str(value.descriptor))
-    if code is None or not isinstance(value.value, list) or end != len(body):
-        raise SaslFailure("amqp:decode-error", "a SASL frame that is not one described list")
-    return code, list(value.value)
+        self.release()
 
 
 def _symbols(value: Any) -> tuple[str, ...]:
@@ -466,8 +389,7 @@ def _symbols(value: Any) -> tuple[str, ...]:
     raise SaslFailure(FRAMING_ERROR, "sasl-mechanisms without a list of mechanism names")
 
 
-def _binary(fields: list[Any], what: str) -> bytes:
-    value = fields[0] if fields else None
+def _binary(value: Any, what: str) -> bytes:
     if not isinstance(value, bytes):
         raise SaslFailure(FRAMING_ERROR, f"a {what} without binary data")
     return value

@@ -19,7 +19,7 @@ from scramp import ScramMechanism
 import haclient.aio as aio
 from chaos.hostile import HostilePeer, Script
 from haclient.amqp.codec import decode_value
-from haclient.amqp.sasl import SASL_HEADER, sasl_frame
+from haclient.amqp.sasl_frames import SASL_HEADER, encode_frame
 from haclient.errors import AuthenticationError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -50,7 +50,7 @@ async def _hold(stream: SocketStream) -> None:
 
 def _offering(*names: str) -> bytes:
     offered = Array(Data.NULL, Data.SYMBOL, *(symbol(n) for n in names))
-    return SASL_HEADER + sasl_frame(0x40, [offered])
+    return SASL_HEADER + encode_frame(0x40, [offered])
 
 
 def scram_broker(*, forge: bool) -> Script:
@@ -66,14 +66,14 @@ def scram_broker(*, forge: bool) -> Script:
         server = mechanism.make_server(lambda user: info)
         _, first, *_ = await _frame(stream)
         server.set_client_first(first.decode())
-        await stream.send(sasl_frame(0x42, [server.get_server_first().encode()]))
+        await stream.send(encode_frame(0x42, [server.get_server_first().encode()]))
         [final] = await _frame(stream)
         if forge:
             signature = b"v=" + base64.b64encode(b"\x01" * 32)
-            await stream.send(sasl_frame(0x44, [ubyte(0), signature]))
+            await stream.send(encode_frame(0x44, [ubyte(0), signature]))
         else:
             server.set_client_final(final.decode())
-            await stream.send(sasl_frame(0x44, [ubyte(0), server.get_server_final().encode()]))
+            await stream.send(encode_frame(0x44, [ubyte(0), server.get_server_final().encode()]))
         await _hold(stream)
 
     return script

@@ -20,19 +20,19 @@ import trustme
 from proton import symbol
 from scramp import ScramClient
 
-from chaos.sasl_server import (
+from chaos.sasl_server import SaslServerLayer
+from haclient.amqp.sasl_frames import (
     AMQP_HEADER,
     CHALLENGE,
+    INIT,
     MECHANISMS,
     OUTCOME,
+    RESPONSE,
     SASL_HEADER,
-    SaslServerLayer,
-    decode_sasl_frame,
-    encode_sasl_frame,
+    encode_frame,
+    read_frame,
 )
 
-INIT = 0x41
-RESPONSE = 0x43
 OK = 0
 AUTH = 1
 TIMEOUT = 5.0
@@ -130,7 +130,7 @@ class SaslClient:
     def frame(self) -> tuple[int, list[Any]] | None:
         """The server's next frame; None when the stream ends first."""
         while True:
-            decoded = decode_sasl_frame(self.buffer)
+            decoded = read_frame(self.buffer)
             if decoded is not None:
                 descriptor, fields, size = decoded
                 self.buffer = self.buffer[size:]
@@ -154,7 +154,7 @@ class SaslClient:
         return [str(m) for m in frame[1][0].elements]
 
     def send(self, descriptor: int, fields: list[object]) -> tuple[int, list[Any]] | None:
-        self.wire.write(encode_sasl_frame(descriptor, fields))
+        self.wire.write(encode_frame(descriptor, fields))
         return self.frame()
 
     def init(self, mechanism: str, initial: bytes | None) -> tuple[int, list[Any]] | None:

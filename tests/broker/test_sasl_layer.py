@@ -33,16 +33,10 @@ from scramp import ScramClient
 
 from chaos.amqp_server import server_engine
 from chaos.broker.accounts import Accounts
-from chaos.sasl_server import (
-    AMQP_HEADER,
-    CHALLENGE,
-    RESPONSE,
-    SASL_HEADER,
-    SaslServerLayer,
-    encode_sasl_frame,
-)
+from chaos.sasl_server import SaslServerLayer
 from haclient.amqp.config import EngineConfig, Role, ServerAuth, TlsServerOptions
 from haclient.amqp.engine import Engine
+from haclient.amqp.sasl_frames import AMQP_HEADER, CHALLENGE, RESPONSE, SASL_HEADER, encode_frame
 from haclient.errors import ConfigurationError
 
 SCRAM = ["SCRAM-SHA-1", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -144,7 +138,7 @@ def _other_nonce(scram: ScramClient) -> bytes:
 
 
 HOSTILE: dict[str, Callable[[ScramClient], bytes]] = {
-    "a second sasl-init": lambda s: encode_sasl_frame(INIT, [symbol("PLAIN"), b"\0alice\0s3cret"]),
+    "a second sasl-init": lambda s: encode_frame(INIT, [symbol("PLAIN"), b"\0alice\0s3cret"]),
     "an AMQP frame": lambda s: b"\x00\x00\x00\x08\x02\x00\x00\x00",
     "bytes that are no frame": lambda s: b"\xff" * 64,
     "an undecodable body": lambda s: b"\x00\x00\x00\x0c\x02\x01\x00\x00\xa0\xff\xff\xff",
@@ -158,7 +152,7 @@ HOSTILE: dict[str, Callable[[ScramClient], bytes]] = {
 
 
 def _response(fields: list[object]) -> bytes:
-    return encode_sasl_frame(RESPONSE, fields)
+    return encode_frame(RESPONSE, fields)
 
 
 @pytest.mark.parametrize("make", HOSTILE.values(), ids=list(HOSTILE))

@@ -31,8 +31,8 @@ from saslkit import (
 
 from chaos.broker import BrokerThread
 from chaos.broker.cli import build_parser, main
-from chaos.sasl_server import SASL_HEADER
 from haclient.amqp.config import TlsServerOptions
+from haclient.amqp.sasl_frames import SASL_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 

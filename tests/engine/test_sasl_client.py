@@ -21,14 +21,9 @@ from scramp import ScramException, ScramMechanism
 from haclient.amqp import ClientAuth, Engine, EngineConfig, TransportClosed
 from haclient.amqp.codec import decode_value
 from haclient.amqp.config import SASL_MECHANISMS
-from haclient.amqp.sasl import (
-    SASL_FAILED,
-    SASL_HEADER,
-    SaslClientLayer,
-    choose_mechanism,
-    sasl_frame,
-)
+from haclient.amqp.sasl import SASL_FAILED, SaslClientLayer, choose_mechanism
 from haclient.amqp.sasl import SaslFailure as _Failure
+from haclient.amqp.sasl_frames import SASL_HEADER, encode_frame
 from haclient.errors import AuthenticationError, ConfigurationError, error_from_condition
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -50,13 +45,13 @@ RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 
 
 def _mechanisms_frame(*names: str) -> bytes:
-    return sasl_frame(0x40, [Array(Data.NULL, Data.SYMBOL, *(symbol(n) for n in names))])
+    return encode_frame(0x40, [Array(Data.NULL, Data.SYMBOL, *(symbol(n) for n in names))])
 
 
 def _outcome(code: int, additional: bytes | None = None) -> bytes:
     from proton import ubyte
 
-    return sasl_frame(0x44, [ubyte(code), additional])
+    return encode_frame(0x44, [ubyte(code), additional])
 
 
 def _frames(data: bytes) -> list[tuple[int, list[Any]]]:
@@ -125,7 +120,7 @@ class Broker:
         final = server.get_server_final().encode()
         self.logged_in = "scram"
         if self.final_as_challenge:
-            return sasl_frame(0x42, [final])
+            return encode_frame(0x42, [final])
         return _outcome(0, final)
 
     def _on_init(self, mechanism: str, response: bytes) -> bytes:
@@ -150,7 +145,7 @@ class Broker:
 
         self._scram = scram.make_server(auth_info)
         self._scram.set_client_first(response.decode())
-        return sasl_frame(0x42, [self._scram.get_server_first().encode()])
+        return encode_frame(0x42, [self._scram.get_server_first().encode()])
 
 
 def _exchange(layer: SaslClientLayer, broker: Broker) -> None:
@@ -190,7 +185,7 @@ def _rfc_layer() -> tuple[SaslClientLayer, list[tuple[int, list[Any]]]]:
     layer.receive(SASL_HEADER + _mechanisms_frame("SCRAM-SHA-256", "PLAIN"))
     [(code, fields)] = _frames(layer.send(b""))
     assert code == 0x41 and fields[0] == "SCRAM-SHA-256" and fields[1] == RFC_CLIENT_FIRST
-    layer.receive(sasl_frame(0x42, [RFC_SERVER_FIRST]))
+    layer.receive(encode_frame(0x42, [RFC_SERVER_FIRST]))
     sent = _frames(layer.send(b""))
     return layer, sent
 
@@ -206,7 +201,7 @@ def test_T3_scram_sha_256_follows_rfc_7677_byte_for_byte() -> None:
 
 def test_scram_server_final_may_come_as_a_challenge() -> None:
     layer, _ = _rfc_layer()
-    layer.receive(sasl_frame(0x42, [RFC_SERVER_FINAL]))
+    layer.receive(encode_frame(0x42, [RFC_SERVER_FINAL]))
     assert _frames(layer.send(b"")) == [(0x43, [b""])]
     assert layer.receive(_outcome(0) + AMQP_HEADER) == AMQP_HEADER
     assert layer.error is None
@@ -245,14 +240,14 @@ def test_a_bad_scram_challenge_is_refused_without_computing(server_first: bytes,
     layer.send(b"")
     layer.receive(SASL_HEADER + _mechanisms_frame("SCRAM-SHA-256"))
     layer.send(b"")
-    layer.receive(sasl_frame(0x42, [server_first]))
+    layer.receive(encode_frame(0x42, [server_first]))
     assert layer.error is not None and layer.error.name == SASL_FAILED
     assert says in str(layer.error.description)
 
 
 def test_a_server_error_in_place_of_the_signature_is_a_refusal() -> None:
     layer, _ = _rfc_layer()
-    layer.receive(sasl_frame(0x42, [b"e=invalid-proof"]))
+    layer.receive(encode_frame(0x42, [b"e=invalid-proof"]))
     assert layer.error is not None and layer.error.name == UNAUTHORIZED
     assert "refused the SCRAM-SHA-256 login: invalid-proof" in str(layer.error.description)
 
@@ -308,7 +303,7 @@ def test_plain_answers_a_challenge_empty() -> None:
     layer.send(b"")
     layer.receive(SASL_HEADER + _mechanisms_frame("PLAIN"))
     layer.send(b"")
-    layer.receive(sasl_frame(0x42, [b""]))
+    layer.receive(encode_frame(0x42, [b""]))
     assert _frames(layer.send(b"")) == [(0x43, [b""])]
     assert layer.receive(_outcome(0) + AMQP_HEADER) == AMQP_HEADER
 
@@ -318,7 +313,7 @@ def test_xoauth2_answers_an_error_challenge_and_reads_the_refusal() -> None:
     layer.send(b"")
     layer.receive(SASL_HEADER + _mechanisms_frame("XOAUTH2"))
     layer.send(b"")
-    layer.receive(sasl_frame(0x42, [b'{"status":"401"}']))
+    layer.receive(encode_frame(0x42, [b'{"status":"401"}']))
     assert _frames(layer.send(b"")) == [(0x43, [b""])]
     layer.receive(_outcome(1))
     assert layer.error is not None and layer.error.name == UNAUTHORIZED
@@ -408,8 +403,8 @@ def _frame(body: bytes, frame_type: int = 1, size: int | None = None, doff: int 
         (_frame(b"\xff\xfe\xfd"), "amqp:decode-error"),
         (_frame(b"\x00\x53\x40\xc0\x10"), "amqp:decode-error"),  # truncated list
         (_frame(b"\xa1\x03abc"), "amqp:decode-error"),  # not described
-        (sasl_frame(0x44, [0, None]), "amqp:connection:framing-error"),  # outcome too early
-        (sasl_frame(0x40, [123]), "amqp:connection:framing-error"),  # mechanisms not symbols
+        (encode_frame(0x44, [0, None]), "amqp:connection:framing-error"),  # outcome too early
+        (encode_frame(0x40, [123]), "amqp:connection:framing-error"),  # mechanisms not symbols
     ],
 )
 def test_garbage_sasl_frames_fail_at_once(after_header: bytes, condition: str) -> None:
@@ -425,7 +420,7 @@ def test_garbage_after_the_init_fails_at_once() -> None:
     layer.send(b"")
     layer.receive(SASL_HEADER + _mechanisms_frame("PLAIN"))
     layer.send(b"")
-    layer.receive(sasl_frame(0x40, [symbol("PLAIN")]))  # mechanisms again
+    layer.receive(encode_frame(0x40, [symbol("PLAIN")]))  # mechanisms again
     assert layer.error is not None and layer.error.name == "amqp:connection:framing-error"
 
 
