@@ -24,7 +24,8 @@ import pytest
 
 from chaos.cli import _parser
 from chaos.net import free_port
-from chaos.rabbitmq import _PLUGINS
+from chaos.rabbitmq import _PLUGINS, _PLUGINS_WITH_TLS
+from chaos.rabbitmq_tls import PLUGIN
 from chaos.scenarios.runner import Schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,9 @@ RUNNERS = {
     r"\.venv/bin/python examples/.+": "tests/api/test_readme_commands.py",
     r"\.venv/bin/haclient-toxiproxy .+": "test_the_toxiproxy_command_line_serves_the_api (here)",
     r"\.venv/bin/haclient-chaos run.*": "test_the_chaos_run_command_lines_are_valid (here)",
-    r"rabbitmq-plugins enable rabbitmq_amqp1_0": "test_the_rabbitmq_plugin_command (here)",
+    r"rabbitmq-plugins enable rabbitmq_(amqp1_0|auth_mechanism_ssl)": (
+        "test_the_rabbitmq_plugin_command (here)"
+    ),
     r"\.venv/bin/haclient-broker .*--tls-cert .+": "tests/api/test_tls_guide.py",
     r"SSL_CERT_FILE=\S+ python .+": "tests/api/test_tls_guide.py",
     r"\.venv/bin/haclient-broker .*--tls-client-ca .+": "tests/api/test_security_guide.py",
@@ -146,9 +149,11 @@ def test_the_chaos_run_command_lines_are_valid() -> None:
         assert schedule.faults, line
 
 
-def test_the_rabbitmq_plugin_command(tmp_path: Path) -> None:
-    """The README's ``rabbitmq-plugins`` line enables the plugin the test nodes run with (on a
-    private plugins file here: the node is not running, so the change is made offline).
+@pytest.mark.parametrize("plugin", ["rabbitmq_amqp1_0", PLUGIN])
+def test_the_rabbitmq_plugin_command(tmp_path: Path, plugin: str) -> None:
+    """A ``rabbitmq-plugins`` line of the docs enables a plugin the test nodes run with, the
+    AMQP 1.0 plugin (the README) or EXTERNAL's (docs/guide/brokers.md), on a private plugins
+    file here: the node is not running, so the change is made offline.
 
     The Erlang VM it runs wants an epmd, and would start one as a daemon on 0.0.0.0:4369 that
     outlives the test: it gets one of its own instead, on a free loopback port, stopped here."""
@@ -160,7 +165,7 @@ def test_the_rabbitmq_plugin_command(tmp_path: Path) -> None:
             "RabbitMQ is not installed: no rabbitmq-plugins or epmd on PATH or in /usr/sbin"
         )
     assert program is not None and epmd is not None
-    (line,) = command_lines(r"rabbitmq-plugins enable rabbitmq_amqp1_0")
+    (line,) = command_lines(f"rabbitmq-plugins enable {plugin}")
     argv = [str(program), *shlex.split(line)[1:]]
     plugins = tmp_path / "enabled_plugins"
     env = {
@@ -187,8 +192,9 @@ def test_the_rabbitmq_plugin_command(tmp_path: Path) -> None:
             own_epmd.kill()
             own_epmd.wait()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert plugins.read_text().strip() == "[rabbitmq_amqp1_0]."
+    assert plugins.read_text().strip() == f"[{plugin}]."
     assert _PLUGINS.strip() == "[rabbitmq_amqp1_0]."  # what the test nodes run with
+    assert _PLUGINS_WITH_TLS.strip() == f"[rabbitmq_amqp1_0,{PLUGIN}]."  # ... with TLS
 
 
 def _help_options(command: str, *args: str) -> set[str]:
