@@ -76,7 +76,7 @@ def _kill(node: RabbitMQNode) -> None:
     os.kill(node.vm_pid, signal.SIGKILL)
 
 
-async def test_F5_external_login_fails_over_between_two_tls_rabbitmq_nodes(
+async def test_T2_F5_external_login_fails_over_between_two_tls_rabbitmq_nodes(
     api: Api, two_rabbitmq_tls_nodes: Nodes
 ) -> None:
     first, second = two_rabbitmq_tls_nodes
@@ -109,7 +109,7 @@ async def test_F5_external_login_fails_over_between_two_tls_rabbitmq_nodes(
 
 
 @pytest.mark.parametrize("api_variant", [("blocking", "asyncio")], ids=["blocking"])
-async def test_an_ssl_context_logs_in_with_external_and_no_certificate_is_refused(
+async def test_T1_an_ssl_context_logs_in_with_external_and_no_certificate_is_refused(
     api: Api, two_rabbitmq_tls_nodes: Nodes
 ) -> None:
     """One node pair, two clients: ``ssl_context=`` (the test's own context, holding the
