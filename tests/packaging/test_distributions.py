@@ -230,6 +230,7 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
     assert [line.split(":")[1].split(">")[0].strip() for line in base] == [
         "anyio",
         "python-qpid-proton",
+        "scramp",
         "tenacity",
     ]
     extras = {line.split(": ")[1] for line in metadata.splitlines() if "Provides-Extra" in line}
