@@ -110,6 +110,7 @@ class BrokerProcess:
             os.path.join(profile_dir, f"profile-broker-{name}.pstats") if profile_dir else None
         )
         self.port = 0
+        self.scheme = "amqp"
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_seconds = 0.0
 
@@ -135,7 +136,7 @@ class BrokerProcess:
                 self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = started + START_TIMEOUT
-        listening = f"listening on amqp://{HOST}:{self.port}"
+        listening = f"listening on {self.scheme}://{HOST}:{self.port}"
         while True:
             if self.proc.poll() is not None:
                 raise BenchError(
@@ -192,6 +193,19 @@ class ActiveMQModeBroker(BrokerProcess):
 
     def argv(self) -> list[str]:
         return [*super().argv(), "--activemq"]
+
+
+class TlsBroker(BrokerProcess):
+    """The reference broker process serving ``amqps://`` only (``--tls-cert``, ``--tls-key``):
+    this certificate chain and key, files in PEM."""
+
+    def __init__(self, name: str, work_dir: Path, *, store: bool, cert: Path, key: Path) -> None:
+        super().__init__(name, work_dir, store=store)
+        self.scheme = "amqps"
+        self.cert, self.key = cert, key
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), "--tls-cert", str(self.cert), "--tls-key", str(self.key)]
 
 
 def _accepts(port: int) -> bool:

@@ -8,8 +8,13 @@ Run from the repository root::
 One run starts the reference broker (``python -m chaos.broker.cli`` in its own process, on a free
 loopback port, stopped by its pid at the end), the reference broker in ActiveMQ mode (the same
 with ``--activemq``: receiver settle mode ``second`` granted as ``first``, ``queue://`` prefixes,
-as ActiveMQ 5.x's AMQP transport) and, when it is installed, a private RabbitMQ node
-(``chaos.rabbitmq.RabbitMQNode``). On each broker, in each round, it measures the async API
+as ActiveMQ 5.x's AMQP transport), the reference broker serving TLS only (``reference-tls``:
+``--tls-cert``/``--tls-key`` with a certificate for ``localhost`` from a CA made for the run;
+haclient connects to ``amqps://localhost:PORT?transport.trustStoreLocation=CA``, proton with an
+``SSLDomain`` trusting that CA and checking the name: both verify the certificate; ``--no-tls``
+skips it) and, when it is installed, a private RabbitMQ node (``chaos.rabbitmq.RabbitMQNode``).
+With both reference brokers, ``tls ...`` lines say what TLS adds to each implementation's CPU
+per message and takes from its rate. On each broker, in each round, it measures the async API
 (impl ``haclient``), the blocking API (impl ``blocking``: ``haclient.connect``, the same calls
 without ``await``, on the process's shared event-loop thread) and proton:
 
@@ -65,14 +70,16 @@ from typing import Any, TypeVar
 
 import anyio
 import proton
+import trustme
 from proton import Message as ProtonMessage
+from proton import SSLDomain
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
 
 import haclient
 import haclient.aio as aio
-from bench.broker import ActiveMQModeBroker, BrokerProcess, broker_cpu
+from bench.broker import ActiveMQModeBroker, BrokerProcess, TlsBroker, broker_cpu
 from bench.throughput import HOST, PASSWORD, USER, BenchError, check, machine_info
 from chaos.rabbitmq import RabbitMQNode
 from haclient.destination import Queue
@@ -85,6 +92,9 @@ T = TypeVar("T")
 
 REFERENCE = "reference"
 ACTIVEMQ_MODE = "activemq-mode"
+REFERENCE_TLS = "reference-tls"
+TLS_HOST = "localhost"
+"""The name the TLS target's certificate is for, and both clients connect to (and check)."""
 RABBITMQ = "rabbitmq"
 HACLIENT = "haclient"
 """The async API, ``haclient.aio``."""
@@ -163,16 +173,38 @@ WATCHDOG = "bench-jms-watchdog"
 
 @dataclass(frozen=True)
 class Target:
-    """A running broker: where it listens and how raw proton names a queue there."""
+    """A running broker: where it listens, how raw proton names a queue there and, when it
+    serves TLS, the CA file (PEM) that signed its certificate."""
 
     name: str
     port: int
     pid: int | None
     queue_prefix: str
+    ca: str | None = None
 
     @property
     def url(self) -> str:
-        return f"amqp://{HOST}:{self.port}"
+        """haclient's URL: ``amqps://localhost`` trusting ``ca`` when the broker serves TLS."""
+        if self.ca is None:
+            return self.proton_url
+        return f"{self.proton_url}?transport.trustStoreLocation={self.ca}"
+
+    @property
+    def proton_url(self) -> str:
+        """proton's URL: the TLS options go in ``ssl_domain()``."""
+        if self.ca is None:
+            return f"amqp://{HOST}:{self.port}"
+        return f"amqps://{TLS_HOST}:{self.port}"
+
+    def ssl_domain(self) -> SSLDomain | None:
+        """proton's TLS client side for this broker (None: plain AMQP): trusts ``ca`` only and
+        checks the certificate's name, as haclient does."""
+        if self.ca is None:
+            return None
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        domain.set_trusted_ca_db(self.ca)
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        return domain
 
     def proton_address(self, queue: str) -> str:
         """haclient applies the prefix itself (``Queue(name)``); raw proton needs it spelt out."""
@@ -452,7 +484,8 @@ def bl_receive(
 
 def _blocking(target: Target) -> BlockingConnection:
     return BlockingConnection(
-        target.url,
+        target.proton_url,
+        ssl_domain=target.ssl_domain(),
         timeout=60,
         user=USER,
         password=PASSWORD,
@@ -498,7 +531,8 @@ class ProtonPipelinedSender(MessagingHandler):  # type: ignore[misc]
 
     def on_start(self, event: Any) -> None:
         self.connection = event.container.connect(
-            url=self.target.url,
+            url=self.target.proton_url,
+            ssl_domain=self.target.ssl_domain(),
             user=USER,
             password=PASSWORD,
             allowed_mechs="PLAIN",
@@ -899,7 +933,46 @@ def table(
         summary[broker]["pipelined_ceiling"] = ceiling = pipelined_ceiling(results, broker)
         if ceiling is not None:
             lines.append(ceiling_line(broker, ceiling))
+    if REFERENCE in brokers and REFERENCE_TLS in brokers:
+        summary[REFERENCE_TLS]["tls_cost"] = cost = tls_cost(results)
+        lines.extend(tls_cost_lines(cost))
     return "\n".join(lines), summary
+
+
+def tls_cost(results: Sequence[Measurement]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """What TLS costs each implementation, from the medians of the same run: per send test and
+    receive AUTO, this process's CPU per message on ``reference-tls`` minus that on the plain
+    ``reference`` broker (us) and the rate over TLS over the plain one."""
+    cost: dict[str, dict[str, dict[str, float | None]]] = {}
+    for test in (SYNC_SEND, PIPELINED_SEND, RECEIVE_AUTO):
+        cost[test] = {}
+        for impl in IMPLS:
+            plain = median_cpu(results, REFERENCE, test, impl)
+            tls = median_cpu(results, REFERENCE_TLS, test, impl)
+            cost[test][impl] = {
+                "extra_cpu_us": tls - plain if tls is not None and plain is not None else None,
+                "rate_ratio": _ratio(
+                    median_rate(results, REFERENCE_TLS, test, impl),
+                    median_rate(results, REFERENCE, test, impl),
+                ),
+            }
+    return cost
+
+
+def tls_cost_lines(cost: dict[str, dict[str, dict[str, float | None]]]) -> list[str]:
+    """``tls sync send: CPU per message +9 us haclient, ...; msgs/s x0.93 haclient, ...``."""
+    lines = []
+    for test, impls in cost.items():
+        measured = {impl: c for impl, c in impls.items() if c["rate_ratio"] is not None}
+        if not measured:
+            continue
+        cpu = ", ".join(f"{_fmt(c['extra_cpu_us'], '+.0f')} us {i}" for i, c in measured.items())
+        rate = ", ".join(f"{_fmt(c['rate_ratio'], '.2f')}x {i}" for i, c in measured.items())
+        lines.append(
+            f"tls {test}: {REFERENCE_TLS} - {REFERENCE} CPU per message {cpu}; "
+            f"msgs/s {REFERENCE_TLS}/{REFERENCE} {rate}"
+        )
+    return lines
 
 
 def broker_goals(
@@ -1070,6 +1143,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the reference broker in ActiveMQ mode (--activemq)",
     )
+    tls = parser.add_mutually_exclusive_group()
+    tls.add_argument(
+        "--tls",
+        action="store_true",
+        default=True,
+        help=f"measure the reference broker over TLS too, as {REFERENCE_TLS} (the default)",
+    )
+    tls.add_argument("--no-tls", dest="tls", action="store_false")
     parser.add_argument(
         "--no-blocking", action="store_true", help="skip the blocking API (import haclient)"
     )
@@ -1104,6 +1185,32 @@ def _reference(
         return Target(name, proc.port, proc.pid, queue_prefix)
 
     return start
+
+
+def _reference_tls(stack: ExitStack) -> Target:
+    """Start the reference broker serving TLS only, with a certificate for ``localhost`` from a
+    CA made for this run (stopped, and its files removed, when the stack closes)."""
+    work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-jms-")))
+    ca, cert, key = _tls_files(work_dir)
+    print(f"starting the {REFERENCE_TLS} broker ...", file=sys.stderr)
+    proc = stack.enter_context(
+        TlsBroker(f"jms-{REFERENCE_TLS}", work_dir, store=False, cert=cert, key=key)
+    )
+    print(f"{REFERENCE_TLS} broker pid {proc.pid} ready on port {proc.port}", file=sys.stderr)
+    return Target(REFERENCE_TLS, proc.port, proc.pid, "", ca=str(ca))
+
+
+def _tls_files(work_dir: Path) -> tuple[Path, Path, Path]:
+    """A new CA and a server certificate for ``TLS_HOST`` it signs, written to ``work_dir`` as
+    PEM files: (the CA's certificate, the server's certificate chain, the server's key).
+    trustme, as the tests use: bench runs in the dev environment, which has it."""
+    ca = trustme.CA()
+    server = ca.issue_cert(TLS_HOST)
+    ca_path, cert_path, key_path = (work_dir / n for n in ("ca.pem", "server.pem", "server.key"))
+    ca.cert_pem.write_to_path(str(ca_path))
+    cert_path.write_bytes(b"".join(pem.bytes() for pem in server.cert_chain_pems))
+    server.private_key_pem.write_to_path(str(key_path))
+    return ca_path, cert_path, key_path
 
 
 def _rabbitmq(stack: ExitStack) -> Target:
@@ -1142,6 +1249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for start, wanted in (
             (_reference(REFERENCE, BrokerProcess, ""), not args.no_reference),
             (_reference(ACTIVEMQ_MODE, ActiveMQModeBroker, "queue://"), not args.no_activemq_mode),
+            (_reference_tls, args.tls),
             (_rabbitmq, rabbitmq),
         )
         if wanted
