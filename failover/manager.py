@@ -88,7 +88,7 @@ from anyio.abc import TaskGroup
 
 from failover.errors import ClosedError, IllegalStateError
 from failover.gate import ConnectionGate
-from failover.listeners import Listeners
+from failover.listeners import AnyListener, Listeners
 from failover.policy import FailoverPolicy
 from failover.protocols import (
     Connector,
@@ -340,11 +340,12 @@ class ConnectionManager(Generic[P]):
         """Forget ``resource`` (no error if unknown); a restore in progress skips it."""
         self._supervisor.unregister(resource)
 
-    def add_listener(self, listener: FailoverListener) -> None:
-        """Call ``listener`` on failover events (F14), after those added before it."""
+    def add_listener(self, listener: AnyListener) -> None:
+        """Call ``listener`` on failover events (F14), after those added before it: by
+        ``FailoverListener``'s names and by Qpid JMS's (``failover.listeners.CALLS``)."""
         self._listeners.add(listener)
 
-    def remove_listener(self, listener: FailoverListener) -> None:
+    def remove_listener(self, listener: AnyListener) -> None:
         """Stop calling ``listener`` (no error if unknown)."""
         self._listeners.remove(listener)
 

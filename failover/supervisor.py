@@ -30,7 +30,7 @@ from failover.errors import (
     ConnectionLostError,
 )
 from failover.gate import ConnectionGate
-from failover.listeners import Listeners, call_quietly
+from failover.listeners import FailoverEvent, Listeners, call_quietly
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.protocols import (
     Connector,
@@ -221,12 +221,14 @@ class Supervisor(Generic[P]):
         with scope:
             async with anyio.create_task_group() as watchers:
                 if await self._walk(self._plan(None, startup=True), watchers):
+                    self._established()
                     while await self._fail_over(watchers):
                         pass
                 elif self._gate.state is ConnectionState.CONNECTING:
                     self._gate.fail(self._failure, self._failures)
                     # start() raises it to the caller: an ERROR log would tell it twice.
                     _log.info("could not connect: %s", self._failure)
+                    self._notify(FailoverEvent.CONNECT_FAILED, cause=self._cause())
                 watchers.cancel_scope.cancel()
 
     async def _fail_over(self, watchers: TaskGroup) -> bool:
@@ -242,7 +244,7 @@ class Supervisor(Generic[P]):
             return True
         self._gate.fail(self._failure, self._failures)
         _log.error("failover gave up: %s", self._failure)
-        self._notify("failover_failed", self._cause())
+        self._notify(FailoverEvent.FAILED, cause=self._cause())
         return False
 
     def _plan(self, lost: BrokerURL | None, *, startup: bool) -> ReconnectPlan:
@@ -374,10 +376,10 @@ class Supervisor(Generic[P]):
         for resource in self._ordered_resources():
             call_quietly(resource.connection_lost, link.epoch, cause)
         if event is ManagerEvent.GAVE_UP:
-            self._notify("failover_failed", cause)
+            self._notify(FailoverEvent.FAILED, cause=cause)
         elif state is ConnectionState.CONNECTED:
             self._lost_at = self._clock()
-            self._notify("failover_started", cause)
+            self._notify(FailoverEvent.INTERRUPTED, broker=link.broker, cause=cause)
         if self._restore_scope is not None:
             self._restore_scope.cancel()
         link.ended.set()
@@ -468,7 +470,7 @@ class Supervisor(Generic[P]):
 
     def _not_restored(self, resource: Resource[P], error: Exception) -> None:
         _log.error("could not restore %r: %s", resource, error, exc_info=error)
-        self._notify("resource_not_restored", resource, error)
+        self._notify(FailoverEvent.NOT_RESTORED, resource=resource, error=error)
 
     def _completed(self) -> None:
         if self._gate.state is not ConnectionState.CONNECTED:  # closed meanwhile
@@ -479,17 +481,22 @@ class Supervisor(Generic[P]):
         self._failovers += 1
         self._last_downtime = downtime
         _log.info("failover to %s completed after %.3f s", broker, downtime)
-        self._notify("failover_completed", broker, downtime)
+        self._notify(FailoverEvent.RESTORED, broker=broker, downtime=downtime)
+
+    def _established(self) -> None:
+        """The first connect succeeded (it returned with no checkpoint since: still linked)."""
+        assert self._link is not None
+        self._notify(FailoverEvent.ESTABLISHED, broker=self._link.broker)
 
     # --- Helpers --------------------------------------------------------------------------
 
     def _ordered_resources(self) -> list[Resource[P]]:
         return [r for tier in restore_tiers(self._resources.values()) for r in tier]
 
-    def _notify(self, name: str, *args: object) -> None:
+    def _notify(self, event: FailoverEvent, **facts: object) -> None:
         """Tell the listeners of a failover event (F14), unless it no longer matters."""
         if reports_events(self._gate.state):
-            self._listeners.notify(name, *args)
+            self._listeners.tell(event, **facts)
 
     def _cause(self) -> BaseException:
         return self._failure or ConnectionLostError("no connection attempt was made")

@@ -26,7 +26,8 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from failover.manager import ConnectionManager, ConnectionState, FailoverListener
+from failover.listeners import AnyListener
+from failover.manager import ConnectionManager, ConnectionState
 from failover.policy import FailoverMethod
 from failover.schedule import Stop, Wait, checked_strategies
 from failover.url import BrokerURL, FailoverURL, parse_url
@@ -346,13 +347,16 @@ class Connection:
         """True between ``start()`` and ``stop()``."""
         return self._context.switch.started
 
-    def add_listener(self, listener: FailoverListener) -> None:
+    def add_listener(self, listener: AnyListener) -> None:
         """Be told of failover (F14): any of ``failover_started(cause)``,
         ``failover_completed(broker, downtime)``, ``failover_failed(cause)`` and
-        ``resource_not_restored(resource, error)``, called on the event loop; keep them short."""
+        ``resource_not_restored(resource, error)``, and of Qpid JMS's names
+        ``on_connection_interrupted(broker)``, ``on_connection_restored(broker)`` and
+        ``on_connection_failure(error)``, called on the event loop; keep them short.
+        ``on_connection_established`` is heard only by a listener given to ``connect()``."""
         self._manager.add_listener(listener)
 
-    def remove_listener(self, listener: FailoverListener) -> None:
+    def remove_listener(self, listener: AnyListener) -> None:
         """Stop telling ``listener``."""
         self._manager.remove_listener(listener)
 
@@ -579,6 +583,7 @@ def connect(
     password: str | None = None,
     reconnect_wait: Wait | None = None,
     reconnect_stop: Stop | None = None,
+    listener: AnyListener | None = None,
     **options: Any,
 ) -> Connecting:
     """Open a connection to the brokers of ``url`` (a failover URL or a plain ``amqp://`` URL):
@@ -595,6 +600,11 @@ def connect(
     failover; the broker order stays the policy's, and one attempt is one broker
     (``failover.schedule``).
 
+    ``listener`` is added (as ``Connection.add_listener`` does) before the first connect, so it
+    also hears ``on_connection_established(broker)`` when that succeeds and
+    ``on_connection_failure(error)`` when it gives up: Qpid JMS's
+    ``addConnectionListener`` before ``start()`` (F14).
+
     Raises:
         ConfigurationError: the URL or an option is invalid (named in the message).
         ConnectionFailedError: no broker could be reached (``.cause`` says why).
@@ -606,7 +616,7 @@ def connect(
         factory = ConnectionFactory(
             url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop, **options
         )
-        return await factory._open(owner, client_id, username, password)
+        return await factory._open(owner, client_id, username, password, listener)
 
     return Connecting(open_in)
 
@@ -659,9 +669,11 @@ class ConnectionFactory:
         client_id: str | None = None,
         username: str | None = None,
         password: str | None = None,
+        listener: AnyListener | None = None,
     ) -> Connecting:
-        """Open a connection (see ``connect()``): ``async with`` it, or ``await`` it."""
-        return Connecting(lambda owner: self._open(owner, client_id, username, password))
+        """Open a connection (see ``connect()``, also for ``listener``): ``async with`` it, or
+        ``await`` it."""
+        return Connecting(lambda owner: self._open(owner, client_id, username, password, listener))
 
     async def _open(
         self,
@@ -669,6 +681,7 @@ class ConnectionFactory:
         client_id: str | None,
         username: str | None,
         password: str | None,
+        listener: AnyListener | None = None,
     ) -> Connection:
         options = replace(
             self._options,
@@ -679,6 +692,8 @@ class ConnectionFactory:
         )
         wait, stop = self._reconnect
         connection = Connection(self._url, options, reconnect_wait=wait, reconnect_stop=stop)
+        if listener is not None:
+            connection.add_listener(listener)
         await connection._open(owner)
         return connection
 

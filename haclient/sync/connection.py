@@ -19,7 +19,8 @@ import threading
 from contextlib import suppress
 from typing import Any
 
-from failover.manager import ConnectionState, FailoverListener
+from failover.listeners import AnyListener
+from failover.manager import ConnectionState
 from failover.schedule import Stop, Wait
 from failover.url import BrokerURL, FailoverURL
 from haclient.aio.connection import Connection as AsyncConnection
@@ -39,9 +40,10 @@ __all__ = ["Connection", "ConnectionFactory", "connect"]
 
 
 class _ThreadedFailoverListener:
-    """Calls a failover listener's methods on the connection's notifier thread, in order."""
+    """Calls a failover listener's methods on the connection's notifier thread, in order: it
+    has every name of ``failover.listeners.CALLS`` and forwards those the listener has."""
 
-    def __init__(self, listener: FailoverListener, notifier: Dispatcher) -> None:
+    def __init__(self, listener: AnyListener, notifier: Dispatcher) -> None:
         self.listener = listener
         self._notifier = notifier
 
@@ -62,6 +64,23 @@ class _ThreadedFailoverListener:
     def resource_not_restored(self, resource: Any, error: BaseException) -> None:
         self._forward("resource_not_restored", resource, error)
 
+    def on_connection_established(self, broker: BrokerURL) -> None:
+        self._forward("on_connection_established", broker)
+
+    def on_connection_interrupted(self, broker: BrokerURL) -> None:
+        self._forward("on_connection_interrupted", broker)
+
+    def on_connection_restored(self, broker: BrokerURL) -> None:
+        self._forward("on_connection_restored", broker)
+
+    def on_connection_failure(self, error: BaseException) -> None:
+        self._forward("on_connection_failure", error)
+
+
+def _notifier() -> Dispatcher:
+    """The thread a connection's failover listeners are called on (started by the first)."""
+    return Dispatcher("haclient-failover-listeners")
+
 
 async def _close_from_listener(
     running: AsyncMessageConsumer | None, connection: AsyncConnection
@@ -79,12 +98,23 @@ class Connection:
     Every method may be called from any thread, ``close()`` also from inside a listener.
     """
 
-    def __init__(self, connection: AsyncConnection, loop: EventLoop, close_timeout: float) -> None:
+    def __init__(
+        self,
+        connection: AsyncConnection,
+        loop: EventLoop,
+        close_timeout: float,
+        notifier: Dispatcher | None = None,
+        listener: _ThreadedFailoverListener | None = None,
+    ) -> None:
+        """``notifier`` and ``listener``: the thread and the wrapped listener given to
+        ``connect()``, made before the connection was."""
         self._connection = connection
         self._loop = loop
         self._close_timeout = close_timeout
-        self._notifier = Dispatcher("haclient-failover-listeners")
+        self._notifier = notifier or _notifier()
         self._listeners: dict[int, _ThreadedFailoverListener] = {}
+        if listener is not None:
+            self._listeners[id(listener.listener)] = listener
         self._sessions: set[Session] = set()
         self._lock = threading.Lock()
         self._closing = threading.Lock()
@@ -114,17 +144,20 @@ class Connection:
 
     # Methods -----------------------------------------------------------------------------------
 
-    def add_listener(self, listener: FailoverListener) -> None:
+    def add_listener(self, listener: AnyListener) -> None:
         """Be told of failover (F14): any of ``failover_started(cause)``,
         ``failover_completed(broker, downtime)``, ``failover_failed(cause)`` and
-        ``resource_not_restored(resource, error)``. They are called in order on a thread of
-        the connection (not the event loop), so they may block and use the blocking API."""
+        ``resource_not_restored(resource, error)``, and of Qpid JMS's names
+        ``on_connection_interrupted(broker)``, ``on_connection_restored(broker)`` and
+        ``on_connection_failure(error)`` (``on_connection_established`` only for a listener
+        given to ``connect()``). They are called in order on a thread of the connection (not
+        the event loop), so they may block and use the blocking API."""
         wrapper = _ThreadedFailoverListener(listener, self._notifier)
         with self._lock:
             self._listeners[id(listener)] = wrapper
         self._loop.call(self._connection.add_listener, wrapper)
 
-    def remove_listener(self, listener: FailoverListener) -> None:
+    def remove_listener(self, listener: AnyListener) -> None:
         """Stop telling ``listener``."""
         with self._lock:
             wrapper = self._listeners.pop(id(listener), None)
@@ -281,25 +314,30 @@ class ConnectionFactory:
         client_id: str | None = None,
         username: str | None = None,
         password: str | None = None,
+        listener: AnyListener | None = None,
     ) -> Connection:
-        """Open a connection (see ``connect()``) on the shared event-loop thread, or on one of
-        its own with ``private_loop``.
+        """Open a connection (see ``connect()``, also for ``listener``) on the shared
+        event-loop thread, or on one of its own with ``private_loop``.
 
         Raises:
             As ``connect()``.
         """
+        notifier = _notifier()
+        wrapper = None if listener is None else _ThreadedFailoverListener(listener, notifier)
         loop = EventLoop.start(private=self._private_loop)
         try:
             # Its background tasks belong to the loop thread's host task group, not to a
             # free-standing task; loop.stop() closes it.
             connecting = self._factory.create_connection(
-                client_id=client_id, username=username, password=password
+                client_id=client_id, username=username, password=password, listener=wrapper
             )
             connection = loop.open(connecting.open_in, AsyncConnection.close)
         except BaseException:
             loop.stop()
+            notifier.stop()  # after on_connection_failure, if the listener has it
             raise
-        return Connection(connection, loop, self._factory.options.close_timeout)
+        close_timeout = self._factory.options.close_timeout
+        return Connection(connection, loop, close_timeout, notifier, wrapper)
 
 
 def connect(
@@ -311,6 +349,7 @@ def connect(
     private_loop: bool = False,
     reconnect_wait: Wait | None = None,
     reconnect_stop: Stop | None = None,
+    listener: AnyListener | None = None,
     **options: Any,
 ) -> Connection:
     """Open a blocking connection to the brokers of ``url`` (a failover URL or a plain
@@ -321,7 +360,9 @@ def connect(
     one a thread of its own. Close it (or use ``with``): one left open is closed at
     interpreter exit within ``close_timeout``, with a ``ResourceWarning``.
     ``reconnect_wait`` and ``reconnect_stop`` take any tenacity wait and stop, as
-    ``haclient.aio.connect`` does.
+    ``haclient.aio.connect`` does. ``listener`` is added before the first connect, so it also
+    hears ``on_connection_established(broker)`` and ``on_connection_failure(error)`` of that
+    connect (F14); when ``connect()`` raises, the listener has been called already.
 
     Raises:
         ConfigurationError: the URL or an option is invalid (named in the message).
@@ -337,4 +378,6 @@ def connect(
         reconnect_stop=reconnect_stop,
         **options,
     )
-    return factory.create_connection(client_id=client_id, username=username, password=password)
+    return factory.create_connection(
+        client_id=client_id, username=username, password=password, listener=listener
+    )
