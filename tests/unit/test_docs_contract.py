@@ -36,6 +36,7 @@ _CODE_PREFIXES = (
     "failover.manager.",
     "failover.errors",
     "failover.schedule.",
+    "failover.listeners.",
 )
 
 
