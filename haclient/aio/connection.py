@@ -102,6 +102,8 @@ class ConnectionStatistics:
             with the same client id. The metrics' ``connection`` label.
         last_failover_at: Unix time at which the last failover began; None before one.
         state_since: Unix time of the last state change (of the creation before any).
+        messages_dead_lettered: Messages past ``max_redeliveries`` that consumers settled
+            with ``redelivery_outcome`` instead of handing them out (E6).
     """
 
     state: ConnectionState
@@ -136,6 +138,7 @@ class ConnectionStatistics:
     name: str
     last_failover_at: float | None
     state_since: float
+    messages_dead_lettered: int = 0
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -174,6 +177,7 @@ _SUMMED: Final = (
     "temporaries_restored",
     "resources_not_restored",
     "duplicates_suppressed",
+    "messages_dead_lettered",
 )
 
 
@@ -349,12 +353,16 @@ class Connection:
     def add_listener(self, listener: FailoverListener) -> None:
         """Be told of failover (F14): any of ``failover_started(cause)``,
         ``failover_completed(broker, downtime)``, ``failover_failed(cause)`` and
-        ``resource_not_restored(resource, error)``, called on the event loop; keep them short."""
+        ``resource_not_restored(resource, error)``, called on the event loop; keep them short.
+        Also of messages a consumer dead-lettered (E6): ``message_dead_lettered(destination,
+        message_id, delivery_count, outcome)``."""
         self._manager.add_listener(listener)
+        self._context.listeners.add(listener)
 
     def remove_listener(self, listener: FailoverListener) -> None:
         """Stop telling ``listener``."""
         self._manager.remove_listener(listener)
+        self._context.listeners.remove(listener)
 
     async def start(self) -> None:
         """Start (or restart) delivery of messages to consumers and listeners.
@@ -446,6 +454,7 @@ class Connection:
             name=self._name,
             last_failover_at=counters.failover.last_started,
             state_since=counters.failover.state_since,
+            messages_dead_lettered=counters.dead_lettered,
         )
 
     async def close(self) -> None:

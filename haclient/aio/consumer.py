@@ -38,6 +38,7 @@ from haclient.aio.emulation import (
 )
 from haclient.aio.gate import Connected
 from haclient.aio.pending import PendingAck
+from haclient.aio.redelivery import dead_letter_outcome, exceeds
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
@@ -443,7 +444,8 @@ class MessageConsumer:
     def _decode(
         self, amqp: AmqpConnection, raw: ReceivedMessage, physical: PhysicalConnection
     ) -> Message | None:
-        """The message, or None when it was rejected (undecodable) or filtered out (E1, E2)."""
+        """The message, or None when it was rejected (undecodable), filtered out (E1, E2), a
+        duplicate, or dead-lettered (E6)."""
         try:
             message = self._decoder.decode(raw, physical.prefixes)
         except MessageFormatError as exc:
@@ -459,7 +461,40 @@ class MessageConsumer:
                 amqp.settle(raw, Accepted())
             self._context.connection.counters.duplicates_suppressed += 1
             return None
+        if exceeds(message.delivery_count, self._context.options.max_redeliveries):
+            self._dead_letter(amqp, raw, message, physical)
+            return None
         return message
+
+    def _dead_letter(
+        self,
+        amqp: AmqpConnection,
+        raw: ReceivedMessage,
+        message: Message,
+        physical: PhysicalConnection,
+    ) -> None:
+        """Settle a message redelivered more often than ``max_redeliveries`` allows with
+        ``redelivery_outcome``, outside any transaction, count it and tell the connection's
+        listeners; it is never handed out (E6). A pre-settled one (NO_ACK) is only dropped."""
+        name = self._context.options.redelivery_outcome
+        if not raw.delivery.remote_settled:
+            amqp.settle(raw, dead_letter_outcome(name, physical.product))
+        log.info(
+            "%s: message %s delivered %d times, past max_redeliveries: settled as %s",
+            self._destination,
+            message.message_id,
+            message.delivery_count,
+            name,
+        )
+        connection = self._context.connection
+        connection.counters.dead_lettered += 1
+        connection.listeners.notify(
+            "message_dead_lettered",
+            self._destination,
+            message.message_id,
+            message.delivery_count,
+            name,
+        )
 
     def _selected(self, message: Message, physical: PhysicalConnection) -> bool:
         """False when a selector or no-local the broker does not apply rejects ``message``

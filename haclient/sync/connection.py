@@ -62,6 +62,11 @@ class _ThreadedFailoverListener:
     def resource_not_restored(self, resource: Any, error: BaseException) -> None:
         self._forward("resource_not_restored", resource, error)
 
+    def message_dead_lettered(
+        self, destination: Any, message_id: str | None, delivery_count: int, outcome: str
+    ) -> None:
+        self._forward("message_dead_lettered", destination, message_id, delivery_count, outcome)
+
 
 async def _close_from_listener(
     running: AsyncMessageConsumer | None, connection: AsyncConnection
@@ -117,8 +122,10 @@ class Connection:
     def add_listener(self, listener: FailoverListener) -> None:
         """Be told of failover (F14): any of ``failover_started(cause)``,
         ``failover_completed(broker, downtime)``, ``failover_failed(cause)`` and
-        ``resource_not_restored(resource, error)``. They are called in order on a thread of
-        the connection (not the event loop), so they may block and use the blocking API."""
+        ``resource_not_restored(resource, error)``; and of messages a consumer dead-lettered
+        (E6): ``message_dead_lettered(destination, message_id, delivery_count, outcome)``.
+        They are called in order on a thread of the connection (not the event loop), so they
+        may block and use the blocking API."""
         wrapper = _ThreadedFailoverListener(listener, self._notifier)
         with self._lock:
             self._listeners[id(listener)] = wrapper
