@@ -19,6 +19,7 @@ but without effect, e.g. a Qpid JMS option the client has no use for), and a fie
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass
 from typing import Any, Final
 
 from failover.options import (
@@ -66,22 +67,17 @@ REDELIVERY_OUTCOMES: Final = (
 )
 
 
-class _OutcomeName:
+@dataclass(frozen=True, slots=True)
+class _OutcomeName(Choice):
     """A ``REDELIVERY_OUTCOMES`` name; the URL may write it in any case or as its number 1-5,
     as Qpid JMS reads it."""
 
+    choices: tuple[str, ...] = REDELIVERY_OUTCOMES
+
     def parse(self, raw: str) -> str:
-        if raw.isdigit() and 1 <= int(raw) <= len(REDELIVERY_OUTCOMES):
-            return REDELIVERY_OUTCOMES[int(raw) - 1]
+        if raw.isdigit() and 1 <= int(raw) <= len(self.choices):
+            return self.choices[int(raw) - 1]
         return self.check(raw.upper())
-
-    def check(self, value: Any) -> str:
-        if value not in REDELIVERY_OUTCOMES:
-            raise ValueError(f"must be one of {', '.join(REDELIVERY_OUTCOMES)}, not {value!r}")
-        return str(value)
-
-    def format(self, value: Any) -> str:
-        return str(value)
 
     def describe(self) -> str:
         return "or 1-5"
