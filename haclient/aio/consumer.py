@@ -4,7 +4,9 @@ How this works: a consumer is one receiver link. Its credit is its prefetch: the
 to ``prefetch`` messages ahead, and the consumer tops the credit up when half is used. A message
 taken from the link is decoded, then acknowledged as the session's mode says *before* it is
 handed out (AUTO, A1: confirmed by the broker; TRANSACTED: in the transaction), or remembered
-for a later ``acknowledge()`` (CLIENT, DUPS_OK). A listener runs in a task of the connection's
+for a later ``acknowledge()`` (CLIENT, DUPS_OK). One redelivered more often than
+``max_redeliveries`` allows is settled with ``redelivery_outcome`` as it is taken, and never
+handed out (E6, ``haclient.aio.redelivery``). A listener runs in a task of the connection's
 task group; the session's lock makes its listeners run one at a time, as JMS's session thread.
 
 Closing (C1-C5): ``close()`` marks the consumer closed and detaches its link, so a blocked
