@@ -115,6 +115,9 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "Messages sent again on a new connection because the broker's answer was lost"),
     _m("duplicates_suppressed", "counter", "",
        "Messages received again and not handed to the application (already delivered)"),
+    _m("messages_dead_lettered", "counter", "",
+       "Messages redelivered more often than the redelivery policy allows: settled with its "
+       "outcome (for the broker to dead-letter) and not handed to the application"),
     _m("acknowledgements", "counter", "mode",
        "Messages acknowledged to the broker, by acknowledge mode (modes in use only)"),
     _m("ack_confirmation_duration_seconds", "histogram", "mode",
@@ -166,6 +169,7 @@ def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...]
     yield "messages_redelivered", (), stats.messages_redelivered
     yield "messages_resent", (), stats.messages_resent
     yield "duplicates_suppressed", (), stats.duplicates_suppressed
+    yield "messages_dead_lettered", (), stats.messages_dead_lettered
     yield from _used_modes(stats)
     if any(stats.transactions.values()):
         for outcome, count in stats.transactions.items():

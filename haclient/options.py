@@ -19,6 +19,7 @@ but without effect, e.g. a Qpid JMS option the client has no use for), and a fie
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass
 from typing import Any, Final
 
 from failover.options import (
@@ -41,6 +42,7 @@ from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
 __all__ = [
     "ACK_CONFIRMATIONS",
     "CLIENT_OPTIONS",
+    "REDELIVERY_OUTCOMES",
     "SELECTORS",
     "TLS_VERSIONS",
     "TRANSACTIONS",
@@ -54,6 +56,32 @@ __all__ = [
 TRANSACTIONS: Final = ("native", "emulate")
 SELECTORS: Final = ("auto", "broker", "client")
 ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
+
+#: ``jms.redeliveryPolicy.outcome``'s names (Qpid JMS's), in the order of its numbers 1 to 5.
+REDELIVERY_OUTCOMES: Final = (
+    "ACCEPTED",
+    "REJECTED",
+    "RELEASED",
+    "MODIFIED_FAILED",
+    "MODIFIED_FAILED_UNDELIVERABLE",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _OutcomeName(Choice):
+    """A ``REDELIVERY_OUTCOMES`` name; the URL may write it in any case or as its number 1-5,
+    as Qpid JMS reads it."""
+
+    choices: tuple[str, ...] = REDELIVERY_OUTCOMES
+
+    def parse(self, raw: str) -> str:
+        if raw.isdigit() and 1 <= int(raw) <= len(self.choices):
+            return self.choices[int(raw) - 1]
+        return self.check(raw.upper())
+
+    def describe(self) -> str:
+        return "or 1-5"
+
 
 _ENGINE: Final = "engine"  # read by the AMQP engine's configuration (haclient.aio.physical)
 _TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLContext
@@ -131,6 +159,22 @@ CLIENT_OPTIONS: Final = OptionTable(
             1000,
             "Credit per consumer; 0 pulls one message per `receive`.",
             keyword="prefetch",
+        ),
+        Option(
+            "jms.redeliveryPolicy.maxRedeliveries",
+            WholeNumber(-1),
+            -1,
+            "Redeliveries a message may have (its `delivery_count` - 1); one past them is never "
+            "handed out but settled with `redelivery_outcome` (E6). -1: off.",
+            keyword="max_redeliveries",
+        ),
+        Option(
+            "jms.redeliveryPolicy.outcome",
+            _OutcomeName(),
+            "MODIFIED_FAILED_UNDELIVERABLE",
+            "How a message past `max_redeliveries` is settled (E6): `ACCEPTED`, `REJECTED`, "
+            "`RELEASED`, `MODIFIED_FAILED` or `MODIFIED_FAILED_UNDELIVERABLE`.",
+            keyword="redelivery_outcome",
         ),
         Option(
             "amqp.idleTimeout",

@@ -103,6 +103,8 @@ class ConnectionStatistics:
             with the same client id. The metrics' ``connection`` label.
         last_failover_at: Unix time at which the last failover began; None before one.
         state_since: Unix time of the last state change (of the creation before any).
+        messages_dead_lettered: Messages past ``max_redeliveries`` that consumers settled
+            with ``redelivery_outcome`` instead of handing them out (E6).
     """
 
     state: ConnectionState
@@ -137,6 +139,7 @@ class ConnectionStatistics:
     name: str
     last_failover_at: float | None
     state_since: float
+    messages_dead_lettered: int = 0
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -175,6 +178,7 @@ _SUMMED: Final = (
     "temporaries_restored",
     "resources_not_restored",
     "duplicates_suppressed",
+    "messages_dead_lettered",
 )
 
 
@@ -353,12 +357,16 @@ class Connection:
         ``resource_not_restored(resource, error)``, and of Qpid JMS's names
         ``on_connection_interrupted(broker)``, ``on_connection_restored(broker)`` and
         ``on_connection_failure(error)``, called on the event loop; keep them short.
-        ``on_connection_established`` is heard only by a listener given to ``connect()``."""
+        ``on_connection_established`` is heard only by a listener given to ``connect()``.
+        Also of messages a consumer dead-lettered (E6): ``message_dead_lettered(destination,
+        message_id, delivery_count, outcome)``."""
         self._manager.add_listener(listener)
+        self._context.listeners.add(listener)
 
     def remove_listener(self, listener: AnyListener) -> None:
         """Stop telling ``listener``."""
         self._manager.remove_listener(listener)
+        self._context.listeners.remove(listener)
 
     async def start(self) -> None:
         """Start (or restart) delivery of messages to consumers and listeners.
@@ -450,6 +458,7 @@ class Connection:
             name=self._name,
             last_failover_at=counters.failover.last_started,
             state_since=counters.failover.state_since,
+            messages_dead_lettered=counters.dead_lettered,
         )
 
     async def close(self) -> None:

@@ -4,7 +4,9 @@ How this works: a consumer is one receiver link. Its credit is its prefetch: the
 to ``prefetch`` messages ahead, and the consumer tops the credit up when half is used. A message
 taken from the link is decoded, then acknowledged as the session's mode says *before* it is
 handed out (AUTO, A1: confirmed by the broker; TRANSACTED: in the transaction), or remembered
-for a later ``acknowledge()`` (CLIENT, DUPS_OK). A listener runs in a task of the connection's
+for a later ``acknowledge()`` (CLIENT, DUPS_OK). One redelivered more often than
+``max_redeliveries`` allows is settled with ``redelivery_outcome`` as it is taken, and never
+handed out (E6, ``haclient.aio.redelivery``). A listener runs in a task of the connection's
 task group; the session's lock makes its listeners run one at a time, as JMS's session thread.
 
 Closing (C1-C5): ``close()`` marks the consumer closed and detaches its link, so a blocked
@@ -38,6 +40,7 @@ from haclient.aio.emulation import (
 )
 from haclient.aio.gate import Connected
 from haclient.aio.pending import PendingAck
+from haclient.aio.redelivery import dead_letter_outcome, exceeds
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.amqp.types import (
@@ -443,7 +446,8 @@ class MessageConsumer:
     def _decode(
         self, amqp: AmqpConnection, raw: ReceivedMessage, physical: PhysicalConnection
     ) -> Message | None:
-        """The message, or None when it was rejected (undecodable) or filtered out (E1, E2)."""
+        """The message, or None when it was rejected (undecodable), filtered out (E1, E2), a
+        duplicate, or dead-lettered (E6)."""
         try:
             message = self._decoder.decode(raw, physical.prefixes)
         except MessageFormatError as exc:
@@ -459,7 +463,40 @@ class MessageConsumer:
                 amqp.settle(raw, Accepted())
             self._context.connection.counters.duplicates_suppressed += 1
             return None
+        if exceeds(message.delivery_count, self._context.options.max_redeliveries):
+            self._dead_letter(amqp, raw, message, physical)
+            return None
         return message
+
+    def _dead_letter(
+        self,
+        amqp: AmqpConnection,
+        raw: ReceivedMessage,
+        message: Message,
+        physical: PhysicalConnection,
+    ) -> None:
+        """Settle a message redelivered more often than ``max_redeliveries`` allows with
+        ``redelivery_outcome``, outside any transaction, count it and tell the connection's
+        listeners; it is never handed out (E6). A pre-settled one (NO_ACK) is only dropped."""
+        name = self._context.options.redelivery_outcome
+        if not raw.delivery.remote_settled:
+            amqp.settle(raw, dead_letter_outcome(name, physical.product))
+        log.info(
+            "%s: message %s delivered %d times, past max_redeliveries: settled as %s",
+            self._destination,
+            message.message_id,
+            message.delivery_count,
+            name,
+        )
+        connection = self._context.connection
+        connection.counters.dead_lettered += 1
+        connection.listeners.notify(
+            "message_dead_lettered",
+            self._destination,
+            message.message_id,
+            message.delivery_count,
+            name,
+        )
 
     def _selected(self, message: Message, physical: PhysicalConnection) -> bool:
         """False when a selector or no-local the broker does not apply rejects ``message``

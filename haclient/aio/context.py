@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from failover.listeners import Listeners
 from failover.manager import ConnectionState
 from haclient.aio.acks import AckStrategy, ack_strategy, settle
 from haclient.aio.confirm import Confirmer
@@ -95,6 +96,8 @@ class ConnectionContext:
         forget_session: Drops a closed session from the connection (called by the session).
         subscription_names: The link names of the connection's shared subscription consumers.
         temporaries: The connection's temporary destinations (restored after failover, F6).
+        listeners: The connection's listeners (``Connection.add_listener``), for the events
+            that are not failover's (``message_dead_lettered``, E6).
     """
 
     options: ConnectionOptions
@@ -109,6 +112,7 @@ class ConnectionContext:
     counters: Counters = field(default_factory=Counters)
     switch: StartSwitch = field(default_factory=StartSwitch)
     subscription_names: SubscriptionNames = field(default_factory=SubscriptionNames)
+    listeners: Listeners = field(default_factory=Listeners)
     gate: Gate = field(init=False)
     temporaries: TemporaryDestinations = field(init=False)
     _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

@@ -48,6 +48,10 @@ class ConnectionOptions:
             each connect; the token is the password (XOAUTH2).
         prefetch: Link credit of each consumer (messages buffered ahead of ``receive``); 0
             pulls one message per ``receive``.
+        max_redeliveries: Redeliveries a message may have (``delivery_count`` - 1); a message
+            past them is never handed out but settled with ``redelivery_outcome`` (E6); -1: off.
+        redelivery_outcome: ``ACCEPTED``, ``REJECTED``, ``RELEASED``, ``MODIFIED_FAILED`` or
+            ``MODIFIED_FAILED_UNDELIVERABLE`` (Qpid JMS's names and default).
         idle_timeout: Seconds of silence after which the broker counts as dead (F13); None: off.
         max_frame_size: The largest frame accepted; None: proton's default.
         transactions: ``native`` (the broker's coordinator) or ``emulate`` (E3).
@@ -82,6 +86,8 @@ class ConnectionOptions:
     sasl_mechanisms: tuple[str, ...] | None = None
     token_provider: Callable[[], str | Awaitable[str]] | None = field(default=None, repr=False)
     prefetch: int = 1000
+    max_redeliveries: int = -1
+    redelivery_outcome: str = "MODIFIED_FAILED_UNDELIVERABLE"
     idle_timeout: float | None = 60.0
     max_frame_size: int | None = None
     transactions: str = "native"

@@ -264,6 +264,7 @@ class Counters:
     resent: int = 0  # F11: sends repeated on a new connection
     temporaries_restored: int = 0  # F6
     duplicates_suppressed: int = 0
+    dead_lettered: int = 0  # E6: past max_redeliveries, settled and never handed out
     committed: int = 0
     rolled_back: int = 0
     rolled_back_by_failover: int = 0  # F7

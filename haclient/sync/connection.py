@@ -76,6 +76,11 @@ class _ThreadedFailoverListener:
     def on_connection_failure(self, error: BaseException) -> None:
         self._forward("on_connection_failure", error)
 
+    def message_dead_lettered(
+        self, destination: Any, message_id: str | None, delivery_count: int, outcome: str
+    ) -> None:
+        self._forward("message_dead_lettered", destination, message_id, delivery_count, outcome)
+
 
 def _notifier() -> Dispatcher:
     """The thread a connection's failover listeners are called on (started by the first)."""
@@ -150,8 +155,10 @@ class Connection:
         ``resource_not_restored(resource, error)``, and of Qpid JMS's names
         ``on_connection_interrupted(broker)``, ``on_connection_restored(broker)`` and
         ``on_connection_failure(error)`` (``on_connection_established`` only for a listener
-        given to ``connect()``). They are called in order on a thread of the connection (not
-        the event loop), so they may block and use the blocking API."""
+        given to ``connect()``); and of messages a consumer dead-lettered (E6):
+        ``message_dead_lettered(destination, message_id, delivery_count, outcome)``. They are
+        called in order on a thread of the connection (not the event loop), so they may block
+        and use the blocking API."""
         wrapper = _ThreadedFailoverListener(listener, self._notifier)
         with self._lock:
             self._listeners[id(listener)] = wrapper
