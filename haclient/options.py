@@ -94,17 +94,17 @@ def _without_effect(
 
 
 _NO_JVM: Final = "no JVM here"
+_SENDS: Final = (
+    "`send()` waits for a PERSISTENT message's outcome, not a NON_PERSISTENT one's (JMS's "
+    "defaults); `send_async()` never waits"
+)
 _NOT_YET: Final = "not applied yet"
 
 #: The Qpid JMS 1.x options (its Configuration.md) this client accepts without effect, so that
 #: a Java application's URL parses; each says why. ``jms.redeliveryPolicy.*`` is not here.
 _ACCEPTED: Final = (
-    _without_effect(
-        "jms.forceSyncSend", Flag(), False, "haclient's send modes are its own (docs/semantics.md)"
-    ),
-    _without_effect(
-        "jms.forceAsyncSend", Flag(), False, "haclient's send modes are its own (docs/semantics.md)"
-    ),
+    _without_effect("jms.forceSyncSend", Flag(), False, _SENDS),
+    _without_effect("jms.forceAsyncSend", Flag(), False, _SENDS),
     _without_effect(
         "jms.forceAsyncAcks", Flag(), False, "acknowledgements are confirmed as A6 says"
     ),
@@ -120,10 +120,10 @@ _ACCEPTED: Final = (
     _without_effect(
         "jms.localMessagePriority", Flag(), False, f"{_NOT_YET}: delivery is in arrival order"
     ),
+    _without_effect("jms.validatePropertyNames", Flag(), True, "property names are always checked"),
     _without_effect(
-        "jms.validatePropertyNames", Flag(), True, f"{_NOT_YET}: property names are not checked"
+        "jms.validateSelector", Flag(), True, "selectors are always checked, before any frame"
     ),
-    _without_effect("jms.validateSelector", Flag(), True, "selectors are always checked"),
     _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: receive may drain"),
     _without_effect(
         "jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: receive_no_wait may drain"
@@ -199,7 +199,8 @@ _ACCEPTED: Final = (
         "amqp.allowNonSecureRedirects",
         Flag(),
         False,
-        "redirects are not followed; an `amqp` broker advertised over `amqps` is refused",
+        "a redirect is not followed (failover tries the next broker); an `amqp` broker "
+        "advertised over `amqps` is always refused",
         broker=True,
     ),
     _without_effect(
