@@ -130,14 +130,17 @@ _ACCEPTED: Final = (
     ),
     _without_effect("jms.queuePrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
     _without_effect("jms.topicPrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
-    _without_effect("jms.clientIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
     _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
     _without_effect("jms.populateJMSXUserID", Flag(), False, f"{_NOT_YET}: JMSXUserID not set"),
     _without_effect(
         "jms.awaitClientID", Flag(), True, "the client id is fixed when the connection opens"
     ),
     _without_effect(
-        "jms.useDaemonThread", Flag(), False, f"{_NO_JVM}: the blocking runtime's own threads"
+        "jms.useDaemonThread",
+        Flag(),
+        False,
+        f"{_NO_JVM}: the blocking runtime's loop threads are daemons, and an exit hook "
+        "closes the connections left open",
     ),
     _without_effect("jms.tracing", Text(), None, "no OpenTracing tracer in this client"),
     *(
@@ -264,6 +267,14 @@ CLIENT_OPTIONS: Final = OptionTable(
             "id raises `ConfigurationError`, whichever way it is given.",
             keyword="client_id",
             optional=True,
+        ),
+        Option(
+            "jms.clientIDPrefix",
+            Text(),
+            "ID:",
+            "The prefix of the container id generated for a connection without `jms.clientID` "
+            "(`<prefix><uuid>`).",
+            keyword="client_id_prefix",
         ),
         Option(
             "jms.username",

@@ -30,9 +30,10 @@ class TrustAllWarning(UserWarning):
     """``transport.trustAll=true``: no certificate is checked (anyone can pose as the broker)."""
 
 
-def generated_client_id() -> str:
-    """A container id for a connection the application gave no client id (``ID:<uuid>``)."""
-    return f"ID:{uuid.uuid4()}"
+def generated_client_id(prefix: str = "ID:") -> str:
+    """A container id for a connection the application gave no client id (``<prefix><uuid>``,
+    ``ID:<uuid>`` by default: ``jms.clientIDPrefix``)."""
+    return f"{prefix}{uuid.uuid4()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class ConnectionOptions:
     Attributes:
         client_id: The JMS client id, sent as the AMQP container id (S1, S2). None: a generated
             id is used and the connection has no client id in the JMS sense.
+        client_id_prefix: The generated id's prefix (``ID:``).
         username / password: SASL credentials (ANONYMOUS without a username).
         sasl_mechanisms: The SASL mechanisms allowed (None: every one haclient supports); the
             strongest the broker offers among them that the credentials suit is used.
@@ -88,6 +90,7 @@ class ConnectionOptions:
     """
 
     client_id: str | None = None
+    client_id_prefix: str = "ID:"
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     sasl_mechanisms: tuple[str, ...] | None = None

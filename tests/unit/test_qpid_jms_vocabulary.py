@@ -19,7 +19,7 @@ from chaos.broker import BrokerThread
 from failover.options import Status, registered
 from failover.policy import FAILOVER_OPTIONS
 from failover.url import parse_url
-from haclient.aio.options import ConnectionOptions
+from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import engine_config, open_physical
 from haclient.errors import ConfigurationError
 
@@ -204,6 +204,13 @@ def test_options_qpid_jms_users_commonly_set() -> None:
     assert (options.idle_timeout, options.max_frame_size) == (30.0, 65536)
     assert engine_config(url.brokers[0], options, "c").auth is None  # amqp.saslLayer=false
     assert url.policy.accepted_options == ("failover.amqpOpenServerListAction",)
+
+
+def test_the_client_id_prefix_is_the_generated_ids() -> None:
+    options = ConnectionOptions.build(parse_url("amqp://a?jms.clientIDPrefix=orders-"), {})
+    assert options.client_id_prefix == "orders-"
+    assert generated_client_id(options.client_id_prefix).startswith("orders-")
+    assert generated_client_id().startswith("ID:")
 
 
 def test_minus_one_means_off_as_in_qpid_jms() -> None:
