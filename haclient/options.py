@@ -94,6 +94,7 @@ def _without_effect(
 
 
 _NO_JVM: Final = "no JVM here"
+_PULL: Final = "a consumer never drains; with `jms.prefetch=0` a receive grants credit for one"
 _SENDS: Final = (
     "`send()` waits for a PERSISTENT message's outcome, not a NON_PERSISTENT one's (JMS's "
     "defaults); `send_async()` never waits"
@@ -124,10 +125,8 @@ _ACCEPTED: Final = (
     _without_effect(
         "jms.validateSelector", Flag(), True, "selectors are always checked, before any frame"
     ),
-    _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: receive may drain"),
-    _without_effect(
-        "jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: receive_no_wait may drain"
-    ),
+    _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
+    _without_effect("jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
     _without_effect("jms.queuePrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
     _without_effect("jms.topicPrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
     _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
@@ -195,7 +194,8 @@ _ACCEPTED: Final = (
         "amqp.drainTimeout",
         Duration(),
         None,
-        f"{_NOT_YET}: a drain waits as long as `jms.requestTimeout`",
+        f"{_NOT_YET}: consumers never drain; browsers and acknowledgement confirmation "
+        "keep their own limits",
         broker=True,
     ),
     _without_effect(
