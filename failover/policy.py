@@ -80,11 +80,12 @@ import itertools
 import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Generic, TypeVar
 
 from failover.errors import ConfigurationError
 from failover.options import (
+    Choice,
     Flag,
     Member,
     Milliseconds,
@@ -92,6 +93,7 @@ from failover.options import (
     Number,
     Option,
     OptionTable,
+    Status,
     Text,
     WholeNumber,
     unknown_option_error,
@@ -293,6 +295,18 @@ FAILOVER_OPTIONS: Final = OptionTable(
             keyword="warn_after_attempts",
             layer=_POLICY,
         ),
+        Option(
+            "failover.amqpOpenServerListAction",
+            Choice(("replace", "add", "ignore"), fold=True),
+            None,
+            "Qpid JMS's use of the broker list a broker's Open announces (REPLACE, ADD, "
+            "IGNORE): not applied yet; that list is followed only with `failover.method="
+            "exchange` (F12)",
+            layer=_POLICY,
+            status=Status.ACCEPTED,
+            optional=True,
+            shown_default="unset",
+        ),
     ]
 )
 
@@ -340,6 +354,8 @@ class FailoverPolicy:
         exchange_address: The membership address of the ``exchange`` method (F12).
         randomize: Shuffle the list once at the start of each plan.
         warn_after_attempts: Log a warning every this many failed attempts (<= 0: never).
+        accepted_options: The options ``from_options`` read that are accepted without effect
+            (``Status.ACCEPTED``), for the layer above to warn about.
 
     Raises:
         ConfigurationError: From the constructor, naming the field, for an invalid value.
@@ -361,6 +377,7 @@ class FailoverPolicy:
     exchange_address: str = DEFAULT_EXCHANGE_ADDRESS
     randomize: bool = False
     warn_after_attempts: int = 10
+    accepted_options: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         for option in FAILOVER_OPTIONS:  # each field by the kind of the option that sets it
@@ -541,6 +558,9 @@ class FailoverPolicy:
             if option is None:
                 raise unknown_option_error(name, FAILOVER_OPTIONS.url_names)
             value = option.parse(raw, as_named=name)
+            if option.status is Status.ACCEPTED:
+                values["accepted_options"] = (*values.get("accepted_options", ()), name)
+                continue
             if option.keyword is None:  # failover.useReconnectBackOff: sets backoff, below
                 use_backoff = value
                 continue
@@ -606,6 +626,8 @@ def _own_schedule(values: dict[str, Any], use_backoff_given: bool) -> None:
 
 # The fields to_options prints when they differ from the defaults (the method it always
 # prints), in the order of the class, which is the order of the printed URL's options.
-_FIELDS: Final = tuple(f.name for f in fields(FailoverPolicy) if f.name != "method")
+_FIELDS: Final = tuple(
+    f.name for f in fields(FailoverPolicy) if f.name not in ("method", "accepted_options")
+)
 
 _DEFAULT: Final = FailoverPolicy()

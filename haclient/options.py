@@ -27,6 +27,7 @@ from failover.options import (
     Duration,
     Flag,
     KeywordOnly,
+    MinusOneIsNone,
     Names,
     Option,
     OptionTable,
@@ -96,6 +97,192 @@ def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any
     return Option(name, kind, default, doc, keyword=keyword, scope=Scope.BROKER, layer=_TLS, **more)
 
 
+def _broker(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
+    """An ``amqp.*`` or ``transport.*`` option the driver applies, per broker too."""
+    return Option(
+        name, kind, default, doc, keyword=keyword, scope=Scope.BROKER, layer=_ENGINE, **more
+    )
+
+
+#: ``transport.*StoreType``: any name but Java's own store formats (PEM files are read).
+_NOT_JAVA_STORE: Final = r"(?is)(?!(?:jks|pkcs12)\Z).+"
+_PEM_ONLY: Final = (
+    "PEM only (convert a JKS or PKCS12 store: `keytool -importkeystore -deststoretype "
+    "PKCS12`, then `openssl pkcs12 -nodes -in store.p12 -out store.pem`)"
+)
+
+
+def _without_effect(
+    name: str, kind: Any, default: Any, why: str, *, broker: bool = False
+) -> Option:
+    """A Qpid JMS option accepted without effect: ``why`` says so (docs, and the one warning
+    per connection that names the accepted options a URL gives)."""
+    scope = Scope.BROKER if broker else Scope.CONNECTION
+    return Option(name, kind, default, why, scope=scope, status=Status.ACCEPTED, optional=True)
+
+
+_NO_JVM: Final = "no JVM here"
+_PULL: Final = "a consumer never drains; with `jms.prefetch=0` a receive grants credit for one"
+_SENDS: Final = (
+    "`send()` waits for a PERSISTENT message's outcome, not a NON_PERSISTENT one's (JMS's "
+    "defaults); `send_async()` never waits"
+)
+_NOT_YET: Final = "not applied yet"
+
+#: The Qpid JMS 1.x options (its Configuration.md) this client accepts without effect, so that
+#: a Java application's URL parses; each says why. ``jms.redeliveryPolicy.*`` is not here.
+_ACCEPTED: Final = (
+    _without_effect("jms.forceSyncSend", Flag(), False, _SENDS),
+    _without_effect("jms.forceAsyncSend", Flag(), False, _SENDS),
+    _without_effect(
+        "jms.forceAsyncAcks", Flag(), False, "acknowledgements are confirmed as A6 says"
+    ),
+    _without_effect(
+        "jms.sendTimeout",
+        MinusOneIsNone(Duration(), "wait"),
+        None,
+        f"{_NOT_YET}: a send waits for its outcome across failovers",
+    ),
+    _without_effect(
+        "jms.localMessageExpiry", Flag(), True, f"{_NOT_YET}: expired messages are delivered"
+    ),
+    _without_effect(
+        "jms.localMessagePriority", Flag(), False, f"{_NOT_YET}: delivery is in arrival order"
+    ),
+    _without_effect("jms.validatePropertyNames", Flag(), True, "property names are always checked"),
+    _without_effect(
+        "jms.validateSelector", Flag(), True, "selectors are always checked, before any frame"
+    ),
+    _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
+    _without_effect("jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
+    _without_effect("jms.queuePrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
+    _without_effect("jms.topicPrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
+    _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
+    _without_effect("jms.populateJMSXUserID", Flag(), False, f"{_NOT_YET}: JMSXUserID not set"),
+    _without_effect(
+        "jms.awaitClientID", Flag(), True, "the client id is fixed when the connection opens"
+    ),
+    _without_effect(
+        "jms.useDaemonThread",
+        Flag(),
+        False,
+        f"{_NO_JVM}: the blocking runtime's loop threads are daemons, and an exit hook "
+        "closes the connections left open",
+    ),
+    _without_effect("jms.tracing", Text(), None, "no OpenTracing tracer in this client"),
+    *(
+        _without_effect(
+            f"jms.prefetchPolicy.{name}",
+            WholeNumber(0),
+            None,
+            f"{_NOT_YET}: one prefetch for every consumer (`jms.prefetchPolicy.all`)",
+        )
+        for name in ("queuePrefetch", "topicPrefetch", "queueBrowserPrefetch")
+    ),
+    _without_effect(
+        "jms.prefetchPolicy.durableTopicPrefetch",
+        WholeNumber(0),
+        None,
+        f"{_NOT_YET}: one prefetch for every consumer (`jms.prefetchPolicy.all`)",
+    ),
+    _without_effect(
+        "jms.messageIDPolicy.messageIDType",
+        Choice(("original", "uuid", "uuid_string", "prefixed_uuid_string"), fold=True),
+        None,
+        f"{_NOT_YET}: message ids are `ID:` strings",
+    ),
+    *(
+        _without_effect(
+            f"jms.presettlePolicy.{name}",
+            Flag(),
+            False,
+            f"{_NOT_YET}: every delivery is settled by its outcome",
+        )
+        for name in (
+            "presettleAll",
+            "presettleProducers",
+            "presettleTopicProducers",
+            "presettleQueueProducers",
+            "presettleTransactedProducers",
+            "presettleConsumers",
+            "presettleTopicConsumers",
+            "presettleQueueConsumers",
+        )
+    ),
+    *(
+        _without_effect(
+            f"jms.deserializationPolicy.{name}",
+            Text(),
+            None,
+            "no Java serialization: an ObjectMessage body is never deserialized",
+        )
+        for name in ("allowList", "denyList")
+    ),
+    _without_effect(
+        "amqp.drainTimeout",
+        Duration(),
+        None,
+        f"{_NOT_YET}: consumers never drain; browsers and acknowledgement confirmation "
+        "keep their own limits",
+        broker=True,
+    ),
+    _without_effect(
+        "amqp.allowNonSecureRedirects",
+        Flag(),
+        False,
+        "a redirect is not followed (failover tries the next broker); an `amqp` broker "
+        "advertised over `amqps` is always refused",
+        broker=True,
+    ),
+    _without_effect(
+        "amqp.anonymousFallbackCacheSize",
+        WholeNumber(0),
+        None,
+        "no anonymous-relay fallback cache",
+        broker=True,
+    ),
+    _without_effect(
+        "amqp.anonymousFallbackCacheTimeout",
+        Duration(),
+        None,
+        "no anonymous-relay fallback cache",
+        broker=True,
+    ),
+    _without_effect(
+        "amqp.traceFrames", Flag(), False, "frames are traced by proton's PN_TRACE_FRM", broker=True
+    ),
+    _without_effect(
+        "transport.soTimeout",
+        MinusOneIsNone(WholeNumber(0), "none"),
+        None,
+        "a non-blocking socket has no read timeout (`amqp.idleTimeout` finds a silent broker)",
+        broker=True,
+    ),
+    _without_effect("transport.useEpoll", Flag(), True, f"{_NO_JVM}: no Netty", broker=True),
+    _without_effect("transport.useKQueue", Flag(), False, f"{_NO_JVM}: no Netty", broker=True),
+    _without_effect(
+        "transport.useOpenSSL",
+        Flag(),
+        False,
+        "Python's TLS is always OpenSSL's (its certificate checks stay on)",
+        broker=True,
+    ),
+    _without_effect(
+        "transport.contextProtocol",
+        Text(empty=False),
+        None,
+        "the TLS versions are `transport.enabledProtocols`'",
+        broker=True,
+    ),
+    *(
+        _without_effect(
+            f"sasl.options.{name}", Text(), None, "no GSSAPI (Kerberos) login", broker=True
+        )
+        for name in ("configScope", "protocol", "serverName")
+    ),
+)
+
+
 #: Every option of a connection, in the order the docs list them.
 CLIENT_OPTIONS: Final = OptionTable(
     [
@@ -108,6 +295,14 @@ CLIENT_OPTIONS: Final = OptionTable(
             "id raises `ConfigurationError`, whichever way it is given.",
             keyword="client_id",
             optional=True,
+        ),
+        Option(
+            "jms.clientIDPrefix",
+            Text(),
+            "ID:",
+            "The prefix of the container id generated for a connection without `jms.clientID` "
+            "(`<prefix><uuid>`).",
+            keyword="client_id_prefix",
         ),
         Option(
             "jms.username",
@@ -159,6 +354,7 @@ CLIENT_OPTIONS: Final = OptionTable(
             1000,
             "Credit per consumer; 0 pulls one message per `receive`.",
             keyword="prefetch",
+            aliases=("jms.prefetchPolicy.all",),
         ),
         Option(
             "jms.redeliveryPolicy.maxRedeliveries",
@@ -215,10 +411,12 @@ CLIENT_OPTIONS: Final = OptionTable(
             keyword="selectors",
         ),
         Option(
-            None,
+            "jms.requestTimeout",
             Duration(),
             30.0,
-            "How long to wait for the broker's answer to a begin or attach.",
+            "How long to wait for the broker's answer to a begin or attach (opening a session, "
+            "producer or consumer: Qpid JMS's request timeout, without its wait-forever "
+            "default).",
             keyword="attach_timeout",
         ),
         Option(
@@ -261,7 +459,7 @@ CLIENT_OPTIONS: Final = OptionTable(
             keyword="dedup_age",
         ),
         Option(
-            None,
+            "jms.closeTimeout",
             Duration(),
             5.0,
             "How long `close()` waits for the broker before dropping the socket.",
@@ -404,6 +602,95 @@ CLIENT_OPTIONS: Final = OptionTable(
             "server_name",
             optional=True,
         ),
+        *(
+            _tls(
+                name,
+                Text(empty=False, pattern=_NOT_JAVA_STORE, hint=_PEM_ONLY),
+                None,
+                "The store's format: PEM (any other name but JKS and PKCS12 is taken as PEM). "
+                f"A JKS or PKCS12 store raises `ConfigurationError`{more}.",
+                keyword,
+                optional=True,
+            )
+            for name, keyword, more in (
+                ("transport.storeType", "store_type", ""),
+                ("transport.keyStoreType", "key_store_type", " (wins over `storeType`)"),
+                ("transport.trustStoreType", "trust_store_type", " (wins over `storeType`)"),
+            )
+        ),
+        _broker(
+            "amqp.vhost",
+            Text(empty=False),
+            None,
+            "The virtual host named in the AMQP Open and SASL hostname fields; None: the "
+            "broker URL's host. TLS still checks the URL's host (or `transport.serverName`).",
+            "vhost",
+            optional=True,
+        ),
+        _broker(
+            "amqp.saslLayer",
+            Flag(),
+            True,
+            "false: no SASL layer (a broker that takes AMQP without a login); credentials are "
+            "then not sent.",
+            "sasl_layer",
+        ),
+        _broker(
+            "transport.tcpNoDelay",
+            Flag(),
+            True,
+            "TCP_NODELAY on the socket (Nagle's algorithm off).",
+            "tcp_no_delay",
+        ),
+        _broker(
+            "transport.tcpKeepAlive",
+            Flag(),
+            False,
+            "SO_KEEPALIVE on the socket.",
+            "tcp_keep_alive",
+        ),
+        _broker(
+            "transport.sendBufferSize",
+            WholeNumber(1),
+            None,
+            "SO_SNDBUF in bytes; None: the system's.",
+            "send_buffer_size",
+            optional=True,
+        ),
+        _broker(
+            "transport.receiveBufferSize",
+            WholeNumber(1),
+            None,
+            "SO_RCVBUF in bytes; None: the system's.",
+            "receive_buffer_size",
+            optional=True,
+        ),
+        _broker(
+            "transport.soLinger",
+            MinusOneIsNone(WholeNumber(0), "off"),
+            None,
+            "SO_LINGER in seconds on close; None (-1): off.",
+            "so_linger",
+            optional=True,
+        ),
+        _broker(
+            "transport.trafficClass",
+            WholeNumber(0),
+            None,
+            "IP_TOS (the traffic class byte, 0-255) of the socket; None: the system's.",
+            "traffic_class",
+            optional=True,
+        ),
+        _broker(
+            "transport.connectTimeout",
+            Duration(),
+            None,
+            "How long the TCP connection may take (within `jms.connectTimeout`, which bounds "
+            "the whole open); None: `jms.connectTimeout` alone.",
+            "tcp_connect_timeout",
+            optional=True,
+        ),
+        *_ACCEPTED,
     ]
 )
 
@@ -483,7 +770,10 @@ def failover_markdown(table: OptionTable = FAILOVER_OPTIONS) -> str:
     ]
     for option in table:
         qpid = ", ".join(f"`{alias}`" for alias in option.aliases)
-        rows.append(f"| `{option.label}` | {_url_default(option)} | {qpid} | {option.doc} |")
+        doc = option.doc
+        if option.status is Status.ACCEPTED:
+            doc = f"(accepted, without effect) {doc}"
+        rows.append(f"| `{option.label}` | {_url_default(option)} | {qpid} | {doc} |")
     return "\n".join(rows)
 
 

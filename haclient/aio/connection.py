@@ -217,7 +217,7 @@ class Connection:
     ) -> None:
         self._url = url
         self._options = options
-        self._container_id = options.client_id or generated_client_id()
+        self._container_id = options.client_id or generated_client_id(options.client_id_prefix)
         self._name, self._release_name = PROCESS_NAMES.claim(self, self._container_id)
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(

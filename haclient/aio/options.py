@@ -7,6 +7,7 @@ unknown one or a bad value raises ``ConfigurationError`` naming it, never silent
 
 from __future__ import annotations
 
+import logging
 import ssl
 import uuid
 import warnings
@@ -14,21 +15,25 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from failover.options import masked, unknown_option_error
+from failover.options import Status, masked, registered, unknown_option_error
+from failover.policy import FAILOVER_OPTIONS
 from failover.url import BrokerURL, FailoverURL
 from haclient.aio.tls_options import tls_client_options
 from haclient.options import CLIENT_OPTIONS
 
 __all__ = ["ConnectionOptions", "TrustAllWarning", "generated_client_id"]
 
+log = logging.getLogger("haclient.connection")
+
 
 class TrustAllWarning(UserWarning):
     """``transport.trustAll=true``: no certificate is checked (anyone can pose as the broker)."""
 
 
-def generated_client_id() -> str:
-    """A container id for a connection the application gave no client id (``ID:<uuid>``)."""
-    return f"ID:{uuid.uuid4()}"
+def generated_client_id(prefix: str = "ID:") -> str:
+    """A container id for a connection the application gave no client id (``<prefix><uuid>``,
+    ``ID:<uuid>`` by default: ``jms.clientIDPrefix``)."""
+    return f"{prefix}{uuid.uuid4()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,7 @@ class ConnectionOptions:
     Attributes:
         client_id: The JMS client id, sent as the AMQP container id (S1, S2). None: a generated
             id is used and the connection has no client id in the JMS sense.
+        client_id_prefix: The generated id's prefix (``ID:``).
         username / password: SASL credentials (ANONYMOUS without a username).
         sasl_mechanisms: The SASL mechanisms allowed (None: every one haclient supports); the
             strongest the broker offers among them that the credentials suit is used.
@@ -75,12 +81,20 @@ class ConnectionOptions:
         ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
             makes the context from them): trusted CAs, the client certificate, its key and its
             password, host name check, trust-all, TLS versions, cipher suites, SNI name.
+        store_type / key_store_type / trust_store_type: The stores' format (PEM; Java's JKS
+            and PKCS12 are refused).
+        vhost: The virtual host of the Open and SASL hostname fields; None: the broker's host.
+        sasl_layer: False: connect without a SASL layer.
+        tcp_no_delay ... tcp_connect_timeout: The socket's options (``transport.*``):
+            TCP_NODELAY, SO_KEEPALIVE, SO_SNDBUF, SO_RCVBUF, SO_LINGER, IP_TOS (None: the
+            system's), and how long the TCP connection may take (None: ``connect_timeout``).
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
     """
 
     client_id: str | None = None
+    client_id_prefix: str = "ID:"
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     sasl_mechanisms: tuple[str, ...] | None = None
@@ -114,6 +128,18 @@ class ConnectionOptions:
     enabled_cipher_suites: tuple[str, ...] | None = None
     disabled_cipher_suites: tuple[str, ...] | None = None
     server_name: str | None = None
+    store_type: str | None = None
+    key_store_type: str | None = None
+    trust_store_type: str | None = None
+    vhost: str | None = None
+    sasl_layer: bool = True
+    tcp_no_delay: bool = True
+    tcp_keep_alive: bool = False
+    send_buffer_size: int | None = None
+    receive_buffer_size: int | None = None
+    so_linger: int | None = None
+    traffic_class: int | None = None
+    tcp_connect_timeout: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -143,6 +169,7 @@ class ConnectionOptions:
         secure = [options.for_broker(broker) for broker in url.brokers if broker.secure]
         for each in secure:
             tls_client_options(each)  # a file or a name that will not do fails here
+        _warn_without_effect(url)
         if options.ssl_context is None and any(each.trust_all for each in secure):
             warnings.warn(
                 "transport.trustAll=true: the brokers' certificates are not checked, anyone on "
@@ -171,3 +198,23 @@ class ConnectionOptions:
     def __repr__(self) -> str:
         shown = masked({f.name: getattr(self, f.name) for f in fields(self)}, CLIENT_OPTIONS)
         return f"ConnectionOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def _warn_without_effect(url: FailoverURL) -> None:
+    """One warning naming the options of ``url`` accepted without effect, and why each."""
+    given = {*url.connection_options, *url.policy.accepted_options}
+    for broker in url.brokers:
+        given.update(broker.options)
+    table = registered()
+    why = {
+        name: option.doc
+        for name in sorted(given)
+        if (option := table.named(name) or FAILOVER_OPTIONS.named(name)) is not None
+        and option.status is Status.ACCEPTED
+        and option.keyword is None
+    }
+    if why:
+        log.warning(
+            "options accepted without effect (Qpid JMS options this client does not apply): %s",
+            "; ".join(f"{name}: {reason}" for name, reason in why.items()),
+        )

@@ -18,6 +18,9 @@ from __future__ import annotations
 import inspect
 import ipaddress
 import logging
+import socket
+import struct
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -33,7 +36,7 @@ from haclient.amqp.config import (
     EngineConfig,
     TlsClientOptions,
 )
-from haclient.amqp.connection import AmqpConnection, connect_amqp
+from haclient.amqp.connection import AmqpConnection, SocketOption, connect_amqp
 from haclient.amqp.sasl import NO_MECHANISM
 from haclient.amqp.types import SASL_FAILED, TLS_FAILED
 from haclient.destination import DestinationPrefixes
@@ -95,15 +98,35 @@ def engine_config(
             broker,
             " or ".join(sorted(readable)),
         )
+    if tls is not None and options.vhost and tls.peer_name is None:
+        tls = replace(tls, peer_name=broker.host)  # amqp.vhost names the Open's host, not TLS's
     return EngineConfig(
         container_id=container_id,
-        hostname=broker.host,
+        hostname=options.vhost or broker.host,
         idle_timeout=options.idle_timeout,
         max_frame_size=options.max_frame_size,
         desired_capabilities=(SHARED_SUBS,),
-        auth=auth,
+        auth=auth if options.sasl_layer else None,
         tls=tls,
     )
+
+
+def socket_options(options: ConnectionOptions) -> list[SocketOption]:
+    """The ``setsockopt`` calls the ``transport.*`` socket options ask (``options`` already for
+    the broker): TCP_NODELAY always (on by default), the others only when given."""
+    out: list[SocketOption] = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(options.tcp_no_delay))]
+    if options.tcp_keep_alive:
+        out.append((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+    if options.send_buffer_size is not None:
+        out.append((socket.SOL_SOCKET, socket.SO_SNDBUF, options.send_buffer_size))
+    if options.receive_buffer_size is not None:
+        out.append((socket.SOL_SOCKET, socket.SO_RCVBUF, options.receive_buffer_size))
+    if options.so_linger is not None:
+        linger = struct.pack("ii", 1, options.so_linger)
+        out.append((socket.SOL_SOCKET, socket.SO_LINGER, linger))
+    if options.traffic_class is not None:
+        out.append((socket.IPPROTO_IP, socket.IP_TOS, options.traffic_class))
+    return out
 
 
 async def fresh_token(options: ConnectionOptions) -> str | None:
@@ -228,9 +251,16 @@ async def open_physical(
     token = await fresh_token(options)
     config = engine_config(broker, options, container_id, token=token)
     host, port = broker.address
+    mine = options.for_broker(broker)
     try:
         amqp = await connect_amqp(
-            host, port, config, task_group, connect_timeout=options.connect_timeout
+            host,
+            port,
+            config,
+            task_group,
+            connect_timeout=options.connect_timeout,
+            tcp_timeout=mine.tcp_connect_timeout,
+            socket_options=socket_options(mine),
         )
     except AuthenticationError as exc:  # say whose login which broker refused (no password)
         raise _refused_login(exc, broker, config, token=token is not None) from None

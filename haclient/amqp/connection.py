@@ -14,14 +14,15 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import socket
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import SocketAttribute, TaskGroup
 
 from failover.errors import ClosedError, ConnectionLostError, HAClientError
 from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
@@ -51,7 +52,14 @@ from haclient.amqp.types import (
     Terminus,
 )
 
-__all__ = ["AmqpConnection", "Attaching", "ReceivedMessage", "connect_amqp", "open_connection"]
+__all__ = [
+    "AmqpConnection",
+    "Attaching",
+    "ReceivedMessage",
+    "SocketOption",
+    "connect_amqp",
+    "open_connection",
+]
 
 log = logging.getLogger("haclient.amqp")
 
@@ -821,6 +829,16 @@ def _unanswered(host: str, port: int, engine: Engine, timeout: float) -> str:
     return f"{host}:{port} {awaited} within {timeout:g} s"
 
 
+#: One ``setsockopt(level, name, value)`` call.
+SocketOption = tuple[int, int, int | bytes]
+
+
+def _set_options(sock: socket.socket, options: Sequence[SocketOption]) -> None:
+    for level, name, value in options:
+        if level != socket.IPPROTO_IP or sock.family == socket.AF_INET:  # IP_TOS: IPv4 only
+            sock.setsockopt(level, name, value)
+
+
 async def connect_amqp(
     host: str,
     port: int,
@@ -828,10 +846,15 @@ async def connect_amqp(
     task_group: TaskGroup,
     *,
     connect_timeout: float = 10.0,
+    tcp_timeout: float | None = None,
+    socket_options: Sequence[SocketOption] = (),
 ) -> AmqpConnection:
     """Connect to ``host:port``, exchange Open frames and return the open connection, whose
     driver runs as one task of ``task_group`` until the connection ends (``close()``, the
     peer's end, or the task group's cancellation, which drops the socket without a Close).
+
+    ``tcp_timeout`` bounds the TCP connection alone (within ``connect_timeout``);
+    ``socket_options`` are ``setsockopt`` calls made on the socket once connected.
 
     Raises:
         ConnectionLostError: the TCP connection could not be made or dropped during the open.
@@ -840,8 +863,13 @@ async def connect_amqp(
         OpenTimeoutError: the peer did not answer the Open within ``connect_timeout``.
     """
     try:
-        with anyio.fail_after(connect_timeout):
+        with anyio.fail_after(min(connect_timeout, tcp_timeout or connect_timeout)):
             stream = await anyio.connect_tcp(host, port)
+        try:
+            _set_options(stream.extra(SocketAttribute.raw_socket), socket_options)
+        except OSError:
+            await stream.aclose()
+            raise
     except TimeoutError as exc:
         raise ConnectionLostError(f"connecting to {host}:{port} timed out") from exc
     except OSError as exc:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from failover.errors import ConfigurationError
 from failover.options import (
+    Choice,
     Flag,
     Kind,
     Member,
@@ -34,7 +35,10 @@ from haclient.options import docs_with_failover_table, failover_markdown
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
-_FIELDS = {f.name: f.default for f in dataclasses.fields(FailoverPolicy)}
+# ``accepted_options`` records the options accepted without effect: no option sets it.
+_FIELDS = {
+    f.name: f.default for f in dataclasses.fields(FailoverPolicy) if f.name != "accepted_options"
+}
 _SETTING_A_FIELD = [o for o in FAILOVER_OPTIONS if o.keyword is not None]
 
 
@@ -145,6 +149,8 @@ def _values(kind: Kind) -> st.SearchStrategy[Any]:
         return st.integers(-(10**6) if kind.minimum is None else kind.minimum, 10**6)
     if isinstance(kind, Member):
         return st.sampled_from(list(kind.members))
+    if isinstance(kind, Choice):
+        return st.sampled_from(kind.choices)
     if isinstance(kind, Number):
         return st.floats(kind.minimum, 1e6, allow_nan=False)
     if isinstance(kind, Milliseconds):

@@ -202,7 +202,7 @@ INVALID = [
     ("amqp://a?jms.clientID=%ff", "jms.clientID"),
     ("amqp://a?jms.clientID=", "jms.clientID"),
     ("amqp://a?jms.clientId=x", "jms.clientId"),
-    ("amqp://a?transport.tcpNoDelay=true", "transport.tcpNoDelay"),
+    ("amqp://a?transport.tcpNoDelai=true", "transport.tcpNoDelai"),
     ("amqp://a?amqp.idleTimeout=-1", "amqp.idleTimeout"),
     ("amqp://a?amqp.idleTimeout=1.5", "amqp.idleTimeout"),
     ("amqp://a?amqp.maxFrameSize=511", "amqp.maxFrameSize"),
@@ -222,7 +222,7 @@ INVALID = [
     ("failover:(amqp://a?jms.clientID=x)", "jms.clientID"),
     ("failover:(amqp://a?failover.retries=2)", "failover.retries"),
     ("failover:(amqp://a?amqp.idleTimeout=x)", "amqp.idleTimeout"),
-    ("failover:(amqp://a?amqp.vhost=x)", "amqp.vhost"),
+    ("failover:(amqp://a?amqp.vhostname=x)", "amqp.vhostname"),
     ("failover:(amqp://a)?failover.nested.transport.x=1", "failover.nested.transport.x"),
     (
         "failover:(amqp://a)?failover.nested.amqp.idleTimeout=1&amqp.idleTimeout=2",
