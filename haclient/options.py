@@ -138,12 +138,6 @@ _ACCEPTED: Final = (
         "jms.forceAsyncAcks", Flag(), False, "acknowledgements are confirmed as A6 says"
     ),
     _without_effect(
-        "jms.sendTimeout",
-        MinusOneIsNone(Duration(), "wait"),
-        None,
-        f"{_NOT_YET}: a send waits for its outcome across failovers",
-    ),
-    _without_effect(
         "jms.localMessageExpiry", Flag(), True, f"{_NOT_YET}: expired messages are delivered"
     ),
     _without_effect(
@@ -418,6 +412,18 @@ CLIENT_OPTIONS: Final = OptionTable(
             "producer or consumer: Qpid JMS's request timeout, without its wait-forever "
             "default).",
             keyword="attach_timeout",
+        ),
+        Option(
+            "jms.sendTimeout",
+            MinusOneIsNone(Duration(), "wait"),
+            None,
+            "How long a `send()` or `send_async()` given no `timeout=` waits while the "
+            "connection fails over (F4: `FailoverTimeoutError`, the send not made; "
+            "`failover.timeout` bounds it too). None (-1, Qpid JMS's default): no limit of its "
+            "own. Unlike Qpid JMS's, it does not bound the wait for credit or for the broker's "
+            "outcome once connected.",
+            keyword="send_timeout",
+            optional=True,
         ),
         Option(
             "jms.connectTimeout",

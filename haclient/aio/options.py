@@ -63,6 +63,8 @@ class ConnectionOptions:
         transactions: ``native`` (the broker's coordinator) or ``emulate`` (E3).
         selectors: ``auto``, ``broker`` or ``client`` (E1).
         attach_timeout: Seconds to wait for the broker to answer an attach or a begin.
+        send_timeout: Seconds a ``send`` or ``send_async`` given no ``timeout`` waits while
+            the connection fails over (F4); None: no limit of its own.
         connect_timeout: Seconds to wait for a broker's TCP connection, protocol header, login
             and Open: a port that accepts and says nothing fails after this (F4).
         dups_ok_batch: DUPS_OK flushes acknowledgements after this many messages ...
@@ -107,6 +109,7 @@ class ConnectionOptions:
     transactions: str = "native"
     selectors: str = "auto"
     attach_timeout: float = 30.0
+    send_timeout: float | None = None
     connect_timeout: float = 10.0
     dups_ok_batch: int = 100
     dups_ok_interval: float = 0.1

@@ -235,8 +235,9 @@ class MessageProducer:
         PERSISTENT message returns once the broker accepted it; NON_PERSISTENT once it is
         queued for the socket (pipelined). In a transacted session the message is part of the
         transaction and becomes visible on commit. While the connection fails over the send
-        waits (F2), at most ``timeout`` seconds (None: ``failover.timeout``, else until failover
-        ends), and a PERSISTENT send cut off is sent again with the same id (F11).
+        waits (F2), at most ``timeout`` seconds (None: the connection's ``send_timeout``,
+        ``jms.sendTimeout``; ``failover.timeout`` bounds it too), and a PERSISTENT send cut off
+        is sent again with the same id (F11).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
@@ -247,7 +248,7 @@ class MessageProducer:
         """
         self._check_open()
         await self._after_posted()
-        deadline = deadline_after(timeout)
+        deadline = deadline_after(self._send_timeout(timeout))
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
         if self._buffered(lambda: BufferedSend(self._committed_send(destination, message))):
@@ -419,7 +420,9 @@ class MessageProducer:
 
         Returns once the message is queued for the socket. ``on_completion`` is called exactly
         once, on the event loop, with ``error=None`` when the broker accepted the message (JMS
-        2.0's ``CompletionListener``). Errors found before anything was sent are raised here.
+        2.0's ``CompletionListener``). Errors found before anything was sent are raised here,
+        among them ``FailoverTimeoutError`` after ``timeout`` seconds of failover (None: the
+        connection's ``send_timeout``).
         """
         self._check_open()
         await self._after_posted()
@@ -432,7 +435,7 @@ class MessageProducer:
         if self._buffered(buffered):
             return  # emulated transaction (E3): sent, and completed, by commit()
         in_transaction = self._context.transaction is not None
-        at = await self._context.gate.wait(deadline_after(timeout))
+        at = await self._context.gate.wait(deadline_after(self._send_timeout(timeout)))
         sent = (at, await self._transfer(at, destination, message, in_transaction))
 
         async def complete() -> None:
@@ -446,6 +449,11 @@ class MessageProducer:
             self._complete(on_completion, message, error)
 
         self._context.start_soon(complete)
+
+    def _send_timeout(self, timeout: float | None) -> float | None:
+        """A send's ``timeout``, or the connection's ``send_timeout`` (``jms.sendTimeout``)
+        when the call gives none."""
+        return self._context.options.send_timeout if timeout is None else timeout
 
     @staticmethod
     def _complete(

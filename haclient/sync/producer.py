@@ -83,7 +83,8 @@ class MessageProducer:
         a failover, and a refusal is raised by a later call of this producer; at most 10,000
         wait in that queue, after which ``send`` waits for room. In a transacted session the
         message becomes visible on commit. ``timeout`` bounds the wait while the connection
-        fails over (None: ``failover.timeout``, else until failover ends).
+        fails over (None: the connection's ``send_timeout``, ``jms.sendTimeout``;
+        ``failover.timeout`` bounds it too).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.

@@ -199,6 +199,7 @@ def test_options_qpid_jms_users_commonly_set() -> None:
     options = ConnectionOptions.build(url, {})
     assert options.prefetch == 10
     assert (options.attach_timeout, options.close_timeout, options.connect_timeout) == (7, 2, 3)
+    assert options.send_timeout == 5
     assert (options.tcp_keep_alive, options.tcp_no_delay) == (True, False)
     assert (options.send_buffer_size, options.receive_buffer_size) == (65536, 131072)
     assert (options.so_linger, options.traffic_class) == (3, 16)
@@ -216,7 +217,8 @@ def test_the_client_id_prefix_is_the_generated_ids() -> None:
 
 def test_minus_one_means_off_as_in_qpid_jms() -> None:
     url = parse_url("amqp://a?transport.soLinger=-1&jms.sendTimeout=-1&transport.soTimeout=-1")
-    assert ConnectionOptions.build(url, {}).so_linger is None
+    options = ConnectionOptions.build(url, {})
+    assert options.so_linger is None and options.send_timeout is None
 
 
 def test_java_key_stores_are_refused_with_how_to_convert_them() -> None:
@@ -249,7 +251,7 @@ def test_one_warning_names_every_option_without_effect_and_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     url = parse_url(
-        "failover:(amqp://a?transport.useEpoll=true,amqp://b)?jms.sendTimeout=5000"
+        "failover:(amqp://a?transport.useEpoll=true,amqp://b)?jms.localMessagePriority=true"
         "&jms.presettlePolicy.presettleAll=true&jms.deserializationPolicy.allowList=java.util"
         "&failover.amqpOpenServerListAction=ADD&jms.prefetchPolicy.all=5"
         "&failover.nested.sasl.options.protocol=amqp&jms.messageIDPolicy.messageIDType=UUID"
@@ -261,7 +263,7 @@ def test_one_warning_names_every_option_without_effect_and_why(
     text = warnings[0].getMessage()
     for name in (
         "transport.useEpoll",
-        "jms.sendTimeout",
+        "jms.localMessagePriority",
         "jms.presettlePolicy.presettleAll",
         "jms.deserializationPolicy.allowList",
         "failover.amqpOpenServerListAction",
