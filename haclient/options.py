@@ -138,9 +138,6 @@ _ACCEPTED: Final = (
         "jms.forceAsyncAcks", Flag(), False, "acknowledgements are confirmed as A6 says"
     ),
     _without_effect(
-        "jms.localMessageExpiry", Flag(), True, f"{_NOT_YET}: expired messages are delivered"
-    ),
-    _without_effect(
         "jms.localMessagePriority", Flag(), False, f"{_NOT_YET}: delivery is in arrival order"
     ),
     _without_effect("jms.validatePropertyNames", Flag(), True, "property names are always checked"),
@@ -365,6 +362,15 @@ CLIENT_OPTIONS: Final = OptionTable(
             "How a message past `max_redeliveries` is settled (E6): `ACCEPTED`, `REJECTED`, "
             "`RELEASED`, `MODIFIED_FAILED` or `MODIFIED_FAILED_UNDELIVERABLE`.",
             keyword="redelivery_outcome",
+        ),
+        Option(
+            "jms.localMessageExpiry",
+            Flag(),
+            True,
+            "A consumer drops a message whose `expiration` has passed instead of handing it "
+            "out, settling it `modified` (delivery-failed, undeliverable-here) as Qpid JMS "
+            "does (M4); false: expired messages are handed out.",
+            keyword="local_message_expiry",
         ),
         Option(
             "amqp.idleTimeout",

@@ -6,7 +6,8 @@ taken from the link is decoded, then acknowledged as the session's mode says *be
 handed out (AUTO, A1: confirmed by the broker; TRANSACTED: in the transaction), or remembered
 for a later ``acknowledge()`` (CLIENT, DUPS_OK). One redelivered more often than
 ``max_redeliveries`` allows is settled with ``redelivery_outcome`` as it is taken, and never
-handed out (E6, ``haclient.aio.redelivery``). A listener runs in a task of the connection's
+handed out (E6, ``haclient.aio.redelivery``); so is one whose expiration has passed, with
+``local_message_expiry`` (M4). A listener runs in a task of the connection's
 task group; the session's lock makes its listeners run one at a time, as JMS's session thread.
 
 Closing (C1-C5): ``close()`` marks the consumer closed and detaches its link, so a blocked
@@ -23,6 +24,7 @@ import enum
 import inspect
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
@@ -447,7 +449,7 @@ class MessageConsumer:
         self, amqp: AmqpConnection, raw: ReceivedMessage, physical: PhysicalConnection
     ) -> Message | None:
         """The message, or None when it was rejected (undecodable), filtered out (E1, E2), a
-        duplicate, or dead-lettered (E6)."""
+        duplicate, expired (M4), or dead-lettered (E6)."""
         try:
             message = self._decoder.decode(raw, physical.prefixes)
         except MessageFormatError as exc:
@@ -463,10 +465,33 @@ class MessageConsumer:
                 amqp.settle(raw, Accepted())
             self._context.connection.counters.duplicates_suppressed += 1
             return None
+        expiration = message.expiration
+        if expiration and self._expired(expiration):  # None or 0: never (as Qpid JMS)
+            self._drop_expired(amqp, raw, message, physical)
+            return None
         if exceeds(message.delivery_count, self._context.options.max_redeliveries):
             self._dead_letter(amqp, raw, message, physical)
             return None
         return message
+
+    def _expired(self, expiration: float) -> bool:
+        """Whether a message expiring at ``expiration`` (epoch seconds) is past it and the
+        connection drops such messages (``local_message_expiry``, M4)."""
+        return self._context.options.local_message_expiry and expiration < time.time()
+
+    def _drop_expired(
+        self,
+        amqp: AmqpConnection,
+        raw: ReceivedMessage,
+        message: Message,
+        physical: PhysicalConnection,
+    ) -> None:
+        """Settle an expired message as Qpid JMS does (``modified`` with delivery-failed and
+        undeliverable-here; ``rejected`` on RabbitMQ, E6), outside any transaction; it is
+        never handed out (M4). A pre-settled one (NO_ACK) is only dropped."""
+        if not raw.delivery.remote_settled:
+            amqp.settle(raw, dead_letter_outcome("MODIFIED_FAILED_UNDELIVERABLE", physical.product))
+        log.debug("%s: message %s expired: dropped", self._destination, message.message_id)
 
     def _dead_letter(
         self,

@@ -58,6 +58,8 @@ class ConnectionOptions:
             past them is never handed out but settled with ``redelivery_outcome`` (E6); -1: off.
         redelivery_outcome: ``ACCEPTED``, ``REJECTED``, ``RELEASED``, ``MODIFIED_FAILED`` or
             ``MODIFIED_FAILED_UNDELIVERABLE`` (Qpid JMS's names and default).
+        local_message_expiry: Consumers drop messages whose ``expiration`` has passed (M4);
+            False: they are handed out.
         idle_timeout: Seconds of silence after which the broker counts as dead (F13); None: off.
         max_frame_size: The largest frame accepted; None: proton's default.
         transactions: ``native`` (the broker's coordinator) or ``emulate`` (E3).
@@ -104,6 +106,7 @@ class ConnectionOptions:
     prefetch: int = 1000
     max_redeliveries: int = -1
     redelivery_outcome: str = "MODIFIED_FAILED_UNDELIVERABLE"
+    local_message_expiry: bool = True
     idle_timeout: float | None = 60.0
     max_frame_size: int | None = None
     transactions: str = "native"

@@ -4,6 +4,8 @@ what is tested is the option's default, which both APIs read in the async core).
 - ``jms.sendTimeout`` (ms, -1: wait forever, Qpid JMS's default) is the ``timeout=`` of a
   ``send`` or ``send_async`` that gives none: a send blocked by failover raises
   ``FailoverTimeoutError`` (F4) after it; a call's own ``timeout=`` wins.
+- ``jms.localMessageExpiry`` (true, Qpid JMS's default) makes a consumer drop a message whose
+  ``expiration`` passed while it waited in the prefetch, settling it (M4); false hands it out.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from haclient.aio.options import ConnectionOptions
 from haclient.destination import Queue
 from haclient.errors import FailoverTimeoutError
 from haclient.message import TextMessage
+from haclient.modes import AckMode
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +71,37 @@ def test_send_timeout_applies_to_the_blocking_send() -> None:
             only.kill()
             with pytest.raises(FailoverTimeoutError):
                 producer.send(TextMessage("too early"))
+
+
+async def _expired_and_fresh(**options: object) -> list[str]:
+    """The bodies a consumer hands out of a message that expires in its prefetch, then a fresh
+    one; the broker holds none of them unsettled afterwards."""
+    with brokers(1) as (only,):
+        async with await aio.connect(only.url, **options) as connection:
+            session = await connection.create_session(AckMode.CLIENT)
+            consumer = await session.create_consumer(Queue("expiry"))
+            await connection.start()
+            producer = await session.create_producer(Queue("expiry"))
+            await producer.send(TextMessage("expiring"), time_to_live=0.1)
+            await anyio.sleep(0.3)  # in the consumer's prefetch by now, and expired
+            await producer.send(TextMessage("fresh"))
+            bodies = []
+            while (message := await consumer.receive(0.3)) is not None:
+                bodies.append(str(message.body))
+                await message.acknowledge()
+            assert only.unacked_count("expiry") == 0
+        return bodies
+
+
+async def test_M4_an_expired_message_is_dropped_not_handed_out() -> None:
+    assert await _expired_and_fresh() == ["fresh"]
+
+
+async def test_M4_local_message_expiry_false_hands_it_out() -> None:
+    assert await _expired_and_fresh(local_message_expiry=False) == ["expiring", "fresh"]
+
+
+def test_M4_local_message_expiry_is_qpid_jms_option_and_default() -> None:
+    assert ConnectionOptions.build(parse_url("amqp://a"), {}).local_message_expiry is True
+    url = parse_url("amqp://a?jms.localMessageExpiry=false")
+    assert ConnectionOptions.build(url, {}).local_message_expiry is False
