@@ -424,10 +424,10 @@ CLIENT_OPTIONS: Final = OptionTable(
             MinusOneIsNone(Duration(), "wait"),
             None,
             "How long a `send()` or `send_async()` given no `timeout=` waits while the "
-            "connection fails over (F4: `FailoverTimeoutError`, the send not made; "
-            "`failover.timeout` bounds it too). None (-1, Qpid JMS's default): no limit of its "
-            "own. Unlike Qpid JMS's, it does not bound the wait for credit or for the broker's "
-            "outcome once connected.",
+            "connection fails over (F4: `FailoverTimeoutError`; a PERSISTENT message cut off "
+            "before its outcome may have reached the broker); `failover.timeout` bounds it "
+            "too. None (-1, Qpid JMS's default): no limit of its own. Unlike Qpid JMS's, it "
+            "does not bound the wait for credit or for the broker's outcome once connected.",
             keyword="send_timeout",
             optional=True,
         ),
