@@ -155,8 +155,6 @@ _ACCEPTED: Final = (
     ),
     _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
     _without_effect("jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
-    _without_effect("jms.queuePrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
-    _without_effect("jms.topicPrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
     _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
     _without_effect("jms.populateJMSXUserID", Flag(), False, f"{_NOT_YET}: JMSXUserID not set"),
     _without_effect(
@@ -355,6 +353,24 @@ CLIENT_OPTIONS: Final = OptionTable(
             "Credit per consumer; 0 pulls one message per `receive`.",
             keyword="prefetch",
             aliases=("jms.prefetchPolicy.all",),
+        ),
+        Option(
+            "jms.queuePrefix",
+            Text(),
+            None,
+            "Prefix added to every queue's name that does not already start with it (not to "
+            "temporary queues) and stripped from addresses that arrive; a `queue-prefix` the "
+            "broker announces in its Open wins, as in Qpid JMS. None: the broker's, if any.",
+            keyword="queue_prefix",
+            optional=True,
+        ),
+        Option(
+            "jms.topicPrefix",
+            Text(),
+            None,
+            "The same for topics (`topic-prefix` announced by the broker wins).",
+            keyword="topic_prefix",
+            optional=True,
         ),
         Option(
             "jms.redeliveryPolicy.maxRedeliveries",

@@ -54,6 +54,8 @@ class ConnectionOptions:
             each connect; the token is the password (XOAUTH2).
         prefetch: Link credit of each consumer (messages buffered ahead of ``receive``); 0
             pulls one message per ``receive``.
+        queue_prefix / topic_prefix: Prefixes for queue and topic addresses
+            (``jms.queuePrefix``, ``jms.topicPrefix``); a prefix the broker announces wins.
         max_redeliveries: Redeliveries a message may have (``delivery_count`` - 1); a message
             past them is never handed out but settled with ``redelivery_outcome`` (E6); -1: off.
         redelivery_outcome: ``ACCEPTED``, ``REJECTED``, ``RELEASED``, ``MODIFIED_FAILED`` or
@@ -100,6 +102,8 @@ class ConnectionOptions:
     sasl_mechanisms: tuple[str, ...] | None = None
     token_provider: Callable[[], str | Awaitable[str]] | None = field(default=None, repr=False)
     prefetch: int = 1000
+    queue_prefix: str | None = None
+    topic_prefix: str | None = None
     max_redeliveries: int = -1
     redelivery_outcome: str = "MODIFIED_FAILED_UNDELIVERABLE"
     idle_timeout: float | None = 60.0
