@@ -156,7 +156,6 @@ _ACCEPTED: Final = (
     _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
     _without_effect("jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
     _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
-    _without_effect("jms.populateJMSXUserID", Flag(), False, f"{_NOT_YET}: JMSXUserID not set"),
     _without_effect(
         "jms.awaitClientID", Flag(), True, "the client id is fixed when the connection opens"
     ),
@@ -371,6 +370,16 @@ CLIENT_OPTIONS: Final = OptionTable(
             "The same for topics (`topic-prefix` announced by the broker wins).",
             keyword="topic_prefix",
             optional=True,
+        ),
+        Option(
+            "jms.populateJMSXUserID",
+            Flag(),
+            False,
+            "true: every message sent carries the name of the user that logged in to the "
+            "broker as its `user-id` (JMSXUserID), replacing any the application set (none "
+            "after an anonymous login), as in Qpid JMS. false: the message's own JMSXUserID "
+            "is sent.",
+            keyword="populate_user_id",
         ),
         Option(
             "jms.redeliveryPolicy.maxRedeliveries",

@@ -56,6 +56,8 @@ class ConnectionOptions:
             pulls one message per ``receive``.
         queue_prefix / topic_prefix: Prefixes for queue and topic addresses
             (``jms.queuePrefix``, ``jms.topicPrefix``); a prefix the broker announces wins.
+        populate_user_id: Send the logged-in user's name as every message's JMSXUserID
+            (``jms.populateJMSXUserID``).
         max_redeliveries: Redeliveries a message may have (``delivery_count`` - 1); a message
             past them is never handed out but settled with ``redelivery_outcome`` (E6); -1: off.
         redelivery_outcome: ``ACCEPTED``, ``REJECTED``, ``RELEASED``, ``MODIFIED_FAILED`` or
@@ -104,6 +106,7 @@ class ConnectionOptions:
     prefetch: int = 1000
     queue_prefix: str | None = None
     topic_prefix: str | None = None
+    populate_user_id: bool = False
     max_redeliveries: int = -1
     redelivery_outcome: str = "MODIFIED_FAILED_UNDELIVERABLE"
     idle_timeout: float | None = 60.0

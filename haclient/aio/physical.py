@@ -200,6 +200,9 @@ class PhysicalConnection:
         ack_fallback_only: True when the ``ack_confirmation`` option names a fallback: mode
             ``second`` is not even asked for.
         advertised_brokers: The ``failover-server-list`` of the broker's Open, as given.
+        user_id / populate_user_id: With ``populate_user_id`` (``jms.populateJMSXUserID``),
+            every message sent here carries ``user_id`` as its ``user-id`` (JMSXUserID): the
+            UTF-8 name of the user that logged in (None: an anonymous login, no user id).
 
     ``configured`` is the (queue, topic) prefix of ``jms.queuePrefix`` / ``jms.topicPrefix``.
     """
@@ -210,6 +213,9 @@ class PhysicalConnection:
         broker: BrokerURL,
         ack_confirmation: str = "auto",
         configured: tuple[str | None, str | None] = (None, None),
+        user_id: bytes | None = None,
+        *,
+        populate_user_id: bool = False,
     ) -> None:
         self.amqp = amqp
         self.broker = broker
@@ -219,6 +225,8 @@ class PhysicalConnection:
             properties.get("product") if isinstance(properties.get("product"), str) else None
         )
         self.prefixes = _prefixes(properties, self.product, configured)
+        self.user_id = user_id
+        self.populate_user_id = populate_user_id
         self.settle_second: bool | None = False if self.product == "RabbitMQ" else None
         self.ack_fallback = fallback_for(self.product, ack_confirmation)
         self.ack_fallback_only = ack_confirmation not in ("auto", "settle-second")
@@ -273,7 +281,15 @@ async def open_physical(
     except AuthenticationError as exc:  # say whose login which broker refused (no password)
         raise _refused_login(exc, broker, config, token=token is not None) from None
     configured = (options.queue_prefix, options.topic_prefix)
-    return PhysicalConnection(amqp, broker, options.ack_confirmation, configured)
+    user = config.auth.username if config.auth is not None else None
+    return PhysicalConnection(
+        amqp,
+        broker,
+        options.ack_confirmation,
+        configured,
+        user.encode("utf-8") if user else None,
+        populate_user_id=options.populate_user_id,
+    )
 
 
 def _prefixes(
