@@ -43,6 +43,7 @@ from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
 __all__ = [
     "ACK_CONFIRMATIONS",
     "CLIENT_OPTIONS",
+    "MESSAGE_ID_TYPES",
     "REDELIVERY_OUTCOMES",
     "SELECTORS",
     "TLS_VERSIONS",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 TRANSACTIONS: Final = ("native", "emulate")
+#: ``jms.messageIDPolicy.messageIDType``'s names, lower-cased (Qpid JMS's, and ``original``).
+MESSAGE_ID_TYPES: Final = ("original", "default", "uuid", "uuid_string", "prefixed_uuid_string")
 SELECTORS: Final = ("auto", "broker", "client")
 ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
 
@@ -181,12 +184,6 @@ _ACCEPTED: Final = (
         WholeNumber(0),
         None,
         f"{_NOT_YET}: one prefetch for every consumer (`jms.prefetchPolicy.all`)",
-    ),
-    _without_effect(
-        "jms.messageIDPolicy.messageIDType",
-        Choice(("original", "uuid", "uuid_string", "prefixed_uuid_string"), fold=True),
-        None,
-        f"{_NOT_YET}: message ids are `ID:` strings",
     ),
     *(
         _without_effect(
@@ -380,6 +377,17 @@ CLIENT_OPTIONS: Final = OptionTable(
             "after an anonymous login), as in Qpid JMS. false: the message's own JMSXUserID "
             "is sent.",
             keyword="populate_user_id",
+        ),
+        Option(
+            "jms.messageIDPolicy.messageIDType",
+            Choice(MESSAGE_ID_TYPES, fold=True),
+            "original",
+            "How a producer makes message ids, as Qpid JMS: `original` (Qpid JMS's `DEFAULT`, "
+            "also accepted) the string `ID:<connection>:<producer>:<n>`; `uuid` an AMQP uuid "
+            "(JMSMessageID `ID:AMQP_UUID:<uuid>`); `uuid_string` the string `<uuid>`; "
+            "`prefixed_uuid_string` the string `ID:<uuid>`. Client-side no-local (E2, brokers "
+            "that ignore the filter) knows this connection's messages by `original` ids only.",
+            keyword="message_id_type",
         ),
         Option(
             "jms.redeliveryPolicy.maxRedeliveries",

@@ -58,6 +58,8 @@ class ConnectionOptions:
             (``jms.queuePrefix``, ``jms.topicPrefix``); a prefix the broker announces wins.
         populate_user_id: Send the logged-in user's name as every message's JMSXUserID
             (``jms.populateJMSXUserID``).
+        message_id_type: How producers make message ids (``jms.messageIDPolicy.messageIDType``):
+            ``original``/``default``, ``uuid``, ``uuid_string`` or ``prefixed_uuid_string``.
         max_redeliveries: Redeliveries a message may have (``delivery_count`` - 1); a message
             past them is never handed out but settled with ``redelivery_outcome`` (E6); -1: off.
         redelivery_outcome: ``ACCEPTED``, ``REJECTED``, ``RELEASED``, ``MODIFIED_FAILED`` or
@@ -107,6 +109,7 @@ class ConnectionOptions:
     queue_prefix: str | None = None
     topic_prefix: str | None = None
     populate_user_id: bool = False
+    message_id_type: str = "original"
     max_redeliveries: int = -1
     redelivery_outcome: str = "MODIFIED_FAILED_UNDELIVERABLE"
     idle_timeout: float | None = 60.0

@@ -4,10 +4,14 @@ Each test checks an option's effect where it shows: the prefixes a connection to
 (``jms.queuePrefix`` / ``jms.topicPrefix``; the prefix a broker announces in its Open wins, as
 in Qpid JMS, whose ``AmqpConnectionProperties`` overwrites the configured one with it); the
 ``user-id`` of every message sent (``jms.populateJMSXUserID``: the logged-in user's name,
-replacing the application's, as Qpid JMS's ``JmsSession.send`` does).
+replacing the application's, as Qpid JMS's ``JmsSession.send`` does); the message ids a
+producer makes (``jms.messageIDPolicy.messageIDType``, Qpid JMS's ``JmsMessageIDBuilder``).
 """
 
 from __future__ import annotations
+
+import re
+import uuid
 
 import anyio
 import pytest
@@ -25,7 +29,8 @@ from haclient.destination import (
     TemporaryQueue,
     address_of,
 )
-from haclient.message import DeliveryMode, TextMessage
+from haclient.mapping import message_id_from_amqp
+from haclient.message import DeliveryMode, TextMessage, uuid_message_ids
 from haclient.outgoing import OutgoingEncoder
 
 # --- jms.queuePrefix / jms.topicPrefix -----------------------------------------------------------
@@ -106,3 +111,57 @@ async def test_a_sent_message_carries_the_logged_in_user_as_jmsx_user_id() -> No
             received = await consumer.receive(5.0)
             assert received is not None
             assert received.properties["JMSXUserID"] == "alice"
+
+
+# --- jms.messageIDPolicy.messageIDType -----------------------------------------------------------
+
+SOME_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def test_message_id_types_are_read_in_any_case_with_qpid_jms_names() -> None:
+    for raw, kind in (("UUID", "uuid"), ("Prefixed_UUID_String", "prefixed_uuid_string")):
+        url = parse_url(f"amqp://a?jms.messageIDPolicy.messageIDType={raw}")
+        assert ConnectionOptions.build(url, {}).message_id_type == kind
+    url = parse_url("amqp://a?jms.messageIDPolicy.messageIDType=DEFAULT")
+    assert ConnectionOptions.build(url, {}).message_id_type == "default"
+    assert ConnectionOptions().message_id_type == "original"
+
+
+@pytest.mark.parametrize(
+    ("kind", "wire", "jms_id"),
+    [
+        ("uuid", uuid.UUID, rf"ID:AMQP_UUID:{SOME_UUID}"),
+        ("uuid_string", str, rf"ID:AMQP_NO_PREFIX:{SOME_UUID}"),
+        ("prefixed_uuid_string", str, rf"ID:{SOME_UUID}"),
+    ],
+)
+def test_uuid_ids_go_on_the_wire_as_qpid_jms_sends_them(kind: str, wire: type, jms_id: str) -> None:
+    ids = uuid_message_ids(kind)
+    first, second = ids(), ids()
+    assert first != second and re.fullmatch(jms_id, first)
+    message = TextMessage("x", destination=Queue("q"))
+    message.message_id = first
+    amqp_id = decode_message(OutgoingEncoder().encode(message, NO_PREFIXES)).message_id
+    assert type(amqp_id) is wire
+    if kind == "uuid_string":
+        assert re.fullmatch(SOME_UUID, amqp_id)
+    if kind == "prefixed_uuid_string":
+        assert amqp_id == first
+    assert message_id_from_amqp(amqp_id) == first
+
+
+@pytest.mark.anyio
+async def test_a_producer_sends_uuid_message_ids_when_asked() -> None:
+    with BrokerThread() as broker:
+        url = f"amqp://127.0.0.1:{broker.port}?jms.messageIDPolicy.messageIDType=UUID"
+        async with aio.connect(url) as connection:
+            await connection.start()
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("uuid-ids"))
+            consumer = await session.create_consumer(Queue("uuid-ids"))
+            message = TextMessage("hi")
+            await producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+            assert message.message_id is not None
+            assert re.fullmatch(rf"ID:AMQP_UUID:{SOME_UUID}", message.message_id)
+            received = await consumer.receive(5.0)
+            assert received is not None and received.message_id == message.message_id
