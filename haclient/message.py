@@ -51,6 +51,7 @@ __all__ = [
     "checked_map",
     "checked_properties",
     "checked_stream",
+    "uuid_message_ids",
 ]
 
 Long = int
@@ -440,3 +441,22 @@ class MessageIdGenerator:
     def __call__(self) -> str:
         """The next id."""
         return f"{self._prefix}{next(self._counter)}"
+
+
+_UUID_IDS: Final[dict[str, Callable[[], str]]] = {
+    "uuid": lambda: f"ID:AMQP_UUID:{uuid.uuid4()}",
+    "uuid_string": lambda: f"ID:AMQP_NO_PREFIX:{uuid.uuid4()}",
+    "prefixed_uuid_string": lambda: f"ID:{uuid.uuid4()}",
+}
+
+
+def uuid_message_ids(kind: str) -> Callable[[], str]:
+    """Message ids of one of Qpid JMS's UUID id policies (``jms.messageIDPolicy.messageIDType``),
+    a random UUID each, as the JMSMessageID whose wire form is that policy's: ``uuid`` an AMQP
+    uuid (``ID:AMQP_UUID:<uuid>``), ``uuid_string`` the string ``<uuid>``
+    (``ID:AMQP_NO_PREFIX:<uuid>``), ``prefixed_uuid_string`` the string ``ID:<uuid>``.
+
+    Raises:
+        KeyError: ``kind`` is none of those.
+    """
+    return _UUID_IDS[kind]

@@ -43,6 +43,7 @@ from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
 __all__ = [
     "ACK_CONFIRMATIONS",
     "CLIENT_OPTIONS",
+    "MESSAGE_ID_TYPES",
     "REDELIVERY_OUTCOMES",
     "SELECTORS",
     "TLS_VERSIONS",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 TRANSACTIONS: Final = ("native", "emulate")
+#: ``jms.messageIDPolicy.messageIDType``'s names, lower-cased (Qpid JMS's, and ``original``).
+MESSAGE_ID_TYPES: Final = ("original", "default", "uuid", "uuid_string", "prefixed_uuid_string")
 SELECTORS: Final = ("auto", "broker", "client")
 ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
 
@@ -146,10 +149,7 @@ _ACCEPTED: Final = (
     ),
     _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
     _without_effect("jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
-    _without_effect("jms.queuePrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
-    _without_effect("jms.topicPrefix", Text(), None, f"{_NOT_YET}: addresses are sent as given"),
     _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
-    _without_effect("jms.populateJMSXUserID", Flag(), False, f"{_NOT_YET}: JMSXUserID not set"),
     _without_effect(
         "jms.awaitClientID", Flag(), True, "the client id is fixed when the connection opens"
     ),
@@ -175,12 +175,6 @@ _ACCEPTED: Final = (
         WholeNumber(0),
         None,
         f"{_NOT_YET}: one prefetch for every consumer (`jms.prefetchPolicy.all`)",
-    ),
-    _without_effect(
-        "jms.messageIDPolicy.messageIDType",
-        Choice(("original", "uuid", "uuid_string", "prefixed_uuid_string"), fold=True),
-        None,
-        f"{_NOT_YET}: message ids are `ID:` strings",
     ),
     *(
         _without_effect(
@@ -346,6 +340,45 @@ CLIENT_OPTIONS: Final = OptionTable(
             "Credit per consumer; 0 pulls one message per `receive`.",
             keyword="prefetch",
             aliases=("jms.prefetchPolicy.all",),
+        ),
+        Option(
+            "jms.queuePrefix",
+            Text(),
+            None,
+            "Prefix added to every queue's name that does not already start with it (not to "
+            "temporary queues) and stripped from addresses that arrive; a `queue-prefix` the "
+            "broker announces in its Open wins, as in Qpid JMS. None: the broker's, if any.",
+            keyword="queue_prefix",
+            optional=True,
+        ),
+        Option(
+            "jms.topicPrefix",
+            Text(),
+            None,
+            "The same for topics (`topic-prefix` announced by the broker wins).",
+            keyword="topic_prefix",
+            optional=True,
+        ),
+        Option(
+            "jms.populateJMSXUserID",
+            Flag(),
+            False,
+            "true: every message sent carries the name of the user that logged in to the "
+            "broker as its `user-id` (JMSXUserID), replacing any the application set (none "
+            "after an anonymous login), as in Qpid JMS. false: the message's own JMSXUserID "
+            "is sent.",
+            keyword="populate_user_id",
+        ),
+        Option(
+            "jms.messageIDPolicy.messageIDType",
+            Choice(MESSAGE_ID_TYPES, fold=True),
+            "original",
+            "How a producer makes message ids, as Qpid JMS: `original` (Qpid JMS's `DEFAULT`, "
+            "also accepted) the string `ID:<connection>:<producer>:<n>`; `uuid` an AMQP uuid "
+            "(JMSMessageID `ID:AMQP_UUID:<uuid>`); `uuid_string` the string `<uuid>`; "
+            "`prefixed_uuid_string` the string `ID:<uuid>`. Client-side no-local (E2, brokers "
+            "that ignore the filter) knows this connection's messages by `original` ids only.",
+            keyword="message_id_type",
         ),
         Option(
             "jms.redeliveryPolicy.maxRedeliveries",

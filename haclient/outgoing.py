@@ -78,12 +78,23 @@ class OutgoingEncoder:
         self._addresses: dict[Destination, _Address] = {}
         self._annotations: dict[tuple[int, int, int], bytes] = {}
 
-    def encode(self, message: Message, prefixes: DestinationPrefixes) -> bytes:
+    def encode(
+        self,
+        message: Message,
+        prefixes: DestinationPrefixes,
+        user_id: bytes | None = None,
+        *,
+        stamp_user_id: bool = False,
+    ) -> bytes:
         """The AMQP payload for ``message`` (already stamped by the producer).
 
         Args:
             message: The message; its headers are read, never changed.
             prefixes: The broker's address prefixes (``queue://`` ...).
+            user_id / stamp_user_id: With ``stamp_user_id``, ``user_id`` is the message's
+                ``user-id`` (JMSXUserID), whatever the message says (``jms.populateJMSXUserID``:
+                the authenticated user's name; None clears it, as Qpid JMS does); without, the
+                message's own JMSXUserID property is sent.
 
         Raises:
             MessageFormatError: a property, the body, a header or an id is not allowed.
@@ -112,7 +123,7 @@ class OutgoingEncoder:
             properties_section(
                 [
                     _id(message.message_id),
-                    NULL_BYTES if jmsx.user_id is None else encode_binary(jmsx.user_id),
+                    _user_id(user_id if stamp_user_id else jmsx.user_id),
                     to[0],
                     _string(message.type),
                     reply_to[0],
@@ -190,6 +201,10 @@ def _id(value: str | bytes | None) -> bytes:
     if value is None:
         return NULL_BYTES
     return encode_id(id_to_amqp(value))
+
+
+def _user_id(value: bytes | None) -> bytes:
+    return NULL_BYTES if value is None else encode_binary(value)
 
 
 def _string(value: str | None) -> bytes:

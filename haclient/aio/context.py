@@ -41,7 +41,7 @@ from haclient.aio.transaction import NativeTransaction, SessionTransaction
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import ClosedError, ConnectionFailedError
-from haclient.message import MessageIdGenerator
+from haclient.message import MessageIdGenerator, uuid_message_ids
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:
@@ -154,9 +154,13 @@ class ConnectionContext:
         """A link name unique in this process: ``<container id>:<kind>:<n>``."""
         return f"{self.container_id}:{kind}:{next(_link_numbers)}"
 
-    def message_ids(self) -> MessageIdGenerator:
-        """Message ids for a new producer: ``ID:<connection>:<producer>:<n>``."""
-        return MessageIdGenerator(f"{self.id_base}:{next(self._producer_numbers)}")
+    def message_ids(self) -> Callable[[], str]:
+        """Message ids for a new producer: ``ID:<connection>:<producer>:<n>``, or random UUIDs
+        as ``jms.messageIDPolicy.messageIDType`` says (``uuid_message_ids``)."""
+        kind = self.options.message_id_type
+        if kind in ("original", "default"):
+            return MessageIdGenerator(f"{self.id_base}:{next(self._producer_numbers)}")
+        return uuid_message_ids(kind)
 
     def published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
         """Whether a message with this id was sent by this connection, or with

@@ -39,7 +39,12 @@ from haclient.amqp.config import (
 from haclient.amqp.connection import AmqpConnection, SocketOption, connect_amqp
 from haclient.amqp.sasl import NO_MECHANISM
 from haclient.amqp.types import SASL_FAILED, TLS_FAILED
-from haclient.destination import DestinationPrefixes
+from haclient.destination import (
+    NO_PREFIXES,
+    QUEUE_PREFIX_PROPERTY,
+    TOPIC_PREFIX_PROPERTY,
+    DestinationPrefixes,
+)
 from haclient.errors import AuthenticationError, ConfigurationError, HAClientError
 
 __all__ = ["PhysicalConnection", "engine_config", "fresh_token", "open_physical"]
@@ -195,10 +200,22 @@ class PhysicalConnection:
         ack_fallback_only: True when the ``ack_confirmation`` option names a fallback: mode
             ``second`` is not even asked for.
         advertised_brokers: The ``failover-server-list`` of the broker's Open, as given.
+        user_id / populate_user_id: With ``populate_user_id`` (``jms.populateJMSXUserID``),
+            every message sent here carries ``user_id`` as its ``user-id`` (JMSXUserID): the
+            UTF-8 name of the user that logged in (None: an anonymous login, no user id).
+
+    ``configured`` is the (queue, topic) prefix of ``jms.queuePrefix`` / ``jms.topicPrefix``.
     """
 
     def __init__(
-        self, amqp: AmqpConnection, broker: BrokerURL, ack_confirmation: str = "auto"
+        self,
+        amqp: AmqpConnection,
+        broker: BrokerURL,
+        ack_confirmation: str = "auto",
+        configured: tuple[str | None, str | None] = (None, None),
+        user_id: bytes | None = None,
+        *,
+        populate_user_id: bool = False,
     ) -> None:
         self.amqp = amqp
         self.broker = broker
@@ -207,10 +224,9 @@ class PhysicalConnection:
         self.product: str | None = (
             properties.get("product") if isinstance(properties.get("product"), str) else None
         )
-        announced = DestinationPrefixes.from_open_properties(properties)
-        if announced == DestinationPrefixes() and self.product == "RabbitMQ":
-            announced = _RABBITMQ_PREFIXES
-        self.prefixes = announced
+        self.prefixes = _prefixes(properties, self.product, configured)
+        self.user_id = user_id
+        self.populate_user_id = populate_user_id
         self.settle_second: bool | None = False if self.product == "RabbitMQ" else None
         self.ack_fallback = fallback_for(self.product, ack_confirmation)
         self.ack_fallback_only = ack_confirmation not in ("auto", "settle-second")
@@ -264,7 +280,44 @@ async def open_physical(
         )
     except AuthenticationError as exc:  # say whose login which broker refused (no password)
         raise _refused_login(exc, broker, config, token=token is not None) from None
-    return PhysicalConnection(amqp, broker, options.ack_confirmation)
+    configured = (options.queue_prefix, options.topic_prefix)
+    user = config.auth.username if config.auth is not None else None
+    return PhysicalConnection(
+        amqp,
+        broker,
+        options.ack_confirmation,
+        configured,
+        user.encode("utf-8") if user else None,
+        populate_user_id=options.populate_user_id,
+    )
+
+
+def _prefixes(
+    properties: dict[str, Any], product: str | None, configured: tuple[str | None, str | None]
+) -> DestinationPrefixes:
+    """The address prefixes for a broker, each kind on its own: the one its Open announces,
+    else the configured one (``jms.queuePrefix`` / ``jms.topicPrefix``), else its product's
+    (RabbitMQ's ``/queue/`` and ``/topic/`` when it announces neither).
+
+    Qpid JMS keeps the configured prefix until the broker's Open announces one, which then
+    replaces it; this does the same, broker by broker.
+    """
+    silent = DestinationPrefixes.from_open_properties(properties) == NO_PREFIXES
+    fallback = _RABBITMQ_PREFIXES if silent and product == "RabbitMQ" else NO_PREFIXES
+    queue, topic = configured
+    return DestinationPrefixes(
+        queue=_announced_or(properties, QUEUE_PREFIX_PROPERTY, queue, fallback.queue),
+        topic=_announced_or(properties, TOPIC_PREFIX_PROPERTY, topic, fallback.topic),
+    )
+
+
+def _announced_or(
+    properties: dict[str, Any], name: str, configured: str | None, fallback: str
+) -> str:
+    announced = properties.get(name)
+    if isinstance(announced, str):
+        return announced
+    return configured if configured is not None else fallback
 
 
 def _refused_login(

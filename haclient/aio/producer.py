@@ -341,7 +341,12 @@ class MessageProducer:
         link = self._attached_link(self._link_key(destination))
         if link is None or link.credit <= 0:
             return False
-        payload = self._encoder.encode(message, at.physical.prefixes)
+        payload = self._encoder.encode(
+            message,
+            at.physical.prefixes,
+            at.physical.user_id,
+            stamp_user_id=at.physical.populate_user_id,
+        )
         delivery = at.amqp.send_nowait(link, payload)  # its errors are not the connection's loss
         self._booked(delivery, message)
         return True
@@ -476,7 +481,12 @@ class MessageProducer:
         """Queue one transfer of ``message`` (already stamped) on ``at``'s connection, in the
         session's broker transaction when ``in_transaction``; ``wake_writer=False`` when the
         caller awaits its outcome next (that writes it: ``AmqpConnection.send_nowait``)."""
-        payload = self._encoder.encode(message, at.physical.prefixes)
+        payload = self._encoder.encode(
+            message,
+            at.physical.prefixes,
+            at.physical.user_id,
+            stamp_user_id=at.physical.populate_user_id,
+        )
         link = await self._link_for(destination)
         state: TransactionalState | None = None
         if in_transaction and self._context.transaction is not None:
