@@ -49,6 +49,7 @@ from haclient.amqp.types import (
     Accepted,
     Durability,
     ErrorCondition,
+    Outcome,
     ReceiverSettleMode,
     Rejected,
     Released,
@@ -461,8 +462,7 @@ class MessageConsumer:
             return None
         if self._context.is_duplicate(self._window_key(message.message_id)):
             # consumed before in this session (a redelivery or an F11 re-send): not again
-            if not raw.delivery.remote_settled:
-                amqp.settle(raw, Accepted())
+            _settle_unless_presettled(amqp, raw, Accepted())
             self._context.connection.counters.duplicates_suppressed += 1
             return None
         expiration = message.expiration
@@ -489,8 +489,8 @@ class MessageConsumer:
         """Settle an expired message as Qpid JMS does (``modified`` with delivery-failed and
         undeliverable-here; ``rejected`` on RabbitMQ, E6), outside any transaction; it is
         never handed out (M4). A pre-settled one (NO_ACK) is only dropped."""
-        if not raw.delivery.remote_settled:
-            amqp.settle(raw, dead_letter_outcome("MODIFIED_FAILED_UNDELIVERABLE", physical.product))
+        outcome = dead_letter_outcome("MODIFIED_FAILED_UNDELIVERABLE", physical.product)
+        _settle_unless_presettled(amqp, raw, outcome)
         log.debug("%s: message %s expired: dropped", self._destination, message.message_id)
 
     def _dead_letter(
@@ -504,8 +504,7 @@ class MessageConsumer:
         ``redelivery_outcome``, outside any transaction, count it and tell the connection's
         listeners; it is never handed out (E6). A pre-settled one (NO_ACK) is only dropped."""
         name = self._context.options.redelivery_outcome
-        if not raw.delivery.remote_settled:
-            amqp.settle(raw, dead_letter_outcome(name, physical.product))
+        _settle_unless_presettled(amqp, raw, dead_letter_outcome(name, physical.product))
         log.info(
             "%s: message %s delivered %d times, past max_redeliveries: settled as %s",
             self._destination,
@@ -719,3 +718,10 @@ class MessageConsumer:
 
 def _ignored(exc: HAClientError) -> None:
     """A listener's acknowledgement met a lost connection: the next broker redelivers."""
+
+
+def _settle_unless_presettled(amqp: AmqpConnection, raw: ReceivedMessage, outcome: Outcome) -> None:
+    """Settle a message the consumer takes without handing it out (a duplicate, an expired
+    one, one past ``max_redeliveries``); one that came settled (NO_ACK) needs nothing."""
+    if not raw.delivery.remote_settled:
+        amqp.settle(raw, outcome)

@@ -92,7 +92,7 @@ def engine_config(
         password,
         mechanisms,
         allow_insecure=not broker.secure,
-        client_certificate=_may_log_in_by_certificate(tls, options, username, mechanisms),
+        client_certificate=_may_log_in_by_certificate(tls, username, mechanisms),
     )
     readable = CLEAR_TEXT_MECHANISMS.intersection(auth.allowed)
     if username and readable and not broker.secure and not _is_loopback(broker.host):
@@ -168,21 +168,18 @@ async def fresh_token(options: ConnectionOptions) -> str | None:
 
 def _may_log_in_by_certificate(
     tls: TlsClientOptions | None,
-    options: ConnectionOptions,
     username: str | None,
     mechanisms: tuple[str, ...] | None,
 ) -> bool:
     """Whether SASL EXTERNAL may be chosen: TLS presents a client certificate.
 
-    An application's ``ssl_context`` cannot be asked whether it holds one. With a username, it
-    is taken not to (the credentials are what the application means to log in with) unless
+    Where nobody can tell (an application's ``ssl_context``): with a username, it is taken not
+    to (the credentials are what the application means to log in with) unless
     ``sasl_mechanisms`` names EXTERNAL; without one, it is taken to.
     """
-    if tls is None or not tls.has_client_certificate:
-        return False
-    if options.ssl_context is None or not username:
-        return True
-    return mechanisms is not None and "EXTERNAL" in mechanisms
+    if tls is None or tls.has_client_certificate is not None:
+        return tls is not None and tls.has_client_certificate is True
+    return not username or (mechanisms is not None and "EXTERNAL" in mechanisms)
 
 
 class PhysicalConnection:

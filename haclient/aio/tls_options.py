@@ -100,9 +100,9 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
             wrong or missing, a TLS version or cipher suite is unknown or none is left.
     """
     if options.ssl_context is not None:
-        # A context cannot be asked whether it holds a client certificate: assume it does.
+        # A context cannot be asked whether it holds a client certificate.
         return TlsClientOptions(
-            context=options.ssl_context, peer_name=options.server_name, has_client_certificate=True
+            context=options.ssl_context, peer_name=options.server_name, has_client_certificate=None
         )
     context = _trust(options.ca_file)
     if options.trust_all:  # ConnectionOptions.build warned (TrustAllWarning)

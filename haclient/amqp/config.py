@@ -136,8 +136,8 @@ class TlsClientOptions:
     versions, ciphers, the client certificate), ``peer_name`` is sent as SNI and checked against
     the certificate when the context checks host names (None: the host connected to, the
     engine's ``hostname``). ``has_client_certificate`` says whether the context holds a client
-    certificate (SASL EXTERNAL needs one). ``haclient.aio.tls_options`` builds these from the
-    connection's options.
+    certificate (SASL EXTERNAL needs one); None: nobody can tell (an application's context).
+    ``haclient.aio.tls_options`` builds these from the connection's options.
 
     Without a ``context``, one is made from the PEM files given here, the engine's shorthand:
     the system's trust store, or ``ca_file``; ``verify=False`` checks nothing;
@@ -150,7 +150,7 @@ class TlsClientOptions:
 
     context: ssl.SSLContext | None = None
     peer_name: str | None = None
-    has_client_certificate: bool = False
+    has_client_certificate: bool | None = False
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None

@@ -21,6 +21,7 @@ Rules:
 from __future__ import annotations
 
 import struct
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -177,7 +178,7 @@ def _code(descriptor: Any) -> int | None:
     return None
 
 
-class SaslLayer:
+class SaslLayer(ABC):
     """What both ends' SASL layers share (each a ``haclient.amqp.engine.ByteLayer``): the bytes
     around the exchange. Input is buffered for the exchange until it ends; the layer's own
     output goes at once, the AMQP layer's waits until the login succeeded (rule 2).
@@ -218,9 +219,9 @@ class SaslLayer:
         rest, self._buffer = self._buffer, b""
         return rest  # the AMQP bytes that came with the last SASL frame
 
+    @abstractmethod
     def _advance(self) -> None:
         """Take what the buffered input completes of the exchange (a subclass's work)."""
-        raise NotImplementedError
 
     def _next_frame(self) -> tuple[int, list[Any]] | None:
         """The input's next whole frame (descriptor, fields), taken off it; None while it is

@@ -57,12 +57,13 @@ class Recorder:
     """A failover listener (F14) that records every call, with the time it came."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self.events: list[tuple[str, Any, float]] = []
 
     def _add(self, name: str, value: Any) -> None:
         with self._lock:
             self.events.append((name, value, time.monotonic()))
+            self._lock.notify_all()
 
     def failover_started(self, cause: BaseException) -> None:
         self._add("started", cause)
@@ -79,6 +80,13 @@ class Recorder:
     def named(self, name: str) -> list[Any]:
         with self._lock:
             return [value for event, value, _ in self.events if event == name]
+
+    def wait_blocking(self, name: str, timeout: float = TIMEOUT) -> list[Any]:
+        """The values of the events called ``name``, waiting (this thread) until there is one
+        or ``timeout`` passed: the blocking API calls listeners on a thread of its own."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.named(name), timeout)
+            return self.named(name)
 
     async def wait_for(self, name: str, count: int = 1, timeout: float = TIMEOUT) -> list[Any]:
         """The values of the first ``count`` events called ``name``, waiting for them."""
