@@ -26,41 +26,39 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from failover.errors import (
-    ConnectionLostError,
-)
+from failover.errors import ConnectionLostError, PreferredBrokerAvailable
 from failover.gate import ConnectionGate
 from failover.listeners import FailoverEvent, Listeners, call_quietly
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.protocols import (
     Connector,
     Finish,
-    ManagedConnection,
     P,
     Resource,
     restore_tiers,
 )
 from failover.schedule import ReconnectPlan, Stop, Wait
+from failover.standby import Standby, close_quietly
 from failover.states import (
     LIVE,
     ConnectionState,
     ManagerEvent,
     RestoreFailure,
+    announced_list,
     is_refusal,
     loss_event,
+    preferred_brokers,
     refusal_error,
     refused_everywhere,
     reports_events,
     restore_failure,
+    return_due,
 )
 from failover.url import BrokerURL, merge_broker_lists
 
 __all__ = ["Supervisor", "close_quietly"]
 
 _log = logging.getLogger("haclient.failover")
-
-# How long closing a dead physical connection may take before it is abandoned.
-_CLOSE_GRACE: Final = 5.0
 
 # Staged restores begun between two checkpoints (so that the first requests go out early).
 _STAGED_BETWEEN_CHECKPOINTS: Final = 256
@@ -89,6 +87,10 @@ class Supervisor(Generic[P]):
         listeners: Who hears of failover events (F14).
         reconnect_wait: A tenacity wait replacing the policy's delays (``failover.schedule``).
         reconnect_stop: A tenacity stop replacing the policy's pass count and time budget.
+        standby_connector: Opens the ready connections (F16, F17): like ``connector``, but
+            for a connection that may never be used (default: ``connector``).
+        adopt: Called with each physical connection when it becomes the one in use (the
+            first connect, each failover), before anything is restored on it.
     """
 
     def __init__(
@@ -105,6 +107,8 @@ class Supervisor(Generic[P]):
         sleep: Callable[[float], Awaitable[None]],
         reconnect_wait: Wait | None = None,
         reconnect_stop: Stop | None = None,
+        standby_connector: Connector[P] | None = None,
+        adopt: Callable[[P], object] | None = None,
     ) -> None:
         self._gate = gate
         self._listeners = listeners
@@ -129,6 +133,19 @@ class Supervisor(Generic[P]):
         self._stopped = False
         self._run_scope: anyio.CancelScope | None = None
         self._restore_scope: anyio.CancelScope | None = None
+        self._adopt = adopt
+        self._preferred = preferred_brokers(policy, brokers)
+        self._returns = 0
+        self._returning = False  # the failover under way is a return (F16)
+        self._handover: tuple[P, BrokerURL] | None = None  # a preferred broker's, to move to
+        self._standby: Standby[P] = Standby(
+            standby_connector or connector,
+            policy,
+            lambda: (self._gate.state, self.broker, self._brokers, self._preferred),
+            self._return_to,
+            sleep=sleep,
+            rng=rng,
+        )
 
     # --- What the manager reads ------------------------------------------------------------
 
@@ -167,6 +184,16 @@ class Supervisor(Generic[P]):
         """Failovers completed, the downtime of the last one, connection attempts made."""
         return self._failovers, self._last_downtime, self._attempts
 
+    @property
+    def returns(self) -> int:
+        """Completed failovers that were returns to a preferred broker (F16)."""
+        return self._returns
+
+    @property
+    def standby(self) -> BrokerURL | None:
+        """The broker of the warm spare held now (F17), if any."""
+        return self._standby.spare_broker
+
     # --- What the manager tells it ---------------------------------------------------------
 
     def register(self, resource: Resource[P]) -> None:
@@ -197,6 +224,26 @@ class Supervisor(Generic[P]):
         secure = source.secure if source is not None else any(b.secure for b in self._seed)
         self._brokers = merge_broker_lists(self._seed, brokers, secure=secure)
         _log.info("brokers for the next failover: %s", ", ".join(map(str, self._brokers)))
+        self._standby.poke()
+        return self._brokers
+
+    def announce_brokers(
+        self, brokers: Iterable[BrokerURL], source: BrokerURL | None
+    ) -> tuple[BrokerURL, ...]:
+        """A broker's Open (from ``source``) announced ``brokers``: change the list the next
+        failover walks as ``failover.amqpOpenServerListAction`` says (``announced_list``).
+        Returns the list."""
+        learned = announced_list(
+            self._policy,
+            brokers=self._brokers,
+            seed=self._seed,
+            announced=tuple(brokers),
+            source=source or self.broker,
+        )
+        if learned is not None and learned != self._brokers:
+            self._brokers = learned
+            _log.info("brokers for the next failover: %s", ", ".join(map(str, learned)))
+            self._standby.poke()
         return self._brokers
 
     async def stop(self) -> None:
@@ -209,6 +256,10 @@ class Supervisor(Generic[P]):
         if link is not None:
             link.scope.cancel()
             await close_quietly(link.connection)
+        handover, self._handover = self._handover, None
+        if handover is not None:
+            await close_quietly(handover[0])
+        await self._standby.close()
 
     # --- The task: connect, watch, fail over -----------------------------------------------
 
@@ -222,6 +273,8 @@ class Supervisor(Generic[P]):
             async with anyio.create_task_group() as watchers:
                 if await self._walk(self._plan(None, startup=True), watchers):
                     self._established()
+                    if self._standby.enabled:
+                        watchers.start_soon(self._standby.run, name="haclient failover standby")
                     while await self._fail_over(watchers):
                         pass
                 elif self._gate.state is ConnectionState.CONNECTING:
@@ -238,11 +291,13 @@ class Supervisor(Generic[P]):
         await link.ended.wait()
         await close_quietly(link.connection)
         if self._gate.state is not ConnectionState.FAILING_OVER:  # gave up at once (rule 4)
+            await self._standby.close()
             return False
         if await self._walk(self._plan(link.broker, startup=False), watchers):
             self._completed()
             return True
         self._gate.fail(self._failure, self._failures)
+        await self._standby.close()
         _log.error("failover gave up: %s", self._failure)
         self._notify(FailoverEvent.FAILED, cause=self._cause())
         return False
@@ -275,6 +330,13 @@ class Supervisor(Generic[P]):
         failures = 0
         # broker -> its refusal, for each broker whose last attempt was one (invariant 10)
         refusals: dict[str, BaseException] = {}
+        ready = self._take_ready()
+        if ready is not None:  # the handover of a return, or the warm spare: restore at once
+            if await self._restore_on(*ready, watchers):
+                return True
+            failed = self._cause()
+            if not self._retriable(failed):
+                return False
         while (attempt := plan.next(self._clock(), failed, refused=refused)) is not None:
             self._gate.attempting(attempt)
             if attempt.delay > 0:
@@ -293,20 +355,53 @@ class Supervisor(Generic[P]):
             if self._gate.state is ConnectionState.CLOSED:  # closed while the connector ran
                 await close_quietly(connection)
                 return False
-            link = self._open(connection, attempt.broker, watchers)
-            if self._gate.state is ConnectionState.CONNECTED:  # the first connect
+            if self._gate.state is ConnectionState.CONNECTING:  # the first connect
+                self._open(connection, attempt.broker, watchers)
                 return True
-            if await self._restore(link):
-                self._gate.apply(ManagerEvent.RESTORED)
+            if await self._restore_on(connection, attempt.broker, watchers):
                 return True
-            await close_quietly(link.connection)  # lost during restore: the next attempt
-            failed = self._failures[str(attempt.broker)] = self._cause()
+            failed = self._cause()
             refused = False  # it accepted the connection
             refusals.pop(str(attempt.broker), None)
             if not self._retriable(failed):
                 return False
         _log.info("the reconnect schedule ends after %d attempts", plan.made)
         return False
+
+    def _take_ready(self) -> tuple[P, BrokerURL] | None:
+        """A connection already open for this failover: the preferred broker's that started
+        a return, else the warm spare when still open (F16, F17)."""
+        handover, self._handover = self._handover, None
+        if handover is not None and handover[0].is_open:
+            return handover
+        return self._standby.take_spare()
+
+    async def _restore_on(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> bool:
+        """Make ``connection`` the one in use and restore on it; False when it was lost
+        meanwhile (closed, its failure recorded: the next attempt)."""
+        link = self._open(connection, broker, watchers)
+        if await self._restore(link):
+            self._gate.apply(ManagerEvent.RESTORED)
+            return True
+        await close_quietly(link.connection)
+        self._failures[str(broker)] = self._cause()
+        return False
+
+    def _return_to(self, connection: P, broker: BrokerURL) -> bool:
+        """A preferred broker accepted ``connection``: start the return (F16) as a loss of the
+        connection in use whose cause is ``PreferredBrokerAvailable``; the failover takes
+        ``connection`` first. False (the caller closes it) when no return is due any more."""
+        link = self._link
+        state = self._gate.state
+        if link is None or not return_due(self._policy, state, link.broker, self._preferred):
+            return False
+        self._handover = (connection, broker)
+        _log.info("returning from %s to the preferred broker %s", link.broker, broker)
+        cause = PreferredBrokerAvailable(broker=str(broker))
+        if not self._on_lost(link, cause):
+            self._handover = None
+            return False
+        return True
 
     def _note_refusal(
         self,
@@ -341,6 +436,8 @@ class Supervisor(Generic[P]):
     def _open(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> _Link[P]:
         link = _Link(connection, broker, self._epoch)
         self._link = link
+        if self._adopt is not None:
+            call_quietly(self._adopt, connection)
         self._gate.open(connection, link.epoch)
         watchers.start_soon(self._watch, link)
         _log.info("connected to %s (epoch %d)", broker, link.epoch)
@@ -372,7 +469,12 @@ class Supervisor(Generic[P]):
             self._gate.fail(cause, self._failures)
         else:
             self._gate.apply(event)
-        _log.warning("lost the connection to %s (epoch %d): %s", link.broker, link.epoch, cause)
+        self._standby.poke()
+        if isinstance(cause, PreferredBrokerAvailable):
+            self._returning = True
+            _log.info("leaving %s (epoch %d): %s", link.broker, link.epoch, cause)
+        else:
+            _log.warning("lost the connection to %s (epoch %d): %s", link.broker, link.epoch, cause)
         for resource in self._ordered_resources():
             call_quietly(resource.connection_lost, link.epoch, cause)
         if event is ManagerEvent.GAVE_UP:
@@ -479,7 +581,10 @@ class Supervisor(Generic[P]):
         broker = self._link.broker
         downtime = self._clock() - self._lost_at
         self._failovers += 1
+        self._returns += self._returning
+        self._returning = False
         self._last_downtime = downtime
+        self._standby.poke()
         _log.info("failover to %s completed after %.3f s", broker, downtime)
         self._notify(FailoverEvent.RESTORED, broker=broker, downtime=downtime)
 
@@ -531,12 +636,3 @@ def _drop_locals(error: BaseException) -> None:
         seen.add(id(current))
         traceback.clear_frames(current.__traceback__)
         current = current.__cause__ or current.__context__
-
-
-async def close_quietly(connection: ManagedConnection) -> None:
-    """Close a physical connection, shielded and bounded; an error is logged, not raised."""
-    with anyio.move_on_after(_CLOSE_GRACE, shield=True):
-        try:
-            await connection.close()
-        except Exception:
-            _log.debug("closing a physical connection failed", exc_info=True)

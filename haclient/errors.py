@@ -22,6 +22,7 @@ The tree (builtin mixins in parentheses)::
       AMQPError                             any other broker error condition
         ProtocolError                       a peer broke the AMQP protocol (a bug, or corruption)
         ConnectionLostError                 one physical connection ended; failover handles it
+          PreferredBrokerAvailable          the cause of a return to a preferred broker (F16)
         RedirectError                       the broker sent us elsewhere (``.network_host``)
         LinkDetachedError                   the broker closed one producer or consumer
         OpenTimeoutError (TimeoutError)     the peer never answered an Open or Begin: a hung
@@ -63,6 +64,7 @@ from failover.errors import (
     InvalidSelectorError,
     MessageFormatError,
     NotImplementedByBrokerError,
+    PreferredBrokerAvailable,
     ResourceLimitError,
     ResourceLockedError,
     TransactionRolledBackError,
@@ -101,6 +103,7 @@ __all__ = [
     "MessageFormatError",
     "NotImplementedByBrokerError",
     "OpenTimeoutError",
+    "PreferredBrokerAvailable",
     "ProtocolError",
     "RedirectError",
     "ResourceLimitError",

@@ -205,7 +205,8 @@ def test_options_qpid_jms_users_commonly_set() -> None:
     assert (options.so_linger, options.traffic_class) == (3, 16)
     assert (options.idle_timeout, options.max_frame_size) == (30.0, 65536)
     assert engine_config(url.brokers[0], options, "c").auth is None  # amqp.saslLayer=false
-    assert url.policy.accepted_options == ("failover.amqpOpenServerListAction",)
+    assert url.policy.accepted_options == ()  # amqpOpenServerListAction is applied
+    assert url.policy.open_server_list_action == "ignore"
 
 
 def test_the_client_id_prefix_is_the_generated_ids() -> None:
@@ -266,10 +267,10 @@ def test_one_warning_names_every_option_without_effect_and_why(
         "jms.localMessagePriority",
         "jms.presettlePolicy.presettleAll",
         "jms.deserializationPolicy.allowList",
-        "failover.amqpOpenServerListAction",
         "sasl.options.protocol",
     ):
         assert name in text
+    assert "failover.amqpOpenServerListAction" not in text  # applied
     assert "jms.prefetchPolicy.all" not in text  # applied
     assert "jms.messageIDPolicy.messageIDType" not in text  # applied
     assert "no JVM" in text and "no Java serialization" in text and "not applied yet" in text

@@ -1,0 +1,254 @@
+"""Ready connections: the warm spare (F17) and the probe of the preferred brokers (F16).
+
+How this works: a ``Standby`` runs two loops in the supervisor's task group, beside the
+connection in use, and opens connections only through the connector it is given (no session,
+nothing restored on them):
+
+- the *spare* loop keeps one connection open to ``failover.states.spare_target`` (the next
+  broker of the plan) while the logical connection is CONNECTED. A spare that dies, or whose
+  broker is no longer the target (the connection moved), is closed and opened again, with a
+  back-off (the policy's ``connect_delay`` doubling up to ``max_delay``) while it fails. A
+  failover takes it (``take_spare``) as its first attempt; its loss never starts one.
+- the *probe* loop, while ``failover.states.return_due`` (CONNECTED to a broker that is not
+  preferred), tries each preferred broker every ``priority_backup_interval`` (plus jitter);
+  the first connection one accepts is handed to ``switch``, which starts the planned failover
+  (or refuses, and the connection is closed).
+
+Both are quiet: a failure is logged at DEBUG, counts no attempt and tells no listener; on a
+shared-store pair the standby does not listen, so they wait. What they decide comes from
+``failover.states``; ``poke`` wakes them when the supervisor's state, connection or list
+changed. Everything runs on the supervisor's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, Generic
+
+import anyio
+
+from failover.policy import FailoverPolicy
+from failover.protocols import Connector, ManagedConnection, P
+from failover.states import ConnectionState, return_due, same_broker, spare_target
+from failover.url import BrokerURL
+
+__all__ = ["Standby", "StandbyView", "close_quietly"]
+
+_log = logging.getLogger("haclient.failover")
+
+# How long closing a physical connection may take before it is abandoned.
+_CLOSE_GRACE: Final = 5.0
+
+#: What the loops read of the supervisor: its state, the broker in use, the list the next
+#: failover walks, and the preferred brokers.
+StandbyView = Callable[
+    [], tuple[ConnectionState, BrokerURL | None, Sequence[BrokerURL], Sequence[BrokerURL]]
+]
+
+
+class _Spare(Generic[P]):
+    __slots__ = ("broker", "connection", "scope")
+
+    def __init__(self, connection: P, broker: BrokerURL) -> None:
+        self.connection = connection
+        self.broker = broker
+        self.scope = anyio.CancelScope()  # the task watching its end
+
+
+class Standby(Generic[P]):
+    """The ready connections of one logical connection (see the module docstring).
+
+    Args:
+        connector: Opens one connection, counting nothing (the manager's ``standby_connector``).
+        policy: ``backup``, ``priority_backup``, the interval and the back-off.
+        view: What the loops read of the supervisor, when they decide.
+        switch: Called with a connection a preferred broker accepted and that broker; True
+            when it starts the return (it owns the connection then), False to refuse.
+        sleep: Sleeps that many seconds (the manager's injected ``sleep``).
+        rng: Draws the jitter.
+    """
+
+    def __init__(
+        self,
+        connector: Connector[P],
+        policy: FailoverPolicy,
+        view: StandbyView,
+        switch: Callable[[P, BrokerURL], bool],
+        *,
+        sleep: Callable[[float], Awaitable[None]],
+        rng: random.Random,
+    ) -> None:
+        self._connector = connector
+        self._policy = policy
+        self._view = view
+        self._switch = switch
+        self._sleep = sleep
+        self._rng = rng
+        self._spare: _Spare[P] | None = None
+        self._changed: anyio.Event | None = None  # made in run: anyio needs the event loop
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the policy asks for either loop."""
+        return self._policy.backup or self._policy.priority_backup
+
+    @property
+    def spare_broker(self) -> BrokerURL | None:
+        """The broker of the spare held now, if any."""
+        return None if self._spare is None else self._spare.broker
+
+    def poke(self) -> None:
+        """The supervisor's state, connection or broker list changed: decide again."""
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    def take_spare(self) -> tuple[P, BrokerURL] | None:
+        """The spare and its broker, when it is still open: a failover's first attempt. The
+        caller owns it from now on; the loop opens a new one once CONNECTED again."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        spare.scope.cancel()
+        if not spare.connection.is_open:
+            return None
+        return spare.connection, spare.broker
+
+    async def close(self) -> None:
+        """Close the spare, if any (shielded and bounded)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.scope.cancel()
+            await close_quietly(spare.connection)
+
+    async def run(self) -> None:
+        """Both loops, until cancelled; the spare is closed on the way out."""
+        self._changed = anyio.Event()
+        try:
+            async with anyio.create_task_group() as loops:
+                if self._policy.backup:
+                    loops.start_soon(self._keep_spare, loops)
+                if self._policy.priority_backup:
+                    loops.start_soon(self._probe)
+        finally:
+            await self.close()
+
+    # --- The spare (F17) ------------------------------------------------------------------
+
+    def _spare_target(self) -> BrokerURL | None:
+        state, current, brokers, preferred = self._view()
+        if state is not ConnectionState.CONNECTED:
+            return None
+        due = return_due(self._policy, state, current, preferred)
+        return spare_target(self._policy, brokers, current, exclude=preferred if due else ())
+
+    async def _keep_spare(self, loops: anyio.abc.TaskGroup) -> None:
+        failures = 0
+        while True:
+            changed = self._changes()
+            target = self._spare_target()
+            spare = self._spare
+            if spare is not None and (
+                not spare.connection.is_open
+                or target is None
+                or not same_broker(spare.broker, target)
+            ):
+                if self._view()[0] is not ConnectionState.CONNECTED:
+                    await changed.wait()  # a failover may still take it
+                    continue
+                await self.close()
+                continue
+            if spare is not None or target is None:
+                await changed.wait()
+                continue
+            if failures:
+                await self._wait_or_change(self._back_off(failures), changed)
+                if self._spare_target() != target:
+                    continue
+            connection = await self._open_quietly(target, "spare")
+            if connection is None:
+                failures += 1
+                continue
+            if self._spare_target() != target or self._spare is not None:
+                await close_quietly(connection)
+                continue
+            failures = 0
+            self._spare = spare = _Spare(connection, target)
+            loops.start_soon(self._watch_spare, spare)
+            _log.debug("a spare connection to %s is ready", target)
+
+    async def _watch_spare(self, spare: _Spare[P]) -> None:
+        with spare.scope:
+            with contextlib.suppress(Exception):
+                await spare.connection.wait_closed()
+            _log.debug("the spare connection to %s ended", spare.broker)
+            self.poke()
+
+    def _back_off(self, failures: int) -> float:
+        policy = self._policy
+        base = max(policy.connect_delay, 0.01)
+        delay = min(base * 2.0 ** (failures - 1), max(policy.max_delay, base))
+        return delay + policy.jitter * self._rng.random()
+
+    # --- The probe (F16) ------------------------------------------------------------------
+
+    async def _probe(self) -> None:
+        while True:
+            changed = self._changes()
+            state, current, _, preferred = self._view()
+            if not return_due(self._policy, state, current, preferred):
+                await changed.wait()
+                continue
+            interval = self._policy.priority_backup_interval
+            await self._sleep(interval + self._policy.jitter * self._rng.random())
+            for broker in preferred:
+                state, current, _, preferred_now = self._view()
+                if not return_due(self._policy, state, current, preferred_now):
+                    break
+                connection = await self._open_quietly(broker, "preferred broker")
+                if connection is None:
+                    continue
+                state, current, _, preferred_now = self._view()
+                due = return_due(self._policy, state, current, preferred_now)
+                if due and self._switch(connection, broker):
+                    break
+                await close_quietly(connection)
+                break
+
+    # --- Helpers --------------------------------------------------------------------------
+
+    def _changes(self) -> anyio.Event:
+        """The event the next ``poke`` sets."""
+        assert self._changed is not None  # run() made it
+        return self._changed
+
+    async def _open_quietly(self, broker: BrokerURL, what: str) -> P | None:
+        try:
+            return await self._connector(broker)
+        except Exception as exc:
+            _log.debug("%s %s not reached: %s", what, broker, exc)
+            return None
+
+    async def _wait_or_change(self, delay: float, changed: anyio.Event) -> None:
+        """Sleep ``delay`` (the injected ``sleep``), or less when ``changed`` is set."""
+        async with anyio.create_task_group() as race:
+
+            async def sleep() -> None:
+                await self._sleep(delay)
+                race.cancel_scope.cancel()
+
+            race.start_soon(sleep)
+            await changed.wait()
+            race.cancel_scope.cancel()
+
+
+async def close_quietly(connection: ManagedConnection) -> None:
+    """Close a physical connection, shielded and bounded; an error is logged, not raised."""
+    with anyio.move_on_after(_CLOSE_GRACE, shield=True):
+        try:
+            await connection.close()
+        except Exception:
+            _log.debug("closing a physical connection failed", exc_info=True)
