@@ -105,6 +105,10 @@ class ConnectionStatistics:
         state_since: Unix time of the last state change (of the creation before any).
         messages_dead_lettered: Messages past ``max_redeliveries`` that consumers settled
             with ``redelivery_outcome`` instead of handing them out (E6).
+        failovers_returned: Completed failovers that were returns to a preferred broker
+            (F16, ``failover.priorityBackup``); ``failovers`` counts them too.
+        standby_broker: The broker of the warm spare held now (F17, ``failover.backup``;
+            password masked), None when there is none.
     """
 
     state: ConnectionState
@@ -140,6 +144,8 @@ class ConnectionStatistics:
     last_failover_at: float | None
     state_since: float
     messages_dead_lettered: int = 0
+    failovers_returned: int = 0
+    standby_broker: str | None = None
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -166,6 +172,7 @@ class ConnectionStatistics:
 
 
 _SUMMED: Final = (
+    "failovers_returned",
     "failovers_failed",
     "failover_durations",
     "calls_blocked",
@@ -221,7 +228,12 @@ class Connection:
         self._name, self._release_name = PROCESS_NAMES.claim(self, self._container_id)
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
-            self._connect, url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop
+            self._connect,
+            url,
+            reconnect_wait=reconnect_wait,
+            reconnect_stop=reconnect_stop,
+            standby_connector=self._open_standby,
+            adopt=self._adopt,
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._sessions: set[Session] = set()
@@ -271,20 +283,32 @@ class Connection:
         self._manager.register(self._context.temporaries)
 
     async def _connect(self, broker: BrokerURL) -> PhysicalConnection:
-        """The connector the failover manager calls: one physical connection to ``broker``."""
+        """The connector the failover manager calls: one physical connection to ``broker``,
+        counted as an attempt."""
         try:
-            physical = await open_physical(
-                self._host.task_group, broker, self._options, self._container_id
-            )
+            physical = await self._open_standby(broker)
         except Exception:
             self._context.counters.attempt(broker, succeeded=False)
             raise
         self._context.counters.attempt(broker, succeeded=True)
-        self._context.current = physical
-        if self._manager.policy.method is FailoverMethod.EXCHANGE:
-            self._learn(physical, advertised_brokers(physical.advertised_brokers), complete=False)
-            self._host.start_soon(self._follow_membership, physical)
         return physical
+
+    async def _open_standby(self, broker: BrokerURL) -> PhysicalConnection:
+        """One physical connection to ``broker``, counted nowhere: the manager's connector of
+        ready connections (the warm spare, the probe of a preferred broker; F16, F17), which
+        may never be used. Sessions, the client's temporaries and the broker list it announces
+        wait until it is in use (``_adopt``)."""
+        return await open_physical(self._host.task_group, broker, self._options, self._container_id)
+
+    def _adopt(self, physical: PhysicalConnection) -> None:
+        """``physical`` becomes the connection in use (the manager calls this before the
+        restore): the one the sessions see, and the one whose broker list counts (F12)."""
+        self._context.current = physical
+        self._manager.announce_brokers(
+            advertised_brokers(physical.advertised_brokers), source=physical.broker
+        )
+        if self._manager.policy.method is FailoverMethod.EXCHANGE:
+            self._host.start_soon(self._follow_membership, physical)
 
     def _learn(
         self, physical: PhysicalConnection, brokers: Iterable[BrokerURL], *, complete: bool
@@ -459,6 +483,8 @@ class Connection:
             last_failover_at=counters.failover.last_started,
             state_since=counters.failover.state_since,
             messages_dead_lettered=counters.dead_lettered,
+            failovers_returned=manager.returns,
+            standby_broker=None if manager.standby is None else str(manager.standby),
         )
 
     async def close(self) -> None:
