@@ -81,6 +81,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import trustme
 
 import haclient.aio as aio
 from bench.failover_client import (
@@ -115,10 +116,19 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # The broker host: one reference broker in its own process, driven through stdin/stdout --------
 
 
-async def _serve(port: int, peers: Sequence[str]) -> None:
+async def _serve(
+    port: int, peers: Sequence[str], tls: tuple[str, str] | None, users: dict[str, str]
+) -> None:
     from chaos.broker import Broker
+    from haclient.amqp.config import TlsServerOptions
 
-    broker = Broker(host=HOST, port=port, peers=peers)
+    broker = Broker(
+        host=HOST,
+        port=port,
+        peers=peers,
+        tls=None if tls is None else TlsServerOptions(*tls),
+        users=users or None,
+    )
 
     def say(text: str) -> None:
         sys.stdout.write(text + "\n")
@@ -154,10 +164,13 @@ def serve_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover serve-broker")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--peer", action="append", default=[])
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), default=None)
+    parser.add_argument("--user", action="append", default=[], metavar="NAME:PASS")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops us (Ctrl-C reaches us too)
-    anyio.run(_serve, args.port, args.peer)
+    users = dict(user.split(":", 1) for user in args.user)
+    anyio.run(_serve, args.port, args.peer, args.tls, users)
     return 0
 
 
@@ -170,9 +183,16 @@ class BrokerHost:
     """
 
     def __init__(
-        self, name: str, work_dir: Path, *, kill_mode: str, peers: Sequence[int] = ()
+        self,
+        name: str,
+        work_dir: Path,
+        *,
+        kill_mode: str,
+        peers: Sequence[int] = (),
+        secure: Secure | None = None,
     ) -> None:
         self.name = name
+        self.secure = secure
         self.port = free_port(HOST)
         self.peers = [f"amqp://{HOST}:{p}" for p in peers]
         self.kill_mode = kill_mode
@@ -183,7 +203,7 @@ class BrokerHost:
 
     @property
     def url(self) -> str:
-        return f"amqp://{HOST}:{self.port}"
+        return f"{'amqps' if self.secure else 'amqp'}://{HOST}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -197,6 +217,9 @@ class BrokerHost:
         argv = [sys.executable, "-m", "bench.failover", "serve-broker", "--port", str(self.port)]
         for peer in self.peers:
             argv += ["--peer", peer]
+        if self.secure is not None:
+            argv += ["--tls", str(self.secure.cert), str(self.secure.key)]
+            argv += ["--user", f"{self.secure.user}:{self.secure.password}"]
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -302,17 +325,56 @@ class BrokerHost:
         return "\n".join(text.splitlines()[-lines:])
 
 
+@dataclass(frozen=True)
+class Secure:
+    """TLS and a SCRAM login for the warm-backup part: the files of a CA made for the run and
+    of a certificate for ``HOST`` it signs, and the one user every broker knows."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    user: str = "bench"
+    password: str = "bench-secret"
+
+    @classmethod
+    def make(cls, work_dir: Path) -> Secure:
+        ca = trustme.CA()
+        server = ca.issue_cert(HOST)
+        secure = cls(work_dir / "ca.pem", work_dir / "server.pem", work_dir / "server.key")
+        ca.cert_pem.write_to_path(str(secure.ca))
+        secure.cert.write_bytes(b"".join(pem.bytes() for pem in server.cert_chain_pems))
+        server.private_key_pem.write_to_path(str(secure.key))
+        return secure
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A ``roundrobin`` row of the downtime part with TLS and SCRAM on (``Secure``), with or
+    without the warm backup (F17, ``failover.backup=true``)."""
+
+    label: str
+    backup: bool
+
+
+VARIANTS = (Variant("rr tls+scram", False), Variant("rr +backup", True))
+SPARE_TIMEOUT = 10.0
+"""Seconds the warm spare may take to be ready again before a kill."""
+
+
 class Hosts:
     """The broker hosts of one measurement, stopped together."""
 
-    def __init__(self, stack: ExitStack, work_dir: Path, kill_mode: str) -> None:
+    def __init__(
+        self, stack: ExitStack, work_dir: Path, kill_mode: str, secure: Secure | None = None
+    ) -> None:
         self.stack = stack
         self.work_dir = work_dir
         self.kill_mode = kill_mode
+        self.secure = secure
         self.by_port: dict[int, BrokerHost] = {}
 
     def make(self, name: str) -> BrokerHost:
-        host = BrokerHost(name, self.work_dir, kill_mode=self.kill_mode)
+        host = BrokerHost(name, self.work_dir, kill_mode=self.kill_mode, secure=self.secure)
         self.by_port[host.port] = host
         self.stack.callback(host.stop)
         return host
@@ -347,14 +409,29 @@ class MethodResult:
     """Why the row is not (fully) measured."""
 
 
-def _url(method: str, brokers: Sequence[BrokerHost]) -> str:
+def _url(method: str, brokers: Sequence[BrokerHost], variant: Variant | None = None) -> str:
     listed = ",".join(b.url for b in brokers)
     options = [f"failover.method={method}", "failover.connectdelay=0"]
     if method == SINGLEBROKER:
         options.append("failover.retries=1000000")
     else:
         options.append("failover.cyclecount=100")
+    secure = brokers[0].secure
+    if secure is not None:
+        options += [
+            f"transport.trustStoreLocation={secure.ca}",
+            "amqp.saslMechanisms=SCRAM-SHA-256",
+        ]
+    if variant is not None and variant.backup:
+        options.append("failover.backup=true")
     return f"failover:({listed})?{'&'.join(options)}"
+
+
+async def _spare_ready(conn: aio.Connection) -> None:
+    """Wait until the warm spare is open again (F17), so that the next kill has one."""
+    with anyio.move_on_after(SPARE_TIMEOUT):
+        while conn.statistics().standby_broker is None:
+            await anyio.sleep(0.01)
 
 
 def _ms(value: float | None) -> str:
@@ -368,8 +445,9 @@ async def measure_method(
     run_id: str,
     log: Any,
     profile_top: int | None = None,
+    variant: Variant | None = None,
 ) -> MethodResult:
-    result = MethodResult(method)
+    result = MethodResult(method if variant is None else variant.label)
     if method == SINGLEBROKER:
         seed = [hosts.make("S")]
     else:
@@ -382,10 +460,14 @@ async def measure_method(
             seed = [a, b]
     for host in hosts.by_port.values():
         await anyio.to_thread.run_sync(host.spawn)
-    url = _url(method, seed)
-    print(f"{method}: {url}", file=log)
+    url = _url(method, seed, variant)
+    print(f"{result.method}: {url}", file=log)
     recorder = Recorder()
-    conn = await aio.connect(url, client_id=f"bench-failover-{run_id}-{method}")
+    login: dict[str, Any] = {}
+    if hosts.secure is not None:
+        login = {"username": hosts.secure.user, "password": hosts.secure.password}
+    name = method if variant is None else variant.label.replace(" ", "-").replace("+", "")
+    conn = await aio.connect(url, client_id=f"bench-failover-{run_id}-{name}", **login)
     try:
         conn.add_listener(recorder)
         if method == EXCHANGE:
@@ -407,10 +489,13 @@ async def measure_method(
             result.note = await kill_in_turn(
                 sender,
                 kills,
-                lambda number: _one_kill(method, number, conn, sender, recorder, hosts),
+                lambda number: _one_kill(
+                    method, number, conn, sender, recorder, hosts, variant=variant
+                ),
                 result.kills,
                 lambda number, kill: (
-                    f"{method} kill {number}/{kills}: {kill.killed} -> {kill.next_broker}: "
+                    f"{result.method} kill {number}/{kills}: {kill.killed} -> "
+                    f"{kill.next_broker}: "
                     f"downtime {_ms(kill.downtime)} ms (detected {_ms(kill.detected)}, "
                     f"failover completed {_ms(kill.completed)}, client says "
                     f"{_ms(kill.client_downtime)}, statistics {_ms(kill.stats_downtime)})"
@@ -446,11 +531,15 @@ async def _one_kill(
     recorder: Recorder,
     hosts: Hosts,
     profiler: cProfile.Profile | None = None,
+    *,
+    variant: Variant | None = None,
 ) -> Kill:
+    if variant is not None and variant.backup:
+        await _spare_ready(conn)
     broker = conn.broker
     assert broker is not None and broker.port is not None
     host = hosts.by_port[broker.port]
-    kill = Kill(method, number, host.name)
+    kill = Kill(method if variant is None else variant.label, number, host.name)
     epoch = conn.statistics().epoch
     started, completed = len(recorder.started), len(recorder.completed)
     if profiler is not None:
@@ -834,6 +923,30 @@ def report(
     return "\n".join(lines), summary
 
 
+async def measure_backup(
+    kills: int, work_dir: Path, kill_mode: str, run_id: str, log: Any
+) -> list[MethodResult]:
+    """The warm-backup part: ``roundrobin`` over two independent brokers with TLS and SCRAM on,
+    without and with ``failover.backup=true`` (F17), in alternating rounds of at most three
+    kills each (interleaved: the machine's load falls on both alike); one row each."""
+    secure = Secure.make(work_dir)
+    rows = {variant: MethodResult(variant.label) for variant in VARIANTS}
+    left = kills
+    while left > 0:
+        batch = min(3, left)
+        for variant in VARIANTS:
+            with ExitStack() as hosts_stack:
+                hosts = Hosts(hosts_stack, work_dir, kill_mode, secure)
+                part = await measure_method(ROUNDROBIN, hosts, batch, run_id, log, variant=variant)
+            rows[variant].kills += part.kills
+            rows[variant].note = rows[variant].note or part.note
+        left -= batch
+    for row in rows.values():
+        for number, kill in enumerate(row.kills, 1):
+            kill.number = number
+    return list(rows.values())
+
+
 # Orchestration ----------------------------------------------------------------------------------
 
 
@@ -862,6 +975,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-downtime", action="store_true", help="skip the downtime part")
     parser.add_argument("--no-restore", action="store_true", help="skip the restore part")
     parser.add_argument("--no-ha", action="store_true", help="skip the HA pair part")
+    parser.add_argument(
+        "--no-backup", action="store_true", help="skip the warm backup part (TLS and SCRAM on)"
+    )
     parser.add_argument(
         "--kill",
         choices=(KILL_BROKER, KILL_PROCESS),
@@ -892,6 +1008,8 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
                 hosts = Hosts(hosts_stack, work_dir, args.kill)
                 top = args.profile_top if args.profile else None
                 methods.append(await measure_method(method, hosts, args.kills, run_id, log, top))
+    if not args.no_backup:
+        methods += await measure_backup(args.kills, work_dir, args.kill, run_id, log)
     if not args.no_ha:
         ha = await measure_ha(args.kills, work_dir, run_id, log)
     if not args.no_restore:
