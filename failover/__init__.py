@@ -4,7 +4,8 @@ holds calls while the connection is restored, epochs and the tiered restore of r
 Nothing here knows AMQP; ``haclient.aio`` supplies the connector. Nothing here imports
 ``haclient``: the exceptions it raises are the generic part of haclient's exception tree, which
 lives here (``failover.errors``) and which ``haclient.errors`` re-exports. Only
-``failover.manager``, ``failover.gate`` and ``failover.supervisor`` import anyio, and url,
+``failover.manager``, ``failover.gate``, ``failover.supervisor`` and ``failover.standby`` import
+anyio, and url,
 policy, states and protocols are pure (``failover.schedule`` too, but for importing tenacity,
 whose strategies are pure functions). ``tests/unit/test_layers.py`` keeps all three so.
 
@@ -35,6 +36,9 @@ whose strategies are pure functions). ``tests/unit/test_layers.py`` keeps all th
 - ``failover.supervisor``: ``Supervisor``, the task that connects, watches, fails over
   (walking a ``ReconnectPlan``) and restores the resources tier by tier, and what it keeps:
   the epoch, the current connection, the broker lists, the resources, the counters.
+- ``failover.standby``: ``Standby``, the ready connections beside the one in use: the warm
+  spare a failover takes first (F17) and the probe of the preferred brokers that starts a
+  return (F16).
 - ``failover.listeners``: ``Listeners``, the failover listeners (F14) called in order.
 """
 

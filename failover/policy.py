@@ -67,6 +67,12 @@ milliseconds; fields are seconds. Two names need a word more:
 - ``failover.useReconnectBackOff`` (Qpid JMS's) sets no field of its own: ``false`` sets
   ``backoff = 1``; ``true`` keeps the multiplier given, else uses Qpid JMS's default 2.0.
 
+Ready connections (F16, F17), ActiveMQ's names: ``priorityBackup`` (with ``priorityURIs`` and
+``priorityBackupInterval``) returns to a preferred broker, ``backup`` keeps a warm spare; the
+policy only carries them, ``failover.states`` decides with them and ``failover.standby`` acts.
+``amqpOpenServerListAction`` (Qpid JMS's) says what a broker's announced list does to the
+walked one (``failover.states.announced_list``).
+
 Defaults differ from Qpid JMS's where the semantics ask for it: Qpid JMS retries forever, but F4
 promises that blocked calls eventually raise ``ConnectionFailedError``, hence the time budget
 (a pass count is the wrong unit: with a fast retry it runs out in milliseconds); and Qpid JMS
