@@ -411,8 +411,11 @@ def return_due(
     preferred: Sequence[BrokerURL],
 ) -> bool:
     """Whether the preferred brokers are to be probed now (F16, invariant 11): with
-    ``priority_backup``, while CONNECTED to a broker that is not preferred."""
-    if not policy.priority_backup or state is not ConnectionState.CONNECTED or current is None:
+    ``priority_backup``, while CONNECTED to a broker that is not preferred; never under
+    ``nofailover`` (a return is a loss, which would end the connection there)."""
+    if not policy.priority_backup or policy.method is FailoverMethod.NOFAILOVER:
+        return False
+    if state is not ConnectionState.CONNECTED or current is None:
         return False
     return not any(same_broker(current, broker) for broker in preferred)
 

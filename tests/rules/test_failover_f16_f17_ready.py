@@ -24,6 +24,7 @@ from failoverkit import (
 from haclient.destination import Queue
 from haclient.errors import PreferredBrokerAvailable, TransactionRolledBackError
 from haclient.message import TextMessage
+from haclient.metrics import _samples
 from haclient.modes import AckMode
 
 pytestmark = pytest.mark.anyio
@@ -78,6 +79,9 @@ async def test_F16_the_connection_returns_to_the_restarted_preferred_broker(api:
                 received.append(text_of(message) or "")
             statistics = await connection.statistics()
             assert statistics.failovers_returned == 1 and statistics.failovers == 2
+            samples = {(name, labels): value for name, labels, value in _samples(statistics)}
+            assert samples[("failovers", ("returned",))] == 1  # the metrics tell them apart
+            assert samples[("failovers", ("completed",))] == 1
             assert statistics.broker_address == f"127.0.0.1:{first.port}"
         left_on_second = await take_all(second.url, "f16")  # given back when it left
         assert set(sent) <= set(received) | set(left_on_second)  # nothing lost

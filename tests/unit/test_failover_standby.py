@@ -44,6 +44,8 @@ def test_F16_a_return_is_due_only_when_connected_to_a_broker_that_is_not_preferr
     for state in (S.CONNECTING, S.FAILING_OVER, S.RESTORING, S.FAILED, S.CLOSED):
         assert not return_due(on, state, B, (A,))
     assert not return_due(FailoverPolicy(), S.CONNECTED, B, (A,))
+    off = FailoverPolicy(priority_backup=True, method=FailoverMethod.NOFAILOVER)
+    assert not return_due(off, S.CONNECTED, B, (A,))  # a return would end the connection
 
 
 def test_F17_the_spare_goes_to_the_next_broker_of_the_plan() -> None:
