@@ -22,7 +22,11 @@ from failoverkit import (
 )
 
 from haclient.destination import Queue
-from haclient.errors import PreferredBrokerAvailable, TransactionRolledBackError
+from haclient.errors import (
+    AcknowledgeFailedError,
+    PreferredBrokerAvailable,
+    TransactionRolledBackError,
+)
 from haclient.message import TextMessage
 from haclient.metrics import _samples
 from haclient.modes import AckMode
@@ -59,6 +63,12 @@ async def test_F16_the_connection_returns_to_the_restarted_preferred_broker(api:
                 await producer.send(TextMessage(sent[-1]))
                 received.append(text_of(await consumer.receive(TIMEOUT)) or "")
             await tx_producer.send(TextMessage("dirty"))  # open when the return comes
+            client = await connection.create_session(AckMode.CLIENT)
+            pending = await client.create_consumer(Queue("f16-ack"))
+            to_client = await session.create_producer(Queue("f16-ack"))
+            await to_client.send(TextMessage("unacknowledged"))
+            unacknowledged = await pending.receive(TIMEOUT)
+            assert unacknowledged is not None
             first.start()
             for n in range(40):  # sends and receives go on through the return
                 sent.append(f"r{n}")
@@ -75,7 +85,9 @@ async def test_F16_the_connection_returns_to_the_restarted_preferred_broker(api:
             assert port_of(recorder.named("completed")[1]) == first.port
             with pytest.raises(TransactionRolledBackError):  # F7, as after any loss
                 await transacted.commit()
-            while (message := await consumer.receive(0.5)) is not None:
+            with pytest.raises(AcknowledgeFailedError):  # F8, as after any loss
+                await api.acknowledge(unacknowledged)
+            while (message := await consumer.receive(0.3)) is not None:
                 received.append(text_of(message) or "")
             statistics = await connection.statistics()
             assert statistics.failovers_returned == 1 and statistics.failovers == 2
