@@ -874,6 +874,7 @@ async def connect_amqp(
         raise ConnectionLostError(f"connecting to {host}:{port} timed out") from exc
     except OSError as exc:
         raise ConnectionLostError(f"cannot connect to {host}:{port}: {exc}") from exc
+    log.debug("TCP connection to %s:%d made", host, port)
     engine = Engine(config)
     connection = AmqpConnection(engine)
     driver = connection.driver = Driver(engine, stream, connection.handle_events)
@@ -885,6 +886,7 @@ async def connect_amqp(
             await connection._opened.wait()
         if not connection._opened.done:
             raise OpenTimeoutError(_unanswered(host, port, engine, connect_timeout))
+        log.debug("the Open of %s:%d arrived", host, port)
     except BaseException:
         # A peer that never answered the Open will not answer a Close either: do not wait
         # for it (failover is waiting to try the next broker).
