@@ -873,6 +873,12 @@ def _parser() -> argparse.ArgumentParser:
         help="measure only this HA pair (repeatable; default: all)",
     )
     parser.add_argument(
+        "--ha-ab",
+        action="store_true",
+        help="A/B of the client on each HA pair: --kills kills of each variant, alternating "
+        "(before: without the quick retry of a broker not ready yet; after: as it is)",
+    )
+    parser.add_argument(
         "--ha-readiness-delay",
         metavar="SECONDS",
         help="the HA brokers' --readiness-delay (SECONDS or LOW-HIGH; default: their mode's)",
@@ -919,7 +925,9 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
         if args.ha_not_ready is not None:
             broker_args += ["--not-ready", args.ha_not_ready]
         modes = tuple(args.ha_mode or HA_PAIRS)
-        ha = await measure_ha(args.kills, work_dir, run_id, log, modes, tuple(broker_args))
+        ha = await measure_ha(
+            args.kills, work_dir, run_id, log, modes, tuple(broker_args), args.ha_ab
+        )
     if not args.no_restore:
         with ExitStack() as hosts_stack:
             hosts = Hosts(hosts_stack, work_dir, args.kill)

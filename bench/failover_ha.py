@@ -38,7 +38,8 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+import failover.schedule
 import haclient.aio as aio
 from bench.failover_client import (
     FAILOVER_TIMEOUT,
@@ -71,6 +73,14 @@ class HaPair:
     median_goal: float
     max_goal: float
 
+
+VARIANTS = {
+    "before": "the reconnect schedule without the quick retry of a broker that dropped the "
+    "attempt before answering (failover.schedule.NOT_READY_RETRY = None)",
+    "after": "the reconnect schedule as it is (a broker not ready yet tried again in 5-10 ms)",
+}
+"""The client variants ``--ha-ab`` alternates, kill by kill."""
+_QUICK_RETRY = failover.schedule.NOT_READY_RETRY
 
 REFERENCE = HaPair("reference", (), 0.050, 0.100)
 ACTIVEMQ = HaPair("activemq", ("--activemq",), 0.110, 0.160)
@@ -167,6 +177,8 @@ class HaKill:
     phases: dict[str, float | None] = field(default_factory=dict)
     early: int = 0
     """Attempts on the standby that failed after its port opened."""
+    variant: str | None = None
+    """The client variant (``--ha-ab``), or None."""
 
     @property
     def overhead(self) -> float | None:
@@ -191,22 +203,39 @@ async def measure_ha(
     log: Any,
     modes: tuple[str, ...] = tuple(HA_PAIRS),
     broker_args: tuple[str, ...] = (),
+    ab: bool = False,
 ) -> list[HaResult]:
     """``kills`` SIGKILLs of the master of each pair of ``modes``, under the default URL;
-    ``broker_args`` go to every broker too."""
+    ``broker_args`` go to every broker too. With ``ab``, ``kills`` for each client variant
+    (``VARIANTS``), alternating."""
     results = []
+    variants = tuple(VARIANTS) if ab else (None,)
     with Timeline.installed() as timeline:
         for mode in modes:
             pair = HA_PAIRS[mode]
             args = (*pair.broker_args, *broker_args)
-            results.append(await _measure_pair(pair, args, kills, work_dir, run_id, log, timeline))
+            result = await _measure_pair(
+                pair, args, kills, variants, work_dir, run_id, log, timeline
+            )
+            results.append(result)
     return results
+
+
+@contextmanager
+def _client_variant(variant: str | None) -> Iterator[None]:
+    """The client as ``variant`` has it (None, "after": as it is) for the block."""
+    failover.schedule.NOT_READY_RETRY = None if variant == "before" else _QUICK_RETRY
+    try:
+        yield
+    finally:
+        failover.schedule.NOT_READY_RETRY = _QUICK_RETRY
 
 
 async def _measure_pair(
     pair: HaPair,
     broker_args: tuple[str, ...],
     kills: int,
+    variants: tuple[str | None, ...],
     work_dir: Path,
     run_id: str,
     log: Any,
@@ -224,7 +253,7 @@ async def _measure_pair(
         print(f"ha pair ({pair.mode} {' '.join(broker_args)}): {url} (the default URL)", file=log)
         conn = await aio.connect(url, client_id=f"bench-failover-{run_id}-ha-{pair.mode}")
         try:
-            await _kills(conn, members, kills, result, run_id, log, timeline)
+            await _kills(conn, members, kills, variants, result, run_id, log, timeline)
         finally:
             with anyio.move_on_after(10, shield=True):
                 await conn.close()
@@ -235,6 +264,7 @@ async def _kills(
     conn: aio.Connection,
     members: list[HaMember],
     kills: int,
+    variants: tuple[str | None, ...],
     result: HaResult,
     run_id: str,
     log: Any,
@@ -242,14 +272,25 @@ async def _kills(
 ) -> None:
     recorder = Recorder()
     conn.add_listener(recorder)
+    total = kills * len(variants)
+
+    async def one_kill(number: int) -> HaKill:
+        variant = variants[(number - 1) % len(variants)]
+        with _client_variant(variant):
+            kill = await _one_kill(number, conn, members, sender, recorder, timeline)
+        kill.variant = variant
+        return kill
+
     async with Sender.running(conn, f"failover-{run_id}-ha") as sender:
         result.note = await kill_in_turn(
             sender,
-            kills,
-            lambda number: _one_kill(number, conn, members, sender, recorder, timeline),
+            total,
+            one_kill,
             result.kills,
             lambda number, kill: (
-                f"ha {result.mode} kill {number}/{kills}: takeover {_ms(kill.takeover)} ms, "
+                f"ha {result.mode} kill {number}/{total}"
+                + (f" ({kill.variant})" if kill.variant else "")
+                + f": takeover {_ms(kill.takeover)} ms, "
                 f"downtime {_ms(kill.downtime)} ms, overhead {_ms(kill.overhead)} ms ("
                 + ", ".join(f"{name} {_ms(kill.phases.get(name))}" for name in PHASES)
                 + (f"; {kill.early} attempts failed after the port opened" if kill.early else "")
@@ -307,27 +348,45 @@ def _median_max(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def ha_report(result: HaResult) -> tuple[list[str], dict[str, Any]]:
-    """The table lines and the JSON summary of one pair of the HA part."""
-    pair = HA_PAIRS[result.mode]
-    ok = [k for k in result.kills if k.overhead is not None]
+    """The table lines and the JSON summary of one pair of the HA part (of each client variant
+    with ``--ha-ab``)."""
+    brokers = " ".join(("haclient-broker", *result.broker_args))
+    lines = [
+        f"HA pair ({result.mode}: {brokers}), the default URL {result.url}: SIGKILL of the "
+        "master; takeover = kill -> the standby's port accepts; downtime = kill -> first "
+        "PERSISTENT send completed on it; overhead = downtime - takeover",
+    ]
+    summary: dict[str, Any] = {"mode": result.mode, "url": result.url, "note": result.note}
+    variants = list(dict.fromkeys(k.variant for k in result.kills)) or [None]
+    for variant in variants:
+        kills = [k for k in result.kills if k.variant == variant]
+        if variant is not None:
+            lines.append(f"client {variant}: {VARIANTS[variant]}")
+        table, numbers = _variant_report(HA_PAIRS[result.mode], kills)
+        lines += table
+        if variant is None:
+            summary.update(numbers)
+        else:
+            summary[variant] = numbers
+    if result.note:
+        lines.append(f"  {result.note}")
+    return lines, summary
+
+
+def _variant_report(pair: HaPair, kills: list[HaKill]) -> tuple[list[str], dict[str, Any]]:
+    ok = [k for k in kills if k.overhead is not None]
     rows = {
         "takeover": _median_max([k.takeover for k in ok if k.takeover is not None]),
         "downtime": _median_max([k.downtime for k in ok if k.downtime is not None]),
         "overhead": _median_max([k.overhead for k in ok if k.overhead is not None]),
     }
     median, worst = rows["overhead"]
-    if any(k.error for k in result.kills) or median is None or worst is None:
-        verdict = "FAILED" if result.kills else "NOT MEASURED"
+    if any(k.error for k in kills) or median is None or worst is None:
+        verdict = "FAILED" if kills else "NOT MEASURED"
     else:
         met = median <= pair.median_goal and worst <= pair.max_goal
         verdict = "PASS" if met else "MISSED"
-    brokers = " ".join(("haclient-broker", *result.broker_args))
-    lines = [
-        f"HA pair ({result.mode}: {brokers}), the default URL {result.url}: SIGKILL of the "
-        "master; takeover = kill -> the standby's port accepts; downtime = kill -> first "
-        "PERSISTENT send completed on it; overhead = downtime - takeover",
-        f"{'':<10}{'kills':>6}{'median':>9}{'max':>9}",
-    ]
+    lines = [f"{'':<10}{'kills':>6}{'median':>9}{'max':>9}"]
     for name, (med, top) in rows.items():
         lines.append(f"{name:<10}{len(ok):>6}{_ms(med):>9}{_ms(top):>9}")
     breakdown = {
@@ -345,21 +404,11 @@ def ha_report(result: HaResult) -> tuple[list[str], dict[str, Any]]:
         f"goal overhead: median <= {pair.median_goal * 1000:.0f} ms, max <= "
         f"{pair.max_goal * 1000:.0f} ms: {_ms(median)} / {_ms(worst)} ms -> {verdict}"
     )
-    if result.note:
-        lines.append(f"  {result.note}")
     summary: dict[str, Any] = {
         f"{name}_{stat}_s": value
-        for name, pair in rows.items()
-        for stat, value in zip(("median", "max"), pair, strict=True)
+        for name, stats in rows.items()
+        for stat, value in zip(("median", "max"), stats, strict=True)
     }
     summary.update({f"{name}_median_s": stats[0] for name, stats in breakdown.items()})
-    summary.update(
-        {
-            "mode": result.mode,
-            "kills": len(ok),
-            "url": result.url,
-            "verdict": verdict,
-            "note": result.note,
-        }
-    )
+    summary.update({"kills": len(ok), "early_attempts": early, "verdict": verdict})
     return lines, summary

@@ -52,6 +52,7 @@ __all__ = [
     "AMQPError",
     "AcknowledgeFailedError",
     "AuthenticationError",
+    "BrokerNotReadyError",
     "BrowserFailoverError",
     "ClientIdInUseError",
     "ClosedError",
@@ -447,3 +448,13 @@ class ConnectionLostError(AMQPError):
     """
 
     retriable = True
+
+
+class BrokerNotReadyError(ConnectionLostError):
+    """A connect attempt's TCP connection was accepted, then closed before a single byte came
+    back: the broker listens but does not serve yet (a new master of a shared-store pair in its
+    first milliseconds), or a proxy has nothing behind it.
+
+    The reconnect schedule comes back to such a broker sooner than to one that refused the
+    connection (``failover.schedule``); otherwise it is a lost connection like any other.
+    """

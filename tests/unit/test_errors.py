@@ -97,6 +97,7 @@ def test_all_is_pinned() -> None:
             "AcknowledgeFailedError",
             "AttachTimeoutError",
             "AuthenticationError",
+            "BrokerNotReadyError",
             "BrowserFailoverError",
             "ClientIdInUseError",
             "ClosedError",
