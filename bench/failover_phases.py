@@ -103,7 +103,7 @@ def phases(
     """The phases (seconds; None where a mark is missing) of the failover onto the broker on
     ``port`` whose port opened at ``opened``, and the attempts on it that failed after that."""
     target = f":{port}"
-    starts = [e for e in entries if e.mark == "attempt" and target + " " in e.text + " "]
+    starts = [e for e in entries if e.mark == "attempt" and f"{target} (attempt" in e.text]
     early = max(0, sum(1 for e in starts if e.at >= opened) - 1)
     last = starts[-1].at if starts else None
 
@@ -118,6 +118,6 @@ def phases(
     marks = [opened, last, after("tcp"), after("header"), after("sasl"), after("open")]
     marks += [completed, first]
     out: dict[str, float | None] = {}
-    for name, begin, end in zip(PHASES, marks, marks[1:], strict=False):
+    for name, begin, end in zip(PHASES, marks[:-1], marks[1:], strict=True):
         out[name] = None if begin is None or end is None else end - begin
     return out, early
