@@ -52,6 +52,7 @@ __all__ = [
     "AMQPError",
     "AcknowledgeFailedError",
     "AuthenticationError",
+    "BrokerNotReadyError",
     "BrowserFailoverError",
     "ClientIdInUseError",
     "ClosedError",
@@ -471,3 +472,13 @@ class PreferredBrokerAvailable(ConnectionLostError):
     def _default_message(self) -> str:
         where = f" ({self.broker})" if self.broker is not None else ""
         return f"returning to a preferred broker{where}"
+
+
+class BrokerNotReadyError(ConnectionLostError):
+    """A connect attempt's TCP connection was accepted, then closed before a single byte came
+    back: the broker listens but does not serve yet (a new master of a shared-store pair in its
+    first milliseconds), or a proxy has nothing behind it.
+
+    The reconnect schedule comes back to such a broker sooner than to one that refused the
+    connection (``failover.schedule``); otherwise it is a lost connection like any other.
+    """

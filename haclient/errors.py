@@ -23,6 +23,8 @@ The tree (builtin mixins in parentheses)::
         ProtocolError                       a peer broke the AMQP protocol (a bug, or corruption)
         ConnectionLostError                 one physical connection ended; failover handles it
           PreferredBrokerAvailable          the cause of a return to a preferred broker (F16)
+          BrokerNotReadyError               accepted, then closed before any answer: a broker
+                                            starting up; failover comes back to it soon
         RedirectError                       the broker sent us elsewhere (``.network_host``)
         LinkDetachedError                   the broker closed one producer or consumer
         OpenTimeoutError (TimeoutError)     the peer never answered an Open or Begin: a hung
@@ -51,6 +53,7 @@ from failover.errors import (
     AcknowledgeFailedError,
     AMQPError,
     AuthenticationError,
+    BrokerNotReadyError,
     BrowserFailoverError,
     ClientIdInUseError,
     ClosedError,
@@ -87,6 +90,7 @@ __all__ = [
     "AcknowledgeFailedError",
     "AttachTimeoutError",
     "AuthenticationError",
+    "BrokerNotReadyError",
     "BrowserFailoverError",
     "ClientIdInUseError",
     "ClosedError",

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup
 
-from failover.errors import ClosedError, ConnectionLostError, HAClientError
+from failover.errors import BrokerNotReadyError, ClosedError, ConnectionLostError, HAClientError
 from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
 from haclient.amqp.config import EngineConfig
 from haclient.amqp.driver import Driver
@@ -858,6 +858,8 @@ async def connect_amqp(
 
     Raises:
         ConnectionLostError: the TCP connection could not be made or dropped during the open.
+        BrokerNotReadyError: the TCP connection was accepted, then closed before the peer sent
+            a byte (a broker starting up).
         AuthenticationError: the SASL login was refused.
         ProtocolError: the peer does not speak AMQP 1.0.
         OpenTimeoutError: the peer did not answer the Open within ``connect_timeout``.
@@ -874,6 +876,7 @@ async def connect_amqp(
         raise ConnectionLostError(f"connecting to {host}:{port} timed out") from exc
     except OSError as exc:
         raise ConnectionLostError(f"cannot connect to {host}:{port}: {exc}") from exc
+    log.debug("TCP connection to %s:%d made", host, port)
     engine = Engine(config)
     connection = AmqpConnection(engine)
     driver = connection.driver = Driver(engine, stream, connection.handle_events)
@@ -885,12 +888,20 @@ async def connect_amqp(
             await connection._opened.wait()
         if not connection._opened.done:
             raise OpenTimeoutError(_unanswered(host, port, engine, connect_timeout))
-    except BaseException:
+        log.debug("the Open of %s:%d arrived", host, port)
+    except BaseException as exc:
         # A peer that never answered the Open will not answer a Close either: do not wait
         # for it (failover is waiting to try the next broker).
         answered = connection._opened.done
         with anyio.CancelScope(shield=True):
             await connection.close(timeout=5.0 if answered else 0.0)
+        if type(exc) is ConnectionLostError and not driver.heard:
+            raise BrokerNotReadyError(
+                f"{host}:{port} accepted the TCP connection and closed it before answering "
+                "(a broker starting up?)",
+                condition=exc.condition,
+                description=exc.description,
+            ) from exc
         raise
     return connection
 

@@ -98,6 +98,7 @@ def test_all_is_pinned() -> None:
             "AcknowledgeFailedError",
             "AttachTimeoutError",
             "AuthenticationError",
+            "BrokerNotReadyError",
             "BrowserFailoverError",
             "ClientIdInUseError",
             "ClosedError",
