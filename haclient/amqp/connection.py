@@ -43,6 +43,7 @@ from haclient.amqp.events import (
     SessionRemoteOpen,
     TransportClosed,
 )
+from haclient.amqp.rawsocket import connect_tcp
 from haclient.amqp.types import (
     ErrorCondition,
     Outcome,
@@ -866,7 +867,7 @@ async def connect_amqp(
     """
     try:
         with anyio.fail_after(min(connect_timeout, tcp_timeout or connect_timeout)):
-            stream = await anyio.connect_tcp(host, port)
+            stream = await connect_tcp(host, port)
         try:
             _set_options(stream.extra(SocketAttribute.raw_socket), socket_options)
         except OSError:

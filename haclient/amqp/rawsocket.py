@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ipaddress
 import socket
 from collections.abc import Callable
 
@@ -25,15 +26,25 @@ try:
 except ImportError:  # anyio then finds asyncio by its running loop
     _async_library = None
 
-__all__ = ["SocketWatch", "own_socket", "read_socket", "send_some"]
+__all__ = [
+    "PlainSocketStream",
+    "SocketWatch",
+    "connect_tcp",
+    "own_socket",
+    "read_socket",
+    "send_some",
+]
 
 
 def own_socket(stream: ByteStream) -> socket.socket | None:
     """A socket of our own on ``stream``'s connection (a duplicate of its file descriptor, to
-    be closed by the caller), or None when the stream is not a bare socket stream (a wrapper,
-    such as the test broker's gated stream, must see every read and write)."""
+    be closed by the caller; a ``PlainSocketStream``'s own socket, which nothing else reads),
+    or None when the stream is not a bare socket stream (a wrapper, such as the test broker's
+    gated stream, must see every read and write)."""
     if not isinstance(stream, SocketStream):
         return None
+    if isinstance(stream, PlainSocketStream):  # already ours alone: no duplicate needed
+        return stream.raw
     own = stream.extra(SocketAttribute.raw_socket).dup()
     own.setblocking(False)
     return own
@@ -139,3 +150,77 @@ class _Reading:
             self._on_error(exc)
             return False
         return self._on_data(data)
+
+
+class PlainSocketStream(SocketStream):
+    """An anyio socket stream that is only a connected non-blocking socket (asyncio only).
+
+    What ``connect_tcp`` hands back on asyncio: no transport, protocol, events or second
+    socket behind it, so that a connection holds fewer objects for the garbage collector to
+    walk. The driver reads and writes ``raw`` itself; the stream's own calls serve the
+    connection's last moments (``send_eof``, ``receive`` while lingering) and tests.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.raw = sock
+
+    @property
+    def _raw_socket(self) -> socket.socket:
+        return self.raw
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self.raw.fileno() < 0:
+            raise anyio.ClosedResourceError
+        data = await asyncio.get_running_loop().sock_recv(self.raw, max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes) -> None:
+        if self.raw.fileno() < 0:
+            raise anyio.ClosedResourceError
+        await asyncio.get_running_loop().sock_sendall(self.raw, item)
+
+    async def send_eof(self) -> None:
+        self.raw.shutdown(socket.SHUT_WR)
+
+    async def aclose(self) -> None:
+        self.raw.close()
+
+
+def _ip_family(host: str) -> socket.AddressFamily | None:
+    """The address family of ``host`` when it is an IP address (None: a name to resolve)."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return None
+
+
+async def connect_tcp(host: str, port: int) -> SocketStream:
+    """A TCP connection to ``host:port`` (TCP_NODELAY set), as an anyio socket stream.
+
+    On asyncio with an IP address for ``host``, one non-blocking ``connect`` awaited on the
+    loop (``PlainSocketStream``): none of the task group, tasks, events and timer that
+    ``anyio.connect_tcp``'s happy eyeballs make per connect, which, when a thousand connections
+    fail over at once, live long enough for the garbage collector to walk them again and
+    again. A host name, or another event loop, goes through ``anyio.connect_tcp``.
+
+    Raises:
+        OSError: the connection could not be made.
+    """
+    family = _ip_family(host)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio)
+        loop = None
+    if family is None or loop is None:
+        return await anyio.connect_tcp(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await loop.sock_connect(sock, (host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return PlainSocketStream(sock)
