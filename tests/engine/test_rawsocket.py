@@ -14,7 +14,13 @@ import pytest
 from anyio.abc import SocketStream
 
 from chaos.broker.server import Gate, GatedStream
-from haclient.amqp.rawsocket import own_socket, read_socket, send_some
+from haclient.amqp.rawsocket import (
+    PlainSocketStream,
+    connect_tcp,
+    own_socket,
+    read_socket,
+    send_some,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -133,3 +139,42 @@ async def test_a_wrapped_stream_gets_no_socket_of_its_own() -> None:
         own = own_socket(stream)
         assert own is not None
         own.close()
+
+
+async def test_connect_tcp_gives_a_plain_socket_on_asyncio_and_anyios_stream_elsewhere(
+    anyio_backend: str,
+) -> None:
+    """On asyncio, an IP address is connected with one non-blocking connect and the stream is
+    the socket alone (the driver reads it without a duplicate); its own calls work to the end.
+    A refused connect raises OSError either way."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        with anyio.fail_after(TIMEOUT):
+            stream = await connect_tcp("127.0.0.1", port)
+        server, _ = listener.accept()
+        try:
+            assert isinstance(stream, PlainSocketStream) == (anyio_backend == "asyncio")
+            own = own_socket(stream)
+            assert own is not None
+            assert (own is stream.extra(anyio.abc.SocketAttribute.raw_socket)) == (
+                anyio_backend == "asyncio"
+            )
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            with anyio.fail_after(TIMEOUT):
+                await stream.send(b"ping")
+                assert server.recv(4) == b"ping"
+                server.sendall(b"pong")
+                assert await stream.receive() == b"pong"
+                await stream.send_eof()
+                assert server.recv(4) == b""
+                server.shutdown(socket.SHUT_WR)
+                with pytest.raises(anyio.EndOfStream):
+                    await stream.receive()
+            if own is not raw:
+                own.close()
+        finally:
+            server.close()
+            await stream.aclose()
+    with pytest.raises(OSError), anyio.fail_after(TIMEOUT):
+        await connect_tcp("127.0.0.1", port)  # nobody listens there now
