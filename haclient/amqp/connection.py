@@ -214,7 +214,7 @@ class AmqpConnection:
         self._links: set[Link] = set()
         self._link_errors: dict[Link, HAClientError] = {}  # closed by the peer, and why
         self._session_errors: dict[Session, HAClientError] = {}  # ended by the peer, and why
-        self._credit_changed = anyio.Event()
+        self._credit_changed: anyio.Event | None = None  # made when someone waits (see _credit)
         self._flows: dict[Link, int] = {}  # flow frames received per link (see wait_flow)
         self._names = itertools.count(1)
         self._unwritten = 0  # transfers queued since one was last written from its sender's task
@@ -467,8 +467,7 @@ class AmqpConnection:
         """Wait until ``sender`` has credit to send at least one message."""
         while sender.credit <= 0:
             self._check_link(sender)
-            changed = self._credit_changed
-            await changed.wait()
+            await self._credit().wait()
 
     def send_nowait(
         self,
@@ -628,8 +627,7 @@ class AmqpConnection:
         self._write_before_waiting()
         while receiver.draining:
             self._check_link(receiver)
-            changed = self._credit_changed
-            await changed.wait()
+            await self._credit().wait()
 
     async def flush(self) -> None:
         """Wait until every frame queued so far has been written to the socket (in order)."""
@@ -657,8 +655,7 @@ class AmqpConnection:
             self._write_before_waiting()
         while self._flows.get(link, 0) <= seen:
             self._check_link(link)
-            changed = self._credit_changed
-            await changed.wait()
+            await self._credit().wait()
 
     # Events ------------------------------------------------------------------------------------
 
@@ -726,9 +723,17 @@ class AmqpConnection:
         if opened is not None:
             self._opened.set(opened)  # no-op when the Close came in this batch
 
+    def _credit(self) -> anyio.Event:
+        """The event the next credit, drain or flow change sets: made only when a call waits,
+        not on every batch received (a connection holds none while nobody waits)."""
+        if self._credit_changed is None:
+            self._credit_changed = anyio.Event()
+        return self._credit_changed
+
     def _signal_credit(self) -> None:
-        self._credit_changed.set()
-        self._credit_changed = anyio.Event()
+        changed, self._credit_changed = self._credit_changed, None
+        if changed is not None:
+            changed.set()
 
     def _on_link_open(self, link: Link) -> None:
         slot = self._attaches.get(link)

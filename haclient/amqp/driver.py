@@ -77,11 +77,12 @@ class Driver:
         self._stream = stream
         self._socket = own_socket(stream)
         self._handler = handler
-        self._wake = anyio.Event()
+        self._woken = False  # a wakeup came since the writer last looked
+        self._waiting: asyncio.Future[None] | anyio.Event | None = None  # the idle writer's wait
         self._writer_idle = False  # the writer waits for a wakeup (is not in the middle of a write)
         self._deadline = math.inf  # when the engine must be ticked next
         self._now: Callable[[], float] = anyio.current_time  # the loop's clock
-        self._timer = anyio.CancelScope()  # the timer task's wait (when the timer is a task)
+        self._timer: anyio.CancelScope | None = None  # the timer task's wait (when it is a task)
         self._loop: asyncio.AbstractEventLoop | None = None  # set while callbacks pump
         self._timer_handle: asyncio.TimerHandle | None = None  # the timer (when callbacks pump)
         self._watch: SocketWatch | None = None
@@ -105,7 +106,14 @@ class Driver:
 
     def wakeup(self) -> None:
         """Tell the writer that the engine may have bytes to send (call after changing it)."""
-        self._wake.set()
+        self._woken = True
+        waiting = self._waiting
+        if waiting is not None:
+            self._waiting = None
+            if isinstance(waiting, anyio.Event):
+                waiting.set()
+            elif not waiting.done():
+                waiting.set_result(None)
 
     def write_now(self) -> None:
         """Write what the engine holds now from the calling task (one loop turn fewer than
@@ -168,6 +176,7 @@ class Driver:
         self._deadline = deadline
         loop = self._loop
         if loop is None:
+            assert self._timer is not None  # made before the writer runs
             self._timer.deadline = deadline
             return
         if self._timer_handle is not None:
@@ -239,6 +248,7 @@ class Driver:
         except RuntimeError:  # not asyncio (trio)
             loop = None
         if loop is None or self._socket is None:
+            self._timer = anyio.CancelScope()  # before the writer can arm it
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_loop)
                 tg.start_soon(self._timer_loop)
@@ -337,6 +347,7 @@ class Driver:
         """The timer as a task: wake the writer whenever the armed deadline passes (it ticks
         and arms the next)."""
         while True:
+            assert self._timer is not None
             with self._timer:
                 await anyio.sleep_forever()
             self._timer = anyio.CancelScope()
@@ -346,8 +357,7 @@ class Driver:
     async def _write_loop(self) -> None:
         engine = self.engine
         while True:
-            if self._wake.is_set():  # fresh before looking, so no wakeup is lost
-                self._wake = anyio.Event()
+            self._woken = False  # before looking, so no wakeup is lost
             flushes, self._flush_waiters = self._flush_waiters, []  # satisfied by this write
             self._arm(engine.tick(self._now()))
             data = self._take_output()
@@ -366,11 +376,24 @@ class Driver:
                 waiter.set()
             if engine.is_finished:
                 return
+            if self._woken:
+                continue
             self._writer_idle = True
             try:
-                await self._wake.wait()
+                await self._wait_for_wakeup()
             finally:
                 self._writer_idle = False
+                self._waiting = None
+
+    async def _wait_for_wakeup(self) -> None:
+        """Wait until ``wakeup()``: on asyncio a bare future, made only now (one object, where
+        an ``anyio.Event`` is three and two coroutines while waited on), else an event."""
+        if self._loop is not None:
+            future = self._waiting = self._loop.create_future()
+            await future
+        else:
+            event = self._waiting = anyio.Event()
+            await event.wait()
 
     async def _send(self, data: bytes) -> None:
         """Write all of ``data``: straight to the socket, waiting only while it is full."""
