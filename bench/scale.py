@@ -217,10 +217,17 @@ class IdleResult:
     thread_names: dict[str, int] = field(default_factory=dict)
     rss_before_kib: int = 0
     rss_kib: int = 0
+    objects_before: int = 0
+    objects: int = 0
+    """Objects the garbage collector tracks (``gc.get_objects()``), before and with all open."""
 
     @property
     def kib_per_connection(self) -> float:
         return (self.rss_kib - self.rss_before_kib) / self.connections
+
+    @property
+    def objects_per_connection(self) -> float:
+        return (self.objects - self.objects_before) / self.connections
 
 
 def measure_idle(count: int, work_dir: Path, run_id: str, log: Any) -> IdleResult:
@@ -232,9 +239,11 @@ def measure_idle(count: int, work_dir: Path, run_id: str, log: Any) -> IdleResul
         # Untimed: the imports and the shared loop thread come with the first connection.
         open_client(url, f"scale-{run_id}-warmup", **options).connection.close()
         result.threads_before, result.rss_before_kib = os_threads(), rss_kib()
+        result.objects_before = len(gc.get_objects())  # rss_kib() collected just before
         with clients_open(url, count, f"scale-{run_id}-idle", log, **options) as (_, seconds):
             result.open_seconds = seconds
             result.rss_kib = rss_kib()
+            result.objects = len(gc.get_objects())
             result.threads = os_threads()
             result.thread_names = thread_names()
             print(
@@ -309,6 +318,12 @@ class FailoverResult:
     peak_opens_per_window: int = 0
     kill_wall: float = 0.0
     """``time.time()`` just before the kill (the broker's log has wall-clock times)."""
+    heap_objects: int = 0
+    """Objects the garbage collector tracked at the kill (after a full collection)."""
+    collections: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """Collections of each generation from the kill to the last completion."""
+    full_collection_seconds: float = 0.0
+    """Time the full (generation-2) collections of that span took, together."""
     first_open: float | None = None
     last_open: float | None = None
     """Seconds from the kill to the new master's first and last open of the N connections."""
@@ -370,6 +385,40 @@ def _kill_and_watch(
     """Kill the master; measure the takeover, then sweep the connections until each is
     connected to the standby (or the bound passes)."""
     offset = time.time() - time.monotonic()
+    gc.collect()
+    result.heap_objects = len(gc.get_objects())
+    with _collections_counted(result):
+        _watch(clients, master, standby, result, offset, log)
+
+
+@contextmanager
+def _collections_counted(result: FailoverResult) -> Iterator[None]:
+    """Count the garbage collections of the block by generation, and time the full ones."""
+    started = [0.0]
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        result.collections[info["generation"]] += 1
+        if info["generation"] == 2:
+            result.full_collection_seconds += time.perf_counter() - started[0]
+
+    gc.callbacks.append(note)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(note)
+
+
+def _watch(
+    clients: Sequence[Client],
+    master: HaMember,
+    standby: HaMember,
+    result: FailoverResult,
+    offset: float,
+    log: Any,
+) -> None:
     cpu0, standby_cpu0 = time.process_time(), broker_cpu(standby.proc.pid if standby.proc else None)
     t_kill = master.kill()
     result.kill_wall = t_kill + offset
@@ -518,6 +567,8 @@ def report(
             + ")",
             f"  memory: RSS {idle.rss_before_kib:,} -> {idle.rss_kib:,} KiB: "
             f"{idle.kib_per_connection:.1f} KiB per idle connection",
+            f"  objects the garbage collector tracks: {idle.objects_before:,} -> "
+            f"{idle.objects:,}: {idle.objects_per_connection:.0f} per idle connection",
         ]
         goals += [
             _goal("idle: threads", idle.threads, "<=", THREADS_GOAL, ""),
@@ -530,7 +581,10 @@ def report(
             ),
             _goal("idle: all open in", idle.open_seconds, "<", OPEN_GOAL, " s"),
         ]
-        summary["idle"] = asdict(idle) | {"kib_per_connection": idle.kib_per_connection}
+        summary["idle"] = asdict(idle) | {
+            "kib_per_connection": idle.kib_per_connection,
+            "objects_per_connection": idle.objects_per_connection,
+        }
     if fo is not None:
         lines += _failover_lines(fo)
         goals += [
@@ -600,6 +654,10 @@ def _failover_lines(fo: FailoverResult) -> list[str]:
         + (", ".join(f"{k} {v:,}" for k, v in fo.attempts.items()) or "-"),
         f"  CPU from the kill to the last completion: this process {_s(fo.client_cpu)}, the new "
         f"master {_s(fo.standby_cpu)}; threads after the failover: {fo.threads_after}",
+        "  garbage collections in that span (generations 0/1/2): "
+        + "/".join(str(n) for n in fo.collections)
+        + f"; the full ones took {fo.full_collection_seconds:.2f} s, on a heap of "
+        f"{fo.heap_objects:,} tracked objects at the kill",
     ]
     if fo.send_errors:
         lines.append(f"  send errors: {fo.send_errors[:3]}")
