@@ -16,9 +16,10 @@ tasks of their own.
 Fewer loop turns per message: the reader wakes the writer only when the engine has output, and
 a task about to wait for the peer's answer calls ``write_now()``, which writes from that task
 when the writer is idle (a sync send is then two loop turns: the send, and the read of its
-outcome). On a plain TCP stream the driver reads and writes its own duplicate of the socket
-(``haclient.amqp.rawsocket``): every write goes there, never through the stream's buffer, so the
-two ways of writing can not reorder bytes; any other stream is used through its own calls.
+outcome). On a plain TCP stream the driver reads and writes its own socket
+(``haclient.amqp.rawsocket``: a ``PlainSocketStream``'s, else a duplicate of the stream's): every
+write goes there, never through the stream's buffer, so the two ways of writing can not reorder
+bytes; any other stream is used through its own calls.
 
 The driver ends when the engine has reported ``TransportClosed`` and its last bytes are written;
 ``run()`` then returns that event's error (None after an orderly close). A socket error or an EOF
