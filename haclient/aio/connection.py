@@ -75,6 +75,7 @@ class ConnectionStatistics:
         broker: The broker in use (password masked), None when not connected.
         client_id: The client id, None if the application set none.
         container_id: The AMQP container id in use (the client id, or a generated one).
+        connection_id: The connection's own id, ``<jms.connectionIDPrefix><uuid>``.
         epoch: The number of the physical connection in use (0 first, +1 per loss).
         failovers: Completed failovers.
         last_downtime: Seconds the last failover took (loss to restored), None before one.
@@ -140,6 +141,7 @@ class ConnectionStatistics:
     last_failover_at: float | None
     state_since: float
     messages_dead_lettered: int = 0
+    connection_id: str = ""
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -228,6 +230,7 @@ class Connection:
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
         unique = uuid.uuid4().hex
+        self._connection_id = f"{options.connection_id_prefix}{unique}"
         self._context = ConnectionContext(
             options=options,
             manager=self._manager,
@@ -319,6 +322,12 @@ class Connection:
     def client_id(self) -> str | None:
         """The client id (the AMQP container id), or None when the application set none."""
         return self._context.client_id
+
+    @property
+    def connection_id(self) -> str:
+        """This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``, ``ID:``),
+        as its repr and statistics show it; its message ids carry the same uuid."""
+        return self._connection_id
 
     @property
     def url(self) -> FailoverURL:
@@ -459,6 +468,7 @@ class Connection:
             last_failover_at=counters.failover.last_started,
             state_since=counters.failover.state_since,
             messages_dead_lettered=counters.dead_lettered,
+            connection_id=self._connection_id,
         )
 
     async def close(self) -> None:
@@ -527,7 +537,10 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<Connection {self._container_id!r} to {self.broker} ({self.state.value})>"
+        return (
+            f"<Connection {self._connection_id!r} ({self._container_id!r}) to {self.broker} "
+            f"({self.state.value})>"
+        )
 
 
 class Connecting:

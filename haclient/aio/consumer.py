@@ -133,7 +133,12 @@ class MessageConsumer:
         self._listener_task_active = False
         self._waits: set[anyio.CancelScope] = set()  # receives waiting, cancelled by close (C2)
         self._held: collections.deque[Message] = collections.deque()  # acknowledged, not returned
-        self._prefetch = context.options.prefetch
+        durable = source.durable is not Durability.NONE
+        self._prefetch = context.options.prefetch_for(destination, durable=durable)
+        transacted = context.transaction is not None
+        presettled = context.options.presettled_consumer(destination, transacted=transacted)
+        # A consumer the presettle policy presettles acknowledges as NO_ACK does (M5).
+        self._acks = context.acks.settled() if presettled else context.acks
         self._decoder = Decoder(destination)
 
     # Properties --------------------------------------------------------------------------------
@@ -203,8 +208,8 @@ class MessageConsumer:
         """Send the attach (granting the prefetch); the call returned waits for the answer."""
         context = self._context
         physical, amqp_session = context.link_context()
-        presettled = context.acks.presettled
-        confirms = context.acks.confirms
+        presettled = self._acks.presettled
+        confirms = self._acks.confirms
         want_second = (
             confirms and physical.settle_second is not False and not physical.ack_fallback_only
         )
@@ -322,7 +327,7 @@ class MessageConsumer:
         pending = self._pending(raw, message)
 
         async def acknowledge(at: Connected) -> bool:
-            await self._context.acks.delivered(pending, message, listener=False)
+            await self._acks.delivered(pending, message, listener=False)
             return True
 
         def in_doubt(exc: HAClientError) -> bool:
@@ -338,7 +343,7 @@ class MessageConsumer:
     def _decode_while_confirming(self, at: Connected) -> None:
         """An acknowledgement the broker confirms is a wait for its answer: decode the next
         message meanwhile (``haclient.aio.decoding``)."""
-        if self._context.acks.confirms and self._receiver is not None:
+        if self._acks.confirms and self._receiver is not None:
             self._decoder.decode_ahead(at.amqp, self._receiver, at.physical.prefixes)
 
     def _pending(self, raw: ReceivedMessage, message: Message) -> PendingAck:
@@ -603,7 +608,7 @@ class MessageConsumer:
         if listener is None or self._closed:
             at.amqp.settle(raw, Released())
             return
-        acks = self._context.acks
+        acks = self._acks
         pending = self._pending(raw, message)
         self._listener_running = True
         self._listener_idle = anyio.Event()
@@ -698,7 +703,7 @@ class MessageConsumer:
         closed = self._source.durable is Durability.NONE
         if amqp.is_open and not receiver.is_closed:
             amqp.release_arrivals(receiver)
-            self._context.acks.linger(receiver, closed=closed)
+            self._acks.linger(receiver, closed=closed)
         else:
             amqp.detach(receiver, closed=closed)
 

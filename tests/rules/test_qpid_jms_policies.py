@@ -1,0 +1,206 @@
+"""Rules M5-M7 (Qpid JMS's presettle policy, forced sync and async sends, JMSXUserID) through
+both APIs: on the scripted peer where the frames are the proof (a settled transfer, a send that
+returns though no outcome ever comes), on the reference broker and RabbitMQ where what arrives
+(or not) is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from apikit import Api, Bed
+from rulekit import TIMEOUT, leftovers, send, started
+
+from chaos.peer import ScriptedPeer
+from haclient.amqp.types import ErrorCondition, SenderSettleMode
+from haclient.destination import Queue, Topic
+from haclient.errors import ResourceLimitError
+from haclient.message import DeliveryMode, TextMessage
+from haclient.modes import AckMode
+
+pytestmark = pytest.mark.anyio
+
+FULL = ErrorCondition("amqp:resource-limit-exceeded", "queue orders is full")
+
+
+def _settled_attach(event: Any) -> bool:
+    return bool(event.link.remote_snd_settle_mode is SenderSettleMode.SETTLED)
+
+
+def _settled_transfer(event: Any) -> bool:
+    return bool(event.delivery.remote_settled)
+
+
+def _unsettled_transfer(event: Any) -> bool:
+    return not event.delivery.remote_settled
+
+
+async def _one_producer(api: Api, peer: ScriptedPeer, **options: Any) -> tuple[Any, Any]:
+    connection = await api.connect(f"amqp://127.0.0.1:{peer.port}", **options)
+    session = await connection.create_session()
+    return connection, await session.create_producer(Queue("orders"))
+
+
+async def _close(connection: Any, peer: ScriptedPeer) -> None:
+    await connection.close()
+    await peer.wait_script_done()
+    assert peer.failures == []
+
+
+def _closing(peer: ScriptedPeer) -> None:
+    peer.expect_detach().respond()
+    peer.expect_end().respond()
+    peer.expect_close().respond()
+
+
+# --- M5: presettling ---------------------------------------------------------------------------
+
+
+async def test_M5_a_presettled_producer_sends_settled_and_waits_for_no_outcome(api: Api) -> None:
+    peer = ScriptedPeer()
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+    peer.expect_attach(sender=True, address="orders").where(_settled_attach).respond(credit=10)
+    for _ in range(2):  # never answered: a PERSISTENT send returns all the same
+        peer.expect_transfer(address="orders").where(_settled_transfer).no_answer()
+    _closing(peer)
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, producer = await _one_producer(api, peer, presettle_queue_producers=True)
+            for body in ("one", "two"):
+                await producer.send(TextMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+            await _close(connection, peer)
+
+
+async def test_M5_the_policy_presettles_only_the_kinds_it_names(api: Api) -> None:
+    peer = ScriptedPeer()
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+    # presettleTopicProducers: a queue's producer is not presettled, and waits as before
+    peer.expect_attach(sender=True, address="orders").respond(credit=10)
+    peer.expect_transfer(address="orders").where(_unsettled_transfer).respond()
+    _closing(peer)
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, producer = await _one_producer(api, peer, presettle_topic_producers=True)
+            await producer.send(TextMessage("one"), delivery_mode=DeliveryMode.PERSISTENT)
+            await _close(connection, peer)
+
+
+async def test_M5_presettled_messages_arrive_and_are_gone_once_delivered(
+    api: Api, bed: Bed
+) -> None:
+    queue = Queue(bed.unique("m5"))
+    connection = await started(api, bed, presettle_all=True)
+    try:
+        session = await connection.create_session(AckMode.CLIENT)
+        producer = await session.create_producer(queue)
+        consumer = await session.create_consumer(queue)
+        for body in ("a", "b", "c"):
+            await producer.send(TextMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+        received = [await consumer.receive(TIMEOUT) for _ in range(3)]
+        assert [m.body for m in received if m is not None] == ["a", "b", "c"]
+        await session.recover()  # nothing to give back: the broker sent them settled
+        assert await consumer.receive(0.3) is None
+    finally:
+        await connection.close()
+    assert await leftovers(bed, queue.name, wait=0.3) == []
+
+
+async def test_M5_a_transacted_session_never_presettles_its_consumers(api: Api, bed: Bed) -> None:
+    queue = Queue(bed.unique("m5-tx"))
+    await send(bed, queue, "kept")
+    connection = await started(api, bed, presettle_all=True)
+    try:
+        session = await connection.create_session(AckMode.TRANSACTED)
+        consumer = await session.create_consumer(queue)
+        first = await consumer.receive(TIMEOUT)
+        assert first is not None and first.body == "kept"
+        await session.rollback()
+        again = await consumer.receive(TIMEOUT)
+        assert again is not None and again.body == "kept"
+        await session.commit()
+    finally:
+        await connection.close()
+
+
+async def test_M5_a_topic_subscriber_is_presettled_by_the_topic_flag(api: Api, bed: Bed) -> None:
+    topic = Topic(bed.unique("m5-topic"))
+    connection = await started(api, bed, presettle_topic_consumers=True)
+    try:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(topic)
+        producer = await session.create_producer(topic)
+        await producer.send(TextMessage("news"), delivery_mode=DeliveryMode.PERSISTENT)
+        message = await consumer.receive(TIMEOUT)
+        assert message is not None and message.body == "news"
+        await session.recover()  # settled by the broker: not delivered again
+        assert await consumer.receive(0.3) is None
+    finally:
+        await connection.close()
+
+
+# --- M6: forced sync and async sends ----------------------------------------------------------
+
+
+async def test_M6_force_sync_send_makes_a_non_persistent_send_wait_for_its_outcome(
+    api: Api,
+) -> None:
+    peer = ScriptedPeer()
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+    peer.expect_attach(sender=True, address="orders").respond(credit=10)
+    peer.expect_transfer(address="orders").refuse(FULL)
+    _closing(peer)
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, producer = await _one_producer(api, peer, force_sync_send=True)
+            with pytest.raises(ResourceLimitError):  # raised by this send, not a later call
+                await producer.send(TextMessage("x"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+            await _close(connection, peer)
+
+
+async def test_M6_force_async_send_returns_before_a_persistent_outcome(api: Api) -> None:
+    peer = ScriptedPeer()
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+    peer.expect_attach(sender=True, address="orders").respond(credit=10)
+    peer.expect_transfer(address="orders").where(_unsettled_transfer).no_answer()
+    peer.expect_detach().respond()  # close() waits close_timeout for the outcome, then detaches
+    peer.expect_end().respond()
+    peer.expect_close().respond()
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, producer = await _one_producer(
+                api, peer, force_async_send=True, close_timeout=0.3
+            )
+            await producer.send(TextMessage("x"), delivery_mode=DeliveryMode.PERSISTENT)
+            await _close(connection, peer)
+
+
+# --- M7: JMSXUserID ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("populate", [False, True], ids=["cleared", "populated"])
+async def test_M7_an_application_set_user_id_is_never_sent_as_is(
+    api: Api, reference_broker: Any, populate: bool
+) -> None:
+    bed = Bed("reference", reference_broker.url, admin=reference_broker)
+    queue = Queue(bed.unique("m7"))
+    connection = await started(
+        api, bed, username="alice", password="secret", populate_user_id=populate
+    )
+    try:
+        session = await connection.create_session()
+        producer = await session.create_producer(queue)
+        consumer = await session.create_consumer(queue)
+        message = TextMessage("who")
+        message.properties["JMSXUserID"] = "mallory"
+        await producer.send(message)
+        received = await consumer.receive(TIMEOUT)
+        assert received is not None
+        assert received.properties.get("JMSXUserID") == ("alice" if populate else None)
+    finally:
+        await connection.close()
