@@ -1,7 +1,10 @@
 """``MessageConsumer``: receive, iterate, or listen; acknowledgement as the session's mode says.
 
-How this works: a consumer is one receiver link. Its credit is its prefetch: the broker sends up
-to ``prefetch`` messages ahead, and the consumer tops the credit up when half is used. A message
+How this works: a consumer is one receiver link. Its credit is its prefetch (its kind's, Qpid
+JMS's prefetch policy): the broker sends up to ``prefetch`` messages ahead, and the consumer tops
+the credit up when half is used; prefetched messages are taken in arrival order, or highest
+priority first with ``local_message_priority`` (M8). A consumer the presettle policy presettles
+(M5) attaches as a NO_ACK one does and acknowledges nothing. A message
 taken from the link is decoded, then acknowledged as the session's mode says *before* it is
 handed out (AUTO, A1: confirmed by the broker; TRANSACTED: in the transaction), or remembered
 for a later ``acknowledge()`` (CLIENT, DUPS_OK). One redelivered more often than
@@ -221,6 +224,7 @@ class MessageConsumer:
             snd_settle_mode=SenderSettleMode.SETTLED if presettled else SenderSettleMode.UNSETTLED,
             rcv_settle_mode=ReceiverSettleMode.SECOND if want_second else ReceiverSettleMode.FIRST,
             timeout=context.options.attach_timeout,
+            by_priority=context.options.local_message_priority,
         )
 
         async def attached() -> None:

@@ -1,7 +1,7 @@
-"""Rules M5-M7 (Qpid JMS's presettle policy, forced sync and async sends, JMSXUserID) through
-both APIs: on the scripted peer where the frames are the proof (a settled transfer, a send that
-returns though no outcome ever comes), on the reference broker and RabbitMQ where what arrives
-(or not) is.
+"""Rules M5-M8 (Qpid JMS's presettle policy, forced sync and async sends, JMSXUserID, local
+message priority) through both APIs: on the scripted peer where the frames are the proof (a
+settled transfer, a send that returns though no outcome ever comes), on the reference broker and
+RabbitMQ where what arrives (or not) is.
 """
 
 from __future__ import annotations
@@ -205,3 +205,33 @@ async def test_M7_an_application_set_user_id_is_never_sent_as_is(
         assert received.properties.get("JMSXUserID") == ("alice" if populate else None)
     finally:
         await connection.close()
+
+
+# --- M8: local message priority ---------------------------------------------------------------
+
+PRIORITIES = (1, 5, 9, 4, 9, 0, 7)
+
+
+@pytest.mark.parametrize("by_priority", [True, False], ids=["by-priority", "arrival-order"])
+async def test_M8_prefetched_messages_are_handed_out_highest_priority_first(
+    api: Api, reference_broker: Any, by_priority: bool
+) -> None:
+    bed = Bed("reference", reference_broker.url, admin=reference_broker)
+    queue = Queue(bed.unique("m8"))
+    connection = await started(api, bed, local_message_priority=by_priority)
+    try:
+        session = await connection.create_session()
+        consumer = await session.create_consumer(queue)  # credit granted: each one comes at once
+        producer = await session.create_producer(queue)
+        for n, priority in enumerate(PRIORITIES):
+            # PERSISTENT: the broker's accept follows its transfer to the consumer on this same
+            # connection, so once the last send returns every message is prefetched.
+            await producer.send(TextMessage(f"{priority}-{n}"), priority=priority)
+        bodies = [getattr(await consumer.receive(TIMEOUT), "body", None) for _ in PRIORITIES]
+    finally:
+        await connection.close()
+    sent = [f"{priority}-{n}" for n, priority in enumerate(PRIORITIES)]
+    if by_priority:  # highest first, in arrival order within a priority
+        assert bodies == ["9-2", "9-4", "7-6", "5-1", "4-3", "1-0", "0-5"]
+    else:
+        assert bodies == sent

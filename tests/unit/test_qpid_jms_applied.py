@@ -27,7 +27,9 @@ from chaos.broker import BrokerThread
 from failover.url import parse_url
 from haclient.aio.options import ConnectionOptions
 from haclient.aio.physical import _prefixes, open_physical
-from haclient.amqp.codec import decode_message
+from haclient.amqp.by_priority import ByPriority, priority_of
+from haclient.amqp.codec import AmqpMessage, decode_message, encode_message
+from haclient.amqp.connection import ReceivedMessage
 from haclient.destination import (
     NO_PREFIXES,
     DestinationPrefixes,
@@ -297,3 +299,26 @@ def test_the_blocking_connection_shows_its_connection_id() -> None:
         with haclient.connect(url) as connection:
             assert connection.connection_id.startswith("blocking-")
             assert connection.statistics().connection_id == connection.connection_id
+
+
+# --- jms.localMessagePriority --------------------------------------------------------------------
+
+
+def _arrived(priority: int | None, body: str) -> ReceivedMessage:
+    fields = {} if priority is None else {"priority": priority}
+    return ReceivedMessage(None, encode_message(AmqpMessage(body=body, **fields)))  # type: ignore[arg-type]
+
+
+def test_M8_arrivals_are_taken_highest_priority_first_fifo_within_one() -> None:
+    waiting = ByPriority()
+    for priority, body in ((None, "default"), (2, "low"), (200, "top"), (9, "nine"), (4, "four")):
+        waiting.append(_arrived(priority, body))
+    assert len(waiting) == 5 and waiting
+    assert decode_message(waiting[0].payload).body == "top"  # 200 counts as 9, came first
+    order = [decode_message(message.payload).body for message in waiting]
+    assert order == ["top", "nine", "default", "four", "low"]
+    taken = [decode_message(waiting.popleft().payload).body for _ in range(5)]
+    assert taken == order and not waiting
+    with pytest.raises(IndexError):
+        waiting.popleft()
+    assert priority_of(b"not a message") == 4
