@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final
+from typing import Final, Generic, Protocol, TypeVar
 
+from failover.errors import MessageFormatError
 from haclient.amqp.codec.message import MessageView
-from haclient.errors import MessageFormatError
-
-if TYPE_CHECKING:
-    from haclient.amqp.connection import ReceivedMessage
 
 __all__ = ["ByPriority", "priority_of"]
+
+
+class _Arrived(Protocol):
+    @property
+    def payload(self) -> bytes: ...
+
+
+M = TypeVar("M", bound=_Arrived)  # a received message (``connection.M``)
 
 _LEVELS: Final = 10
 _DEFAULT: Final = 4
@@ -35,21 +40,21 @@ def priority_of(payload: bytes) -> int:
     return max(0, min(int(priority), _LEVELS - 1))
 
 
-class ByPriority:
+class ByPriority(Generic[M]):
     """Received messages in the order a consumer hands them out: by priority, highest first;
     in arrival order within a priority."""
 
     __slots__ = ("_count", "_levels")
 
     def __init__(self) -> None:
-        self._levels: list[deque[ReceivedMessage]] = [deque() for _ in range(_LEVELS)]
+        self._levels: list[deque[M]] = [deque() for _ in range(_LEVELS)]
         self._count = 0
 
-    def append(self, message: ReceivedMessage) -> None:
+    def append(self, message: M) -> None:
         self._levels[priority_of(message.payload)].append(message)
         self._count += 1
 
-    def popleft(self) -> ReceivedMessage:
+    def popleft(self) -> M:
         """The next message to hand out, removed.
 
         Raises:
@@ -61,7 +66,7 @@ class ByPriority:
                 return level.popleft()
         raise IndexError("no message is waiting")
 
-    def __getitem__(self, index: int) -> ReceivedMessage:
+    def __getitem__(self, index: int) -> M:
         """``[0]``: the next message to hand out, left where it is (no other index)."""
         if index != 0:
             raise IndexError("only the next message ([0]) can be looked at")
@@ -75,7 +80,7 @@ class ByPriority:
             level.clear()
         self._count = 0
 
-    def __iter__(self) -> Iterator[ReceivedMessage]:
+    def __iter__(self) -> Iterator[M]:
         """The waiting messages in the order they would be handed out."""
         for level in reversed(self._levels):
             yield from level

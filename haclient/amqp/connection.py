@@ -133,7 +133,7 @@ class _Inbox:
 
     def __init__(self, *, by_priority: bool = False) -> None:
         # By priority: Qpid JMS's jms.localMessagePriority (haclient.amqp.by_priority).
-        self.messages: deque[ReceivedMessage] | ByPriority = (
+        self.messages: deque[ReceivedMessage] | ByPriority[ReceivedMessage] = (
             ByPriority() if by_priority else deque()
         )
         # Made by the first waiter: most inboxes are never waited on (a listener's, or one

@@ -310,7 +310,7 @@ def _arrived(priority: int | None, body: str) -> ReceivedMessage:
 
 
 def test_M8_arrivals_are_taken_highest_priority_first_fifo_within_one() -> None:
-    waiting = ByPriority()
+    waiting: ByPriority[ReceivedMessage] = ByPriority()
     for priority, body in ((None, "default"), (2, "low"), (200, "top"), (9, "nine"), (4, "four")):
         waiting.append(_arrived(priority, body))
     assert len(waiting) == 5 and waiting
