@@ -626,15 +626,19 @@ class AmqpConnection:
     async def drain(self, receiver: Receiver, credit: int = 0) -> None:
         """Grant ``credit`` more, ask the peer to use it now or give it back, wait for its answer.
 
-        Messages sent to use the credit are in the receiver's inbox when this returns.
+        Messages sent to use the credit are in the receiver's inbox when this returns, and the
+        link is out of drain mode again (later credit is not drained).
         """
         self._check_link(receiver)
         receiver.drain(credit)
         self._write_before_waiting()
-        while receiver.draining:
-            self._check_link(receiver)
-            changed = self._credit_changed
-            await changed.wait()
+        try:
+            while receiver.draining:
+                self._check_link(receiver)
+                changed = self._credit_changed
+                await changed.wait()
+        finally:
+            receiver.end_drain()
 
     async def flush(self) -> None:
         """Wait until every frame queued so far has been written to the socket (in order)."""
