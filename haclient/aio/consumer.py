@@ -265,8 +265,9 @@ class MessageConsumer:
     async def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: until one comes).
 
-        Returns None on timeout and once the consumer is closed, also when ``close()`` is called
-        while this waits (C2). While the connection is stopped, no message is handed out.
+        Returns None on timeout (having asked the broker for a message it still has, unless
+        ``receive_local_only``: M9) and once the consumer is closed, also when ``close()`` is
+        called while this waits (C2). While the connection is stopped, no message is handed out.
         In AUTO mode the message is acknowledged, and the broker confirmed it, before it is
         returned (A1). One whose acknowledgement a failover cut off in flight is returned once
         the connection is back (F2), flagged ``ack_in_doubt`` (F9); its copy from the next
@@ -276,6 +277,7 @@ class MessageConsumer:
             ClosedError: the consumer, its session or its connection was closed before the call.
             IllegalStateError: the consumer has a message listener.
             InvalidDestinationError ...: the broker closed the link, with its reason.
+            ClosedError: the broker left a drain unanswered past ``drain_timeout`` (M9).
         """
         self._check_open()
         if self._listener is not None:
@@ -438,7 +440,13 @@ class MessageConsumer:
         return f"{scope}|{message_id}"
 
     async def receive_nowait(self) -> Message | None:
-        """A message if one is already here (prefetched), else None at once."""
+        """A message if one is already here (prefetched); else, unless
+        ``receive_no_wait_local_only``, one the broker sends when asked (a drain, one round
+        trip: M9); else None.
+
+        Raises:
+            As ``receive()``.
+        """
         return await self.receive(timeout=0)
 
     def __aiter__(self) -> MessageConsumer:

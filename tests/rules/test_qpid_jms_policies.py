@@ -1,7 +1,8 @@
-"""Rules M5-M8 (Qpid JMS's presettle policy, forced sync and async sends, JMSXUserID, local
-message priority) through both APIs: on the scripted peer where the frames are the proof (a
-settled transfer, a send that returns though no outcome ever comes), on the reference broker and
-RabbitMQ where what arrives (or not) is.
+"""Rules M5-M9 (Qpid JMS's presettle policy, forced sync and async sends, JMSXUserID, local
+message priority, the pull of a receive that found nothing) through both APIs: on the scripted
+peer where the frames are the proof (a settled transfer, a send that returns though no outcome
+ever comes, a message sent only when the client drains), on the reference broker and RabbitMQ
+where what arrives (or not) is.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from apikit import Api, Bed
 from rulekit import TIMEOUT, leftovers, send, started
 
 from chaos.peer import ScriptedPeer
+from haclient.amqp.codec import AmqpMessage, encode_message
 from haclient.amqp.types import ErrorCondition, SenderSettleMode
 from haclient.destination import Queue, Topic
-from haclient.errors import ResourceLimitError
+from haclient.errors import ClosedError, ResourceLimitError
 from haclient.message import DeliveryMode, TextMessage
 from haclient.modes import AckMode
 
@@ -235,3 +237,97 @@ async def test_M8_prefetched_messages_are_handed_out_highest_priority_first(
         assert bodies == ["9-2", "9-4", "7-6", "5-1", "4-3", "1-0", "0-5"]
     else:
         assert bodies == sent
+
+
+# --- M9: a receive that finds nothing asks the broker (drain) ---------------------------------
+
+
+def _draining(event: Any) -> bool:
+    return bool(event.link.drain_requested)
+
+
+def _send_on_drain(body: str) -> Any:
+    """The peer's answer to a drain: one message held back until then, the rest of the credit
+    given back (``drained``)."""
+    payload = encode_message(AmqpMessage(body=body))
+
+    def action(conn: Any, event: Any) -> None:
+        event.link.send(payload)
+        event.link.drained()
+
+    return action
+
+
+def _holding_back(peer: ScriptedPeer, *, drains: bool) -> None:
+    """A broker that sends a message on the consumer's link only when the client drains it."""
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+    peer.expect_attach(sender=False, address="orders").respond()
+    if drains:
+        peer.expect_flow(address="orders").where(_draining).then(_send_on_drain("held"))
+        peer.expect_disposition().respond()  # AUTO acknowledges it
+    _closing(peer)
+
+
+async def _consumer(api: Api, peer: ScriptedPeer, **options: Any) -> tuple[Any, Any]:
+    connection = await api.connect(f"amqp://127.0.0.1:{peer.port}", prefetch=10, **options)
+    await connection.start()
+    session = await connection.create_session()
+    return connection, await session.create_consumer(Queue("orders"))
+
+
+@pytest.mark.parametrize("nowait", [True, False], ids=["receive_nowait", "receive-timeout"])
+async def test_M9_a_receive_that_found_nothing_drains_the_link(api: Api, nowait: bool) -> None:
+    peer = ScriptedPeer()
+    _holding_back(peer, drains=True)
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, consumer = await _consumer(api, peer)
+            message = await (consumer.receive_nowait() if nowait else consumer.receive(0.2))
+            assert message is not None and message.body == "held"
+            await _close(connection, peer)
+
+
+@pytest.mark.parametrize("nowait", [True, False], ids=["receive_nowait", "receive-timeout"])
+async def test_M9_local_only_receives_do_not_ask_the_broker(api: Api, nowait: bool) -> None:
+    peer = ScriptedPeer()
+    _holding_back(peer, drains=False)
+    local = {"receive_no_wait_local_only": True} if nowait else {"receive_local_only": True}
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, consumer = await _consumer(api, peer, **local)
+            assert await (consumer.receive_nowait() if nowait else consumer.receive(0.2)) is None
+            await _close(connection, peer)
+
+
+async def test_M9_an_unanswered_drain_closes_the_consumer_after_drain_timeout(api: Api) -> None:
+    peer = ScriptedPeer()
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+    peer.expect_attach(sender=False, address="orders").respond()
+    peer.expect_flow(address="orders").where(_draining).no_answer()
+    _closing(peer)
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving():
+            connection, consumer = await _consumer(api, peer, drain_timeout=0.3)
+            with pytest.raises(ClosedError, match="drainTimeout"):
+                await consumer.receive_nowait()
+            assert consumer.is_closed
+            await _close(connection, peer)
+
+
+async def test_M9_a_pull_consumer_receives_what_the_broker_holds_without_waiting(
+    api: Api, reference_broker: Any
+) -> None:
+    bed = Bed("reference", reference_broker.url, admin=reference_broker)
+    queue = Queue(bed.unique("m9"))
+    await send(bed, queue, "first", "second")
+    connection = await started(api, bed, prefetch=0)
+    try:
+        session = await connection.create_session()
+        consumer = await session.create_consumer(queue)
+        bodies = [getattr(await consumer.receive_nowait(), "body", None) for _ in range(3)]
+        assert bodies == ["first", "second", None]
+    finally:
+        await connection.close()
+    assert await leftovers(bed, queue.name, wait=0.3) == []  # nothing prefetched and lost
