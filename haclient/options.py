@@ -437,7 +437,9 @@ CLIENT_OPTIONS: Final = OptionTable(
             "also accepted) the string `ID:<connection>:<producer>:<n>`; `uuid` an AMQP uuid "
             "(JMSMessageID `ID:AMQP_UUID:<uuid>`); `uuid_string` the string `<uuid>`; "
             "`prefixed_uuid_string` the string `ID:<uuid>`. Client-side no-local (E2, brokers "
-            "that ignore the filter) knows this connection's messages by `original` ids only.",
+            "that ignore the filter) knows a UUID id as this connection's for its last 10,000 "
+            "sends (10 minutes), and the other connections of a client id by `original` ids "
+            "only.",
             keyword="message_id_type",
         ),
         Option(

@@ -331,3 +331,24 @@ async def test_M9_a_pull_consumer_receives_what_the_broker_holds_without_waiting
     finally:
         await connection.close()
     assert await leftovers(bed, queue.name, wait=0.3) == []  # nothing prefetched and lost
+
+
+# --- E2 with UUID message ids -----------------------------------------------------------------
+
+
+async def test_E2_no_local_withholds_this_connections_messages_with_uuid_ids(
+    api: Api, bed: Bed
+) -> None:
+    topic = Topic(bed.unique("e2-uuid"))
+    connection = await started(api, bed, message_id_type="uuid")
+    try:
+        session = await connection.create_session(AckMode.AUTO)
+        consumer = await session.create_consumer(topic, no_local=True)
+        producer = await session.create_producer(topic)
+        await producer.send(TextMessage("mine"))
+        await send(bed, topic, "theirs")  # another connection
+        received = await consumer.receive(TIMEOUT)
+        assert received is not None and received.body == "theirs"
+        assert await consumer.receive(0.3) is None
+    finally:
+        await connection.close()
