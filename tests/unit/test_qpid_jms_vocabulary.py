@@ -21,6 +21,7 @@ from failover.policy import FAILOVER_OPTIONS
 from failover.url import parse_url
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import engine_config, open_physical
+from haclient.destination import Queue, Topic
 from haclient.errors import ConfigurationError
 
 # Every option name Qpid JMS 1.16.0's qpid-jms-docs/Configuration.md documents (the tag 1.16.0
@@ -206,6 +207,33 @@ def test_options_qpid_jms_users_commonly_set() -> None:
     assert (options.idle_timeout, options.max_frame_size) == (30.0, 65536)
     assert engine_config(url.brokers[0], options, "c").auth is None  # amqp.saslLayer=false
     assert url.policy.accepted_options == ("failover.amqpOpenServerListAction",)
+
+
+def test_the_policy_and_receive_options_qpid_jms_users_set() -> None:
+    url = parse_url(
+        "failover:(amqp://a:5672?amqp.drainTimeout=5000,amqp://b:5672)"
+        "?jms.prefetchPolicy.queuePrefetch=1&jms.prefetchPolicy.topicPrefetch=100"
+        "&jms.presettlePolicy.presettleConsumers=true&jms.forceAsyncSend=true"
+        "&jms.localMessagePriority=true&jms.receiveLocalOnly=true"
+        "&jms.receiveNoWaitLocalOnly=true&jms.connectionIDPrefix=app-"
+    )
+    options = ConnectionOptions.build(url, {})
+    assert (options.prefetch_for(Queue("q")), options.prefetch_for(Topic("t"))) == (1, 100)
+    assert options.prefetch_for(Topic("t"), durable=True) == 1000  # jms.prefetch's default
+    assert options.presettled_consumer(Queue("q"), transacted=False)
+    assert not options.presettled_producer(Queue("q"), transacted=False)
+    assert (options.force_async_send, options.force_sync_send) == (True, False)
+    assert options.local_message_priority
+    assert (options.receive_local_only, options.receive_no_wait_local_only) == (True, True)
+    assert options.connection_id_prefix == "app-"
+    drains = [options.for_broker(broker).drain_timeout for broker in url.brokers]
+    assert drains == [5.0, 60.0]  # per broker; Qpid JMS's 60 s default elsewhere
+    again = ConnectionOptions.build(parse_url("amqp://a?" + _query(options.url_options())), {})
+    assert again == options
+
+
+def _query(options: dict[str, str]) -> str:
+    return "&".join(f"{name}={value}" for name, value in options.items())
 
 
 def test_the_client_id_prefix_is_the_generated_ids() -> None:
