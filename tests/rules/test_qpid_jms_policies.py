@@ -145,6 +145,24 @@ async def test_M5_a_topic_subscriber_is_presettled_by_the_topic_flag(api: Api, b
         await connection.close()
 
 
+async def test_M5_presettled_sends_of_a_transaction_wait_for_its_commit(
+    api: Api, reference_broker: Any
+) -> None:
+    bed = Bed("reference", reference_broker.url, admin=reference_broker)
+    queue = Queue(bed.unique("m5-txsend"))
+    connection = await started(api, bed, presettle_transacted_producers=True)
+    try:
+        session = await connection.create_session(AckMode.TRANSACTED)
+        producer = await session.create_producer(queue)
+        for body in ("one", "two"):
+            await producer.send(TextMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+        assert await leftovers(bed, queue.name, wait=0.2) == []  # settled, in the transaction
+        await session.commit()
+    finally:
+        await connection.close()
+    assert await leftovers(bed, queue.name) == ["one", "two"]
+
+
 # --- M6: forced sync and async sends ----------------------------------------------------------
 
 
