@@ -9,7 +9,9 @@ per destination, kept in a small cache.
 delivery time), encodes the message with Qpid JMS's mapping, waits for credit and transfers it.
 A PERSISTENT message is sent unsettled and ``send()`` returns once the broker accepted it (F11);
 a NON_PERSISTENT one returns once queued, and a refusal is raised by a later call of this
-producer (or reported to the completion callback of ``send_async``). In a transacted session
+producer (or reported to the completion callback of ``send_async``). ``jms.forceSyncSend`` and
+``jms.forceAsyncSend`` make every send wait, or none (M6); a producer the presettle policy
+presettles sends settled and waits for nothing (M5). In a transacted session
 every transfer carries the transaction's id and is confirmed by the commit.
 """
 
@@ -251,11 +253,13 @@ class MessageProducer:
 
         The message's headers are set as JMS says (id, timestamp, destination ...). A
         PERSISTENT message returns once the broker accepted it; NON_PERSISTENT once it is
-        queued for the socket (pipelined). In a transacted session the message is part of the
-        transaction and becomes visible on commit. While the connection fails over the send
-        waits (F2), at most ``timeout`` seconds (None: the connection's ``send_timeout``,
-        ``jms.sendTimeout``; ``failover.timeout`` bounds it too), and a PERSISTENT send cut off
-        is sent again with the same id (F11).
+        queued for the socket (pipelined); ``force_sync_send`` / ``force_async_send`` make every
+        send wait, or none (M6), and a presettled producer never waits (M5). In a transacted
+        session the message is part of the transaction and becomes visible on commit. While
+        the connection fails over the send waits (F2), at most ``timeout`` seconds (None: the
+        connection's ``send_timeout``, ``jms.sendTimeout``; ``failover.timeout`` bounds it
+        too), and a send that waits for its outcome, cut off, is sent again with the same id
+        (F11).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
