@@ -51,6 +51,11 @@ async def _close(connection: Any, peer: ScriptedPeer) -> None:
     assert peer.failures == []
 
 
+def _opened(peer: ScriptedPeer) -> None:
+    peer.expect_open().respond()
+    peer.expect_begin().respond()
+
+
 def _closing(peer: ScriptedPeer) -> None:
     peer.expect_detach().respond()
     peer.expect_end().respond()
@@ -62,8 +67,7 @@ def _closing(peer: ScriptedPeer) -> None:
 
 async def test_M5_a_presettled_producer_sends_settled_and_waits_for_no_outcome(api: Api) -> None:
     peer = ScriptedPeer()
-    peer.expect_open().respond()
-    peer.expect_begin().respond()
+    _opened(peer)
     peer.expect_attach(sender=True, address="orders").where(_settled_attach).respond(credit=10)
     for _ in range(2):  # never answered: a PERSISTENT send returns all the same
         peer.expect_transfer(address="orders").where(_settled_transfer).no_answer()
@@ -78,8 +82,7 @@ async def test_M5_a_presettled_producer_sends_settled_and_waits_for_no_outcome(a
 
 async def test_M5_the_policy_presettles_only_the_kinds_it_names(api: Api) -> None:
     peer = ScriptedPeer()
-    peer.expect_open().respond()
-    peer.expect_begin().respond()
+    _opened(peer)
     # presettleTopicProducers: a queue's producer is not presettled, and waits as before
     peer.expect_attach(sender=True, address="orders").respond(credit=10)
     peer.expect_transfer(address="orders").where(_unsettled_transfer).respond()
@@ -170,8 +173,7 @@ async def test_M6_force_sync_send_makes_a_non_persistent_send_wait_for_its_outco
     api: Api,
 ) -> None:
     peer = ScriptedPeer()
-    peer.expect_open().respond()
-    peer.expect_begin().respond()
+    _opened(peer)
     peer.expect_attach(sender=True, address="orders").respond(credit=10)
     peer.expect_transfer(address="orders").refuse(FULL)
     _closing(peer)
@@ -185,8 +187,7 @@ async def test_M6_force_sync_send_makes_a_non_persistent_send_wait_for_its_outco
 
 async def test_M6_force_async_send_returns_before_a_persistent_outcome(api: Api) -> None:
     peer = ScriptedPeer()
-    peer.expect_open().respond()
-    peer.expect_begin().respond()
+    _opened(peer)
     peer.expect_attach(sender=True, address="orders").respond(credit=10)
     peer.expect_transfer(address="orders").where(_unsettled_transfer).no_answer()
     peer.expect_detach().respond()  # close() waits close_timeout for the outcome, then detaches
@@ -278,8 +279,7 @@ def _send_on_drain(body: str) -> Any:
 
 def _holding_back(peer: ScriptedPeer, *, drains: bool) -> None:
     """A broker that sends a message on the consumer's link only when the client drains it."""
-    peer.expect_open().respond()
-    peer.expect_begin().respond()
+    _opened(peer)
     peer.expect_attach(sender=False, address="orders").respond()
     if drains:
         peer.expect_flow(address="orders").where(_draining).then(_send_on_drain("held"))
@@ -320,8 +320,7 @@ async def test_M9_local_only_receives_do_not_ask_the_broker(api: Api, nowait: bo
 
 async def test_M9_an_unanswered_drain_closes_the_consumer_after_drain_timeout(api: Api) -> None:
     peer = ScriptedPeer()
-    peer.expect_open().respond()
-    peer.expect_begin().respond()
+    _opened(peer)
     peer.expect_attach(sender=False, address="orders").respond()
     peer.expect_flow(address="orders").where(_draining).no_answer()
     _closing(peer)
@@ -349,24 +348,3 @@ async def test_M9_a_pull_consumer_receives_what_the_broker_holds_without_waiting
     finally:
         await connection.close()
     assert await leftovers(bed, queue.name, wait=0.3) == []  # nothing prefetched and lost
-
-
-# --- E2 with UUID message ids -----------------------------------------------------------------
-
-
-async def test_E2_no_local_withholds_this_connections_messages_with_uuid_ids(
-    api: Api, bed: Bed
-) -> None:
-    topic = Topic(bed.unique("e2-uuid"))
-    connection = await started(api, bed, message_id_type="uuid")
-    try:
-        session = await connection.create_session(AckMode.AUTO)
-        consumer = await session.create_consumer(topic, no_local=True)
-        producer = await session.create_producer(topic)
-        await producer.send(TextMessage("mine"))
-        await send(bed, topic, "theirs")  # another connection
-        received = await consumer.receive(TIMEOUT)
-        assert received is not None and received.body == "theirs"
-        assert await consumer.receive(0.3) is None
-    finally:
-        await connection.close()
