@@ -173,6 +173,11 @@ class MessageConsumer:
         return self._closed
 
     @property
+    def _presettled(self) -> bool:
+        """Whether the broker sends this consumer's messages settled (NO_ACK, or M5)."""
+        return self._acks.presettled
+
+    @property
     def message_listener(self) -> MessageListener | None:
         """The listener set with ``set_message_listener``, if any."""
         return self._listener
