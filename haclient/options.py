@@ -125,8 +125,14 @@ def _without_effect(
 
 
 _NO_JVM: Final = "no JVM here"
-_PRODUCERS: Final = "a send does not wait for an outcome and is never re-sent"
-_CONSUMERS: Final = "the broker sends deliveries settled, acknowledgements do nothing"
+_PRODUCERS: Final = (
+    "a send does not wait for an outcome and is never re-sent (an anonymous producer: only "
+    "by `presettle_all`, `presettle_producers`)"
+)
+_CONSUMERS: Final = (
+    "the broker sends deliveries settled, acknowledgements do nothing (never in a transacted "
+    "session)"
+)
 _BOTH: Final = f"{_PRODUCERS}; {_CONSUMERS}"
 
 #: The Qpid JMS 1.x options (its Configuration.md) this client accepts without effect, so that
@@ -312,7 +318,7 @@ CLIENT_OPTIONS: Final = OptionTable(
                 f"jms.presettlePolicy.{name}",
                 Flag(),
                 False,
-                f"{what} presettled (M5): {effect}",
+                f"{what} presettled (M5): {effect}.",
                 keyword=keyword,
             )
             for name, keyword, what, effect in (
@@ -398,7 +404,7 @@ CLIENT_OPTIONS: Final = OptionTable(
             Text(),
             "ID:",
             "The prefix of the connection's id (`<prefix><uuid>`: `connection_id`, its repr and "
-            "logs); message ids stay `ID:...` (JMS).",
+            "statistics); message ids stay `ID:...` (JMS).",
             keyword="connection_id_prefix",
         ),
         Option(
