@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
@@ -46,6 +46,7 @@ from haclient.aio.emulation import (
 )
 from haclient.aio.gate import Connected
 from haclient.aio.pending import PendingAck
+from haclient.aio.pull import drain, drain_timed_out, drainable, pulls
 from haclient.aio.redelivery import dead_letter_outcome, exceeds
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
@@ -288,9 +289,10 @@ class MessageConsumer:
         if self._listener is not None:
             raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
+        options = self._context.options
         while not self._held:
             taken = await self._take(deadline)
-            if taken is None and self._pulls(timeout):
+            if taken is None and not self._closed and pulls(timeout, self._prefetch, options):
                 taken = await self._pull()
             if taken is None:
                 return None
@@ -299,19 +301,6 @@ class MessageConsumer:
                     return taken[1]
                 self._held.append(taken[1])
         return await self._release_held(deadline)
-
-    def _pulls(self, timeout: float | None) -> bool:
-        """Whether a receive that found nothing by its deadline asks the broker for what it
-        still has (a drain, Qpid JMS's pull), as Qpid JMS decides: always with prefetch 0,
-        else unless ``receive_local_only`` (``receive_no_wait_local_only`` for a
-        ``receive_nowait``); never for a receive without a timeout (it waits on)."""
-        if timeout is None or self._closed:
-            return False
-        if self._prefetch == 0:
-            return True
-        options = self._context.options
-        local = options.receive_no_wait_local_only if timeout <= 0 else options.receive_local_only
-        return not local
 
     async def _pull(self) -> _Taken | None:
         """Drain the link (granting one credit if it has none) and take what the broker sent
@@ -325,14 +314,14 @@ class MessageConsumer:
         while not self._closed and self._context.connection.switch.started:
             at = self._context.gate.connected_nowait()
             receiver = self._receiver
-            if at is None or receiver is None or receiver.is_closed or not _drainable(at):
+            if at is None or receiver is None or receiver.is_closed or not drainable(at):
                 return None
             raw = at.amqp.receive_nowait(receiver)
             if raw is None:
-                drain = functools.partial(self._drain, at, receiver)
-                drained = await self._waiting(math.inf, drain)
-                if drained is None:
-                    await self._drain_timed_out(at.physical.drain_timeout)
+                drained = await self._waiting(math.inf, functools.partial(drain, at, receiver))
+                if drained is None:  # unanswered: closed, as Qpid JMS closes it
+                    await self.close()
+                    raise drain_timed_out(at.physical.drain_timeout)
                 if drained is not True or receiver is not self._receiver:
                     return None  # closed (C2), or the connection was lost meanwhile
                 raw = at.amqp.receive_nowait(receiver)
@@ -343,32 +332,6 @@ class MessageConsumer:
             if isinstance(taken, tuple):
                 return taken
         return None
-
-    async def _drain(self, at: Connected, receiver: Receiver) -> bool | None:
-        """One drain of ``receiver``: True once answered, False when the connection was lost
-        meanwhile (failover takes over), None when ``amqp.drainTimeout`` passed first."""
-        limit = at.physical.drain_timeout
-        with anyio.move_on_after(math.inf if limit is None else limit):
-            try:
-                await at.amqp.drain(receiver, 0 if receiver.credit > 0 else 1)
-            except HAClientError:
-                if at.physical.is_open and not receiver.is_closed:
-                    raise
-                return False
-            return True
-        return None
-
-    async def _drain_timed_out(self, limit: float | None) -> NoReturn:
-        """Close the consumer whose drain the broker left unanswered, as Qpid JMS closes it.
-
-        Raises:
-            ClosedError: always, saying why.
-        """
-        await self.close()
-        raise ClosedError(
-            f"the consumer was closed: the broker did not answer a drain within {limit:g} s "
-            "(amqp.drainTimeout)"
-        )
 
     async def _release_held(self, deadline: float) -> Message | None:
         """The oldest message held for its failover to end: acknowledged (in doubt), it waits
@@ -809,12 +772,6 @@ class MessageConsumer:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<MessageConsumer {self._link_name!r} on {self._destination} ({state})>"
-
-
-def _drainable(at: Connected) -> bool:
-    """Whether a consumer may drain its link on this broker: not on RabbitMQ, whose AMQP 1.0
-    plugin (3.x) ends the session on a drain of a classic queue (there a receive stays local)."""
-    return at.physical.product != "RabbitMQ"
 
 
 def _ignored(exc: HAClientError) -> None:

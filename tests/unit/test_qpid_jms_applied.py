@@ -27,6 +27,7 @@ from chaos.broker import BrokerThread
 from failover.url import parse_url
 from haclient.aio.options import ConnectionOptions
 from haclient.aio.physical import _prefixes, open_physical
+from haclient.aio.pull import drain_timed_out, pulls
 from haclient.amqp.by_priority import ByPriority, priority_of
 from haclient.amqp.codec import AmqpMessage, decode_message, encode_message
 from haclient.amqp.connection import ReceivedMessage
@@ -322,3 +323,20 @@ def test_M8_arrivals_are_taken_highest_priority_first_fifo_within_one() -> None:
     with pytest.raises(IndexError):
         waiting.popleft()
     assert priority_of(b"not a message") == 4
+
+
+# --- jms.receiveLocalOnly / jms.receiveNoWaitLocalOnly -------------------------------------------
+
+
+def test_M9_which_receives_pull_as_qpid_jms_decides() -> None:
+    default = ConnectionOptions()
+    assert not pulls(None, 10, default)  # receive() waits on: never a drain
+    assert pulls(0, 10, default) and pulls(0.5, 10, default)
+    local = ConnectionOptions(receive_local_only=True)
+    assert pulls(0, 10, local) and not pulls(0.5, 10, local)
+    no_wait_local = ConnectionOptions(receive_no_wait_local_only=True)
+    assert not pulls(0, 10, no_wait_local) and pulls(0.5, 10, no_wait_local)
+    both = ConnectionOptions(receive_local_only=True, receive_no_wait_local_only=True)
+    assert pulls(0, 0, both) and pulls(0.5, 0, both)  # prefetch 0 always pulls
+    assert not pulls(None, 0, both)
+    assert "within 0.3 s" in str(drain_timed_out(0.3))
