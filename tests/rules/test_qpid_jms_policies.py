@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from apikit import Api, Bed
+from failoverkit import Recorder
 from rulekit import TIMEOUT, leftovers, send, started
 
 from chaos.peer import ScriptedPeer
@@ -350,3 +351,31 @@ async def test_M9_a_pull_consumer_receives_what_the_broker_holds_without_waiting
     finally:
         await connection.close()
     assert await leftovers(bed, queue.name, wait=0.3) == []  # nothing prefetched and lost
+
+
+async def test_M9_a_drain_cut_off_by_failover_returns_none_and_the_next_broker_is_drained(
+    api: Api,
+) -> None:
+    peer = ScriptedPeer()
+    _opened(peer)
+    peer.expect_attach(sender=False, address="orders").respond()
+    peer.expect_flow(address="orders").where(_draining).drop_connection()
+    peer.expect_connection()  # failover restores the consumer's link
+    _holding_back(peer, drains=True)
+    recorder = Recorder()
+    url = (
+        "failover:(amqp://127.0.0.1:{port})"
+        "?failover.method=singlebroker&failover.retries=20&failover.connectdelay=0"
+    )
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving() as port:
+            connection = await api.connect(url.format(port=port), prefetch=10)
+            await connection.add_listener(recorder)
+            await connection.start()
+            session = await connection.create_session()
+            consumer = await session.create_consumer(Queue("orders"))
+            assert await consumer.receive_nowait() is None  # the drain met the connection's end
+            await recorder.wait_for("completed")
+            message = await consumer.receive_nowait()
+            assert message is not None and message.body == "held"
+            await _close(connection, peer)
