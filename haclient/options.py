@@ -431,8 +431,8 @@ CLIENT_OPTIONS: Final = OptionTable(
             False,
             "true: every message sent carries the name of the user that logged in to the "
             "broker as its `user-id` (JMSXUserID), replacing any the application set (none "
-            "after an anonymous login), as in Qpid JMS. false: the message's own JMSXUserID "
-            "is sent.",
+            "after an anonymous login), as in Qpid JMS. false: none is sent; a JMSXUserID the "
+            "application set is cleared, as Qpid JMS clears it (M7).",
             keyword="populate_user_id",
         ),
         Option(

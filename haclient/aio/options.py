@@ -73,7 +73,8 @@ class ConnectionOptions:
         queue_prefix / topic_prefix: Prefixes for queue and topic addresses
             (``jms.queuePrefix``, ``jms.topicPrefix``); a prefix the broker announces wins.
         populate_user_id: Send the logged-in user's name as every message's JMSXUserID
-            (``jms.populateJMSXUserID``).
+            (``jms.populateJMSXUserID``); False: send none, an application's own is cleared
+            (M7).
         message_id_type: How producers make message ids (``jms.messageIDPolicy.messageIDType``):
             ``original``/``default``, ``uuid``, ``uuid_string`` or ``prefixed_uuid_string``.
         max_redeliveries: Redeliveries a message may have (``delivery_count`` - 1); a message
