@@ -311,13 +311,16 @@ class MessageConsumer:
             ClosedError: the broker did not answer within ``amqp.drainTimeout``: the consumer
                 was closed, as Qpid JMS closes it.
         """
+        asked = False  # one drain per receive: a message given back (a client-side selector's
+        # release) would come back with the next drain, and the next, for ever
         while not self._closed and self._context.connection.switch.started:
             at = self._context.gate.connected_nowait()
             receiver = self._receiver
             if at is None or receiver is None or receiver.is_closed or not drainable(at):
                 return None
             raw = at.amqp.receive_nowait(receiver)
-            if raw is None:
+            if raw is None and not asked:
+                asked = True
                 drained = await self._waiting(math.inf, functools.partial(drain, at, receiver))
                 if drained is None:  # unanswered: closed, as Qpid JMS closes it
                     await self.close()

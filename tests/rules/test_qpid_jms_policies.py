@@ -379,3 +379,22 @@ async def test_M9_a_drain_cut_off_by_failover_returns_none_and_the_next_broker_i
             message = await consumer.receive_nowait()
             assert message is not None and message.body == "held"
             await _close(connection, peer)
+
+
+async def test_M9_a_pull_drains_once_even_when_the_client_gives_messages_back(
+    api: Api, reference_broker: Any
+) -> None:
+    bed = Bed("reference", reference_broker.url, admin=reference_broker)
+    queue = Queue(bed.unique("m9-selector"))
+    await send(bed, queue, TextMessage("not for us", properties={"kind": "other"}))
+    # the client evaluates the selector, and releases what it rejects: back on the queue
+    connection = await started(api, bed, prefetch=0, selectors="client")
+    try:
+        session = await connection.create_session()
+        consumer = await session.create_consumer(queue, "kind = 'mine'")
+        with anyio.fail_after(TIMEOUT):
+            assert await consumer.receive_nowait() is None
+            assert await consumer.receive(0.2) is None
+    finally:
+        await connection.close()
+    assert await leftovers(bed, queue.name, wait=0.3) == ["not for us"]
