@@ -75,6 +75,7 @@ class ConnectionStatistics:
         broker: The broker in use (password masked), None when not connected.
         client_id: The client id, None if the application set none.
         container_id: The AMQP container id in use (the client id, or a generated one).
+        connection_id: The connection's own id, ``<jms.connectionIDPrefix><uuid>``.
         epoch: The number of the physical connection in use (0 first, +1 per loss).
         failovers: Completed failovers.
         last_downtime: Seconds the last failover took (loss to restored), None before one.
@@ -146,6 +147,7 @@ class ConnectionStatistics:
     messages_dead_lettered: int = 0
     failovers_returned: int = 0
     standby_broker: str | None = None
+    connection_id: str = ""
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -240,6 +242,7 @@ class Connection:
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
         unique = uuid.uuid4().hex
+        self._connection_id = f"{options.connection_id_prefix}{unique}"
         self._context = ConnectionContext(
             options=options,
             manager=self._manager,
@@ -343,6 +346,12 @@ class Connection:
     def client_id(self) -> str | None:
         """The client id (the AMQP container id), or None when the application set none."""
         return self._context.client_id
+
+    @property
+    def connection_id(self) -> str:
+        """This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``, ``ID:``),
+        as its repr and statistics show it; its message ids carry the same uuid."""
+        return self._connection_id
 
     @property
     def url(self) -> FailoverURL:
@@ -485,6 +494,7 @@ class Connection:
             messages_dead_lettered=counters.dead_lettered,
             failovers_returned=manager.returns,
             standby_broker=None if manager.standby is None else str(manager.standby),
+            connection_id=self._connection_id,
         )
 
     async def close(self) -> None:
@@ -553,7 +563,10 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<Connection {self._container_id!r} to {self.broker} ({self.state.value})>"
+        return (
+            f"<Connection {self._connection_id!r} ({self._container_id!r}) to {self.broker} "
+            f"({self.state.value})>"
+        )
 
 
 class Connecting:
