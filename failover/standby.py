@@ -12,7 +12,12 @@ nothing restored on them):
 - the *probe* loop, while ``failover.states.return_due`` (CONNECTED to a broker that is not
   preferred), tries each preferred broker every ``priority_backup_interval`` (plus jitter);
   the first connection one accepts is handed to ``switch``, which starts the planned failover
-  (or refuses, and the connection is closed).
+  (or refuses, and the connection is closed). The connection is kept as the *handover* that
+  this failover takes.
+
+``take_ready`` gives a failover its first attempt: the handover, else the spare when still
+open. Whatever a failover has not taken is closed by ``close`` (the connection closed, or
+failover gave up).
 
 Both are quiet: a failure is logged at DEBUG, counts no attempt and tells no listener; on a
 shared-store pair the standby does not listen, so they wait. What they decide comes from
@@ -88,6 +93,7 @@ class Standby(Generic[P]):
         self._sleep = sleep
         self._rng = rng
         self._spare: _Spare[P] | None = None
+        self._handover: tuple[P, BrokerURL] | None = None  # a probe's, for the return it starts
         self._changed: anyio.Event | None = None  # made in run: anyio needs the event loop
 
     @property
@@ -106,6 +112,15 @@ class Standby(Generic[P]):
             self._changed.set()
             self._changed = anyio.Event()
 
+    def take_ready(self) -> tuple[P, BrokerURL] | None:
+        """A connection already open for the failover under way, and its broker: the
+        preferred broker's that started a return (F16), else the spare when still open (F17).
+        The caller owns it from now on."""
+        handover, self._handover = self._handover, None
+        if handover is not None and handover[0].is_open:
+            return handover
+        return self.take_spare()
+
     def take_spare(self) -> tuple[P, BrokerURL] | None:
         """The spare and its broker, when it is still open: a failover's first attempt. The
         caller owns it from now on; the loop opens a new one once CONNECTED again."""
@@ -118,7 +133,10 @@ class Standby(Generic[P]):
         return spare.connection, spare.broker
 
     async def close(self) -> None:
-        """Close the spare, if any (shielded and bounded)."""
+        """Close the spare and a handover not taken, if any (shielded and bounded)."""
+        handover, self._handover = self._handover, None
+        if handover is not None:
+            await close_quietly(handover[0])
         spare, self._spare = self._spare, None
         if spare is not None:
             spare.scope.cancel()
@@ -212,9 +230,11 @@ class Standby(Generic[P]):
                 if connection is None:
                     continue
                 state, current, _, preferred_now = self._view()
-                due = return_due(self._policy, state, current, preferred_now)
-                if due and self._switch(connection, broker):
-                    break
+                if return_due(self._policy, state, current, preferred_now):
+                    self._handover = (connection, broker)  # taken by the failover it starts
+                    if self._switch(connection, broker):
+                        break
+                    self._handover = None
                 await close_quietly(connection)
                 break
 
