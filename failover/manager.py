@@ -156,6 +156,9 @@ class ConnectionManager(Generic[P]):
         adopt: Called (synchronously, rule 5) with each physical connection when it becomes
             the one in use: the first connect, each failover, whichever connector opened it,
             before anything is restored on it.
+        may_return: Whether a return to a preferred broker (F16) may start now, asked
+            (synchronously) right before it starts: a client says no while a commit is on its
+            way, whose outcome the return would put in doubt (default: always).
 
     Raises:
         ConfigurationError: An empty list, ``singlebroker`` with several brokers, a
@@ -177,6 +180,7 @@ class ConnectionManager(Generic[P]):
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
@@ -198,6 +202,7 @@ class ConnectionManager(Generic[P]):
             reconnect_stop=reconnect_stop,
             standby_connector=standby_connector,
             adopt=adopt,
+            may_return=may_return,
         )
         self._started = False
         # Made in __aenter__: anyio objects need the running event loop.
@@ -218,6 +223,7 @@ class ConnectionManager(Generic[P]):
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(
@@ -232,6 +238,7 @@ class ConnectionManager(Generic[P]):
             reconnect_stop=reconnect_stop,
             standby_connector=standby_connector,
             adopt=adopt,
+            may_return=may_return,
         )
 
     # --- Lifetime -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from failover.policy import FailoverMethod, FailoverPolicy
 from failover.protocols import Connector, P, Resource, restore_tiers
 from failover.restore import Link, Restore
 from failover.schedule import ReconnectPlan, Stop, Wait
-from failover.standby import Standby, close_quietly
+from failover.standby import Standby, close_all, close_quietly
 from failover.states import (
     LIVE,
     ConnectionState,
@@ -73,6 +73,7 @@ class Supervisor(Generic[P]):
             for a connection that may never be used (default: ``connector``).
         adopt: Called with each physical connection when it becomes the one in use (the
             first connect, each failover), before anything is restored on it.
+        may_return: Whether a return (F16) may start now (``failover.standby``).
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class Supervisor(Generic[P]):
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> None:
         self._gate = gate
         self._listeners = listeners
@@ -128,6 +130,7 @@ class Supervisor(Generic[P]):
             self._return_to,
             sleep=sleep,
             rng=rng,
+            may_return=may_return,
         )
 
     # --- What the manager reads ------------------------------------------------------------
@@ -238,8 +241,9 @@ class Supervisor(Generic[P]):
         link, self._link = self._link, None
         if link is not None:
             link.scope.cancel()
-            await close_quietly(link.connection)
-        await self._standby.close()
+        # together: the ready connections close within the same bound as the one in use
+        in_use = [] if link is None else [link.connection]
+        await close_all([*in_use, *self._standby.release()])
 
     # --- The task: connect, watch, fail over -----------------------------------------------
 
