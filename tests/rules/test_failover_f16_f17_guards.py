@@ -11,8 +11,9 @@ import threading
 
 import anyio
 import pytest
-from apikit import Api
+from apikit import Api, eventually
 from failoverkit import TIMEOUT, Recorder, brokers, connected, failover_url, port_of
+from test_failover_f16_f17_ready import RETURN
 
 from chaos.broker import BrokerThread
 from haclient.destination import Queue
@@ -21,14 +22,6 @@ from haclient.message import TextMessage
 from haclient.modes import AckMode
 
 pytestmark = pytest.mark.anyio
-
-RETURN = {"priorityBackup": "true", "priorityBackupInterval": 50}
-
-
-async def _eventually(condition: object, timeout: float = TIMEOUT) -> None:
-    with anyio.fail_after(timeout):
-        while not await condition():  # type: ignore[operator]
-            await anyio.sleep(0.02)
 
 
 async def test_F16_a_return_never_cuts_a_commit_off(api: Api) -> None:
@@ -70,7 +63,7 @@ async def test_F16_F17_brokers_that_refuse_a_duplicate_client_id_accept_the_read
                 standby = (await conn.statistics()).standby_broker
                 return standby is not None and port_of(standby) == broker.port
 
-            await _eventually(lambda: spare_at(second))
+            await eventually(lambda: spare_at(second))
             assert second.connections() == ["f16-f17-unique"]  # the spare, on the other broker
             first.kill()
             await recorder.wait_for("completed")  # on the spare
@@ -78,7 +71,7 @@ async def test_F16_F17_brokers_that_refuse_a_duplicate_client_id_accept_the_read
             await recorder.wait_for("completed", 2)  # the probe, same client id, accepted
             assert port_of(recorder.named("completed")[1]) == first.port
             assert first.connections() == ["f16-f17-unique"]
-            await _eventually(lambda: spare_at(second))  # the one it left: free again
+            await eventually(lambda: spare_at(second))  # the one it left: free again
             statistics = await conn.statistics()
             assert statistics.failovers_returned == 1 and statistics.failovers == 2
 
@@ -101,12 +94,12 @@ async def test_F17_connections_closed_with_a_spare_leave_nothing_open(api: Api) 
                 async def spare_ready(conn: object = conn) -> bool:
                     return (await conn.statistics()).standby_broker is not None  # type: ignore[attr-defined]
 
-                await _eventually(spare_ready)
+                await eventually(spare_ready)
             await conn.close()
 
         async def nothing_open() -> bool:
             return first.connections() == [] and second.connections() == []
 
-        await _eventually(nothing_open)
+        await eventually(nothing_open)
         assert _open_descriptors() <= descriptors + 2  # no socket left behind
         assert threading.active_count() <= threads
