@@ -22,7 +22,9 @@ open. Whatever a failover has not taken is closed by ``close`` (the connection c
 failover gave up).
 
 Both are quiet: a failure is logged at DEBUG, counts no attempt and tells no listener; on a
-shared-store pair the standby does not listen, so they wait. What they decide comes from
+shared-store pair the standby does not listen, so they wait. Only a refusal of trust (F15: the
+login or the TLS handshake refused), which will not go away by itself, is a warning, the
+first time each broker refuses. What they decide comes from
 ``failover.states``; ``poke`` wakes them when the supervisor's state, connection or list
 changed. Everything runs on the supervisor's event loop.
 """
@@ -39,7 +41,14 @@ import anyio
 
 from failover.policy import FailoverPolicy
 from failover.protocols import Connector, ManagedConnection, P
-from failover.states import ConnectionState, return_due, same_broker, spare_target
+from failover.states import (
+    ConnectionState,
+    is_refusal,
+    is_retriable_failure,
+    return_due,
+    same_broker,
+    spare_target,
+)
 from failover.url import BrokerURL
 
 __all__ = ["Standby", "StandbyView", "close_all", "close_quietly"]
@@ -78,6 +87,7 @@ class Standby(Generic[P]):
             when it starts the return (it owns the connection then), False to refuse.
         may_return: Whether a return may start now (default: always); the probe waits, at
             most one ``priority_backup_interval``, until it says yes.
+        retriable: Whether a failure is one a reconnect can fix (tells a refusal of trust).
         sleep: Sleeps that many seconds (the manager's injected ``sleep``).
         rng: Draws the jitter.
     """
@@ -92,12 +102,15 @@ class Standby(Generic[P]):
         sleep: Callable[[float], Awaitable[None]],
         rng: random.Random,
         may_return: Callable[[], bool] | None = None,
+        retriable: Callable[[BaseException], bool] = is_retriable_failure,
     ) -> None:
         self._connector = connector
         self._policy = policy
         self._view = view
         self._switch = switch
         self._may_return = may_return or (lambda: True)
+        self._retriable = retriable
+        self._refused: set[str] = set()  # brokers whose last answer was a refusal of trust
         self._sleep = sleep
         self._rng = rng
         self._spare: _Spare[P] | None = None
@@ -278,11 +291,21 @@ class Standby(Generic[P]):
         return self._changed
 
     async def _open_quietly(self, broker: BrokerURL, what: str) -> P | None:
+        """A connection to ``broker``, or None. A failure is a DEBUG line, but a refusal of
+        trust (``failover.states.is_refusal``) is a warning the first time that broker refuses
+        (again after it accepted once): it will not go away by itself."""
+        key = str(broker)
         try:
-            return await self._connector(broker)
+            connection = await self._connector(broker)
         except Exception as exc:
-            _log.debug("%s %s not reached: %s", what, broker, exc)
+            if is_refusal(exc, retriable=self._retriable(exc)) and key not in self._refused:
+                self._refused.add(key)
+                _log.warning("%s %s refused the connection: %s", what, broker, exc)
+            else:
+                _log.debug("%s %s not reached: %s", what, broker, exc)
             return None
+        self._refused.discard(key)
+        return connection
 
     async def _wait_or_change(self, delay: float, changed: anyio.Event) -> None:
         """Sleep ``delay`` (the injected ``sleep``), or less when ``changed`` is set."""

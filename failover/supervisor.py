@@ -131,6 +131,7 @@ class Supervisor(Generic[P]):
             sleep=sleep,
             rng=rng,
             may_return=may_return,
+            retriable=retriable,
         )
 
     # --- What the manager reads ------------------------------------------------------------

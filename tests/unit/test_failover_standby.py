@@ -8,6 +8,7 @@ virtual clock.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 import anyio
@@ -25,6 +26,7 @@ from test_failover_manager import (
 from unitkit import A, B, C, S
 
 from failover.errors import (
+    AuthenticationError,
     ConfigurationError,
     ConnectionLostError,
     HAClientError,
@@ -302,3 +304,22 @@ async def test_F16_a_probe_waiting_for_a_commit_is_closed_when_the_connection_cl
             network.down.clear()
             await until(lambda: any(c.broker == A for c in network.opened))
         assert all(c.closed for c in network.opened)  # the probe too, cut off as it waited
+
+
+@pytest.mark.anyio
+async def test_F16_a_preferred_broker_that_refuses_trust_is_a_warning_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    network = Network(down={"a"})
+    manager = _manager(network, RETURNING)
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            network.down.clear()
+            network.errors["a"] = AuthenticationError("the broker refused the login")
+            with caplog.at_level(logging.DEBUG, logger="haclient.failover"):
+                await until(lambda: network.calls.count("a") >= 4)
+            assert manager.broker == B and manager.statistics().returns == 0
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once, not at every probe
+    assert "preferred broker amqp://a:5672 refused" in warnings[0].getMessage()
