@@ -7,9 +7,10 @@ facade over three parts, each in its own module, which talk through small public
 - the gate (``failover.gate.ConnectionGate``): the state, and the callers waiting for CONNECTED;
 - the supervisor (``failover.supervisor.Supervisor``): inside ``async with``, one background
   task that connects (``start()``), waits for the physical connection to end, and then fails
-  over: it walks the reconnect schedule (``failover.schedule``: which broker, how long to wait,
-  when to give up, as tenacity wait and stop strategies), restores the registered resources
-  tier by tier on the new connection, and tells the gate, which opens again;
+  over: it walks the reconnect schedule (``failover.walk``, ``failover.schedule``: which
+  broker, how long to wait, when to give up, as tenacity wait and stop strategies), restores
+  the registered resources tier by tier on the new connection (``failover.restore``), and
+  tells the gate, which opens again;
 - the listeners (``failover.listeners.Listeners``, F14).
 
 The state is the table-driven machine of ``failover.states``, which also takes every decision
