@@ -236,6 +236,7 @@ class Connection:
             reconnect_stop=reconnect_stop,
             standby_connector=self._open_standby,
             adopt=self._adopt,
+            may_return=lambda: self._context.counters.commits_in_flight == 0,
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._sessions: set[Session] = set()
