@@ -19,6 +19,10 @@ Rules it keeps (``failover.states``' invariants, whose decisions it applies):
   in a walk), the next broker tried at once; every broker of a pass refusing at its last
   attempt ends the walk with ``refusal_error``.
 - 11 (F16, F17): a ready connection is taken before any attempt of the plan and counts as none.
+- ``warn_after_attempts``: every that many failed attempts, a warning; the attempts a broker
+  starting up dropped (``BrokerNotReadyError``) while the plan retries it quickly
+  (``ReconnectPlan.quick_retry``) are not counted, so a failover that waits out a new
+  master's first milliseconds logs no warning.
 - F4: when the plan runs out, the walk ends; ``failure`` says what failed last.
 """
 
@@ -29,11 +33,11 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Generic
 
-from failover.errors import ConnectionLostError
+from failover.errors import BrokerNotReadyError, ConnectionLostError
 from failover.gate import ConnectionGate
 from failover.policy import Attempt
 from failover.protocols import Connector, P
-from failover.schedule import ReconnectPlan
+from failover.schedule import NotReadyRetry, ReconnectPlan
 from failover.standby import close_quietly
 from failover.states import ConnectionState, is_refusal, refusal_error, refused_everywhere
 from failover.url import BrokerURL
@@ -102,6 +106,8 @@ class Walker(Generic[P]):
         failed: BaseException | None = None
         refused = False  # the last attempt was a refusal of trust
         failures = 0
+        counted = 0  # the failures warn_after_attempts counts
+        not_ready_since: dict[str, float] = {}  # broker -> its first drop in a row
         # broker -> its refusal, for each broker whose last attempt was one (invariant 10)
         refusals: dict[str, BaseException] = {}
         if ready is not None:  # the handover of a return, or the warm spare: restore at once
@@ -118,7 +124,12 @@ class Walker(Generic[P]):
             if connection is None:
                 failed = self.cause()
                 failures += 1
-                refused = self._note_refusal(attempt, failed, refusals, failures)
+                due = False  # a warning every warn_after_attempts counted failures
+                if not self._starting_up(plan.quick_retry, attempt, failed, not_ready_since):
+                    counted += 1
+                    every = self._warn_after_attempts
+                    due = every > 0 and counted % every == 0
+                refused = self._note_refusal(attempt, failed, refusals, failures, due)
                 if refused and refused_everywhere(refusals, plan.brokers_of_a_pass):
                     self.failure = refusal_error(refusals, plan.brokers_of_a_pass, failed)
                     return False
@@ -160,6 +171,7 @@ class Walker(Generic[P]):
         failed: BaseException,
         refusals: dict[str, BaseException],
         failures: int,
+        due: bool,
     ) -> bool:
         """Log the failed ``attempt`` and keep ``refusals`` (broker -> its refusal, for each
         broker whose last attempt was one) up to date; True when ``failed`` is a refusal of
@@ -167,18 +179,33 @@ class Walker(Generic[P]):
         that says which broker and why."""
         key = str(attempt.broker)
         refused = is_refusal(failed, retriable=self._retriable(failed))
-        self._log_failure(attempt, failures, warn=refused and key not in refusals)
+        self._log_failure(attempt, failures, warn=due or (refused and key not in refusals))
         if refused:
             refusals[key] = failed
         else:
             refusals.pop(key, None)
         return refused
 
+    def _starting_up(
+        self,
+        quick: NotReadyRetry | None,
+        attempt: Attempt[BrokerURL],
+        failed: BaseException,
+        since: dict[str, float],
+    ) -> bool:
+        """Whether the broker of ``attempt`` dropped it while starting up and the plan retries
+        it ``quick``ly: a ``BrokerNotReadyError`` within the quick retry's patience of its
+        first drop in a row (``since``: broker -> that drop, kept up to date here)."""
+        key = str(attempt.broker)
+        if quick is None or not isinstance(failed, BrokerNotReadyError):
+            since.pop(key, None)
+            return False
+        now = self._clock()
+        return now - since.setdefault(key, now) <= quick.patience
+
     def _log_failure(self, attempt: Attempt[BrokerURL], failures: int, *, warn: bool) -> None:
         """Log a failed attempt: a warning when ``warn`` (a broker's first refusal of trust in
-        a walk: which broker, and why) and every ``warn_after_attempts`` failures."""
-        every = self._warn_after_attempts
-        warn = warn or (every > 0 and failures % every == 0)
+        a walk: which broker, and why; or ``warn_after_attempts`` more counted failures)."""
         _log.log(
             logging.WARNING if warn else logging.INFO,
             "attempt %d to connect to %s failed (%d failed so far): %s",
