@@ -135,6 +135,8 @@ class MessageConsumer:
         self._held: collections.deque[Message] = collections.deque()  # acknowledged, not returned
         self._prefetch = context.options.prefetch
         self._decoder = Decoder(destination)
+        if context.tracing is not None:  # a span per message received (haclient.aio.tracing)
+            context.tracing.instrument_consumer(self)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -442,6 +444,8 @@ class MessageConsumer:
         message = self._decode(at.amqp, raw, at.physical)
         if message is None:
             return _Skip.AGAIN
+        if self._context.tracing is not None:
+            self._context.tracing.adopt(message, raw)
         self._context.connection.counters.received += 1
         self._context.connection.counters.redelivered += message.redelivered
         return raw, message, at
@@ -605,6 +609,8 @@ class MessageConsumer:
             return
         acks = self._context.acks
         pending = self._pending(raw, message)
+        if self._context.tracing is not None:  # run in a process span
+            listener = self._context.tracing.processing(self, listener)
         self._listener_running = True
         self._listener_idle = anyio.Event()
         token = _listening.set(self)

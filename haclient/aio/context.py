@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from failover.manager import ConnectionManager
     from haclient.aio.options import ConnectionOptions
     from haclient.aio.physical import PhysicalConnection
+    from haclient.aio.tracing import Tracing
     from haclient.amqp.connection import AmqpConnection
     from haclient.amqp.endpoints import Receiver
     from haclient.amqp.endpoints import Session as AmqpSession
@@ -116,6 +117,7 @@ class ConnectionContext:
     gate: Gate = field(init=False)
     temporaries: TemporaryDestinations = field(init=False)
     _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    tracing: Tracing | None = None  # haclient.aio.tracing, when the connection traces
 
     def __post_init__(self) -> None:
         self.gate = Gate(self.manager, lambda: self.closed)
@@ -192,6 +194,7 @@ class SessionContext:
         self.connection = connection
         self.options = options = connection.options
         self.gate = connection.gate
+        self.tracing = connection.tracing
         self.amqp_session: AmqpSession | None = None
         self.confirmation: AckConfirmation | None = None
         self.dispatch_lock = anyio.Lock()  # one listener of the session at a time

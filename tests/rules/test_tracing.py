@@ -1,0 +1,246 @@
+"""Rules O1-O4: OpenTelemetry tracing, through both APIs, on the reference broker.
+
+Spans are recorded by the SDK's in-memory exporter of a ``TracerProvider`` given to
+``connect(tracer_provider=...)``; a producer and a consumer on two connections must share one
+trace, also when the broker in use is killed between the send and the receive (an HA pair).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from apikit import Api, Signal, eventually
+from failoverkit import TIMEOUT, HaPair, failover_url
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import haclient.aio as aio
+from chaos.broker import BrokerThread
+from haclient import AckMode, Queue, TextMessage
+from haclient.errors import ConfigurationError
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+def _named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+def _one(exporter: InMemorySpanExporter, prefix: str) -> ReadableSpan:
+    spans = _named(exporter, prefix)
+    assert len(spans) == 1, [s.name for s in exporter.get_finished_spans()]
+    return spans[0]
+
+
+def _queue(name: str) -> Queue:
+    return Queue(f"tracing.{name}")
+
+
+async def test_O1_O2_a_send_and_a_receive_share_one_trace_across_two_connections(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"shared.{api.name}")
+    tracer = provider.get_tracer("test")
+    async with (
+        await api.connect(reference_broker.url, tracer_provider=provider) as sending,
+        await api.connect(reference_broker.url, tracer_provider=provider) as receiving,
+    ):
+        producer = await (await sending.create_session()).create_producer(queue)
+        message = TextMessage("order 1", correlation_id="conversation-7")
+        with tracer.start_as_current_span("place order") as business:
+            await producer.send(message)
+        await receiving.start()
+        consumer = await (await receiving.create_session()).create_consumer(queue)
+        received = await consumer.receive(TIMEOUT)
+    assert received is not None and received.text == "order 1"
+
+    send = _one(exporter, "send ")
+    assert send.kind is SpanKind.PRODUCER
+    assert send.name == f"send {queue.name}"
+    assert send.context.trace_id == business.get_span_context().trace_id  # the caller's trace
+    assert send.parent is not None and send.parent.span_id == business.get_span_context().span_id
+    assert send.attributes is not None
+    assert send.attributes["messaging.system"] == "amqp"
+    assert send.attributes["messaging.operation.type"] == "send"
+    assert send.attributes["messaging.destination.name"] == queue.name
+    assert send.attributes["messaging.message.id"] == message.message_id
+    assert send.attributes["messaging.message.conversation_id"] == "conversation-7"
+    assert send.attributes["messaging.message.body.size"] == len("order 1")
+    assert send.attributes["server.port"] == reference_broker.port
+    # O2: the W3C context travels in the application properties, as any consumer reads it
+    trace_id = f"{send.context.trace_id:032x}"
+    assert received.properties["traceparent"].split("-")[1] == trace_id
+
+    receive = _one(exporter, "receive ")
+    assert receive.kind is SpanKind.CONSUMER
+    assert receive.attributes is not None
+    assert receive.attributes["messaging.operation.type"] == "receive"
+    assert receive.attributes["messaging.message.id"] == message.message_id
+    assert [link.context.span_id for link in receive.links] == [send.context.span_id]
+
+
+async def test_O1_a_listener_runs_in_a_process_span_its_own_spans_nest_in(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"listener.{api.name}")
+    done = Signal()
+
+    async def on_message(message: Any) -> None:
+        with trace.get_tracer("app", tracer_provider=provider).start_as_current_span("handle"):
+            pass
+        done.set()
+
+    async with await api.connect(reference_broker.url, tracer_provider=provider) as connection:
+        session = await connection.create_session()
+        await (await session.create_producer(queue)).send(TextMessage("work"))
+        consumer = await session.create_consumer(queue)
+        await consumer.set_message_listener(api.listener(on_message))
+        await connection.start()
+        assert await done.wait()
+        await eventually(lambda: _named(exporter, "process "))
+
+    process = _one(exporter, "process ")
+    handle = _one(exporter, "handle")
+    send = _one(exporter, "send ")
+    assert process.kind is SpanKind.CONSUMER
+    assert handle.parent is not None and handle.parent.span_id == process.context.span_id
+    assert [link.context.span_id for link in process.links] == [send.context.span_id]
+
+
+async def test_O1_acknowledge_commit_and_rollback_are_settle_spans(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"settle.{api.name}")
+    async with await api.connect(reference_broker.url, tracer_provider=provider) as connection:
+        await connection.start()
+        transacted = await connection.create_session(AckMode.TRANSACTED)
+        producer = await transacted.create_producer(queue)
+        await producer.send(TextMessage("kept"))
+        await transacted.commit()
+        await producer.send(TextMessage("dropped"))
+        await transacted.rollback()
+        client = await connection.create_session(AckMode.CLIENT)
+        received = await (await client.create_consumer(queue)).receive(TIMEOUT)
+        assert received is not None and received.text == "kept"
+        await api.acknowledge(received)
+
+    sends = _named(exporter, "send ")
+    commit, rollback, ack = (
+        _one(exporter, "commit"),
+        _one(exporter, "rollback"),
+        _one(exporter, "ack"),
+    )
+    for span, name in ((commit, "commit"), (rollback, "rollback"), (ack, "ack")):
+        assert span.attributes is not None
+        assert span.attributes["messaging.operation.type"] == "settle"
+        assert span.attributes["messaging.operation.name"] == name
+        assert span.status.status_code is not StatusCode.ERROR
+    # a commit or rollback links to the spans of the transaction it ends
+    assert [link.context.span_id for link in commit.links] == [sends[0].context.span_id]
+    assert [link.context.span_id for link in rollback.links] == [sends[1].context.span_id]
+
+
+async def test_O3_a_kill_between_send_and_receive_is_in_the_trace(
+    api: Api, pair: HaPair, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"failover.{api.name}")
+    url = failover_url(*pair.members)
+    async with (
+        await api.connect(url, tracer_provider=provider) as sending,
+        await api.connect(url, tracer_provider=provider) as receiving,
+    ):
+        producer = await (await sending.create_session()).create_producer(queue)
+        await producer.send(TextMessage("survives"))
+        lost = pair.master
+        pair.kill_master()  # the standby takes over the store: the message is there
+        await producer.send(TextMessage("after"))  # waits at the gate for the failover
+        await receiving.start()
+        consumer = await (await receiving.create_session()).create_consumer(queue)
+        first = await consumer.receive(TIMEOUT)
+        second = await consumer.receive(TIMEOUT)
+    assert first is not None and first.text == "survives"
+    assert second is not None and second.text == "after"
+
+    first_send, second_send = _named(exporter, "send ")
+    receive = _named(exporter, "receive ")[0]
+    assert [link.context.span_id for link in receive.links] == [first_send.context.span_id]
+    failovers = _named(exporter, "failover")
+    assert len(failovers) == 2, [s.name for s in exporter.get_finished_spans()]  # one each
+    for failover in failovers:
+        assert failover.attributes is not None
+        assert failover.attributes["haclient.failover.lost_broker"] == f"127.0.0.1:{lost.port}"
+        assert failover.attributes["haclient.failover.broker"] != f"127.0.0.1:{lost.port}"
+        assert failover.attributes["haclient.failover.downtime"] >= 0
+    # the send that waited at the gate says so, names the lost broker, links to the failover
+    waited = [e for e in second_send.events if e.name == "haclient.failover"]
+    assert waited, second_send.events
+    assert waited[0].attributes is not None
+    assert waited[0].attributes["haclient.failover.lost_broker"] == f"127.0.0.1:{lost.port}"
+    assert waited[0].attributes["haclient.failover.waited"] > 0
+    linked = {link.context.span_id for link in second_send.links}
+    assert linked & {failover.context.span_id for failover in failovers}
+    assert second_send.attributes is not None
+    assert second_send.attributes["server.port"] != lost.port
+
+
+async def test_O4_with_tracing_off_no_span_is_made_and_no_property_added(
+    api: Api, reference_broker: BrokerThread, exporter: Any
+) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    queue = _queue(f"off.{api.name}")
+    previous = trace.get_tracer_provider()
+    async with await api.connect(reference_broker.url, tracing="noop") as connection:
+        await connection.start()
+        session = await connection.create_session()
+        message = TextMessage("untraced")
+        await (await session.create_producer(queue)).send(message)
+        received = await (await session.create_consumer(queue)).receive(TIMEOUT)
+    assert received is not None
+    assert "traceparent" not in message.properties and received.properties == {}
+    assert exporter.get_finished_spans() == ()
+    assert trace.get_tracer_provider() is previous
+    provider.shutdown()
+
+
+async def test_O4_noop_wins_over_a_tracer_provider(
+    reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue("noop")
+    url = reference_broker.url
+    async with aio.connect(url, tracing="noop", tracer_provider=provider) as connection:
+        session = await connection.create_session()
+        message = TextMessage("untraced")
+        await (await session.create_producer(queue)).send(message)
+    assert exporter.get_finished_spans() == ()
+    assert "traceparent" not in message.properties
+
+
+async def test_O4_asking_for_tracing_without_opentelemetry_names_the_extra(
+    reference_broker: BrokerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.delitem(sys.modules, "haclient.aio.tracing")
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
+    with pytest.raises(ConfigurationError, match=r"haclient\[tracing\]"):
+        async with aio.connect(f"{reference_broker.url}?jms.tracing=opentelemetry"):
+            pass
