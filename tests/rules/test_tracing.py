@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from apikit import Api, Signal, eventually
-from failoverkit import TIMEOUT, HaPair, failover_url
+from failoverkit import TIMEOUT, HaPair, Recorder, connected, failover_url
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -22,7 +22,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 import haclient.aio as aio
 from chaos.broker import BrokerThread
 from haclient import AckMode, Queue, TextMessage
-from haclient.errors import ConfigurationError
+from haclient.amqp.codec import AmqpMessage, encode_message
+from haclient.amqp.config import ClientAuth, EngineConfig
+from haclient.amqp.connection import open_connection
+from haclient.amqp.types import Byte as AmqpByte
+from haclient.errors import ConfigurationError, TransactionRolledBackError
 
 pytestmark = pytest.mark.anyio
 
@@ -244,3 +248,60 @@ async def test_O4_asking_for_tracing_without_opentelemetry_names_the_extra(
     with pytest.raises(ConfigurationError, match=r"haclient\[tracing\]"):
         async with aio.connect(f"{reference_broker.url}?jms.tracing=opentelemetry"):
             pass
+
+
+async def test_O2_a_message_traced_by_qpid_jms_continues_its_trace(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    """Qpid JMS's tracing carried the context in the ``x-opt-qpid-tracestate`` annotation."""
+    queue = _queue(f"qpid.{api.name}")
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    amqp = AmqpMessage(
+        body="from java",
+        to=queue.name,
+        message_annotations={
+            "x-opt-jms-msg-type": AmqpByte(5),
+            "x-opt-qpid-tracestate": {"traceparent": parent},
+        },
+    )
+    config = EngineConfig(container_id="qpid-jms", auth=ClientAuth(allow_insecure=True))
+    async with open_connection(
+        "127.0.0.1", reference_broker.port, config, connect_timeout=TIMEOUT
+    ) as bare:
+        link = await bare.open_sender(
+            queue.name, session=await bare.open_session(), timeout=TIMEOUT
+        )
+        await bare.send(link, encode_message(amqp))
+    async with await api.connect(reference_broker.url, tracer_provider=provider) as connection:
+        await connection.start()
+        consumer = await (await connection.create_session()).create_consumer(queue)
+        received = await consumer.receive(TIMEOUT)
+    assert received is not None and received.text == "from java"
+    assert received.properties["traceparent"] == parent  # read, and shown as a property
+    receive = _one(exporter, "receive ")
+    assert [f"{link.context.trace_id:032x}" for link in receive.links] == [parent.split("-")[1]]
+
+
+async def test_O3_a_transaction_rolled_back_by_failover_says_so_in_its_commit_span(
+    api: Api, pair: HaPair, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"txn.{api.name}")
+    recorder = Recorder()
+    url = failover_url(*pair.members)
+    async with await connected(api, url, recorder, tracer_provider=provider) as conn:
+        session = await conn.create_session(AckMode.TRANSACTED)
+        producer = await session.create_producer(queue)
+        await producer.send(TextMessage("lost with the transaction"))
+        pair.kill_master()
+        await recorder.wait_for("completed")  # the commit is not cut off in flight: F7
+        with pytest.raises(TransactionRolledBackError):
+            await session.commit()
+
+    commit = _one(exporter, "commit")
+    send = _one(exporter, "send ")
+    assert commit.status.status_code is StatusCode.ERROR
+    assert commit.status.description is not None and "failed over" in commit.status.description
+    assert commit.attributes is not None
+    assert commit.attributes["haclient.rolled_back_by_failover"] is True
+    assert commit.attributes["error.type"] == "TransactionRolledBackError"
+    assert [link.context.span_id for link in commit.links] == [send.context.span_id]
