@@ -363,9 +363,18 @@ class Tracing:
                     if isinstance(qpid.get(key), str):
                         message.properties[key] = qpid[key]
 
-    def _links(self, message: Message) -> list[Link]:
-        producer = trace.get_current_span(context_of(message)).get_span_context()
-        return [Link(producer)] if producer.is_valid else []
+    @staticmethod
+    def _producer(message: Message) -> tuple[otel_context.Context | None, list[Link]]:
+        """The parent of a consumer span of ``message`` and its links: the producer's span,
+        so that the message's spans make one trace; and, for a receive made inside a span of
+        the application, a link to that span. Without a producer context: the ambient one."""
+        ambient = trace.get_current_span().get_span_context()
+        caller = [Link(ambient, {"haclient.link": "caller"})] if ambient.is_valid else []
+        parent = context_of(message)
+        producer = trace.get_current_span(parent).get_span_context()
+        if not producer.is_valid:
+            return None, []
+        return parent, [Link(producer, {"haclient.link": "producer"}), *caller]
 
     def _consumer_attributes(
         self, operation: str, destination: Destination, message: Message, subscription: str | None
@@ -400,10 +409,12 @@ class Tracing:
             _waits.reset(token)
         if message is None:
             return None
+        parent, links = self._producer(message)
         span = self._tracer.start_span(
             _name("receive", destination),
+            context=parent,
             kind=SpanKind.CONSUMER,
-            links=self._links(message),
+            links=links,
             start_time=started,
             attributes=self._consumer_attributes("receive", destination, message, subscription),
         )
@@ -420,10 +431,12 @@ class Tracing:
         context = consumer._context
 
         async def process(message: Message) -> None:
+            parent, links = self._producer(message)
             with self._tracer.start_as_current_span(
                 _name("process", consumer.destination),
+                context=parent,
                 kind=SpanKind.CONSUMER,
-                links=self._links(message),
+                links=links,
                 attributes=self._consumer_attributes(
                     "process", consumer.destination, message, consumer.subscription_name
                 ),

@@ -99,6 +99,9 @@ async def test_O1_O2_a_send_and_a_receive_share_one_trace_across_two_connections
     assert receive.attributes["messaging.operation.type"] == "receive"
     assert receive.attributes["messaging.message.id"] == message.message_id
     assert [link.context.span_id for link in receive.links] == [send.context.span_id]
+    # one trace per message: the receive is the send's child, on another connection
+    assert receive.context.trace_id == send.context.trace_id
+    assert receive.parent is not None and receive.parent.span_id == send.context.span_id
 
 
 async def test_O1_a_listener_runs_in_a_process_span_its_own_spans_nest_in(
@@ -127,6 +130,8 @@ async def test_O1_a_listener_runs_in_a_process_span_its_own_spans_nest_in(
     assert process.kind is SpanKind.CONSUMER
     assert handle.parent is not None and handle.parent.span_id == process.context.span_id
     assert [link.context.span_id for link in process.links] == [send.context.span_id]
+    assert process.parent is not None and process.parent.span_id == send.context.span_id
+    assert handle.context.trace_id == send.context.trace_id
 
 
 async def test_O1_acknowledge_commit_and_rollback_are_settle_spans(
@@ -186,6 +191,7 @@ async def test_O3_a_kill_between_send_and_receive_is_in_the_trace(
     first_send, second_send = _named(exporter, "send ")
     receive = _named(exporter, "receive ")[0]
     assert [link.context.span_id for link in receive.links] == [first_send.context.span_id]
+    assert receive.context.trace_id == first_send.context.trace_id  # one trace, across the kill
     failovers = _named(exporter, "failover")
     assert len(failovers) == 2, [s.name for s in exporter.get_finished_spans()]  # one each
     for failover in failovers:
@@ -305,3 +311,28 @@ async def test_O3_a_transaction_rolled_back_by_failover_says_so_in_its_commit_sp
     assert commit.attributes["haclient.rolled_back_by_failover"] is True
     assert commit.attributes["error.type"] == "TransactionRolledBackError"
     assert [link.context.span_id for link in commit.links] == [send.context.span_id]
+
+
+async def test_O1_what_a_listener_raises_is_recorded_on_its_process_span(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"raises.{api.name}")
+    called = Signal()
+
+    async def on_message(message: Any) -> None:
+        called.set()
+        raise LookupError("no such order")
+
+    async with await api.connect(reference_broker.url, tracer_provider=provider) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        await (await session.create_producer(queue)).send(TextMessage("bad"))
+        consumer = await session.create_consumer(queue)
+        await consumer.set_message_listener(api.listener(on_message))
+        await connection.start()
+        assert await called.wait()
+        await eventually(lambda: _named(exporter, "process "))
+
+    process = _named(exporter, "process ")[0]
+    assert process.status.status_code is StatusCode.ERROR
+    assert process.attributes is not None and process.attributes["error.type"] == "LookupError"
+    assert [e.name for e in process.events] == ["exception"]
