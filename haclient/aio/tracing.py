@@ -337,8 +337,11 @@ class Tracing:
                 _failed(span, exc)
                 raise
             finally:
-                span.set_attributes(_message_attributes(message))  # the id: stamped by now
-                self._finish(span)
+                attributes = _message_attributes(message)  # the id: stamped by now
+                current = self._connection.current
+                if current is not None:
+                    attributes.update(_server_attributes(current.broker))
+                span.set_attributes(attributes)
                 span.end()
 
     def resent(self, message: Message) -> None:
