@@ -82,10 +82,12 @@ QPID_JMS_ANNOTATION: Final = "x-opt-qpid-tracestate"
 SYSTEM: Final = "amqp"
 _MAX_LINKS: Final = 128  # links a commit keeps to its transaction's spans
 
-_waits: contextvars.ContextVar[list[tuple[str, dict[str, Any], int]] | None] = (
-    contextvars.ContextVar("haclient_tracing_waits", default=None)
+_Wait = tuple[dict[str, Any], int, "trace.SpanContext | None"]
+"""A wait at the gate: the event's attributes, when (ns), the failover's span to link to."""
+_waits: contextvars.ContextVar[list[_Wait] | None] = contextvars.ContextVar(
+    "haclient_tracing_waits", default=None
 )
-"""Events of a receive in progress, whose span is made only once a message came."""
+"""The waits of a receive in progress, whose span is made only once a message came."""
 
 
 def trace_properties(message: Message) -> dict[str, str]:
@@ -181,7 +183,7 @@ class FailoverRecord:
             attributes={
                 "messaging.system": SYSTEM,
                 "haclient.failover.lost_broker": _where(broker),
-                "haclient.failover.cause": repr(self._cause),
+                "haclient.failover.cause": _cause(self._cause),
                 **_server_attributes(broker),
             },
         )
@@ -214,6 +216,13 @@ class FailoverRecord:
         return attributes
 
 
+def _cause(cause: BaseException | None) -> str:
+    """Why a connection was lost, in a line (haclient's errors mask passwords)."""
+    if cause is None:
+        return "connection lost"
+    return f"{type(cause).__qualname__}: {cause}"[:300]
+
+
 def _version() -> str | None:
     """The installed haclient's version, for the tracer's instrumentation scope."""
     try:
@@ -240,7 +249,7 @@ class Tracing:
         self._tracer = trace.get_tracer("haclient", _version(), tracer_provider=tracer_provider)
         self._connection = connection
         self.failover = FailoverRecord(self._tracer)
-        # The span contexts of each TRACED session's open transaction, for its commit's links.
+        # The span contexts of each transacted session's open transaction: its commit's links.
         self._transactions: weakref.WeakKeyDictionary[Any, list[trace.SpanContext]] = (
             weakref.WeakKeyDictionary()
         )
@@ -279,12 +288,14 @@ class Tracing:
         context = producer._context
 
         async def traced_send(first: Any, message: Message | None = None, **options: Any) -> None:
+            producer._check_open()  # first, as an untraced send does
             destination, resolved = producer._resolve(first, message)
             await self.send(destination, resolved, context, send(first, message, **options))
 
         async def traced_send_async(
             first: Any, message: Message | None = None, **options: Any
         ) -> None:
+            producer._check_open()
             destination, resolved = producer._resolve(first, message)
             await self.send(destination, resolved, context, send_async(first, message, **options))
 
@@ -404,7 +415,7 @@ class Tracing:
         """Run ``receiving``; for the message it gives, a ``receive`` span from the call to
         now, linked to the producer's context. A receive that gets nothing makes no span."""
         started = time.time_ns()
-        waits: list[tuple[str, dict[str, Any], int]] = []
+        waits: list[_Wait] = []
         token = _waits.set(waits)
         try:
             message = await receiving
@@ -421,8 +432,10 @@ class Tracing:
             start_time=started,
             attributes=self._consumer_attributes("receive", destination, message, subscription),
         )
-        for name, attributes, at in waits:
-            span.add_event(name, attributes, timestamp=at)
+        for attributes, at, failover in waits:
+            span.add_event("haclient.failover", attributes, timestamp=at)
+            if failover is not None:
+                span.add_link(failover, {"haclient.link": "failover"})
         self._note_transaction(session, span)
         self._finish(span)
         span.end()
@@ -492,15 +505,15 @@ class Tracing:
         """A call waited ``seconds`` at the gate for a failover to end: a
         ``haclient.failover`` event on its span, and a link to the failover's."""
         attributes = self.failover.attributes(seconds)
+        waits = _waits.get()
+        if waits is not None:  # a receive: its span is made once its message came
+            waits.append((attributes, time.time_ns(), self.failover.span_context))
+            return
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event("haclient.failover", attributes)
             if self.failover.span_context is not None:
                 span.add_link(self.failover.span_context, {"haclient.link": "failover"})
-            return
-        waits = _waits.get()
-        if waits is not None:
-            waits.append(("haclient.failover", attributes, time.time_ns()))
 
     # Crossing threads (the blocking API) --------------------------------------------------------
 

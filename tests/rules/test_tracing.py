@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
 from apikit import Api, Signal, eventually
 from failoverkit import TIMEOUT, HaPair, Recorder, connected, failover_url
@@ -336,3 +337,35 @@ async def test_O1_what_a_listener_raises_is_recorded_on_its_process_span(
     assert process.status.status_code is StatusCode.ERROR
     assert process.attributes is not None and process.attributes["error.type"] == "LookupError"
     assert [e.name for e in process.events] == ["exception"]
+
+
+async def test_O3_a_receive_that_waited_out_a_failover_says_so_on_its_span(
+    api: Api, pair: HaPair, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"waiting.{api.name}")
+    recorder = Recorder()
+    url = failover_url(*pair.members)
+    received: list[Any] = []
+    async with await connected(api, url, recorder, tracer_provider=provider) as connection:
+        session = await connection.create_session()
+        consumer = await session.create_consumer(queue)
+        producer = await session.create_producer(queue)
+
+        async def take() -> None:
+            received.append(await consumer.receive(TIMEOUT))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(take)
+            await anyio.sleep(0.2)  # the receive waits on the link
+            lost = pair.master
+            pair.kill_master()
+            await recorder.wait_for("completed")
+            await producer.send(TextMessage("after the failover"))
+    assert received[0] is not None and received[0].text == "after the failover"
+    receive = _one(exporter, "receive ")
+    waited = [e for e in receive.events if e.name == "haclient.failover"]
+    assert waited, receive.events
+    assert waited[0].attributes is not None
+    assert waited[0].attributes["haclient.failover.lost_broker"] == f"127.0.0.1:{lost.port}"
+    failover = _named(exporter, "failover")[0]
+    assert failover.context.span_id in [link.context.span_id for link in receive.links]
