@@ -3,6 +3,9 @@
 How this works: a connection asked to trace (``jms.tracing=opentelemetry`` or
 ``connect(tracer_provider=...)``) gets one ``Tracing``, shared by its gate, sessions, producers
 and consumers (``ConnectionContext.tracing``); without it every hook is one ``is None`` check.
+Its producers and consumers are instrumented as they are made (``instrument_producer`` wraps
+their ``send``, ``instrument_consumer`` their ``receive``), so that those of a connection that
+does not trace carry no tracing code on their path at all.
 This is the only module of the client that imports ``opentelemetry`` (the ``tracing`` extra);
 the failover layer knows nothing of it: what a trace says about failover comes from a failover
 listener (``FailoverRecord``) and from what the gate, the producer and the consumer know.
@@ -13,9 +16,9 @@ Spans follow OpenTelemetry's messaging semantic conventions:
   ``tracestate``) into the message's application properties, so that any AMQP consumer that
   reads them (another language's, a Java one's) continues the trace;
 - ``receive <destination>`` (CONSUMER) per message ``receive()`` returns, ``process
-  <destination>`` (CONSUMER) around a message listener (current while it runs), each linked to
-  the producer's context: from the properties, else from Qpid JMS's ``x-opt-qpid-tracestate``
-  message annotation;
+  <destination>`` (CONSUMER) around a message listener (current while it runs), each a child of
+  the producer's span and linked to it (one message, one trace): its context comes from the
+  properties, or from Qpid JMS's ``x-opt-qpid-tracestate`` message annotation (``adopt``);
 - ``ack``, ``commit`` and ``rollback`` (CLIENT, operation type ``settle``); a commit or
   rollback links to the spans of the transaction's sends and receives.
 
