@@ -726,10 +726,10 @@ def _tracing_for(options: ConnectionOptions, context: ConnectionContext) -> Trac
         return None
     try:
         from haclient.aio.tracing import Tracing
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:
         raise ConfigurationError(
-            f"tracing needs opentelemetry-api ({exc}), which the 'tracing' extra installs: "
-            "pip install 'haclient[tracing]'",
+            "tracing needs opentelemetry-api, which the 'tracing' extra installs: "
+            f"pip install 'haclient[tracing]' ({exc.__cause__ or exc})",
             option="tracer_provider" if options.tracer_provider is not None else "tracing",
         ) from exc
     return Tracing(options.tracer_provider, context)

@@ -43,9 +43,16 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lower layer
+    raise ImportError(
+        f"haclient.aio.tracing needs {missing.name}, which the 'tracing' extra installs: "
+        "pip install 'haclient[tracing]'",
+        name="haclient.aio.tracing",
+    ) from missing
 
 from haclient.aio.stats import broker_address
 from haclient.destination import Destination, TemporaryQueue, TemporaryTopic, address_of
