@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import haclient.aio as aio
 from chaos.broker import BrokerThread
 from haclient import AckMode, Queue, TextMessage
+from haclient.aio.tracing import context_of
 from haclient.amqp.codec import AmqpMessage, encode_message
 from haclient.amqp.config import ClientAuth, EngineConfig
 from haclient.amqp.connection import open_connection
@@ -93,6 +94,8 @@ async def test_O1_O2_a_send_and_a_receive_share_one_trace_across_two_connections
     # O2: the W3C context travels in the application properties, as any consumer reads it
     trace_id = f"{send.context.trace_id:032x}"
     assert received.properties["traceparent"].split("-")[1] == trace_id
+    producer_span = trace.get_current_span(context_of(received)).get_span_context()
+    assert producer_span.span_id == send.context.span_id  # to parent the application's spans
 
     receive = _one(exporter, "receive ")
     assert receive.kind is SpanKind.CONSUMER
