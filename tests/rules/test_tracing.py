@@ -372,3 +372,19 @@ async def test_O3_a_receive_that_waited_out_a_failover_says_so_on_its_span(
     assert waited[0].attributes["haclient.failover.lost_broker"] == f"127.0.0.1:{lost.port}"
     failover = _named(exporter, "failover")[0]
     assert failover.context.span_id in [link.context.span_id for link in receive.links]
+
+
+async def test_O1_send_async_is_a_send_span_too(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    queue = _queue(f"async.{api.name}")
+    completed = Signal()
+    async with await api.connect(reference_broker.url, tracer_provider=provider) as connection:
+        producer = await (await connection.create_session()).create_producer(queue)
+        message = TextMessage("later")
+        await producer.send_async(message, on_completion=lambda sent, error: completed.set())
+        assert await completed.wait()
+    send = _one(exporter, "send ")
+    assert send.kind is SpanKind.PRODUCER and send.attributes is not None
+    assert send.attributes["messaging.message.id"] == message.message_id
+    assert message.properties["traceparent"].split("-")[2] == f"{send.context.span_id:016x}"
