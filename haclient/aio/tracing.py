@@ -8,7 +8,8 @@ their ``send``, ``instrument_consumer`` their ``receive``), so that those of a c
 does not trace carry no tracing code on their path at all.
 This is the only module of the client that imports ``opentelemetry`` (the ``tracing`` extra);
 the failover layer knows nothing of it: what a trace says about failover comes from a failover
-listener (``FailoverRecord``) and from what the gate, the producer and the consumer know.
+listener (``FailoverRecord``) and from what the gate, the producer and the consumer know. What
+the spans say (the conventions' attributes, the failover span) is ``haclient.aio.tracing_spans``.
 
 Spans follow OpenTelemetry's messaging semantic conventions:
 
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Link, SpanKind
 except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lower layer
     raise ImportError(
         f"haclient.aio.tracing needs {missing.name}, which the 'tracing' extra installs: "
@@ -54,13 +55,24 @@ except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lo
         name="haclient.aio.tracing",
     ) from missing
 
-from haclient.aio.stats import broker_address
-from haclient.destination import Destination, TemporaryQueue, TemporaryTopic, address_of
+from haclient.aio.tracing_spans import (
+    QPID_JMS_ANNOTATION,
+    SYSTEM,
+    TRACE_PROPERTIES,
+    FailoverRecord,
+    context_of,
+    destination_attributes,
+    failed,
+    message_attributes,
+    server_attributes,
+    span_name,
+    trace_properties,
+)
+from haclient.destination import Destination
 from haclient.errors import TransactionRolledBackError
-from haclient.message import BytesMessage, Message, TextMessage
+from haclient.message import Message
 
 if TYPE_CHECKING:
-    from failover.url import BrokerURL
     from haclient.aio.physical import PhysicalConnection
     from haclient.aio.stats import Counters
     from haclient.amqp.connection import ReceivedMessage
@@ -85,11 +97,6 @@ class TracedConnection(Protocol):
     counters: Counters
 
 
-TRACE_PROPERTIES: Final = ("traceparent", "tracestate")
-"""The application properties a traced send sets (W3C Trace Context)."""
-QPID_JMS_ANNOTATION: Final = "x-opt-qpid-tracestate"
-"""The message annotation Qpid JMS's tracing puts its map of trace headers in (read too)."""
-SYSTEM: Final = "amqp"
 _MAX_LINKS: Final = 128  # links a commit keeps to its transaction's spans
 
 _Wait = tuple[dict[str, Any], int, "trace.SpanContext | None"]
@@ -100,137 +107,9 @@ _waits: contextvars.ContextVar[list[_Wait] | None] = contextvars.ContextVar(
 """The waits of a receive in progress, whose span is made only once a message came."""
 
 
-def trace_properties(message: Message) -> dict[str, str]:
-    """The trace context a message carries: its ``traceparent``/``tracestate`` properties."""
-    return {k: v for k in TRACE_PROPERTIES if isinstance(v := message.properties.get(k), str)}
-
-
-def context_of(message: Message) -> otel_context.Context:
-    """The OpenTelemetry context of the producer of ``message`` (from its ``traceparent`` and
-    ``tracestate`` properties): pass it as ``context=`` to start the application's spans as
-    children of the send."""
-    return propagate.extract(trace_properties(message))
-
-
-def _body_size(message: Message) -> int | None:
-    if isinstance(message, TextMessage):
-        return None if message.text is None else len(message.text.encode())
-    if isinstance(message, BytesMessage):
-        return len(message.body)
-    return None
-
-
-def _destination_attributes(destination: Destination | None) -> dict[str, Any]:
-    if destination is None:
-        return {}
-    attributes: dict[str, Any] = {"messaging.destination.name": address_of(destination)}
-    if isinstance(destination, TemporaryQueue | TemporaryTopic):
-        attributes["messaging.destination.temporary"] = True
-    return attributes
-
-
-def _message_attributes(message: Message) -> dict[str, Any]:
-    attributes: dict[str, Any] = {}
-    if message.message_id is not None:
-        attributes["messaging.message.id"] = message.message_id
-    correlation = message.correlation_id
-    if isinstance(correlation, str):
-        attributes["messaging.message.conversation_id"] = correlation
-    size = _body_size(message)
-    if size is not None:
-        attributes["messaging.message.body.size"] = size
-    return attributes
-
-
-def _name(operation: str, destination: Destination | None) -> str:
-    return operation if destination is None else f"{operation} {address_of(destination)}"
-
-
 def _declined(*args: Any, **options: Any) -> bool:
     """A traced producer's ``post``: never queues (see ``Tracing.instrument_producer``)."""
     return False
-
-
-def _failed(span: trace.Span, exc: BaseException) -> None:
-    """Record ``exc`` on ``span``: an event with its type, ``error.type`` and an error status."""
-    span.record_exception(exc)
-    span.set_attribute("error.type", type(exc).__qualname__)
-    if getattr(exc, "in_doubt", False):
-        span.set_attribute("haclient.in_doubt", True)
-    span.set_status(Status(StatusCode.ERROR, str(exc)))
-
-
-class FailoverRecord:
-    """A failover listener (F14) that keeps what a trace says about the last failover, and
-    makes a ``failover`` span of each (loss to restored, or to giving up)."""
-
-    def __init__(self, tracer: trace.Tracer) -> None:
-        self._tracer = tracer
-        self._span: trace.Span | None = None
-        self._cause: BaseException | None = None
-        self.lost: BrokerURL | None = None
-        self.restored: BrokerURL | None = None
-        self.downtime: float | None = None
-        self.span_context: trace.SpanContext | None = None
-
-    def failover_started(self, cause: BaseException | None) -> None:
-        self._cause = cause
-
-    def resource_not_restored(self, resource: object, error: BaseException) -> None:
-        if self._span is not None:
-            self._span.add_event(
-                "haclient.resource_not_restored",
-                {"haclient.resource": repr(resource), "error.type": type(error).__qualname__},
-            )
-
-    def on_connection_interrupted(self, broker: BrokerURL) -> None:
-        """The connection to ``broker`` was lost: a failover span begins (a root of its own)."""
-        self.lost, self.restored, self.downtime = broker, None, None
-        self._span = self._tracer.start_span(
-            "failover",
-            context=otel_context.Context(),
-            kind=SpanKind.INTERNAL,
-            attributes={
-                "messaging.system": SYSTEM,
-                "haclient.failover.lost_broker": _where(broker),
-                "haclient.failover.cause": _cause(self._cause),
-                **_server_attributes(broker),
-            },
-        )
-        self.span_context = self._span.get_span_context()
-
-    def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
-        self.restored, self.downtime = broker, downtime
-        if self._span is not None:
-            self._span.set_attribute("haclient.failover.broker", _where(broker))
-            self._span.set_attribute("haclient.failover.downtime", downtime)
-            self._span.end()
-            self._span = None
-
-    def failover_failed(self, cause: BaseException) -> None:
-        if self._span is not None:
-            _failed(self._span, cause)
-            self._span.end()
-            self._span = None
-
-    def attributes(self, waited: float) -> dict[str, Any]:
-        """The attributes of a ``haclient.failover`` event of a call that waited ``waited``
-        seconds at the gate."""
-        attributes: dict[str, Any] = {"haclient.failover.waited": waited}
-        if self.lost is not None:
-            attributes["haclient.failover.lost_broker"] = _where(self.lost)
-        if self.restored is not None:
-            attributes["haclient.failover.broker"] = _where(self.restored)
-        if self.downtime is not None:
-            attributes["haclient.failover.downtime"] = self.downtime
-        return attributes
-
-
-def _cause(cause: BaseException | None) -> str:
-    """Why a connection was lost, in a line (haclient's errors mask passwords)."""
-    if cause is None:
-        return "connection lost"
-    return f"{type(cause).__qualname__}: {cause}"[:300]
 
 
 def _version() -> str | None:
@@ -239,17 +118,6 @@ def _version() -> str | None:
         return importlib.metadata.version("haclient")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _where(broker: BrokerURL) -> str:
-    """``host:port``: a broker as a trace names it (no user name, password or options)."""
-    return broker_address(broker) or ""
-
-
-def _server_attributes(broker: BrokerURL | None) -> dict[str, Any]:
-    if broker is None:
-        return {}
-    return {"server.address": broker.host, "server.port": broker.port or 0}
 
 
 class Tracing:
@@ -280,7 +148,7 @@ class Tracing:
         """Name the broker actually used: the one in use now (after a failover, the new one)."""
         current = self._connection.current
         if current is not None:
-            span.set_attributes(_server_attributes(current.broker))
+            span.set_attributes(server_attributes(current.broker))
 
     def _note_transaction(self, session: Any, span: trace.Span) -> None:
         if session is not None and getattr(session, "transaction", None) is not None:
@@ -329,9 +197,9 @@ class Tracing:
 
     def _start_send(self, destination: Destination, message: Message) -> trace.Span:
         span = self._tracer.start_span(
-            _name("send", destination),
+            span_name("send", destination),
             kind=SpanKind.PRODUCER,
-            attributes={**self._common("send", "send"), **_destination_attributes(destination)},
+            attributes={**self._common("send", "send"), **destination_attributes(destination)},
         )
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
@@ -355,13 +223,13 @@ class Tracing:
             try:
                 return await sending
             except BaseException as exc:
-                _failed(span, exc)
+                failed(span, exc)
                 raise
             finally:
-                attributes = _message_attributes(message)  # the id: stamped by now
+                attributes = message_attributes(message)  # the id: stamped by now
                 current = self._connection.current
                 if current is not None:
-                    attributes.update(_server_attributes(current.broker))
+                    attributes.update(server_attributes(current.broker))
                 span.set_attributes(attributes)
                 span.end()
 
@@ -405,8 +273,8 @@ class Tracing:
     ) -> dict[str, Any]:
         attributes = {
             **self._common(operation, operation),
-            **_destination_attributes(destination),
-            **_message_attributes(message),
+            **destination_attributes(destination),
+            **message_attributes(message),
             "messaging.message.delivery_count": message.delivery_count,
         }
         if subscription is not None:
@@ -435,7 +303,7 @@ class Tracing:
             return None
         parent, links = self._producer(message)
         span = self._tracer.start_span(
-            _name("receive", destination),
+            span_name("receive", destination),
             context=parent,
             kind=SpanKind.CONSUMER,
             links=links,
@@ -459,7 +327,7 @@ class Tracing:
         async def process(message: Message) -> None:
             parent, links = self._producer(message)
             with self._tracer.start_as_current_span(
-                _name("process", consumer.destination),
+                span_name("process", consumer.destination),
                 context=parent,
                 kind=SpanKind.CONSUMER,
                 links=links,
@@ -475,7 +343,7 @@ class Tracing:
                     if inspect.isawaitable(result):
                         await result
                 except BaseException as exc:
-                    _failed(span, exc)
+                    failed(span, exc)
                     raise
                 finally:
                     self._finish(span)
@@ -504,7 +372,7 @@ class Tracing:
                 if isinstance(exc, TransactionRolledBackError):
                     rolled = counters.rolled_back_by_failover > by_failover
                     span.set_attribute("haclient.rolled_back_by_failover", rolled)
-                _failed(span, exc)
+                failed(span, exc)
                 raise
             finally:
                 self._finish(span)
