@@ -38,10 +38,19 @@ downtime, and in the wait before the next kill for the others).
    shared-store pair of ``haclient-broker --store`` processes, the **default** URL
    ``failover:(A,B)`` (no ``failover.*`` option), ``--kills`` SIGKILLs of the master; takeover
    (kill -> the standby's port accepts), downtime (kill -> first PERSISTENT send completed on
-   the standby) and overhead = downtime - takeover, median and max. Goal: overhead
-   median <= 50 ms, max <= 100 ms.
+   the standby) and overhead = downtime - takeover, median and max, and where the overhead
+   goes (phases). Two pairs (``--ha-mode`` picks one): the reference brokers (goal: overhead
+   median <= 50 ms, max <= 100 ms) and brokers in ActiveMQ mode, which answer the protocol
+   header 60-80 ms after the port opens as ActiveMQ 5.17 does (goal: median <= 110 ms,
+   max <= 160 ms; ``--ha-readiness-delay`` and ``--ha-not-ready`` set the brokers'
+   ``--readiness-delay`` and ``--not-ready``).
 
-3. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
+3. The planned return to a preferred broker (F16, ``bench.failover_return``, ``--no-return``
+   skips it), ``--returns`` rounds on independent brokers: the preferred one killed, the
+   connection fails over, the preferred one started again and the connection returns; how long
+   calls wait at the gate, the longest send, and that nothing accepted is lost.
+
+4. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
    ``--consumers`` consumers over ``--sessions`` AUTO sessions, ``--temp-queues`` of them on
    temporary queues (one consumer each) and the rest on named queues. The broker in use is
    killed; the restore time is ``failover_started`` to ``failover_completed`` (listener). After
@@ -81,6 +90,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import trustme
 
 import haclient.aio as aio
 from bench.failover_client import (
@@ -91,7 +101,8 @@ from bench.failover_client import (
     Sender,
     kill_in_turn,
 )
-from bench.failover_ha import ha_report, measure_ha
+from bench.failover_ha import HA_PAIRS, ha_report, measure_ha
+from bench.failover_return import measure_return, return_report
 from bench.throughput import HOST, BenchError, Progress, _process_jiffies, check, machine_info
 from chaos.net import free_port
 from haclient.destination import Queue, TemporaryQueue
@@ -115,10 +126,19 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # The broker host: one reference broker in its own process, driven through stdin/stdout --------
 
 
-async def _serve(port: int, peers: Sequence[str]) -> None:
+async def _serve(
+    port: int, peers: Sequence[str], tls: tuple[str, str] | None, users: dict[str, str]
+) -> None:
     from chaos.broker import Broker
+    from haclient.amqp.config import TlsServerOptions
 
-    broker = Broker(host=HOST, port=port, peers=peers)
+    broker = Broker(
+        host=HOST,
+        port=port,
+        peers=peers,
+        tls=None if tls is None else TlsServerOptions(*tls),
+        users=users or None,
+    )
 
     def say(text: str) -> None:
         sys.stdout.write(text + "\n")
@@ -154,10 +174,13 @@ def serve_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover serve-broker")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--peer", action="append", default=[])
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), default=None)
+    parser.add_argument("--user", action="append", default=[], metavar="NAME:PASS")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops us (Ctrl-C reaches us too)
-    anyio.run(_serve, args.port, args.peer)
+    users = dict(user.split(":", 1) for user in args.user)
+    anyio.run(_serve, args.port, args.peer, args.tls, users)
     return 0
 
 
@@ -170,9 +193,16 @@ class BrokerHost:
     """
 
     def __init__(
-        self, name: str, work_dir: Path, *, kill_mode: str, peers: Sequence[int] = ()
+        self,
+        name: str,
+        work_dir: Path,
+        *,
+        kill_mode: str,
+        peers: Sequence[int] = (),
+        secure: Secure | None = None,
     ) -> None:
         self.name = name
+        self.secure = secure
         self.port = free_port(HOST)
         self.peers = [f"amqp://{HOST}:{p}" for p in peers]
         self.kill_mode = kill_mode
@@ -183,7 +213,7 @@ class BrokerHost:
 
     @property
     def url(self) -> str:
-        return f"amqp://{HOST}:{self.port}"
+        return f"{'amqps' if self.secure else 'amqp'}://{HOST}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -197,6 +227,9 @@ class BrokerHost:
         argv = [sys.executable, "-m", "bench.failover", "serve-broker", "--port", str(self.port)]
         for peer in self.peers:
             argv += ["--peer", peer]
+        if self.secure is not None:
+            argv += ["--tls", str(self.secure.cert), str(self.secure.key)]
+            argv += ["--user", f"{self.secure.user}:{self.secure.password}"]
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -302,17 +335,56 @@ class BrokerHost:
         return "\n".join(text.splitlines()[-lines:])
 
 
+@dataclass(frozen=True)
+class Secure:
+    """TLS and a SCRAM login for the warm-backup part: the files of a CA made for the run and
+    of a certificate for ``HOST`` it signs, and the one user every broker knows."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    user: str = "bench"
+    password: str = "bench-secret"
+
+    @classmethod
+    def make(cls, work_dir: Path) -> Secure:
+        ca = trustme.CA()
+        server = ca.issue_cert(HOST)
+        secure = cls(work_dir / "ca.pem", work_dir / "server.pem", work_dir / "server.key")
+        ca.cert_pem.write_to_path(str(secure.ca))
+        secure.cert.write_bytes(b"".join(pem.bytes() for pem in server.cert_chain_pems))
+        server.private_key_pem.write_to_path(str(secure.key))
+        return secure
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A ``roundrobin`` row of the downtime part with TLS and SCRAM on (``Secure``), with or
+    without the warm backup (F17, ``failover.backup=true``)."""
+
+    label: str
+    backup: bool
+
+
+VARIANTS = (Variant("rr tls+scram", False), Variant("rr +backup", True))
+SPARE_TIMEOUT = 10.0
+"""Seconds the warm spare may take to be ready again before a kill."""
+
+
 class Hosts:
     """The broker hosts of one measurement, stopped together."""
 
-    def __init__(self, stack: ExitStack, work_dir: Path, kill_mode: str) -> None:
+    def __init__(
+        self, stack: ExitStack, work_dir: Path, kill_mode: str, secure: Secure | None = None
+    ) -> None:
         self.stack = stack
         self.work_dir = work_dir
         self.kill_mode = kill_mode
+        self.secure = secure
         self.by_port: dict[int, BrokerHost] = {}
 
     def make(self, name: str) -> BrokerHost:
-        host = BrokerHost(name, self.work_dir, kill_mode=self.kill_mode)
+        host = BrokerHost(name, self.work_dir, kill_mode=self.kill_mode, secure=self.secure)
         self.by_port[host.port] = host
         self.stack.callback(host.stop)
         return host
@@ -347,14 +419,29 @@ class MethodResult:
     """Why the row is not (fully) measured."""
 
 
-def _url(method: str, brokers: Sequence[BrokerHost]) -> str:
+def _url(method: str, brokers: Sequence[BrokerHost], variant: Variant | None = None) -> str:
     listed = ",".join(b.url for b in brokers)
     options = [f"failover.method={method}", "failover.connectdelay=0"]
     if method == SINGLEBROKER:
         options.append("failover.retries=1000000")
     else:
         options.append("failover.cyclecount=100")
+    secure = brokers[0].secure
+    if secure is not None:
+        options += [
+            f"transport.trustStoreLocation={secure.ca}",
+            "amqp.saslMechanisms=SCRAM-SHA-256",
+        ]
+    if variant is not None and variant.backup:
+        options.append("failover.backup=true")
     return f"failover:({listed})?{'&'.join(options)}"
+
+
+async def _spare_ready(conn: aio.Connection) -> None:
+    """Wait until the warm spare is open again (F17), so that the next kill has one."""
+    with anyio.move_on_after(SPARE_TIMEOUT):
+        while conn.statistics().standby_broker is None:
+            await anyio.sleep(0.01)
 
 
 def _ms(value: float | None) -> str:
@@ -368,8 +455,9 @@ async def measure_method(
     run_id: str,
     log: Any,
     profile_top: int | None = None,
+    variant: Variant | None = None,
 ) -> MethodResult:
-    result = MethodResult(method)
+    result = MethodResult(method if variant is None else variant.label)
     if method == SINGLEBROKER:
         seed = [hosts.make("S")]
     else:
@@ -382,10 +470,14 @@ async def measure_method(
             seed = [a, b]
     for host in hosts.by_port.values():
         await anyio.to_thread.run_sync(host.spawn)
-    url = _url(method, seed)
-    print(f"{method}: {url}", file=log)
+    url = _url(method, seed, variant)
+    print(f"{result.method}: {url}", file=log)
     recorder = Recorder()
-    conn = await aio.connect(url, client_id=f"bench-failover-{run_id}-{method}")
+    login: dict[str, Any] = {}
+    if hosts.secure is not None:
+        login = {"username": hosts.secure.user, "password": hosts.secure.password}
+    name = method if variant is None else variant.label.replace(" ", "-").replace("+", "")
+    conn = await aio.connect(url, client_id=f"bench-failover-{run_id}-{name}", **login)
     try:
         conn.add_listener(recorder)
         if method == EXCHANGE:
@@ -407,10 +499,13 @@ async def measure_method(
             result.note = await kill_in_turn(
                 sender,
                 kills,
-                lambda number: _one_kill(method, number, conn, sender, recorder, hosts),
+                lambda number: _one_kill(
+                    method, number, conn, sender, recorder, hosts, variant=variant
+                ),
                 result.kills,
                 lambda number, kill: (
-                    f"{method} kill {number}/{kills}: {kill.killed} -> {kill.next_broker}: "
+                    f"{result.method} kill {number}/{kills}: {kill.killed} -> "
+                    f"{kill.next_broker}: "
                     f"downtime {_ms(kill.downtime)} ms (detected {_ms(kill.detected)}, "
                     f"failover completed {_ms(kill.completed)}, client says "
                     f"{_ms(kill.client_downtime)}, statistics {_ms(kill.stats_downtime)})"
@@ -446,11 +541,15 @@ async def _one_kill(
     recorder: Recorder,
     hosts: Hosts,
     profiler: cProfile.Profile | None = None,
+    *,
+    variant: Variant | None = None,
 ) -> Kill:
+    if variant is not None and variant.backup:
+        await _spare_ready(conn)
     broker = conn.broker
     assert broker is not None and broker.port is not None
     host = hosts.by_port[broker.port]
-    kill = Kill(method, number, host.name)
+    kill = Kill(method if variant is None else variant.label, number, host.name)
     epoch = conn.statistics().epoch
     started, completed = len(recorder.started), len(recorder.completed)
     if profiler is not None:
@@ -834,6 +933,30 @@ def report(
     return "\n".join(lines), summary
 
 
+async def measure_backup(
+    kills: int, work_dir: Path, kill_mode: str, run_id: str, log: Any
+) -> list[MethodResult]:
+    """The warm-backup part: ``roundrobin`` over two independent brokers with TLS and SCRAM on,
+    without and with ``failover.backup=true`` (F17), in alternating rounds of at most three
+    kills each (interleaved: the machine's load falls on both alike); one row each."""
+    secure = Secure.make(work_dir)
+    rows = {variant: MethodResult(variant.label) for variant in VARIANTS}
+    left = kills
+    while left > 0:
+        batch = min(3, left)
+        for variant in VARIANTS:
+            with ExitStack() as hosts_stack:
+                hosts = Hosts(hosts_stack, work_dir, kill_mode, secure)
+                part = await measure_method(ROUNDROBIN, hosts, batch, run_id, log, variant=variant)
+            rows[variant].kills += part.kills
+            rows[variant].note = rows[variant].note or part.note
+        left -= batch
+    for row in rows.values():
+        for number, kill in enumerate(row.kills, 1):
+            kill.number = number
+    return list(rows.values())
+
+
 # Orchestration ----------------------------------------------------------------------------------
 
 
@@ -863,6 +986,35 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-restore", action="store_true", help="skip the restore part")
     parser.add_argument("--no-ha", action="store_true", help="skip the HA pair part")
     parser.add_argument(
+        "--no-backup", action="store_true", help="skip the warm backup part (TLS and SCRAM on)"
+    )
+    parser.add_argument(
+        "--ha-mode",
+        action="append",
+        choices=tuple(HA_PAIRS),
+        help="measure only this HA pair (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--ha-ab",
+        action="store_true",
+        help="A/B of the client on each HA pair: --kills kills of each variant, alternating "
+        "(before: without the quick retry of a broker not ready yet; after: as it is)",
+    )
+    parser.add_argument(
+        "--ha-readiness-delay",
+        metavar="SECONDS",
+        help="the HA brokers' --readiness-delay (SECONDS or LOW-HIGH; default: their mode's)",
+    )
+    parser.add_argument(
+        "--ha-not-ready",
+        choices=("wait", "drop", "either"),
+        help="the HA brokers' --not-ready (default: their mode's: either in ActiveMQ mode)",
+    )
+    parser.add_argument(
+        "--no-return", action="store_true", help="skip the return to a preferred broker part"
+    )
+    parser.add_argument("--returns", type=int, default=None, help="returns measured (5)")
+    parser.add_argument(
         "--kill",
         choices=(KILL_BROKER, KILL_PROCESS),
         default=KILL_BROKER,
@@ -886,14 +1038,32 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
     methods: list[MethodResult] = []
     restore: RestoreResult | None = None
     ha: Any = None
+    returned: Any = None
     if not args.no_downtime:
         for method in args.method or METHODS:
             with ExitStack() as hosts_stack:
                 hosts = Hosts(hosts_stack, work_dir, args.kill)
                 top = args.profile_top if args.profile else None
                 methods.append(await measure_method(method, hosts, args.kills, run_id, log, top))
+    if not args.no_backup:
+        methods += await measure_backup(args.kills, work_dir, args.kill, run_id, log)
+    if not args.no_return:
+
+        def make_pair(stack: ExitStack) -> tuple[BrokerHost, BrokerHost]:
+            hosts = Hosts(stack, work_dir, args.kill)
+            return hosts.make("A"), hosts.make("B")
+
+        returned = await measure_return(args.returns, make_pair, run_id, log)
     if not args.no_ha:
-        ha = await measure_ha(args.kills, work_dir, run_id, log)
+        broker_args: list[str] = []
+        if args.ha_readiness_delay is not None:
+            broker_args += ["--readiness-delay", args.ha_readiness_delay]
+        if args.ha_not_ready is not None:
+            broker_args += ["--not-ready", args.ha_not_ready]
+        modes = tuple(args.ha_mode or HA_PAIRS)
+        ha = await measure_ha(
+            args.kills, work_dir, run_id, log, modes, tuple(broker_args), args.ha_ab
+        )
     if not args.no_restore:
         with ExitStack() as hosts_stack:
             hosts = Hosts(hosts_stack, work_dir, args.kill)
@@ -907,7 +1077,7 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
                 log,
                 args.profile_top if args.profile else None,
             )
-    return methods, restore, ha
+    return methods, restore, ha, returned
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -920,8 +1090,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.restore_runs = (
         args.restore_runs if args.restore_runs is not None else (1 if args.quick else 3)
     )
-    if args.kills < 1 or args.restore_runs < 1 or args.sessions < 1:
-        parser.error("--kills, --restore-runs and --sessions must be positive")
+    args.returns = args.returns if args.returns is not None else (2 if args.quick else 5)
+    if args.kills < 1 or args.restore_runs < 1 or args.sessions < 1 or args.returns < 1:
+        parser.error("--kills, --restore-runs, --returns and --sessions must be positive")
     if not 0 <= args.temp_queues <= args.consumers:
         parser.error("--temp-queues must be between 0 and --consumers")
     logging.basicConfig(
@@ -933,11 +1104,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     with ExitStack() as stack:
         work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-failover-")))
-        methods, restore, ha = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
+        methods, restore, ha, returned = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
     text, summary = report(methods, restore, args.kill)
+    if returned is not None:
+        return_lines, summary["return"] = return_report(returned)
+        text = "\n".join([*([text, ""] if text.strip() else []), *return_lines])
     if ha is not None:
-        ha_lines, summary["ha"] = ha_report(ha)
-        text = "\n".join([*ha_lines, "", text])
+        summary["ha"] = {}
+        ha_lines: list[str] = []
+        for result in ha:
+            lines, summary["ha"][result.mode] = ha_report(result)
+            ha_lines += [*lines, ""]
+        text = "\n".join([*ha_lines, text])
     print(
         f"\n{machine['date_utc']}, {machine['cpus']} CPUs ({machine['cpu_model']}), "
         f"Python {machine['python']}, haclient {machine['git']}; brokers in their own "
@@ -952,7 +1130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "summary": summary,
             "methods": [asdict(m) for m in methods],
             "restore": asdict(restore) if restore is not None else None,
-            "ha": asdict(ha) if ha is not None else None,
+            "ha": [asdict(result) for result in ha] if ha is not None else None,
+            "return": asdict(returned) if returned is not None else None,
         }
         with open(args.json, "w") as f:
             json.dump(document, f, indent=2)

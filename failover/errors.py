@@ -52,6 +52,7 @@ __all__ = [
     "AMQPError",
     "AcknowledgeFailedError",
     "AuthenticationError",
+    "BrokerNotReadyError",
     "BrowserFailoverError",
     "ClientIdInUseError",
     "ClosedError",
@@ -65,6 +66,7 @@ __all__ = [
     "InvalidSelectorError",
     "MessageFormatError",
     "NotImplementedByBrokerError",
+    "PreferredBrokerAvailable",
     "ResourceLimitError",
     "ResourceLockedError",
     "TransactionRolledBackError",
@@ -447,3 +449,36 @@ class ConnectionLostError(AMQPError):
     """
 
     retriable = True
+
+
+class PreferredBrokerAvailable(ConnectionLostError):
+    """The cause of a planned failover: a preferred broker accepts connections again, and the
+    connection, running on another broker, moves there (F16, ``failover.priorityBackup``).
+
+    Listeners get it as ``failover_started(cause)``; resources are told of it as of a loss
+    (``connection_lost``), so an open transaction rolls back (F7) and unacknowledged CLIENT
+    messages come again (F8), exactly as after a loss. It is never raised to a caller.
+
+    Attributes:
+        broker: The preferred broker moved to, as text with the password masked.
+    """
+
+    def __init__(
+        self, message: str = "", *, broker: str | None = None, **fields: Unpack[_ConditionFields]
+    ) -> None:
+        self.broker = broker
+        super().__init__(message, **fields)
+
+    def _default_message(self) -> str:
+        where = f" ({self.broker})" if self.broker is not None else ""
+        return f"returning to a preferred broker{where}"
+
+
+class BrokerNotReadyError(ConnectionLostError):
+    """A connect attempt's TCP connection was accepted, then closed before a single byte came
+    back: the broker listens but does not serve yet (a new master of a shared-store pair in its
+    first milliseconds), or a proxy has nothing behind it.
+
+    The reconnect schedule comes back to such a broker sooner than to one that refused the
+    connection (``failover.schedule``); otherwise it is a lost connection like any other.
+    """

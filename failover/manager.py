@@ -7,9 +7,10 @@ facade over three parts, each in its own module, which talk through small public
 - the gate (``failover.gate.ConnectionGate``): the state, and the callers waiting for CONNECTED;
 - the supervisor (``failover.supervisor.Supervisor``): inside ``async with``, one background
   task that connects (``start()``), waits for the physical connection to end, and then fails
-  over: it walks the reconnect schedule (``failover.schedule``: which broker, how long to wait,
-  when to give up, as tenacity wait and stop strategies), restores the registered resources
-  tier by tier on the new connection, and tells the gate, which opens again;
+  over: it walks the reconnect schedule (``failover.walk``, ``failover.schedule``: which
+  broker, how long to wait, when to give up, as tenacity wait and stop strategies), restores
+  the registered resources tier by tier on the new connection (``failover.restore``), and
+  tells the gate, which opens again;
 - the listeners (``failover.listeners.Listeners``, F14).
 
 The state is the table-driven machine of ``failover.states``, which also takes every decision
@@ -68,6 +69,7 @@ The API, for ``P`` the physical connection type (anything with ``wait_closed`` a
         manager.register(resource) / manager.unregister(resource)
         manager.add_listener(listener) / manager.remove_listener(listener)
         manager.learn_brokers(brokers, source=None)           # exchange (F12)
+        manager.announce_brokers(brokers, source=None)        # an Open's list (F12)
         manager.state, manager.epoch, manager.broker, manager.brokers, manager.statistics()
         await manager.close()                                 # idempotent; also on exit
     # or, for an owner that has a task group already (no async with):
@@ -148,9 +150,20 @@ class ConnectionManager(Generic[P]):
         reconnect_stop: Any tenacity stop (e.g. ``stop_after_delay(60)``): when a connect or
             failover gives up, instead of the policy's pass count and time budget. One attempt
             is one broker.
+        standby_connector: Opens the ready connections of ``failover.priorityBackup`` (the
+            probe of a preferred broker, F16) and ``failover.backup`` (the warm spare, F17):
+            a connection that may never be used, so nothing of it should be counted or
+            announced yet (default: ``connector``).
+        adopt: Called (synchronously, rule 5) with each physical connection when it becomes
+            the one in use: the first connect, each failover, whichever connector opened it,
+            before anything is restored on it.
+        may_return: Whether a return to a preferred broker (F16) may start now, asked
+            (synchronously) right before it starts: a client says no while a commit is on its
+            way, whose outcome the return would put in doubt (default: always).
 
     Raises:
-        ConfigurationError: An empty list, ``singlebroker`` with several brokers, or a
+        ConfigurationError: An empty list, ``singlebroker`` with several brokers, a
+            ``failover.priorityURIs`` entry that names no broker of the list, or a
             ``reconnect_wait`` or ``reconnect_stop`` that is not callable.
     """
 
@@ -166,6 +179,9 @@ class ConnectionManager(Generic[P]):
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         reconnect_wait: Wait | None = None,
         reconnect_stop: Stop | None = None,
+        standby_connector: Connector[P] | None = None,
+        adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
@@ -185,6 +201,9 @@ class ConnectionManager(Generic[P]):
             sleep=sleep,
             reconnect_wait=reconnect_wait,
             reconnect_stop=reconnect_stop,
+            standby_connector=standby_connector,
+            adopt=adopt,
+            may_return=may_return,
         )
         self._started = False
         # Made in __aenter__: anyio objects need the running event loop.
@@ -203,6 +222,9 @@ class ConnectionManager(Generic[P]):
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         reconnect_wait: Wait | None = None,
         reconnect_stop: Stop | None = None,
+        standby_connector: Connector[P] | None = None,
+        adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(
@@ -215,6 +237,9 @@ class ConnectionManager(Generic[P]):
             sleep=sleep,
             reconnect_wait=reconnect_wait,
             reconnect_stop=reconnect_stop,
+            standby_connector=standby_connector,
+            adopt=adopt,
+            may_return=may_return,
         )
 
     # --- Lifetime -------------------------------------------------------------------------
@@ -369,6 +394,24 @@ class ConnectionManager(Generic[P]):
         """
         return self._supervisor.learn_brokers(brokers, source)
 
+    def announce_brokers(
+        self, brokers: Iterable[BrokerURL], *, source: BrokerURL | None = None
+    ) -> tuple[BrokerURL, ...]:
+        """A broker's Open announced ``brokers`` (its ``failover-server-list``): change the
+        list the next failover walks as ``failover.amqpOpenServerListAction`` says (Qpid
+        JMS's ``REPLACE``, ``ADD``, ``IGNORE``; unset: as ``learn_brokers`` for ``exchange``,
+        ignored for the other methods; ``failover.states.announced_list``).
+
+        Args:
+            brokers: The list the broker announced.
+            source: The broker that announced it (default: the current broker): kept first
+                by ``REPLACE``; when it is ``amqps``, announced ``amqp`` entries are refused.
+
+        Returns:
+            The list the next failover will walk.
+        """
+        return self._supervisor.announce_brokers(brokers, source)
+
     # --- Views ----------------------------------------------------------------------------
 
     @property
@@ -418,6 +461,8 @@ class ConnectionManager(Generic[P]):
             last_downtime=last_downtime,
             attempts=attempts,
             brokers=self.brokers,
+            returns=self._supervisor.returns,
+            standby=self._supervisor.standby,
         )
 
     def _entered(self) -> TaskGroup:

@@ -67,6 +67,12 @@ milliseconds; fields are seconds. Two names need a word more:
 - ``failover.useReconnectBackOff`` (Qpid JMS's) sets no field of its own: ``false`` sets
   ``backoff = 1``; ``true`` keeps the multiplier given, else uses Qpid JMS's default 2.0.
 
+Ready connections (F16, F17), ActiveMQ's names: ``priorityBackup`` (with ``priorityURIs`` and
+``priorityBackupInterval``) returns to a preferred broker, ``backup`` keeps a warm spare; the
+policy only carries them, ``failover.states`` decides with them and ``failover.standby`` acts.
+``amqpOpenServerListAction`` (Qpid JMS's) says what a broker's announced list does to the
+walked one (``failover.states.announced_list``).
+
 Defaults differ from Qpid JMS's where the semantics ask for it: Qpid JMS retries forever, but F4
 promises that blocked calls eventually raise ``ConnectionFailedError``, hence the time budget
 (a pass count is the wrong unit: with a fast retry it runs out in milliseconds); and Qpid JMS
@@ -90,6 +96,7 @@ from failover.options import (
     Member,
     Milliseconds,
     MinusOneIsNone,
+    Names,
     Number,
     Option,
     OptionTable,
@@ -299,13 +306,53 @@ FAILOVER_OPTIONS: Final = OptionTable(
             "failover.amqpOpenServerListAction",
             Choice(("replace", "add", "ignore"), fold=True),
             None,
-            "Qpid JMS's use of the broker list a broker's Open announces (REPLACE, ADD, "
-            "IGNORE): not applied yet; that list is followed only with `failover.method="
-            "exchange` (F12)",
+            "What the broker list a broker's Open announces does to the list failover walks, as "
+            "in Qpid JMS: `REPLACE` (the broker connected to, then the announced ones), `ADD` "
+            "(the announced ones appended), `IGNORE`; unset: followed only with "
+            "`failover.method=exchange` (F12)",
+            keyword="open_server_list_action",
             layer=_POLICY,
-            status=Status.ACCEPTED,
             optional=True,
             shown_default="unset",
+        ),
+        Option(
+            "failover.priorityBackup",
+            Flag(),
+            False,
+            "Return to a preferred broker (F16): on another broker, probe the preferred ones "
+            "every `priorityBackupInterval` and move back, as a planned failover, once one "
+            "accepts a connection (ActiveMQ's name too)",
+            keyword="priority_backup",
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.priorityURIs",
+            Names(what="broker URL"),
+            None,
+            "The preferred brokers of `priorityBackup`, comma-separated, each a broker of the "
+            "list (same host and port) (ActiveMQ's name too)",
+            keyword="priority_uris",
+            layer=_POLICY,
+            optional=True,
+            shown_default="the first broker of the list",
+        ),
+        Option(
+            "failover.priorityBackupInterval",
+            Milliseconds(positive=True),
+            5.0,
+            "How often `priorityBackup` probes the preferred brokers, plus jitter",
+            keyword="priority_backup_interval",
+            layer=_POLICY,
+        ),
+        Option(
+            "failover.backup",
+            Flag(),
+            False,
+            "Warm backup (F17): keep one spare connection (TLS, SASL and Open done, no "
+            "sessions) to the next broker of the plan; a failover takes it first (ActiveMQ's "
+            "name too)",
+            keyword="backup",
+            layer=_POLICY,
         ),
     ]
 )
@@ -354,6 +401,14 @@ class FailoverPolicy:
         exchange_address: The membership address of the ``exchange`` method (F12).
         randomize: Shuffle the list once at the start of each plan.
         warn_after_attempts: Log a warning every this many failed attempts (<= 0: never).
+        open_server_list_action: What a broker list announced in a broker's Open does to the
+            list the next failover walks: ``"replace"``, ``"add"`` or ``"ignore"``, Qpid JMS's
+            meanings; None: followed only with ``exchange`` (F12).
+        priority_backup: Return to a preferred broker when one accepts connections (F16).
+        priority_uris: The preferred brokers (URLs of brokers of the list, matched by host
+            and port); None: the first broker of the list.
+        priority_backup_interval: Seconds between two probes of the preferred brokers (> 0).
+        backup: Keep a spare connection to the next broker of the plan (F17).
         accepted_options: The options ``from_options`` read that are accepted without effect
             (``Status.ACCEPTED``), for the layer above to warn about.
 
@@ -377,6 +432,11 @@ class FailoverPolicy:
     exchange_address: str = DEFAULT_EXCHANGE_ADDRESS
     randomize: bool = False
     warn_after_attempts: int = 10
+    open_server_list_action: str | None = None
+    priority_backup: bool = False
+    priority_uris: tuple[str, ...] | None = None
+    priority_backup_interval: float = 5.0
+    backup: bool = False
     accepted_options: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,15 @@ its TLS handshake failed), the next attempt, when it is on another broker, goes 
 wait is not asked (the stop still is), since the refusal was an answer, not a broker that may
 be on its way back. A retry of the same broker (``retries`` > 1) waits as usual.
 
+A broker that accepted the TCP connection and closed it before answering
+(``BrokerNotReadyError``) listens but does not serve yet: a new master of a shared-store pair
+in its first milliseconds (ActiveMQ 5.17 answers the protocol header 60-80 ms after its port
+opens, and drops or holds what comes before). During the fast phase of the policy's own wait,
+the next attempt on that broker waits ``NOT_READY_RETRY`` (5-10 ms) instead of the fast delay,
+for ``patience`` after the first such drop in the plan; a broker that keeps dropping longer
+(a proxy with nothing behind it) gets the fast delay again. The broker order and the attempt
+count do not change, only that wait.
+
 The policy's own schedule is one such pair: ``PolicyWait`` (the delays of the module docstring
 of ``failover.policy``, jitter drawn from the injected ``random.Random``, so a seed makes the
 plan exact) and ``policy_stop`` (the pass count as ``stop_after_attempt``, the time budget
@@ -41,22 +50,48 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final, cast
 
 import tenacity
 from tenacity import RetryCallState, stop_after_attempt, stop_after_delay, stop_never
 
-from failover.errors import ConfigurationError
+from failover.errors import BrokerNotReadyError, ConfigurationError
 from failover.policy import Attempt, FailoverPolicy
 from failover.states import budget_delay, index_of
 from failover.url import BrokerURL
 
-__all__ = ["PolicyWait", "ReconnectPlan", "Stop", "Wait", "checked_strategies", "policy_stop"]
+__all__ = [
+    "NOT_READY_RETRY",
+    "NotReadyRetry",
+    "PolicyWait",
+    "ReconnectPlan",
+    "Stop",
+    "Wait",
+    "checked_strategies",
+    "policy_stop",
+]
 
 #: A tenacity wait strategy: seconds to sleep before the next attempt (``tenacity.wait_*``).
 Wait = Callable[[RetryCallState], float]
 #: A tenacity stop strategy: whether to give up instead (``tenacity.stop_*``).
 Stop = Callable[[RetryCallState], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class NotReadyRetry:
+    """How soon a broker that dropped an attempt before answering is tried again: after
+    ``delay`` plus up to ``jitter`` (seconds), for ``patience`` seconds after its first drop in
+    a plan (see the module docstring)."""
+
+    delay: float = 0.005
+    jitter: float = 0.005
+    patience: float = 0.5
+
+
+NOT_READY_RETRY: NotReadyRetry | None = NotReadyRetry()
+"""The quick retry of a broker not ready yet, read by each new plan (None: none; the failover
+bench turns it off to measure the schedule without it)."""
 
 
 class PolicyWait(tenacity.wait.wait_base):
@@ -146,11 +181,19 @@ class ReconnectPlan:
         self._made = 0
         self._slept = 0.0
         self._last: int | None = None  # the broker index of the last attempt handed out
+        self._quick = NOT_READY_RETRY if wait is None else None  # only the policy's own wait
+        self._not_ready_since: dict[int, float] = {}  # broker index -> its first drop
 
     @property
     def made(self) -> int:
         """The attempts handed out so far."""
         return self._made
+
+    @property
+    def quick_retry(self) -> NotReadyRetry | None:
+        """The quick retry of a broker not ready yet this plan makes (None: none, e.g. with
+        a tenacity wait given)."""
+        return self._quick
 
     @property
     def brokers_of_a_pass(self) -> tuple[BrokerURL, ...]:
@@ -164,6 +207,7 @@ class ReconnectPlan:
         """The next attempt, ``now`` being the time of the caller's clock and ``failure`` what
         made the last attempt fail (``refused``: a refusal of trust, after which another broker
         is tried at once); None when the plan ends (give up, F4)."""
+        self._note_not_ready(now, failure)
         attempt = self._first(now) if self._made == 0 else self._after(now, failure, refused)
         if attempt is not None:
             self._made += 1
@@ -189,6 +233,7 @@ class ReconnectPlan:
         # A refusal was an answer, not a broker on its way back: another broker goes at once.
         at_once = refused and index != self._last
         delay = 0.0 if at_once else max(0.0, float(self._wait(state)))
+        delay = self._sooner_if_not_ready(index, now, delay)
         if self._cut:  # the policy's stop: no attempt after the time budget (invariant 8)
             cut = budget_delay(self._policy, delay, now - self._began)
             delay = delay if cut is None else cut  # None: spent, and the stop says so
@@ -196,6 +241,28 @@ class ReconnectPlan:
         if self._stop(state):
             return None
         return Attempt(index, self._brokers[index], delay, self._made + 1)
+
+    def _note_not_ready(self, now: float, failure: BaseException | None) -> None:
+        """Remember when the broker of the last attempt first dropped it before answering (and
+        forget it once it failed otherwise)."""
+        if self._last is None or failure is None:
+            return
+        if isinstance(failure, BrokerNotReadyError):
+            self._not_ready_since.setdefault(self._last, now)
+        else:
+            self._not_ready_since.pop(self._last, None)
+
+    def _sooner_if_not_ready(self, index: int, now: float, delay: float) -> float:
+        """``delay``, cut to the quick retry's when broker ``index`` dropped an attempt before
+        answering, within the patience, in the fast phase (see the module docstring)."""
+        quick, since = self._quick, self._not_ready_since.get(index)
+        if quick is None or since is None or now - since > quick.patience:
+            return delay
+        policy = self._policy
+        per_pass = max(len(self._order), 1) * (policy.retries or 1)
+        if policy.fast_period == 0.0 or self._made // per_pass > policy.fast_passes:
+            return delay
+        return min(delay, quick.delay + quick.jitter * self._rng.random())
 
     def retry_state(
         self, now: float, failure: BaseException | None, upcoming: float

@@ -55,6 +55,19 @@ Invariants it keeps (a unit test walks every (state, event) pair and random even
    (``refused_everywhere``); one broker that failed otherwise (unreachable, say) keeps the
    walk going, by the plan, until it ends. A loss of a connection that was accepted is not a
    refusal: invariant 6 holds for it, whatever its cause.
+11. A *ready* connection (opened beside the one in use, never through the plan) is one of
+   two: the warm spare (``spare_target``: the next broker of the plan after the one in use,
+   never that broker itself, never one a return is due to) or a preferred broker's probe
+   (``return_due``: only while CONNECTED to a broker that is not preferred). Neither opens,
+   fails or dies with any event of the table: only a failover takes a ready connection, as its
+   first attempt, and a probe that succeeds starts one, as a loss (CONNECTED --LOST-->
+   FAILING_OVER) whose cause is ``PreferredBrokerAvailable``, so that F2-F11 hold as for any
+   loss.
+12. The broker list a broker's Open announces changes the list the next failover walks only
+   as ``announced_list`` says: unset, only with ``exchange`` (F12); ``replace`` makes it the
+   broker connected to and the announced ones, ``add`` appends those not in it yet,
+   ``ignore`` leaves it. An ``amqps`` source never adds an ``amqp`` broker; an empty
+   announcement changes nothing.
 """
 
 from __future__ import annotations
@@ -69,12 +82,13 @@ from typing import Final
 
 from failover.errors import (
     AuthenticationError,
+    ConfigurationError,
     ConnectionLostError,
     HAClientError,
     IllegalStateError,
 )
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
-from failover.url import BrokerURL
+from failover.url import BrokerURL, merge_broker_lists
 
 __all__ = [
     "IN_TRANSIT",
@@ -84,6 +98,7 @@ __all__ = [
     "ManagerEvent",
     "ManagerStatistics",
     "RestoreFailure",
+    "announced_list",
     "budget_delay",
     "index_of",
     "is_refusal",
@@ -91,10 +106,14 @@ __all__ = [
     "loss_event",
     "next_state",
     "plan",
+    "preferred_brokers",
     "refusal_error",
     "refused_everywhere",
     "reports_events",
     "restore_failure",
+    "return_due",
+    "same_broker",
+    "spare_target",
     "state_after",
 ]
 
@@ -329,6 +348,135 @@ def index_of(brokers: Sequence[BrokerURL], broker: BrokerURL) -> int | None:
     return None
 
 
+def same_broker(one: BrokerURL, other: BrokerURL) -> bool:
+    """Whether two broker URLs name the same broker: scheme, host and port."""
+    return (one.scheme, one.host.lower(), one.port) == (
+        other.scheme,
+        other.host.lower(),
+        other.port,
+    )
+
+
+# --- Ready connections: the return to a preferred broker (F16), the warm spare (F17) ---------
+
+
+def preferred_brokers(
+    policy: FailoverPolicy, brokers: Sequence[BrokerURL]
+) -> tuple[BrokerURL, ...]:
+    """The brokers of ``brokers`` (the URL's list) a connection returns to with
+    ``priority_backup`` (F16), in the order ``priority_uris`` names them: each matched by host
+    and port (the scheme and port of a URL without one are its broker's defaults); the first
+    broker of the list when ``priority_uris`` is None.
+
+    Raises:
+        ConfigurationError: A priority URI names no broker of the list.
+    """
+    if policy.priority_uris is None:
+        return tuple(brokers[:1])
+    preferred: list[BrokerURL] = []
+    for text in policy.priority_uris:
+        host, port = _host_and_port(text)
+        match = [b for b in brokers if b.host.lower() == host and (port is None or b.port == port)]
+        if not match:
+            raise ConfigurationError(
+                f"failover.priorityURIs names {text!r}, which is no broker of the list",
+                option="failover.priorityURIs",
+            )
+        preferred.extend(b for b in match if b not in preferred)
+    return tuple(preferred)
+
+
+def _host_and_port(text: str) -> tuple[str, int | None]:
+    """The host (lower case) and port a priority URI names: ``amqp://host:port``, or any
+    other scheme (an ActiveMQ ``tcp://`` URI), or ``host:port``."""
+    rest = text.split("://", 1)[-1].split("?", 1)[0].split("/", 1)[0].rsplit("@", 1)[-1]
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, tail = rest[1:].partition("]")
+        port_text = tail.removeprefix(":")
+    else:
+        host, _, port_text = rest.partition(":")
+    try:
+        port = int(port_text) if port_text else None
+    except ValueError:
+        raise ConfigurationError(
+            f"failover.priorityURIs: {text!r} has no valid port", option="failover.priorityURIs"
+        ) from None
+    return host.lower(), port
+
+
+def return_due(
+    policy: FailoverPolicy,
+    state: ConnectionState,
+    current: BrokerURL | None,
+    preferred: Sequence[BrokerURL],
+) -> bool:
+    """Whether the preferred brokers are to be probed now (F16, invariant 11): with
+    ``priority_backup``, while CONNECTED to a broker that is not preferred; never under
+    ``nofailover`` (a return is a loss, which would end the connection there)."""
+    if not policy.priority_backup or policy.method is FailoverMethod.NOFAILOVER:
+        return False
+    if state is not ConnectionState.CONNECTED or current is None:
+        return False
+    return not any(same_broker(current, broker) for broker in preferred)
+
+
+def spare_target(
+    policy: FailoverPolicy,
+    brokers: Sequence[BrokerURL],
+    current: BrokerURL | None,
+    exclude: Sequence[BrokerURL] = (),
+) -> BrokerURL | None:
+    """The broker the warm spare is kept to (F17, invariant 11): with ``backup``, the first
+    broker after ``current`` in ``brokers`` (wrapping round) that is neither ``current`` nor
+    in ``exclude`` (the preferred brokers while a return is due: the probe is for them).
+    None without ``backup``, under ``singlebroker`` and ``nofailover``, or when no broker is
+    left."""
+    single = (FailoverMethod.SINGLEBROKER, FailoverMethod.NOFAILOVER)
+    if not policy.backup or policy.method in single or current is None or not brokers:
+        return None
+    start = index_of(brokers, current)
+    order = list(brokers) if start is None else [*brokers[start + 1 :], *brokers[: start + 1]]
+    for broker in order:
+        if not same_broker(broker, current) and not any(same_broker(broker, e) for e in exclude):
+            return broker
+    return None
+
+
+def announced_list(
+    policy: FailoverPolicy,
+    *,
+    brokers: Sequence[BrokerURL],
+    seed: Sequence[BrokerURL],
+    announced: Sequence[BrokerURL],
+    source: BrokerURL | None,
+) -> tuple[BrokerURL, ...] | None:
+    """The list the next failover walks after a broker's Open (from ``source``) announced
+    ``announced``, when the walked list is ``brokers`` and the URL's is ``seed`` (invariant 12,
+    ``failover.amqpOpenServerListAction``); None: unchanged.
+
+    Qpid JMS's meanings: ``replace`` keeps the broker connected to, first, and the announced
+    ones; ``add`` appends the announced ones not in the list yet. Unset, the list is
+    followed only with ``exchange``: the announced ones, then the seed (F12).
+    """
+    if not announced:
+        return None
+    secure = source.secure if source is not None else any(b.secure for b in seed)
+    action = policy.open_server_list_action
+    if action is None:
+        if policy.method is not FailoverMethod.EXCHANGE:
+            return None
+        return merge_broker_lists(seed, announced, secure=secure)
+    if action == "ignore":
+        return None
+    head = ([source] if source is not None else []) if action == "replace" else list(brokers)
+    fresh = [
+        broker
+        for broker in merge_broker_lists((), announced, secure=secure)
+        if not any(same_broker(broker, kept) for kept in head)
+    ]
+    return (*head, *fresh)
+
+
 # --- The snapshot ------------------------------------------------------------------------------
 
 
@@ -344,6 +492,9 @@ class ManagerStatistics:
         last_downtime: Seconds from loss to reconnection of the last completed failover.
         attempts: Connection attempts made in all (the first connect's included).
         brokers: The list the next failover walks (learned for ``exchange``).
+        returns: Completed failovers that were returns to a preferred broker (F16); also
+            counted in ``failovers``.
+        standby: The broker of the warm spare held now (F17); None when there is none.
     """
 
     state: ConnectionState
@@ -353,3 +504,5 @@ class ManagerStatistics:
     last_downtime: float | None
     attempts: int
     brokers: tuple[BrokerURL, ...]
+    returns: int = 0
+    standby: BrokerURL | None = None

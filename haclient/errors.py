@@ -22,6 +22,9 @@ The tree (builtin mixins in parentheses)::
       AMQPError                             any other broker error condition
         ProtocolError                       a peer broke the AMQP protocol (a bug, or corruption)
         ConnectionLostError                 one physical connection ended; failover handles it
+          PreferredBrokerAvailable          the cause of a return to a preferred broker (F16)
+          BrokerNotReadyError               accepted, then closed before any answer: a broker
+                                            starting up; failover comes back to it soon
         RedirectError                       the broker sent us elsewhere (``.network_host``)
         LinkDetachedError                   the broker closed one producer or consumer
         OpenTimeoutError (TimeoutError)     the peer never answered an Open or Begin: a hung
@@ -50,6 +53,7 @@ from failover.errors import (
     AcknowledgeFailedError,
     AMQPError,
     AuthenticationError,
+    BrokerNotReadyError,
     BrowserFailoverError,
     ClientIdInUseError,
     ClosedError,
@@ -63,6 +67,7 @@ from failover.errors import (
     InvalidSelectorError,
     MessageFormatError,
     NotImplementedByBrokerError,
+    PreferredBrokerAvailable,
     ResourceLimitError,
     ResourceLockedError,
     TransactionRolledBackError,
@@ -85,6 +90,7 @@ __all__ = [
     "AcknowledgeFailedError",
     "AttachTimeoutError",
     "AuthenticationError",
+    "BrokerNotReadyError",
     "BrowserFailoverError",
     "ClientIdInUseError",
     "ClosedError",
@@ -101,6 +107,7 @@ __all__ = [
     "MessageFormatError",
     "NotImplementedByBrokerError",
     "OpenTimeoutError",
+    "PreferredBrokerAvailable",
     "ProtocolError",
     "RedirectError",
     "ResourceLimitError",

@@ -98,7 +98,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "Unix time at which the last failover began (the connection was lost); "
        "absent before the first"),
     _m("failovers", "counter", "outcome",
-       "Failovers that ended: completed (reconnected and restored) or failed (gave up)"),
+       "Failovers that ended: completed (reconnected and restored), returned (moved back to a "
+       "preferred broker, and restored) or failed (gave up)"),
     _m("failover_duration_seconds", "histogram", "",
        "Seconds from the loss of the connection to reconnected and restored, per failover"),
     _m("connection_attempts", "counter", "broker outcome",
@@ -155,7 +156,8 @@ def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...]
     yield "last_state_change_timestamp_seconds", (), stats.state_since
     if stats.last_failover_at is not None:
         yield "last_failover_timestamp_seconds", (), stats.last_failover_at
-    yield "failovers", ("completed",), stats.failovers
+    yield "failovers", ("completed",), stats.failovers - stats.failovers_returned
+    yield "failovers", ("returned",), stats.failovers_returned
     yield "failovers", ("failed",), stats.failovers_failed
     yield "failover_duration_seconds", (), stats.failover_durations
     for broker, attempts in stats.connection_attempts.items():

@@ -14,7 +14,8 @@ message as the broker keeps it), ``transactions``, ``state`` (one run's state an
 view), ``persistence``
 (the store interface), ``store`` and ``store_lock`` (the SQLite store and the lock that makes a
 shared-store HA pair), ``subscriptions``, ``filters`` (selector, no-local), ``schedule`` (delays,
-expiry sweeps), ``topology`` (the announced peer list), ``wire`` (header parsing without proton).
+expiry sweeps), ``topology`` (the announced peer list), ``wire`` (header parsing without proton),
+``readiness`` (how long after its port opens a start answers the protocol header).
 
 Persistence and HA: ``Broker(store=path)`` (``haclient-broker --store FILE``) keeps durable
 messages of lasting queues, and the queues and topics themselves, in one SQLite file (WAL; a

@@ -14,6 +14,7 @@ import anyio
 from chaos.amqp_server import TlsServerLayer
 from chaos.args import LOG_LEVELS, log_level, port, positive_seconds, store
 from chaos.broker.accounts import MECHANISMS, parse_mechanisms
+from chaos.broker.readiness import NotReady, ReadinessDelay
 from chaos.broker.server import Broker
 from chaos.broker.state import BrokerMode
 from chaos.broker.topology import parse_peer
@@ -65,6 +66,13 @@ def _frame_size(text: str) -> int:
     if size < 512:
         raise argparse.ArgumentTypeError(f"at least 512 bytes (AMQP 1.0's minimum), not {size}")
     return size
+
+
+def _readiness_delay(text: str) -> ReadinessDelay:
+    try:
+        return ReadinessDelay.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _queue_policy(text: str) -> tuple[str, int]:
@@ -128,7 +136,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="behave like ActiveMQ 5.x's AMQP transport where a client can tell: receiver "
         "settle mode 'second' granted as 'first', queue:// and topic:// prefixes announced in "
-        "the Open frame, a duplicate container id refused",
+        "the Open frame, a duplicate container id refused, protocol headers answered only "
+        "60-80 ms after the port opens (see --readiness-delay)",
+    )
+    parser.add_argument(
+        "--readiness-delay",
+        type=_readiness_delay,
+        default=None,
+        metavar="SECONDS",
+        help="answer the AMQP protocol header only this long after the port opens, at every "
+        "start: SECONDS, or LOW-HIGH to draw it from a range (default: 0.06-0.08 with "
+        "--activemq, as ActiveMQ 5.17 measured; 0 otherwise)",
+    )
+    parser.add_argument(
+        "--not-ready",
+        choices=[choice.value for choice in NotReady],
+        default=None,
+        help="what a connection accepted before then meets: wait (its header is answered "
+        "once ready), drop (closed without a byte) or either, evenly at random (default: "
+        "either with --activemq, as ActiveMQ 5.17 was seen to do; wait otherwise)",
     )
     parser.add_argument("--dead-letter-queue", default="DLQ")
     parser.add_argument(
@@ -222,6 +248,8 @@ def _broker(args: argparse.Namespace, tls: TlsServerOptions | None) -> Broker:
         mode="activemq" if args.activemq else "reference",
         oauth_tokens=dict(args.oauth_token) if args.oauth_token else None,
         sasl_mechanisms=args.sasl_mechanisms,
+        readiness_delay=args.readiness_delay,
+        not_ready=args.not_ready,
     )
 
 

@@ -112,6 +112,11 @@ class AckStrategy:
     def __init__(self, host: AckHost) -> None:
         self._host = host
 
+    def settled(self) -> AckStrategy:
+        """The strategy of a consumer whose deliveries arrive settled (NO_ACK, or a consumer
+        the presettle policy presettles, M5): nothing to acknowledge."""
+        return self if self.presettled else NoAck(self._host)
+
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         """``message`` is being handed out (to ``receive()``, or to a listener about to run)."""
         message._bind_acknowledger(_nothing)

@@ -78,6 +78,7 @@ class ConnectionStatistics:
         broker: The broker in use (password masked), None when not connected.
         client_id: The client id, None if the application set none.
         container_id: The AMQP container id in use (the client id, or a generated one).
+        connection_id: The connection's own id, ``<jms.connectionIDPrefix><uuid>``.
         epoch: The number of the physical connection in use (0 first, +1 per loss).
         failovers: Completed failovers.
         last_downtime: Seconds the last failover took (loss to restored), None before one.
@@ -108,6 +109,10 @@ class ConnectionStatistics:
         state_since: Unix time of the last state change (of the creation before any).
         messages_dead_lettered: Messages past ``max_redeliveries`` that consumers settled
             with ``redelivery_outcome`` instead of handing them out (E6).
+        failovers_returned: Completed failovers that were returns to a preferred broker
+            (F16, ``failover.priorityBackup``); ``failovers`` counts them too.
+        standby_broker: The broker of the warm spare held now (F17, ``failover.backup``;
+            password masked), None when there is none.
     """
 
     state: ConnectionState
@@ -143,6 +148,9 @@ class ConnectionStatistics:
     last_failover_at: float | None
     state_since: float
     messages_dead_lettered: int = 0
+    failovers_returned: int = 0
+    standby_broker: str | None = None
+    connection_id: str = ""
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -169,6 +177,7 @@ class ConnectionStatistics:
 
 
 _SUMMED: Final = (
+    "failovers_returned",
     "failovers_failed",
     "failover_durations",
     "calls_blocked",
@@ -224,13 +233,20 @@ class Connection:
         self._name, self._release_name = PROCESS_NAMES.claim(self, self._container_id)
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
-            self._connect, url, reconnect_wait=reconnect_wait, reconnect_stop=reconnect_stop
+            self._connect,
+            url,
+            reconnect_wait=reconnect_wait,
+            reconnect_stop=reconnect_stop,
+            standby_connector=self._open_standby,
+            adopt=self._adopt,
+            may_return=lambda: self._context.counters.commits_in_flight == 0,
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._sessions: set[Session] = set()
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
         unique = uuid.uuid4().hex
+        self._connection_id = f"{options.connection_id_prefix}{unique}"
         self._context = ConnectionContext(
             options=options,
             manager=self._manager,
@@ -278,20 +294,32 @@ class Connection:
         self._manager.register(self._context.temporaries)
 
     async def _connect(self, broker: BrokerURL) -> PhysicalConnection:
-        """The connector the failover manager calls: one physical connection to ``broker``."""
+        """The connector the failover manager calls: one physical connection to ``broker``,
+        counted as an attempt."""
         try:
-            physical = await open_physical(
-                self._host.task_group, broker, self._options, self._container_id
-            )
+            physical = await self._open_standby(broker)
         except Exception:
             self._context.counters.attempt(broker, succeeded=False)
             raise
         self._context.counters.attempt(broker, succeeded=True)
-        self._context.current = physical
-        if self._manager.policy.method is FailoverMethod.EXCHANGE:
-            self._learn(physical, advertised_brokers(physical.advertised_brokers), complete=False)
-            self._host.start_soon(self._follow_membership, physical)
         return physical
+
+    async def _open_standby(self, broker: BrokerURL) -> PhysicalConnection:
+        """One physical connection to ``broker``, counted nowhere: the manager's connector of
+        ready connections (the warm spare, the probe of a preferred broker; F16, F17), which
+        may never be used. Sessions, the client's temporaries and the broker list it announces
+        wait until it is in use (``_adopt``)."""
+        return await open_physical(self._host.task_group, broker, self._options, self._container_id)
+
+    def _adopt(self, physical: PhysicalConnection) -> None:
+        """``physical`` becomes the connection in use (the manager calls this before the
+        restore): the one the sessions see, and the one whose broker list counts (F12)."""
+        self._context.current = physical
+        self._manager.announce_brokers(
+            advertised_brokers(physical.advertised_brokers), source=physical.broker
+        )
+        if self._manager.policy.method is FailoverMethod.EXCHANGE:
+            self._host.start_soon(self._follow_membership, physical)
 
     def _learn(
         self, physical: PhysicalConnection, brokers: Iterable[BrokerURL], *, complete: bool
@@ -326,6 +354,12 @@ class Connection:
     def client_id(self) -> str | None:
         """The client id (the AMQP container id), or None when the application set none."""
         return self._context.client_id
+
+    @property
+    def connection_id(self) -> str:
+        """This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``, ``ID:``),
+        as its repr and statistics show it; its message ids carry the same uuid."""
+        return self._connection_id
 
     @property
     def url(self) -> FailoverURL:
@@ -466,6 +500,9 @@ class Connection:
             last_failover_at=counters.failover.last_started,
             state_since=counters.failover.state_since,
             messages_dead_lettered=counters.dead_lettered,
+            failovers_returned=manager.returns,
+            standby_broker=None if manager.standby is None else str(manager.standby),
+            connection_id=self._connection_id,
         )
 
     async def close(self) -> None:
@@ -534,7 +571,10 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<Connection {self._container_id!r} to {self.broker} ({self.state.value})>"
+        return (
+            f"<Connection {self._connection_id!r} ({self._container_id!r}) to {self.broker} "
+            f"({self.state.value})>"
+        )
 
 
 class Connecting:

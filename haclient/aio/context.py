@@ -55,6 +55,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ConnectionContext", "Counters", "SessionContext"]
 
+# UUID message ids carry nothing of their connection: no-local (E2) remembers the ids it made,
+# the newest this many, for this long (seconds).
+_SENT_IDS_KEPT = 10_000
+_SENT_IDS_AGE = 600.0
+
 log = logging.getLogger("haclient.session")
 
 _link_numbers = itertools.count(1)
@@ -118,6 +123,10 @@ class ConnectionContext:
     temporaries: TemporaryDestinations = field(init=False)
     _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     tracing: Tracing | None = None  # haclient.aio.tracing, when the connection traces
+    # The UUID ids this connection made lately: no-local (E2) cannot know them by a prefix.
+    _sent_uuid_ids: DuplicateWindow = field(
+        default_factory=lambda: DuplicateWindow(_SENT_IDS_KEPT, _SENT_IDS_AGE)
+    )
 
     def __post_init__(self) -> None:
         self.gate = Gate(self.manager, lambda: self.closed)
@@ -162,13 +171,22 @@ class ConnectionContext:
         kind = self.options.message_id_type
         if kind in ("original", "default"):
             return MessageIdGenerator(f"{self.id_base}:{next(self._producer_numbers)}")
-        return uuid_message_ids(kind)
+        made, sent = uuid_message_ids(kind), self._sent_uuid_ids
+
+        def remembered() -> str:
+            message_id = made()
+            sent.add((message_id,))
+            return message_id
+
+        return remembered
 
     def published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
         """Whether a message with this id was sent by this connection, or with
         ``by_client_id`` by any connection with this client id (no-local, E2, S2)."""
         if message_id is None:
             return False
+        if message_id in self._sent_uuid_ids:  # UUID ids: the last ones made, remembered
+            return True
         if by_client_id and self.client_id is not None:
             return message_id.startswith(f"ID:{self.client_id}:")
         return message_id.startswith(f"ID:{self.id_base}:")

@@ -117,7 +117,12 @@ class Session:
         self._browsers.discard(resource)
 
     def _prefetching_receivers(self) -> list[Receiver]:
-        return [c._receiver for c in self._consumers if c._receiver is not None]
+        """The links whose prefetched messages ``recover()`` and ``rollback()`` give back: not
+        a presettled consumer's, which the broker has forgotten (given back, they would be
+        lost; kept, they are handed out next: A5, M5)."""
+        return [
+            c._receiver for c in self._consumers if c._receiver is not None and not c._presettled
+        ]
 
     async def _run(
         self, operation: Callable[[Connected], Awaitable[T]], timeout: float | None

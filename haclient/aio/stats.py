@@ -272,6 +272,7 @@ class Counters:
     rolled_back: int = 0
     rolled_back_by_failover: int = 0  # F7
     in_doubt: int = 0  # F7: the commit was cut off in flight
+    commits_in_flight: int = 0  # not a statistic: no return to a preferred broker now (F16)
     failover: FailoverStats = field(default_factory=FailoverStats)
     acks: dict[AckMode, AckStats] = field(default_factory=_ack_stats)
     attempts: dict[str, int] = field(default_factory=dict)  # host:port -> connection attempts

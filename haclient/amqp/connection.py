@@ -24,7 +24,8 @@ from typing import Any, Generic, TypeVar
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup
 
-from failover.errors import ClosedError, ConnectionLostError, HAClientError
+from failover.errors import BrokerNotReadyError, ClosedError, ConnectionLostError, HAClientError
+from haclient.amqp.by_priority import ByPriority
 from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
 from haclient.amqp.config import EngineConfig
 from haclient.amqp.driver import Driver
@@ -130,8 +131,11 @@ class _Inbox:
 
     __slots__ = ("_changed", "messages", "refusing")
 
-    def __init__(self) -> None:
-        self.messages: deque[ReceivedMessage] = deque()
+    def __init__(self, *, by_priority: bool = False) -> None:
+        # By priority: Qpid JMS's jms.localMessagePriority (haclient.amqp.by_priority).
+        self.messages: deque[ReceivedMessage] | ByPriority[ReceivedMessage] = (
+            ByPriority() if by_priority else deque()
+        )
         # Made by the first waiter: most inboxes are never waited on (a listener's, or one
         # restored by failover before anyone receives), and an Event per receiver is garbage
         # the collector walks when thousands of them are restored at once.
@@ -421,8 +425,10 @@ class AmqpConnection:
         snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
         rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
         timeout: float = 30.0,
+        by_priority: bool = False,
     ) -> Attaching[Receiver]:
-        """Attach a receiver and grant ``credit`` without waiting (see ``open_sender_nowait``)."""
+        """Attach a receiver and grant ``credit`` without waiting (see ``open_sender_nowait``);
+        ``by_priority``: its arrivals are taken highest priority first (``ByPriority``)."""
         self._check_session(session)
         if isinstance(source, str):
             source = Terminus(address=source)
@@ -433,7 +439,7 @@ class AmqpConnection:
             rcv_settle_mode=rcv_settle_mode,
             credit=credit,
         )
-        self._inboxes[receiver] = _Inbox()
+        self._inboxes[receiver] = _Inbox(by_priority=by_priority)
         return self._attach(receiver, timeout)
 
     def detach(
@@ -620,15 +626,19 @@ class AmqpConnection:
     async def drain(self, receiver: Receiver, credit: int = 0) -> None:
         """Grant ``credit`` more, ask the peer to use it now or give it back, wait for its answer.
 
-        Messages sent to use the credit are in the receiver's inbox when this returns.
+        Messages sent to use the credit are in the receiver's inbox when this returns, and the
+        link is out of drain mode again (later credit is not drained).
         """
         self._check_link(receiver)
         receiver.drain(credit)
         self._write_before_waiting()
-        while receiver.draining:
-            self._check_link(receiver)
-            changed = self._credit_changed
-            await changed.wait()
+        try:
+            while receiver.draining:
+                self._check_link(receiver)
+                changed = self._credit_changed
+                await changed.wait()
+        finally:
+            receiver.end_drain()
 
     async def flush(self) -> None:
         """Wait until every frame queued so far has been written to the socket (in order)."""
@@ -858,6 +868,8 @@ async def connect_amqp(
 
     Raises:
         ConnectionLostError: the TCP connection could not be made or dropped during the open.
+        BrokerNotReadyError: the TCP connection was accepted, then closed before the peer sent
+            a byte (a broker starting up).
         AuthenticationError: the SASL login was refused.
         ProtocolError: the peer does not speak AMQP 1.0.
         OpenTimeoutError: the peer did not answer the Open within ``connect_timeout``.
@@ -874,6 +886,7 @@ async def connect_amqp(
         raise ConnectionLostError(f"connecting to {host}:{port} timed out") from exc
     except OSError as exc:
         raise ConnectionLostError(f"cannot connect to {host}:{port}: {exc}") from exc
+    log.debug("TCP connection to %s:%d made", host, port)
     engine = Engine(config)
     connection = AmqpConnection(engine)
     driver = connection.driver = Driver(engine, stream, connection.handle_events)
@@ -885,12 +898,20 @@ async def connect_amqp(
             await connection._opened.wait()
         if not connection._opened.done:
             raise OpenTimeoutError(_unanswered(host, port, engine, connect_timeout))
-    except BaseException:
+        log.debug("the Open of %s:%d arrived", host, port)
+    except BaseException as exc:
         # A peer that never answered the Open will not answer a Close either: do not wait
         # for it (failover is waiting to try the next broker).
         answered = connection._opened.done
         with anyio.CancelScope(shield=True):
             await connection.close(timeout=5.0 if answered else 0.0)
+        if type(exc) is ConnectionLostError and not driver.heard:
+            raise BrokerNotReadyError(
+                f"{host}:{port} accepted the TCP connection and closed it before answering "
+                "(a broker starting up?)",
+                condition=exc.condition,
+                description=exc.description,
+            ) from exc
         raise
     return connection
 

@@ -94,6 +94,8 @@ class Driver:
         self.socket_error: BaseException | None = None
         """The error the socket raised, when that is what ended the connection (the cause to
         chain to the error the connection reports)."""
+        self.heard = False
+        """True once a byte came from the peer (False: it never said anything)."""
 
     def _abort(self, exc: BaseException) -> None:
         """The socket failed: remember why, end the engine, report its ending."""
@@ -314,6 +316,7 @@ class Driver:
     def _take_input(self, data: bytes) -> bool:
         """Feed what was read (``b""``: EOF) to the engine; False once nothing more will come."""
         engine = self.engine
+        self.heard = self.heard or bool(data)
         engine.receive_data(data)
         # Tick now: proton counts the idle timeout from the first tick that sees new input, so
         # a late tick would make a silent peer's detection late (F13).

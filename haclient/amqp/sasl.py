@@ -375,6 +375,7 @@ class SaslClientLayer(SaslLayer):
             raise SaslFailure(FRAMING_ERROR, "a sasl-outcome whose additional data is not binary")
         self._mechanism.complete(additional)
         self._state = _State.DONE
+        log.debug("SASL: logged in with %s", self._mechanism.name)
         self.release()
 
 

@@ -131,6 +131,9 @@ class Connection:
         "_connection",
         "The client id (the AMQP container id), or None when the application set none.",
     )
+    connection_id = Forwarded[str](
+        "_connection", "This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``)."
+    )
     url = Forwarded[FailoverURL]("_connection", "The parsed URL (passwords masked when printed).")
     brokers = Forwarded[tuple[BrokerURL, ...]](
         "_connection",

@@ -1,6 +1,6 @@
 """The PySpark data source end to end on local[2] against a shared-store HA pair.
 
-100,000 rows are written while the serving broker is killed (and one task attempt fails on
+30,000 rows are written while the serving broker is killed (and one task attempt fails on
 purpose, so Spark retries it); then the queue is read back as a stream, with another kill. The
 result must equal the input: every row once. Duplicates on the queue are allowed only with a
 repeated message id (a replayed transaction or task), which the reader's duplicate window drops,
@@ -24,7 +24,7 @@ from chaos.broker import BrokerThread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-ROWS = 100_000
+ROWS = 30_000  # several transactions and micro-batches on each side of each kill
 DEADLINE = 240.0  # seconds: catches a hang, not a measure of speed
 
 
@@ -83,7 +83,7 @@ def _read(spark: Any, url: str, address: str, checkpoint: Path) -> list[Any]:
         spark.readStream.format("haclient")
         .option("url", url)
         .option("address", address)
-        .option("maxRowsPerBatch", 20_000)
+        .option("maxRowsPerBatch", ROWS // 5)
         .option("receiveTimeout", 10)
         .load()
         .writeStream.format("memory")

@@ -41,6 +41,7 @@ from haclient.errors import (
     MessageFormatError,
     NotImplementedByBrokerError,
     OpenTimeoutError,
+    PreferredBrokerAvailable,
     ProtocolError,
     RedirectError,
     ResourceLimitError,
@@ -97,6 +98,7 @@ def test_all_is_pinned() -> None:
             "AcknowledgeFailedError",
             "AttachTimeoutError",
             "AuthenticationError",
+            "BrokerNotReadyError",
             "BrowserFailoverError",
             "ClientIdInUseError",
             "ClosedError",
@@ -113,6 +115,7 @@ def test_all_is_pinned() -> None:
             "MessageFormatError",
             "NotImplementedByBrokerError",
             "OpenTimeoutError",
+            "PreferredBrokerAvailable",
             "ProtocolError",
             "RedirectError",
             "ResourceLimitError",
@@ -509,6 +512,7 @@ EXAMPLES: list[HAClientError] = [
     ConfigurationError("bad", option="failover.retries"),
     NotImplementedByBrokerError(feature="transactions"),
     error_from_condition("amqp:connection:forced"),
+    PreferredBrokerAvailable(broker="amqp://a:5672"),
 ]
 
 

@@ -23,6 +23,7 @@ from failover.options import (
     Member,
     Milliseconds,
     MinusOneIsNone,
+    Names,
     Number,
     Option,
     Text,
@@ -158,6 +159,9 @@ def _values(kind: Kind) -> st.SearchStrategy[Any]:
         return seconds.filter(lambda v: v > 0) if kind.positive else seconds
     if isinstance(kind, Text):
         return st.text(min_size=0 if kind.empty else 1, max_size=12)
+    if isinstance(kind, Names):
+        name = st.from_regex(r"[a-z][a-z0-9:/.]{0,11}", fullmatch=True)
+        return st.lists(name, min_size=1, max_size=3, unique=True).map(tuple)
     assert isinstance(kind, Flag)
     return st.booleans()
 

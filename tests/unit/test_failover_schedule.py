@@ -18,7 +18,7 @@ from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.schedule import PolicyWait, ReconnectPlan, checked_strategies, policy_stop
 from failover.states import plan
 from failover.url import BrokerURL
-from haclient.errors import AuthenticationError, ConfigurationError
+from haclient.errors import AuthenticationError, BrokerNotReadyError, ConfigurationError
 
 REFUSED = OSError("refused")
 
@@ -204,6 +204,65 @@ def test_F15_after_a_refusal_the_next_broker_goes_at_once_a_retry_of_the_same_wa
         ("a", 0.0),
         ("a", 1.0),  # after a failure that is no refusal: the wait
     ]
+
+
+def _after_loss_of_a(
+    policy: FailoverPolicy, failures: list[BaseException], *, wait: object = None
+) -> list[tuple[str, float]]:
+    """The attempts of a failover from A to [A, B], each failing with the next of
+    ``failures`` 1 ms after it starts: (broker, delay) of each."""
+    schedule = ReconnectPlan(
+        policy,
+        [A, B],
+        A,
+        startup=False,
+        began=0.0,
+        rng=random.Random(1),
+        wait=wait,  # type: ignore[arg-type]
+    )
+    got, now, failure = [], 0.0, None
+    for next_failure in [*failures, REFUSED]:
+        attempt = schedule.next(now, failure)
+        assert attempt is not None
+        got.append((attempt.broker.host, attempt.delay))
+        now += attempt.delay + 0.001
+        failure = next_failure
+    return got
+
+
+def test_F5_a_broker_that_dropped_the_attempt_before_answering_is_tried_again_within_10_ms() -> (
+    None
+):
+    not_ready = BrokerNotReadyError("accepted, then closed before answering")
+    got = _after_loss_of_a(FailoverPolicy(), [not_ready, REFUSED, not_ready, REFUSED])
+    assert [host for host, _ in got] == ["b", "a", "b", "a", "b"]  # the order is the policy's
+    assert got[0][1] == got[1][1] == 0.0 and got[3][1] == 0.0  # a new broker: at once
+    assert all(0.005 <= delay <= 0.010 for _, delay in (got[2], got[4]))  # not 25-50 ms
+    refused = _after_loss_of_a(FailoverPolicy(), [REFUSED, REFUSED])
+    assert 0.025 <= refused[2][1] <= 0.050  # a broker that refused: the fast delay
+
+
+def test_F5_the_quick_retry_ends_after_its_patience_and_outside_the_fast_phase() -> None:
+    not_ready = BrokerNotReadyError("accepted, then closed before answering")
+    patience = failover.schedule.NotReadyRetry().patience
+    schedule = ReconnectPlan(
+        FailoverPolicy(), [A, B], A, startup=False, began=0.0, rng=random.Random(1)
+    )
+    schedule.next(0.0)  # b
+    schedule.next(0.0, not_ready)  # a
+    late = schedule.next(patience + 0.1, REFUSED)
+    assert late is not None and late.broker == B and late.delay >= 0.025
+    own = FailoverPolicy(connect_delay=0.2, backoff=1.0, fast_period=0.0, jitter=0.0)
+    assert _after_loss_of_a(own, [not_ready, REFUSED])[2] == ("b", 0.2)
+    given = _after_loss_of_a(FailoverPolicy(), [not_ready, REFUSED], wait=tenacity.wait_fixed(1))
+    assert given[2] == ("b", 1.0)  # a wait given to connect() is kept
+
+
+def test_F5_the_quick_retry_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(failover.schedule, "NOT_READY_RETRY", None)
+    not_ready = BrokerNotReadyError("accepted, then closed before answering")
+    got = _after_loss_of_a(FailoverPolicy(), [not_ready, REFUSED])
+    assert 0.025 <= got[2][1] <= 0.050
 
 
 def test_F15_the_brokers_of_a_pass() -> None:
