@@ -47,6 +47,7 @@ __all__ = [
     "REDELIVERY_OUTCOMES",
     "SELECTORS",
     "TLS_VERSIONS",
+    "TRACING",
     "TRANSACTIONS",
     "docs_with_failover_table",
     "docs_with_table",
@@ -59,6 +60,7 @@ TRANSACTIONS: Final = ("native", "emulate")
 #: ``jms.messageIDPolicy.messageIDType``'s names, lower-cased (Qpid JMS's, and ``original``).
 MESSAGE_ID_TYPES: Final = ("original", "default", "uuid", "uuid_string", "prefixed_uuid_string")
 SELECTORS: Final = ("auto", "broker", "client")
+TRACING: Final = ("noop", "opentelemetry", "opentracing")
 ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
 
 #: ``jms.redeliveryPolicy.outcome``'s names (Qpid JMS's), in the order of its numbers 1 to 5.
@@ -155,7 +157,6 @@ _ACCEPTED: Final = (
         f"{_NO_JVM}: the blocking runtime's loop threads are daemons, and an exit hook "
         "closes the connections left open",
     ),
-    _without_effect("jms.tracing", Text(), None, "no OpenTracing tracer in this client"),
     *(
         _without_effect(
             f"jms.deserializationPolicy.{name}",
@@ -587,6 +588,25 @@ CLIENT_OPTIONS: Final = OptionTable(
             "one of `settle-second`, `link-flow`, `drain`, `round-trip` to use that exchange "
             "(benchmarks, tests).",
             keyword="ack_confirmation",
+        ),
+        Option(
+            "jms.tracing",
+            Choice(TRACING, fold=True),
+            None,
+            "`opentelemetry`: trace sends, receives and settlements with OpenTelemetry's global "
+            "tracer provider (O1-O4; needs the `tracing` extra). Qpid JMS's `opentracing` means "
+            "the same (OpenTracing is retired in favour of OpenTelemetry); None or `noop`: off.",
+            keyword="tracing",
+            optional=True,
+        ),
+        Option(
+            None,
+            KeywordOnly("an OpenTelemetry TracerProvider", lambda value: value is not None),
+            None,
+            "The OpenTelemetry `TracerProvider` whose tracer makes the spans; given, it turns "
+            "tracing on whatever `jms.tracing` says (but `noop`).",
+            keyword="tracer_provider",
+            optional=True,
         ),
         Option(
             None,

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from anyio.abc import TaskGroup
@@ -48,6 +48,9 @@ from haclient.errors import (
     HAClientError,
 )
 from haclient.modes import AckMode
+
+if TYPE_CHECKING:
+    from haclient.aio.tracing import Tracing
 
 __all__ = [
     "Connecting",
@@ -254,6 +257,10 @@ class Connection:
             client_id=options.client_id,
         )
         self._manager.add_listener(self._context.counters.failover)  # metrics first
+        tracing = _tracing_for(options, self._context)
+        if tracing is not None:
+            self._context.tracing = self._context.gate.tracing = tracing
+            self._manager.add_listener(tracing.failover)
 
     @property
     def _closed(self) -> bool:
@@ -745,6 +752,27 @@ class ConnectionFactory:
             connection.add_listener(listener)
         await connection._open(owner)
         return connection
+
+
+def _tracing_for(options: ConnectionOptions, context: ConnectionContext) -> Tracing | None:
+    """The connection's tracing (``haclient.aio.tracing``), or None when it is off
+    (``jms.tracing`` unset or ``noop``, and no ``tracer_provider``; ``noop`` wins).
+
+    Raises:
+        ConfigurationError: tracing is asked for and ``opentelemetry-api`` is not installed
+            (the message names the ``tracing`` extra).
+    """
+    if options.tracing == "noop" or (options.tracer_provider is None and options.tracing is None):
+        return None
+    try:
+        from haclient.aio.tracing import Tracing
+    except ImportError as exc:
+        raise ConfigurationError(
+            "tracing needs opentelemetry-api, which the 'tracing' extra installs: "
+            f"pip install 'haclient[tracing]' ({exc.__cause__ or exc})",
+            option="tracer_provider" if options.tracer_provider is not None else "tracing",
+        ) from exc
+    return Tracing(options.tracer_provider, context)
 
 
 def _refusal(exc: BaseException) -> HAClientError | None:

@@ -145,6 +145,8 @@ class MessageConsumer:
         # A consumer the presettle policy presettles acknowledges as NO_ACK does (M5).
         self._acks = context.acks.settled() if presettled else context.acks
         self._decoder = Decoder(destination)
+        if context.tracing is not None:  # a span per message received (haclient.aio.tracing)
+            context.tracing.instrument_consumer(self)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -503,6 +505,8 @@ class MessageConsumer:
         message = self._decode(at.amqp, raw, at.physical)
         if message is None:
             return _Skip.AGAIN
+        if self._context.tracing is not None:
+            self._context.tracing.adopt(message, raw)
         self._context.connection.counters.received += 1
         self._context.connection.counters.redelivered += message.redelivered
         return raw, message, at
@@ -666,6 +670,8 @@ class MessageConsumer:
             return
         acks = self._acks
         pending = self._pending(raw, message)
+        if self._context.tracing is not None:  # run in a process span
+            listener = self._context.tracing.processing(self, listener)
         self._listener_running = True
         self._listener_idle = anyio.Event()
         token = _listening.set(self)

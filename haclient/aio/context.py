@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from failover.manager import ConnectionManager
     from haclient.aio.options import ConnectionOptions
     from haclient.aio.physical import PhysicalConnection
+    from haclient.aio.tracing import Tracing
     from haclient.amqp.connection import AmqpConnection
     from haclient.amqp.endpoints import Receiver
     from haclient.amqp.endpoints import Session as AmqpSession
@@ -121,6 +122,7 @@ class ConnectionContext:
     gate: Gate = field(init=False)
     temporaries: TemporaryDestinations = field(init=False)
     _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    tracing: Tracing | None = None  # haclient.aio.tracing, when the connection traces
     # The UUID ids this connection made lately: no-local (E2) cannot know them by a prefix.
     _sent_uuid_ids: DuplicateWindow = field(
         default_factory=lambda: DuplicateWindow(_SENT_IDS_KEPT, _SENT_IDS_AGE)
@@ -210,6 +212,7 @@ class SessionContext:
         self.connection = connection
         self.options = options = connection.options
         self.gate = connection.gate
+        self.tracing = connection.tracing
         self.amqp_session: AmqpSession | None = None
         self.confirmation: AckConfirmation | None = None
         self.dispatch_lock = anyio.Lock()  # one listener of the session at a time

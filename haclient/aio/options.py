@@ -103,6 +103,9 @@ class ConnectionOptions:
             (receiver settle mode ``second`` where granted, else the cheapest exchange the
             broker answers), or one of ``link-flow``, ``drain``, ``round-trip`` to use that
             exchange instead of mode ``second`` (benchmarks, tests; see ``haclient.aio.confirm``).
+        tracing: ``opentelemetry`` (or Qpid JMS's ``opentracing``) to trace with OpenTelemetry's
+            global tracer provider; None or ``noop``: off (``haclient.aio.tracing``).
+        tracer_provider: The OpenTelemetry ``TracerProvider`` to trace with; turns tracing on.
         ssl_context: The ``ssl.SSLContext`` for ``amqps`` brokers; wins over the TLS options
             below but ``server_name``.
         ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
@@ -167,6 +170,8 @@ class ConnectionOptions:
     dedup_window: int = 10_000
     dedup_age: float = 600.0
     ack_confirmation: str = "auto"
+    tracing: str | None = None
+    tracer_provider: Any = None
     ssl_context: ssl.SSLContext | None = None
     ca_file: str | None = None
     trust_store_password: str | None = field(default=None, repr=False)

@@ -117,6 +117,8 @@ class MessageProducer:
         self.disable_message_id = False
         self.disable_message_timestamp = False
         self.preserve_message_id = False
+        if context.tracing is not None:  # spans around its sends (haclient.aio.tracing)
+            context.tracing.instrument_producer(self)
 
     @property
     def destination(self) -> Destination | None:
@@ -408,6 +410,8 @@ class MessageProducer:
                 if sent is not None:
                     log.info("re-sending %s after the connection was lost", message.message_id)
                     self._context.connection.counters.resent += 1
+                    if self._context.tracing is not None:
+                        self._context.tracing.resent(message)
                 delivery = await self._transfer(
                     at, destination, message, in_transaction, wake_writer=not wait
                 )

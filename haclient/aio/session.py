@@ -521,7 +521,9 @@ class Session:
             await self._transaction("commit").commit()
 
         deadline = deadline_after(timeout)
-        await self._context.gate.run(commit, on_lost=_commit_cut_off, deadline=deadline)
+        await self._traced(
+            "commit", self._context.gate.run(commit, on_lost=_commit_cut_off, deadline=deadline)
+        )
 
     async def rollback(self, *, timeout: float | None = None) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
@@ -537,7 +539,13 @@ class Session:
             await self._transaction("rollback").rollback()
 
         deadline = deadline_after(timeout)
-        await self._context.gate.run(rollback, on_lost=lambda exc: None, deadline=deadline)
+        rolling_back = self._context.gate.run(rollback, on_lost=lambda exc: None, deadline=deadline)
+        await self._traced("rollback", rolling_back)
+
+    def _traced(self, operation: str, settling: Awaitable[None]) -> Awaitable[None]:
+        """``settling`` in a settle span when the connection traces (haclient.aio.tracing)."""
+        tracing = self._context.tracing
+        return settling if tracing is None else tracing.settle(operation, self._context, settling)
 
     # Closing -----------------------------------------------------------------------------------
 

@@ -342,6 +342,7 @@ class ConnectionFactory:
                 client_id=client_id, username=username, password=password, listener=wrapper
             )
             connection = loop.open(connecting.open_in, AsyncConnection.close)
+            loop.tracing = connection._context.tracing
         except BaseException:
             loop.stop()
             notifier.stop()  # after on_connection_failure, if the listener has it

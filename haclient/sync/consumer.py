@@ -172,7 +172,8 @@ class MessageConsumer:
         async def relay(message: Message) -> None:
             # On the loop: hand over to the dispatcher thread and wait until the listener ran.
             make_acknowledge_blocking(message, loop, ack_mode)
-            await wait_for_job(run_listener_job(dispatcher, self, listener, message), waiter)
+            run = listener if loop.tracing is None else loop.tracing.bound(listener)
+            await wait_for_job(run_listener_job(dispatcher, self, run, message), waiter)
 
         self._listener = listener
         self._loop.run(self._consumer.set_message_listener, relay)

@@ -294,7 +294,6 @@ def test_one_warning_names_every_option_without_effect_and_why(
     for name in (
         "transport.useEpoll",
         "jms.forceAsyncAcks",
-        "jms.tracing",
         "jms.deserializationPolicy.allowList",
         "sasl.options.protocol",
     ):
@@ -304,6 +303,7 @@ def test_one_warning_names_every_option_without_effect_and_why(
     assert "jms.presettlePolicy.presettleAll" not in text  # applied
     assert "jms.localMessagePriority" not in text  # applied
     assert "jms.messageIDPolicy.messageIDType" not in text  # applied
+    assert "jms.tracing" not in text  # applied: OpenTelemetry
     assert "no JVM" in text and "no Java serialization" in text
     assert "not applied yet" not in text  # every option is applied or has its reason
 
