@@ -42,6 +42,7 @@ bench: setup
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.metrics
+	$(BIN)/python -m bench.tracing --rounds 7
 	$(BIN)/python -m bench.spark --rows 10000 --rounds 2
 
 lint: $(STAMP)

@@ -45,7 +45,12 @@ downtime, and in the wait before the next kill for the others).
    max <= 160 ms; ``--ha-readiness-delay`` and ``--ha-not-ready`` set the brokers'
    ``--readiness-delay`` and ``--not-ready``).
 
-3. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
+3. The planned return to a preferred broker (F16, ``bench.failover_return``, ``--no-return``
+   skips it), ``--returns`` rounds on independent brokers: the preferred one killed, the
+   connection fails over, the preferred one started again and the connection returns; how long
+   calls wait at the gate, the longest send, and that nothing accepted is lost.
+
+4. Restore time, ``--restore-runs`` times: one connection (roundrobin over A and B) with
    ``--consumers`` consumers over ``--sessions`` AUTO sessions, ``--temp-queues`` of them on
    temporary queues (one consumer each) and the rest on named queues. The broker in use is
    killed; the restore time is ``failover_started`` to ``failover_completed`` (listener). After
@@ -97,6 +102,7 @@ from bench.failover_client import (
     kill_in_turn,
 )
 from bench.failover_ha import HA_PAIRS, ha_report, measure_ha
+from bench.failover_return import measure_return, return_report
 from bench.throughput import HOST, BenchError, Progress, _process_jiffies, check, machine_info
 from chaos.net import free_port
 from haclient.destination import Queue, TemporaryQueue
@@ -1005,6 +1011,10 @@ def _parser() -> argparse.ArgumentParser:
         help="the HA brokers' --not-ready (default: their mode's: either in ActiveMQ mode)",
     )
     parser.add_argument(
+        "--no-return", action="store_true", help="skip the return to a preferred broker part"
+    )
+    parser.add_argument("--returns", type=int, default=None, help="returns measured (5)")
+    parser.add_argument(
         "--kill",
         choices=(KILL_BROKER, KILL_PROCESS),
         default=KILL_BROKER,
@@ -1028,6 +1038,7 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
     methods: list[MethodResult] = []
     restore: RestoreResult | None = None
     ha: Any = None
+    returned: Any = None
     if not args.no_downtime:
         for method in args.method or METHODS:
             with ExitStack() as hosts_stack:
@@ -1036,6 +1047,13 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
                 methods.append(await measure_method(method, hosts, args.kills, run_id, log, top))
     if not args.no_backup:
         methods += await measure_backup(args.kills, work_dir, args.kill, run_id, log)
+    if not args.no_return:
+
+        def make_pair(stack: ExitStack) -> tuple[BrokerHost, BrokerHost]:
+            hosts = Hosts(stack, work_dir, args.kill)
+            return hosts.make("A"), hosts.make("B")
+
+        returned = await measure_return(args.returns, make_pair, run_id, log)
     if not args.no_ha:
         broker_args: list[str] = []
         if args.ha_readiness_delay is not None:
@@ -1059,7 +1077,7 @@ async def _run(args: argparse.Namespace, work_dir: Path, run_id: str) -> Any:
                 log,
                 args.profile_top if args.profile else None,
             )
-    return methods, restore, ha
+    return methods, restore, ha, returned
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1072,8 +1090,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.restore_runs = (
         args.restore_runs if args.restore_runs is not None else (1 if args.quick else 3)
     )
-    if args.kills < 1 or args.restore_runs < 1 or args.sessions < 1:
-        parser.error("--kills, --restore-runs and --sessions must be positive")
+    args.returns = args.returns if args.returns is not None else (2 if args.quick else 5)
+    if args.kills < 1 or args.restore_runs < 1 or args.sessions < 1 or args.returns < 1:
+        parser.error("--kills, --restore-runs, --returns and --sessions must be positive")
     if not 0 <= args.temp_queues <= args.consumers:
         parser.error("--temp-queues must be between 0 and --consumers")
     logging.basicConfig(
@@ -1085,8 +1104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     with ExitStack() as stack:
         work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-failover-")))
-        methods, restore, ha = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
+        methods, restore, ha, returned = anyio.run(_run, args, work_dir, run_id, backend="asyncio")
     text, summary = report(methods, restore, args.kill)
+    if returned is not None:
+        return_lines, summary["return"] = return_report(returned)
+        text = "\n".join([*([text, ""] if text.strip() else []), *return_lines])
     if ha is not None:
         summary["ha"] = {}
         ha_lines: list[str] = []
@@ -1109,6 +1131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "methods": [asdict(m) for m in methods],
             "restore": asdict(restore) if restore is not None else None,
             "ha": [asdict(result) for result in ha] if ha is not None else None,
+            "return": asdict(returned) if returned is not None else None,
         }
         with open(args.json, "w") as f:
             json.dump(document, f, indent=2)

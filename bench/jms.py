@@ -282,12 +282,17 @@ class Measurement:
 # haclient.aio ------------------------------------------------------------------------------------
 
 
+TRACING: dict[str, Any] = {}
+"""``--tracing``: the keyword that makes haclient's connections trace (empty: they do not)."""
+
+
 async def _connect(target: Target, **options: Any) -> aio.Connection:
     return await aio.connect(
         target.url,
         client_id=f"bench-jms-{uuid.uuid4().hex[:8]}",
         username=USER,
         password=PASSWORD,
+        **TRACING,
         **options,
     )
 
@@ -393,6 +398,7 @@ def _blocking_connection(target: Target, timeout: float, **options: Any) -> Iter
         client_id=f"bench-jms-{uuid.uuid4().hex[:8]}",
         username=USER,
         password=PASSWORD,
+        **TRACING,
         **options,
     )
     expired = threading.Event()
@@ -1156,6 +1162,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="haclient's connections trace (an OpenTelemetry SDK provider whose batch "
+        "processor drops the spans; bench.tracing compares on, off and before)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="TEST",
         choices=TESTS,
@@ -1232,6 +1244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rabbitmq and not RabbitMQNode.available():
         parser.error("--rabbitmq: rabbitmq-server is not installed")
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.tracing:
+        from bench.tracing import tracer_provider
+
+        TRACING["tracer_provider"] = tracer_provider()
     settings = Settings(
         count=args.count,
         pipelined_count=args.pipelined_count,

@@ -97,6 +97,9 @@ class Event:
     error: str = ""
     message: str = ""
     in_doubt: bool = False
+    trace: str = ""
+    """The trace id (32 hex digits) of a sent or received message of a traced run (rule O2:
+    its ``traceparent``); empty when the run did not trace."""
 
     @property
     def start(self) -> float:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -64,6 +65,7 @@ class _Plan:
     schedule: Schedule
     bed: Bed
     out: Path
+    trace: bool = False
 
 
 def _names(text: str, known: Mapping[str, object], what: str) -> list[str]:
@@ -146,6 +148,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"an external Toxiproxy API (default: ${TOXIPROXY_URL}, else an embedded one)",
     )
     run.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace the workloads with OpenTelemetry; the report lists the trace ids of the "
+        "messages a fault hit",
+    )
+    run.add_argument(
         "--out",
         type=Path,
         default=Path("chaos-report"),
@@ -180,7 +188,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         )
     except HAClientError as exc:
         raise ValueError(f"--broker: {exc}") from None
-    return _Plan(schedule, bed, _out_directory(args.out))
+    return _Plan(schedule, bed, _out_directory(args.out), trace=args.trace)
 
 
 def _check_toxiproxy(url: str, given_by: str) -> None:
@@ -250,7 +258,18 @@ def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
         def advance(record: FaultRecord) -> None:
             progress.update(task, advance=1, description=f"{record.name:<11}")
 
-        return run_matrix(bed, schedule, workloads=workloads, on_fault=advance)
+        provider = _tracer_provider() if plan.trace else None
+        return run_matrix(
+            bed, schedule, workloads=workloads, on_fault=advance, tracer_provider=provider
+        )
+
+
+def _tracer_provider() -> Any:
+    """An OpenTelemetry SDK tracer provider for a traced run: the spans get their ids (which
+    the ledger notes); exporting them is the application's business, not the bed's."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return TracerProvider()
 
 
 def main(argv: list[str] | None = None) -> int:

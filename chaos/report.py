@@ -2,9 +2,11 @@
 
 Every figure comes from the ledger (``Figures``, which the demo's terminal summary uses too, so
 the two never disagree) and says what it counts. The metrics endpoint's scrape is only checked
-against it: its failover count must equal the listeners' (F14). Plots (matplotlib, Agg
-backend): messages received per second with the faults shaded, the downtime of each failover
-in milliseconds, and how long the calls that blocked took (every call over 50 ms).
+against it: its failover count must equal the listeners' (F14). A traced run (``haclient-chaos
+run --trace``) adds the trace ids of the messages a fault hit, to look up in a tracing backend.
+Plots (matplotlib, Agg backend): messages received per second with the faults shaded, the
+downtime of each failover in milliseconds, and how long the calls that blocked took (every call
+over 50 ms).
 ``write_report`` writes ``report.md``, ``report.html`` (rendered by markdown-it-py: headings and
 tables), the plots, the final scrape (``metrics.txt``) and ``ledger.jsonl`` into one directory.
 """
@@ -27,12 +29,14 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from chaos.audit import PROMISES, AuditResult, Event, StreamSummary
+from chaos.bed import FaultRecord
 from chaos.scenarios.runner import MatrixRun
 
 __all__ = [
     "FAULT_MEANINGS",
     "Figures",
     "figures",
+    "hit_by_faults",
     "ms",
     "render_html",
     "summary_markdown",
@@ -40,6 +44,8 @@ __all__ = [
 ]
 
 FAILOVERS = "haclient_failovers_total"
+GAP_AFTER_FAULT = 1.0
+"""Seconds after a fault's end during which a call still counts as hit by it (recovering)."""
 
 FAULT_MEANINGS = {
     "kill": "the serving broker killed (no goodbye); the standby takes over",
@@ -169,6 +175,7 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
         *_stream_rows(result.streams),
         *_drain_lines(run),
         *_figure_lines(run, figures(events)),
+        *_trace_lines(run, events),
         "",
         "## Promises",
         "",
@@ -224,6 +231,49 @@ def _figure_lines(run: MatrixRun, f: Figures) -> list[str]:
         f"- Questions answered: {f.questions_answered}; asked again: "
         f"{f.questions_asked_again} (F6: a reply to a temporary queue a failover replaced)",
     ]
+
+
+TRACES_SHOWN = 50
+"""Rows of the report's table of the traces of messages a fault hit."""
+
+
+def hit_by_faults(run: MatrixRun, events: list[Event]) -> list[tuple[Event, FaultRecord]]:
+    """The sends and receptions of a traced run whose call overlapped a fault (from its
+    injection to its end, and the gap after it while the clients recover), in ledger order,
+    each with the first fault it overlapped."""
+    windows = [(f.start, (f.end or f.start) + GAP_AFTER_FAULT, f) for f in run.faults]
+    hit = []
+    for event in events:
+        if event.kind not in ("sent", "received") or not event.trace:
+            continue
+        fault = next((f for s, e, f in windows if event.start <= e and event.t >= s), None)
+        if fault is not None:
+            hit.append((event, fault))
+    return hit
+
+
+def _trace_lines(run: MatrixRun, events: list[Event]) -> list[str]:
+    """The table of trace ids of the messages a fault hit (a traced run only, rule O3): look
+    each up in the tracing backend to see the failover in the message's trace."""
+    hit = hit_by_faults(run, events)
+    if not any(event.trace for event in events):
+        return []
+    lines = [
+        "",
+        "## Traces of the messages a fault hit",
+        "",
+        f"{len(hit)} sends and receptions overlapped a fault; their trace ids (first "
+        f"{TRACES_SHOWN}), to look up in the tracing backend:",
+        "",
+        "| message | stream | event | fault | trace id |",
+        "|---|---|---|---|---|",
+    ]
+    for event, fault in hit[:TRACES_SHOWN]:
+        message = event.ids[0] if event.ids else ""
+        lines.append(
+            f"| `{message}` | {event.stream} | {event.kind} | {fault.name} | `{event.trace}` |"
+        )
+    return lines
 
 
 def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:

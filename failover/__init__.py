@@ -4,10 +4,10 @@ holds calls while the connection is restored, epochs and the tiered restore of r
 Nothing here knows AMQP; ``haclient.aio`` supplies the connector. Nothing here imports
 ``haclient``: the exceptions it raises are the generic part of haclient's exception tree, which
 lives here (``failover.errors``) and which ``haclient.errors`` re-exports. Only
-``failover.manager``, ``failover.gate``, ``failover.supervisor`` and ``failover.standby`` import
-anyio, and url,
-policy, states and protocols are pure (``failover.schedule`` too, but for importing tenacity,
-whose strategies are pure functions). ``tests/unit/test_layers.py`` keeps all three so.
+``failover.manager``, ``failover.gate``, ``failover.supervisor``, ``failover.restore`` and
+``failover.standby`` import anyio, and url, policy, states and protocols are pure
+(``failover.schedule`` too, but for importing tenacity, whose strategies are pure functions).
+``tests/unit/test_layers.py`` keeps all three so.
 
 - ``failover.errors``: the root ``HAClientError`` and every error that knows no protocol
   (configuration, illegal state, connection failed or lost, failover timeout ...).
@@ -33,9 +33,11 @@ whose strategies are pure functions). ``tests/unit/test_layers.py`` keeps all th
   re-exports the names of ``failover.states`` and ``failover.protocols`` that callers use.
 - ``failover.gate``: ``ConnectionGate``, the state and the callers waiting for CONNECTED
   (on the injected clock).
-- ``failover.supervisor``: ``Supervisor``, the task that connects, watches, fails over
-  (walking a ``ReconnectPlan``) and restores the resources tier by tier, and what it keeps:
-  the epoch, the current connection, the broker lists, the resources, the counters.
+- ``failover.supervisor``: ``Supervisor``, the task that connects, watches and fails over,
+  and what it keeps: the epoch, the current connection, the broker lists, the resources, the
+  counters. Its parts: ``failover.walk`` (``Walker``: attempt after attempt of a
+  ``ReconnectPlan``, and the record of their failures) and ``failover.restore``
+  (``Restore``: the resources, tier by tier, on the new connection).
 - ``failover.standby``: ``Standby``, the ready connections beside the one in use: the warm
   spare a failover takes first (F17) and the probe of the preferred brokers that starts a
   return (F16).

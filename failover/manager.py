@@ -7,9 +7,10 @@ facade over three parts, each in its own module, which talk through small public
 - the gate (``failover.gate.ConnectionGate``): the state, and the callers waiting for CONNECTED;
 - the supervisor (``failover.supervisor.Supervisor``): inside ``async with``, one background
   task that connects (``start()``), waits for the physical connection to end, and then fails
-  over: it walks the reconnect schedule (``failover.schedule``: which broker, how long to wait,
-  when to give up, as tenacity wait and stop strategies), restores the registered resources
-  tier by tier on the new connection, and tells the gate, which opens again;
+  over: it walks the reconnect schedule (``failover.walk``, ``failover.schedule``: which
+  broker, how long to wait, when to give up, as tenacity wait and stop strategies), restores
+  the registered resources tier by tier on the new connection (``failover.restore``), and
+  tells the gate, which opens again;
 - the listeners (``failover.listeners.Listeners``, F14).
 
 The state is the table-driven machine of ``failover.states``, which also takes every decision
@@ -156,6 +157,9 @@ class ConnectionManager(Generic[P]):
         adopt: Called (synchronously, rule 5) with each physical connection when it becomes
             the one in use: the first connect, each failover, whichever connector opened it,
             before anything is restored on it.
+        may_return: Whether a return to a preferred broker (F16) may start now, asked
+            (synchronously) right before it starts: a client says no while a commit is on its
+            way, whose outcome the return would put in doubt (default: always).
 
     Raises:
         ConfigurationError: An empty list, ``singlebroker`` with several brokers, a
@@ -177,6 +181,7 @@ class ConnectionManager(Generic[P]):
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
@@ -198,6 +203,7 @@ class ConnectionManager(Generic[P]):
             reconnect_stop=reconnect_stop,
             standby_connector=standby_connector,
             adopt=adopt,
+            may_return=may_return,
         )
         self._started = False
         # Made in __aenter__: anyio objects need the running event loop.
@@ -218,6 +224,7 @@ class ConnectionManager(Generic[P]):
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(
@@ -232,6 +239,7 @@ class ConnectionManager(Generic[P]):
             reconnect_stop=reconnect_stop,
             standby_connector=standby_connector,
             adopt=adopt,
+            may_return=may_return,
         )
 
     # --- Lifetime -------------------------------------------------------------------------

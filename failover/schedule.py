@@ -190,6 +190,12 @@ class ReconnectPlan:
         return self._made
 
     @property
+    def quick_retry(self) -> NotReadyRetry | None:
+        """The quick retry of a broker not ready yet this plan makes (None: none, e.g. with
+        a tenacity wait given)."""
+        return self._quick
+
+    @property
     def brokers_of_a_pass(self) -> tuple[BrokerURL, ...]:
         """The brokers one pass of this plan visits, in its order (the first broker alone when
         the plan makes no pass: the one try of a first connect without failover)."""

@@ -1,16 +1,26 @@
 """The supervisor: the background task that connects, watches, fails over and restores.
 
-How this works: ``Supervisor.run`` is one task. It connects following a ``ReconnectPlan``
-(``failover.schedule``: which broker next, how long to wait, when to give up), watches the
-physical connection, and when it ends fails over: it walks the next plan, restores the
-registered resources tier by tier on the new connection, and tells the gate. It reports every
-step to the ``ConnectionGate`` it is given (``failover.gate``), which holds the state and the
-waiting callers, and the failover events to the ``Listeners`` (F14). Every decision on the state
-is a pure function of ``failover.states`` (which event a loss is, what a failed restore means,
-whether an event is still reported, whether a failed attempt is a broker's refusal of trust and
-every broker of the pass refused); this module applies them. It holds the rest of what the
-logical connection knows: the epoch, the current physical connection, the broker lists, the
-resources, the last failures and the counters. ``failover.manager.ConnectionManager`` holds a
+How this works: ``Supervisor.run`` is one task. It connects, watches the physical connection,
+and when it ends fails over, until failover gives up or ``stop`` is called. Its parts:
+
+- the walk (``failover.walk.Walker``): attempt after attempt following a ``ReconnectPlan``
+  (``failover.schedule``), a ready connection first; it keeps the attempts' record (the last
+  failure, each broker's, the count);
+- the restore (``failover.restore.Restore``): the registered resources, tier by tier, on the
+  connection the walk opened;
+- the ready connections (``failover.standby.Standby``): the warm spare and the probe of the
+  preferred brokers, whose connection the failover of a return takes (F16, F17).
+
+This module joins them: it makes a connection the one in use (``_use``: adopt it, open the
+gate on it, watch it, restore on it), notices its loss (``_on_lost``: close the gate, advance
+the epoch, tell the resources and listeners, in one step), starts a return when a probe
+succeeds (``_return_to``: a loss whose cause is ``PreferredBrokerAvailable``), and counts the
+failovers. It reports every step to the ``ConnectionGate`` it is given (``failover.gate``),
+which holds the state and the waiting callers, and the failover events to the ``Listeners``
+(F14). Every decision on the state is a pure function of ``failover.states`` (which event a
+loss is, whether an event is still reported, whether a return is due); the parts apply them.
+It holds what the logical connection knows: the epoch, the current physical connection, the
+broker lists, the resources and the counters. ``failover.manager.ConnectionManager`` holds a
 supervisor and a gate and is the public API; the rules they keep together are listed there.
 """
 
@@ -18,64 +28,36 @@ from __future__ import annotations
 
 import logging
 import random
-import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Final, Generic
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Generic
 
 import anyio
-import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from failover.errors import ConnectionLostError, PreferredBrokerAvailable
 from failover.gate import ConnectionGate
 from failover.listeners import FailoverEvent, Listeners, call_quietly
-from failover.policy import Attempt, FailoverMethod, FailoverPolicy
-from failover.protocols import (
-    Connector,
-    Finish,
-    P,
-    Resource,
-    restore_tiers,
-)
+from failover.policy import FailoverMethod, FailoverPolicy
+from failover.protocols import Connector, P, Resource, restore_tiers
+from failover.restore import Link, Restore
 from failover.schedule import ReconnectPlan, Stop, Wait
-from failover.standby import Standby, close_quietly
+from failover.standby import Standby, close_all, close_quietly
 from failover.states import (
     LIVE,
     ConnectionState,
     ManagerEvent,
-    RestoreFailure,
     announced_list,
-    is_refusal,
     loss_event,
     preferred_brokers,
-    refusal_error,
-    refused_everywhere,
     reports_events,
-    restore_failure,
     return_due,
 )
 from failover.url import BrokerURL, merge_broker_lists
+from failover.walk import Walker
 
 __all__ = ["Supervisor", "close_quietly"]
 
 _log = logging.getLogger("haclient.failover")
-
-# Staged restores begun between two checkpoints (so that the first requests go out early).
-_STAGED_BETWEEN_CHECKPOINTS: Final = 256
-
-
-class _Link(Generic[P]):
-    """One physical connection and what is known of its end."""
-
-    __slots__ = ("broker", "cause", "connection", "ended", "epoch", "scope")
-
-    def __init__(self, connection: P, broker: BrokerURL, epoch: int) -> None:
-        self.connection = connection
-        self.broker = broker
-        self.epoch = epoch
-        self.cause: BaseException | None = None  # set once, when the loss is noticed
-        self.ended = anyio.Event()
-        self.scope = anyio.CancelScope()  # the task watching ``wait_closed``
 
 
 class Supervisor(Generic[P]):
@@ -91,6 +73,7 @@ class Supervisor(Generic[P]):
             for a connection that may never be used (default: ``connector``).
         adopt: Called with each physical connection when it becomes the one in use (the
             first connect, each failover), before anything is restored on it.
+        may_return: Whether a return (F16) may start now (``failover.standby``).
     """
 
     def __init__(
@@ -109,35 +92,37 @@ class Supervisor(Generic[P]):
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
+        may_return: Callable[[], bool] | None = None,
     ) -> None:
         self._gate = gate
         self._listeners = listeners
-        self._connector = connector
         self._seed = self._brokers = brokers
         self._policy = policy
         self._rng = rng
         self._retriable = retriable
         self._clock = clock
-        self._sleep = sleep
         self._wait_strategy = reconnect_wait
         self._stop_strategy = reconnect_stop
+        self._walker: Walker[P] = Walker(
+            gate,
+            connector,
+            retriable=retriable,
+            clock=clock,
+            sleep=sleep,
+            warn_after_attempts=policy.warn_after_attempts,
+        )
         self._epoch = 0
-        self._link: _Link[P] | None = None  # the current physical connection
-        self._failure: BaseException | None = None  # the last cause (F4)
-        self._failures: dict[str, BaseException] = {}  # broker -> its last, in the last walk
+        self._link: Link[P] | None = None  # the current physical connection
         self._resources: dict[int, Resource[P]] = {}  # id -> resource, in registration order
         self._lost_at = 0.0
         self._failovers = 0
         self._last_downtime: float | None = None
-        self._attempts = 0
         self._stopped = False
         self._run_scope: anyio.CancelScope | None = None
-        self._restore_scope: anyio.CancelScope | None = None
         self._adopt = adopt
         self._preferred = preferred_brokers(policy, brokers)
         self._returns = 0
         self._returning = False  # the failover under way is a return (F16)
-        self._handover: tuple[P, BrokerURL] | None = None  # a preferred broker's, to move to
         self._standby: Standby[P] = Standby(
             standby_connector or connector,
             policy,
@@ -145,6 +130,8 @@ class Supervisor(Generic[P]):
             self._return_to,
             sleep=sleep,
             rng=rng,
+            may_return=may_return,
+            retriable=retriable,
         )
 
     # --- What the manager reads ------------------------------------------------------------
@@ -172,17 +159,17 @@ class Supervisor(Generic[P]):
     @property
     def failure(self) -> BaseException | None:
         """The last failure."""
-        return self._failure
+        return self._walker.failure
 
     @property
     def failures(self) -> Mapping[str, BaseException]:
         """The last failure of each broker the last walk tried (a live view)."""
-        return self._failures
+        return self._walker.failures
 
     @property
     def counters(self) -> tuple[int, float | None, int]:
         """Failovers completed, the downtime of the last one, connection attempts made."""
-        return self._failovers, self._last_downtime, self._attempts
+        return self._failovers, self._last_downtime, self._walker.attempts
 
     @property
     def returns(self) -> int:
@@ -255,11 +242,9 @@ class Supervisor(Generic[P]):
         link, self._link = self._link, None
         if link is not None:
             link.scope.cancel()
-            await close_quietly(link.connection)
-        handover, self._handover = self._handover, None
-        if handover is not None:
-            await close_quietly(handover[0])
-        await self._standby.close()
+        # together: the ready connections close within the same bound as the one in use
+        in_use = [] if link is None else [link.connection]
+        await close_all([*in_use, *self._standby.release()])
 
     # --- The task: connect, watch, fail over -----------------------------------------------
 
@@ -278,10 +263,10 @@ class Supervisor(Generic[P]):
                     while await self._fail_over(watchers):
                         pass
                 elif self._gate.state is ConnectionState.CONNECTING:
-                    self._gate.fail(self._failure, self._failures)
+                    self._gate.fail(self._walker.failure, self._walker.failures)
                     # start() raises it to the caller: an ERROR log would tell it twice.
-                    _log.info("could not connect: %s", self._failure)
-                    self._notify(FailoverEvent.CONNECT_FAILED, cause=self._cause())
+                    _log.info("could not connect: %s", self._walker.failure)
+                    self._notify(FailoverEvent.CONNECT_FAILED, cause=self._walker.cause())
                 watchers.cancel_scope.cancel()
 
     async def _fail_over(self, watchers: TaskGroup) -> bool:
@@ -296,10 +281,10 @@ class Supervisor(Generic[P]):
         if await self._walk(self._plan(link.broker, startup=False), watchers):
             self._completed()
             return True
-        self._gate.fail(self._failure, self._failures)
+        self._gate.fail(self._walker.failure, self._walker.failures)
         await self._standby.close()
-        _log.error("failover gave up: %s", self._failure)
-        self._notify(FailoverEvent.FAILED, cause=self._cause())
+        _log.error("failover gave up: %s", self._walker.failure)
+        self._notify(FailoverEvent.FAILED, cause=self._walker.cause())
         return False
 
     def _plan(self, lost: BrokerURL | None, *, startup: bool) -> ReconnectPlan:
@@ -315,76 +300,29 @@ class Supervisor(Generic[P]):
         )
 
     async def _walk(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:
-        """Connect (and, on failover, restore) following ``plan``. False when it ended (it ran
-        out, the budget was spent) or a failure no reconnect can fix came up;
-        ``self._failure`` says what failed last."""
-        self._failures = {}
-        try:
-            return await self._walk_plan(plan, watchers)
-        finally:
-            self._gate.attempting(None)
+        """Connect (and, on failover, restore) following ``plan``, a ready connection first
+        (``failover.walk``); False when the walk ended without a connection in use."""
+        ready = self._standby.take_ready()
+        return await self._walker.walk(plan, ready, lambda c, b: self._use(c, b, watchers))
 
-    async def _walk_plan(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:
-        failed: BaseException | None = None
-        refused = False  # the last attempt was a refusal of trust
-        failures = 0
-        # broker -> its refusal, for each broker whose last attempt was one (invariant 10)
-        refusals: dict[str, BaseException] = {}
-        ready = self._take_ready()
-        if ready is not None:  # the handover of a return, or the warm spare: restore at once
-            if await self._restore_on(*ready, watchers):
-                return True
-            failed = self._cause()
-            if not self._retriable(failed):
-                return False
-        while (attempt := plan.next(self._clock(), failed, refused=refused)) is not None:
-            self._gate.attempting(attempt)
-            if attempt.delay > 0:
-                await self._sleep(attempt.delay)
-            connection = await self._try(attempt)
-            if connection is None:
-                failed = self._cause()
-                failures += 1
-                refused = self._note_refusal(attempt, failed, refusals, failures)
-                if refused and refused_everywhere(refusals, plan.brokers_of_a_pass):
-                    self._failure = refusal_error(refusals, plan.brokers_of_a_pass, failed)
-                    return False
-                if not refused and not self._retriable(failed):
-                    return False
-                continue
-            if self._gate.state is ConnectionState.CLOSED:  # closed while the connector ran
-                await close_quietly(connection)
-                return False
-            if self._gate.state is ConnectionState.CONNECTING:  # the first connect
-                self._open(connection, attempt.broker, watchers)
-                return True
-            if await self._restore_on(connection, attempt.broker, watchers):
-                return True
-            failed = self._cause()
-            refused = False  # it accepted the connection
-            refusals.pop(str(attempt.broker), None)
-            if not self._retriable(failed):
-                return False
-        _log.info("the reconnect schedule ends after %d attempts", plan.made)
-        return False
-
-    def _take_ready(self) -> tuple[P, BrokerURL] | None:
-        """A connection already open for this failover: the preferred broker's that started
-        a return, else the warm spare when still open (F16, F17)."""
-        handover, self._handover = self._handover, None
-        if handover is not None and handover[0].is_open:
-            return handover
-        return self._standby.take_spare()
-
-    async def _restore_on(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> bool:
-        """Make ``connection`` the one in use and restore on it; False when it was lost
-        meanwhile (closed, its failure recorded: the next attempt)."""
+    async def _use(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> bool:
+        """Make ``connection`` the one in use and, on a failover, restore on it; False when it
+        was lost meanwhile (closed, its cause recorded: the walk's next attempt)."""
+        first = self._gate.state is ConnectionState.CONNECTING  # nothing to restore
         link = self._open(connection, broker, watchers)
-        if await self._restore(link):
+        if first:
+            return True
+        restore = Restore(
+            link,
+            self._resources,
+            retriable=self._retriable,
+            lose=self._on_lost,
+            not_restored=self._not_restored,
+        )
+        if await restore.run():
             self._gate.apply(ManagerEvent.RESTORED)
             return True
         await close_quietly(link.connection)
-        self._failures[str(broker)] = self._cause()
         return False
 
     def _return_to(self, connection: P, broker: BrokerURL) -> bool:
@@ -395,46 +333,11 @@ class Supervisor(Generic[P]):
         state = self._gate.state
         if link is None or not return_due(self._policy, state, link.broker, self._preferred):
             return False
-        self._handover = (connection, broker)
         _log.info("returning from %s to the preferred broker %s", link.broker, broker)
-        cause = PreferredBrokerAvailable(broker=str(broker))
-        if not self._on_lost(link, cause):
-            self._handover = None
-            return False
-        return True
+        return self._on_lost(link, PreferredBrokerAvailable(broker=str(broker)))
 
-    def _note_refusal(
-        self,
-        attempt: Attempt[BrokerURL],
-        failed: BaseException,
-        refusals: dict[str, BaseException],
-        failures: int,
-    ) -> bool:
-        """Log the failed ``attempt`` and keep ``refusals`` (broker -> its refusal, for each
-        broker whose last attempt was one) up to date; True when ``failed`` is a refusal of
-        trust (invariant 10 of ``failover.states``). A broker's first refusal is a warning
-        that says which broker and why."""
-        key = str(attempt.broker)
-        refused = is_refusal(failed, retriable=self._retriable(failed))
-        self._log_failure(attempt, failures, warn=refused and key not in refusals)
-        if refused:
-            refusals[key] = failed
-        else:
-            refusals.pop(key, None)
-        return refused
-
-    async def _try(self, attempt: Attempt[BrokerURL]) -> P | None:
-        self._attempts += 1
-        _log.debug("connecting to %s (attempt %d)", attempt.broker, attempt.number)
-        try:
-            return await self._connector(attempt.broker)
-        except Exception as exc:  # the connector's failure is the cause F4 reports
-            _drop_locals(exc)
-            self._failure = self._failures[str(attempt.broker)] = exc
-            return None
-
-    def _open(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> _Link[P]:
-        link = _Link(connection, broker, self._epoch)
+    def _open(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> Link[P]:
+        link = Link(connection, broker, self._epoch)
         self._link = link
         if self._adopt is not None:
             call_quietly(self._adopt, connection)
@@ -443,7 +346,7 @@ class Supervisor(Generic[P]):
         _log.info("connected to %s (epoch %d)", broker, link.epoch)
         return link
 
-    async def _watch(self, link: _Link[P]) -> None:
+    async def _watch(self, link: Link[P]) -> None:
         with link.scope:
             try:
                 cause = await link.connection.wait_closed()
@@ -451,7 +354,7 @@ class Supervisor(Generic[P]):
                 cause = exc
             self._on_lost(link, cause)
 
-    def _on_lost(self, link: _Link[P], cause: BaseException | None) -> bool:
+    def _on_lost(self, link: Link[P], cause: BaseException | None) -> bool:
         """The loss, noticed: close the gate, advance the epoch, tell resources and listeners
         (all in one step, rule 2). The task does the rest."""
         state = self._gate.state
@@ -459,14 +362,14 @@ class Supervisor(Generic[P]):
             return False
         if cause is None:
             cause = ConnectionLostError("the broker closed the connection")
-        link.cause = self._failure = cause
+        link.cause = self._walker.failure = cause
         link.scope.cancel()
         self._link = None
         event = loss_event(state, self._policy.method, self._retriable(cause))
         self._epoch += 1
         self._gate.drop()
         if event is ManagerEvent.GAVE_UP:
-            self._gate.fail(cause, self._failures)
+            self._gate.fail(cause, self._walker.failures)
         else:
             self._gate.apply(event)
         self._standby.poke()
@@ -482,93 +385,9 @@ class Supervisor(Generic[P]):
         elif state is ConnectionState.CONNECTED:
             self._lost_at = self._clock()
             self._notify(FailoverEvent.INTERRUPTED, broker=link.broker, cause=cause)
-        if self._restore_scope is not None:
-            self._restore_scope.cancel()
+        link.restoring.cancel()
         link.ended.set()
         return True
-
-    # --- Restoring ------------------------------------------------------------------------
-
-    async def _restore(self, link: _Link[P]) -> bool:
-        """Restore the resources tier by tier, each tier concurrently (rule 3); False when the
-        connection was lost meanwhile."""
-        # _on_lost cancels this scope: a restore waiting on the dead connection stops there.
-        self._restore_scope = scope = anyio.CancelScope()
-        try:
-            with scope:
-                for tier in restore_tiers(self._resources.values()):
-                    if link.cause is not None:
-                        break
-                    await self._restore_tier(link, tier)
-        finally:
-            self._restore_scope = None
-        return link.cause is None
-
-    async def _restore_tier(self, link: _Link[P], tier: Sequence[Resource[P]]) -> None:
-        """A task per resource, except for staged ones (``StagedResource``): all of those are
-        begun first, with a checkpoint now and then so that their requests go out while the
-        rest are built, and then finished in turn by one task."""
-        async with anyio.create_task_group() as restoring:
-            staged: list[tuple[Resource[P], Finish]] = []
-            for resource in tier:
-                begin = getattr(resource, "begin_restore", None)
-                if begin is None:
-                    restoring.start_soon(self._restore_one, link, resource)
-                    continue
-                finish = self._begin_one(link, resource, begin)
-                if finish is not None:
-                    staged.append((resource, finish))
-                    if len(staged) % _STAGED_BETWEEN_CHECKPOINTS == 0:
-                        await anyio.lowlevel.checkpoint()
-            if staged:
-                restoring.start_soon(self._finish_staged, link, staged)
-
-    async def _restore_one(self, link: _Link[P], resource: Resource[P]) -> None:
-        if id(resource) not in self._resources:  # unregistered meanwhile
-            return
-        try:
-            await resource.restore(link.connection, link.epoch)
-        except Exception as exc:
-            self._restore_failed(link, resource, exc)
-
-    def _begin_one(
-        self, link: _Link[P], resource: Resource[P], begin: Callable[[P, int], Finish | None]
-    ) -> Finish | None:
-        if id(resource) not in self._resources or link.cause is not None:
-            return None
-        try:
-            return begin(link.connection, link.epoch)
-        except Exception as exc:
-            self._restore_failed(link, resource, exc)
-            return None
-
-    async def _finish_staged(
-        self, link: _Link[P], staged: Sequence[tuple[Resource[P], Finish]]
-    ) -> None:
-        for resource, finish in staged:
-            if link.cause is not None:  # lost: what is left waits on a dead connection
-                return
-            try:
-                await finish()
-            except Exception as exc:
-                self._restore_failed(link, resource, exc)
-
-    def _restore_failed(self, link: _Link[P], resource: Resource[P], exc: Exception) -> None:
-        """Act on what ``failover.states.restore_failure`` says ``exc`` means (rule 3)."""
-        meaning = restore_failure(
-            exc,
-            lost=link.cause is not None,
-            connection_open=link.connection.is_open,
-            retriable=self._retriable(exc),
-        )
-        if meaning is RestoreFailure.LOSS:
-            self._on_lost(link, exc)
-        elif meaning is RestoreFailure.ENDED:
-            lost = ConnectionLostError(f"the connection ended during the restore: {exc}")
-            lost.__cause__ = exc
-            self._on_lost(link, lost)
-        elif meaning is RestoreFailure.NOT_RESTORED:
-            self._not_restored(resource, exc)
 
     def _not_restored(self, resource: Resource[P], error: Exception) -> None:
         _log.error("could not restore %r: %s", resource, error, exc_info=error)
@@ -602,37 +421,3 @@ class Supervisor(Generic[P]):
         """Tell the listeners of a failover event (F14), unless it no longer matters."""
         if reports_events(self._gate.state):
             self._listeners.tell(event, **facts)
-
-    def _cause(self) -> BaseException:
-        return self._failure or ConnectionLostError("no connection attempt was made")
-
-    def _log_failure(self, attempt: Attempt[BrokerURL], failures: int, *, warn: bool) -> None:
-        """Log a failed attempt: a warning when ``warn`` (a broker's first refusal of trust in
-        a walk: which broker, and why) and every ``warn_after_attempts`` failures."""
-        every = self._policy.warn_after_attempts
-        warn = warn or (every > 0 and failures % every == 0)
-        _log.log(
-            logging.WARNING if warn else logging.INFO,
-            "attempt %d to connect to %s failed (%d failed so far): %s",
-            attempt.number,
-            attempt.broker,
-            failures,
-            self._failure,
-        )
-
-
-def _drop_locals(error: BaseException) -> None:
-    """Clear the local variables of the finished frames in the tracebacks of ``error`` and of
-    the errors it was raised from, keeping the tracebacks themselves (file, line, function).
-
-    A failed attempt is kept as the cause F4 reports, and its frames held what the attempt
-    built (its socket, task groups, events): kept until the next failure replaces it, those were
-    the most numerous objects a failover left behind, and the collector walked them again and
-    again while a thousand connections failed over together.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        current = current.__cause__ or current.__context__

@@ -47,6 +47,7 @@ __all__ = [
     "REDELIVERY_OUTCOMES",
     "SELECTORS",
     "TLS_VERSIONS",
+    "TRACING",
     "TRANSACTIONS",
     "docs_with_failover_table",
     "docs_with_table",
@@ -59,6 +60,7 @@ TRANSACTIONS: Final = ("native", "emulate")
 #: ``jms.messageIDPolicy.messageIDType``'s names, lower-cased (Qpid JMS's, and ``original``).
 MESSAGE_ID_TYPES: Final = ("original", "default", "uuid", "uuid_string", "prefixed_uuid_string")
 SELECTORS: Final = ("auto", "broker", "client")
+TRACING: Final = ("noop", "opentelemetry", "opentracing")
 ACK_CONFIRMATIONS: Final = ("auto", "settle-second", "link-flow", "drain", "round-trip")
 
 #: ``jms.redeliveryPolicy.outcome``'s names (Qpid JMS's), in the order of its numbers 1 to 5.
@@ -125,31 +127,26 @@ def _without_effect(
 
 
 _NO_JVM: Final = "no JVM here"
-_PULL: Final = "a consumer never drains; with `jms.prefetch=0` a receive grants credit for one"
-_SENDS: Final = (
-    "`send()` waits for a PERSISTENT message's outcome, not a NON_PERSISTENT one's (JMS's "
-    "defaults); `send_async()` never waits"
+_PRODUCERS: Final = (
+    "a send does not wait for an outcome and is never re-sent (an anonymous producer: only "
+    "by `presettle_all`, `presettle_producers`)"
 )
-_NOT_YET: Final = "not applied yet"
+_CONSUMERS: Final = (
+    "the broker sends deliveries settled, acknowledgements do nothing (never in a transacted "
+    "session)"
+)
+_BOTH: Final = f"{_PRODUCERS}; {_CONSUMERS}"
 
 #: The Qpid JMS 1.x options (its Configuration.md) this client accepts without effect, so that
 #: a Java application's URL parses; each says why. ``jms.redeliveryPolicy.*`` is not here.
 _ACCEPTED: Final = (
-    _without_effect("jms.forceSyncSend", Flag(), False, _SENDS),
-    _without_effect("jms.forceAsyncSend", Flag(), False, _SENDS),
     _without_effect(
         "jms.forceAsyncAcks", Flag(), False, "acknowledgements are confirmed as A6 says"
-    ),
-    _without_effect(
-        "jms.localMessagePriority", Flag(), False, f"{_NOT_YET}: delivery is in arrival order"
     ),
     _without_effect("jms.validatePropertyNames", Flag(), True, "property names are always checked"),
     _without_effect(
         "jms.validateSelector", Flag(), True, "selectors are always checked, before any frame"
     ),
-    _without_effect("jms.receiveLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
-    _without_effect("jms.receiveNoWaitLocalOnly", Flag(), False, f"{_NOT_YET}: {_PULL}"),
-    _without_effect("jms.connectionIDPrefix", Text(), None, f"{_NOT_YET}: generated ids use `ID:`"),
     _without_effect(
         "jms.awaitClientID", Flag(), True, "the client id is fixed when the connection opens"
     ),
@@ -160,40 +157,6 @@ _ACCEPTED: Final = (
         f"{_NO_JVM}: the blocking runtime's loop threads are daemons, and an exit hook "
         "closes the connections left open",
     ),
-    _without_effect("jms.tracing", Text(), None, "no OpenTracing tracer in this client"),
-    *(
-        _without_effect(
-            f"jms.prefetchPolicy.{name}",
-            WholeNumber(0),
-            None,
-            f"{_NOT_YET}: one prefetch for every consumer (`jms.prefetchPolicy.all`)",
-        )
-        for name in ("queuePrefetch", "topicPrefetch", "queueBrowserPrefetch")
-    ),
-    _without_effect(
-        "jms.prefetchPolicy.durableTopicPrefetch",
-        WholeNumber(0),
-        None,
-        f"{_NOT_YET}: one prefetch for every consumer (`jms.prefetchPolicy.all`)",
-    ),
-    *(
-        _without_effect(
-            f"jms.presettlePolicy.{name}",
-            Flag(),
-            False,
-            f"{_NOT_YET}: every delivery is settled by its outcome",
-        )
-        for name in (
-            "presettleAll",
-            "presettleProducers",
-            "presettleTopicProducers",
-            "presettleQueueProducers",
-            "presettleTransactedProducers",
-            "presettleConsumers",
-            "presettleTopicConsumers",
-            "presettleQueueConsumers",
-        )
-    ),
     *(
         _without_effect(
             f"jms.deserializationPolicy.{name}",
@@ -202,14 +165,6 @@ _ACCEPTED: Final = (
             "no Java serialization: an ObjectMessage body is never deserialized",
         )
         for name in ("allowList", "denyList")
-    ),
-    _without_effect(
-        "amqp.drainTimeout",
-        Duration(),
-        None,
-        f"{_NOT_YET}: consumers never drain; browsers and acknowledgement confirmation "
-        "keep their own limits",
-        broker=True,
     ),
     _without_effect(
         "amqp.allowNonSecureRedirects",
@@ -341,6 +296,118 @@ CLIENT_OPTIONS: Final = OptionTable(
             keyword="prefetch",
             aliases=("jms.prefetchPolicy.all",),
         ),
+        *(
+            Option(
+                f"jms.prefetchPolicy.{name}",
+                WholeNumber(0),
+                None,
+                f"Credit of each {kind} (Qpid JMS's prefetch policy); None: `prefetch`. The "
+                "`prefetch` keyword wins over the URL's per-kind options, a per-kind keyword "
+                "over `prefetch`.",
+                keyword=keyword,
+                optional=True,
+            )
+            for name, keyword, kind in (
+                ("queuePrefetch", "queue_prefetch", "queue consumer"),
+                ("topicPrefetch", "topic_prefetch", "non-durable topic consumer"),
+                ("durableTopicPrefetch", "durable_topic_prefetch", "durable topic consumer"),
+                ("queueBrowserPrefetch", "queue_browser_prefetch", "queue browser (at most 1000)"),
+            )
+        ),
+        *(
+            Option(
+                f"jms.presettlePolicy.{name}",
+                Flag(),
+                False,
+                f"{what} presettled (M5): {effect}.",
+                keyword=keyword,
+            )
+            for name, keyword, what, effect in (
+                ("presettleAll", "presettle_all", "Every producer and consumer", _BOTH),
+                ("presettleProducers", "presettle_producers", "Every producer", _PRODUCERS),
+                (
+                    "presettleTopicProducers",
+                    "presettle_topic_producers",
+                    "Producers to a topic",
+                    _PRODUCERS,
+                ),
+                (
+                    "presettleQueueProducers",
+                    "presettle_queue_producers",
+                    "Producers to a queue",
+                    _PRODUCERS,
+                ),
+                (
+                    "presettleTransactedProducers",
+                    "presettle_transacted_producers",
+                    "Producers of a transacted session",
+                    _PRODUCERS,
+                ),
+                ("presettleConsumers", "presettle_consumers", "Every consumer", _CONSUMERS),
+                (
+                    "presettleTopicConsumers",
+                    "presettle_topic_consumers",
+                    "Consumers of a topic",
+                    _CONSUMERS,
+                ),
+                (
+                    "presettleQueueConsumers",
+                    "presettle_queue_consumers",
+                    "Consumers of a queue",
+                    _CONSUMERS,
+                ),
+            )
+        ),
+        Option(
+            "jms.forceSyncSend",
+            Flag(),
+            False,
+            "Every `send()` waits for the broker's outcome, NON_PERSISTENT ones too (and is "
+            "re-sent after a failover, F11); wins over `force_async_send`.",
+            keyword="force_sync_send",
+        ),
+        Option(
+            "jms.forceAsyncSend",
+            Flag(),
+            False,
+            "No `send()` waits for the broker's outcome, PERSISTENT ones neither: a send returns "
+            "once queued for the socket, a refusal is raised by a later call of the producer, "
+            "and one cut off by a failover is not re-sent (F11 does not hold).",
+            keyword="force_async_send",
+        ),
+        Option(
+            "jms.localMessagePriority",
+            Flag(),
+            False,
+            "A consumer hands its prefetched messages out highest JMSPriority first (FIFO within "
+            "a priority), as Qpid JMS's priority message queue; false: in arrival order.",
+            keyword="local_message_priority",
+        ),
+        Option(
+            "jms.receiveLocalOnly",
+            Flag(),
+            False,
+            "false: a `receive(timeout)` that found nothing prefetched asks the broker for what "
+            "it still has (a drain) before returning None; true: it returns None without asking "
+            "(a consumer with prefetch 0 always asks).",
+            keyword="receive_local_only",
+        ),
+        Option(
+            "jms.receiveNoWaitLocalOnly",
+            Flag(),
+            False,
+            "The same for `receive_nowait()`: false, it drains the link when nothing is "
+            "prefetched (one round trip); true, it returns None at once.",
+            keyword="receive_no_wait_local_only",
+        ),
+        Option(
+            "jms.connectionIDPrefix",
+            Text(),
+            "ID:",
+            "The prefix of the connection's id (`<prefix><uuid>`: `connection_id`, its repr and "
+            "statistics); message ids stay `ID:...` (JMS).",
+            keyword="connection_id_prefix",
+        ),
         Option(
             "jms.queuePrefix",
             Text(),
@@ -365,8 +432,8 @@ CLIENT_OPTIONS: Final = OptionTable(
             False,
             "true: every message sent carries the name of the user that logged in to the "
             "broker as its `user-id` (JMSXUserID), replacing any the application set (none "
-            "after an anonymous login), as in Qpid JMS. false: the message's own JMSXUserID "
-            "is sent.",
+            "after an anonymous login), as in Qpid JMS. false: none is sent; a JMSXUserID the "
+            "application set is cleared, as Qpid JMS clears it (M7).",
             keyword="populate_user_id",
         ),
         Option(
@@ -377,7 +444,9 @@ CLIENT_OPTIONS: Final = OptionTable(
             "also accepted) the string `ID:<connection>:<producer>:<n>`; `uuid` an AMQP uuid "
             "(JMSMessageID `ID:AMQP_UUID:<uuid>`); `uuid_string` the string `<uuid>`; "
             "`prefixed_uuid_string` the string `ID:<uuid>`. Client-side no-local (E2, brokers "
-            "that ignore the filter) knows this connection's messages by `original` ids only.",
+            "that ignore the filter) knows a UUID id as this connection's for its last 10,000 "
+            "sends (10 minutes), and the other connections of a client id by `original` ids "
+            "only.",
             keyword="message_id_type",
         ),
         Option(
@@ -519,6 +588,25 @@ CLIENT_OPTIONS: Final = OptionTable(
             "one of `settle-second`, `link-flow`, `drain`, `round-trip` to use that exchange "
             "(benchmarks, tests).",
             keyword="ack_confirmation",
+        ),
+        Option(
+            "jms.tracing",
+            Choice(TRACING, fold=True),
+            None,
+            "`opentelemetry`: trace sends, receives and settlements with OpenTelemetry's global "
+            "tracer provider (O1-O4; needs the `tracing` extra). Qpid JMS's `opentracing` means "
+            "the same (OpenTracing is retired in favour of OpenTelemetry); None or `noop`: off.",
+            keyword="tracing",
+            optional=True,
+        ),
+        Option(
+            None,
+            KeywordOnly("an OpenTelemetry TracerProvider", lambda value: value is not None),
+            None,
+            "The OpenTelemetry `TracerProvider` whose tracer makes the spans; given, it turns "
+            "tracing on whatever `jms.tracing` says (but `noop`).",
+            keyword="tracer_provider",
+            optional=True,
         ),
         Option(
             None,
@@ -725,6 +813,18 @@ CLIENT_OPTIONS: Final = OptionTable(
             "IP_TOS (the traffic class byte, 0-255) of the socket; None: the system's.",
             "traffic_class",
             optional=True,
+        ),
+        Option(
+            "amqp.drainTimeout",
+            Duration(zero_is_none=True),
+            60.0,
+            "How long a receive waits for the broker's answer to a drain (see "
+            "`receive_local_only`); past it the consumer is closed, as Qpid JMS closes it, and "
+            "the receive raises `ClosedError`. None (0): no limit.",
+            keyword="drain_timeout",
+            scope=Scope.BROKER,
+            optional=True,
+            none_is_value=True,
         ),
         _broker(
             "transport.connectTimeout",

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -129,12 +130,15 @@ def run_matrix(
     on_connect: Callable[[aio.Connection], None] | None = None,
     metrics: haclient.metrics.MetricsServer | None = None,
     run_id: str | None = None,
+    tracer_provider: Any = None,
 ) -> MatrixRun:
     """Inject the faults of ``schedule`` (default: one of each) while ``workloads`` run;
     returns the run with its ledger and the final scrape of ``metrics`` (default: an endpoint
     served for the run), which exports every connection the workloads opened. ``on_fault``
     is told of each fault injected, ``on_connect`` of each connection opened. The queues are
-    named after ``run_id`` (default: a fresh random one) and drained at the end."""
+    named after ``run_id`` (default: a fresh random one) and drained at the end. With
+    ``tracer_provider`` (an OpenTelemetry ``TracerProvider``) the workloads' connections trace,
+    and the ledger notes each message's trace id."""
     unknown = [name for name in workloads if name not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workloads {unknown} (known: {', '.join(WORKLOADS)})")
@@ -157,7 +161,7 @@ def run_matrix(
             if on_connect is not None:
                 on_connect(connection)
 
-        rounds = _Rounds(bed, run, schedule, rng, deadline, on_fault, connected)
+        rounds = _Rounds(bed, run, schedule, rng, deadline, on_fault, connected, tracer_provider)
         for number, faults in enumerate(schedule.rounds(rng)):
             if rounds.past_deadline():
                 break
@@ -179,6 +183,7 @@ class _Rounds:
     deadline: float | None
     on_fault: Callable[[FaultRecord], None] | None
     on_connect: Callable[[aio.Connection], None]
+    tracer_provider: Any = None
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -196,6 +201,7 @@ class _Rounds:
                 drain=self.schedule.drain,
                 on_connect=self.on_connect,
                 queue=f"chaos-{self.run.run_id}-{name}-r{number}",
+                tracer_provider=self.tracer_provider,
             )
             for name in self.run.workloads
         ]

@@ -62,6 +62,9 @@ class WorkloadContext:
     queue: str = ""
     """The stream's queue on the broker (default: the stream's name). The runner names it per
     run, so that no run finds what another left behind."""
+    tracer_provider: Any = None
+    """An OpenTelemetry ``TracerProvider``: the connections trace (rules O1-O4) and the ledger
+    notes each message's trace id (the report's table of the messages a fault hit)."""
 
     def __post_init__(self) -> None:
         self.queue = self.queue or self.stream
@@ -78,6 +81,7 @@ class WorkloadContext:
             attach_timeout=2.0,
             connect_timeout=2.0,
             close_timeout=1.0,
+            tracer_provider=self.tracer_provider,
         )
         connection.add_listener(_Listener(self, actor))
         if self.on_connect is not None:
@@ -154,6 +158,13 @@ class _Listener:
 Workload = Callable[[WorkloadContext], Coroutine[Any, Any, None]]
 
 
+def _traced(message: Message) -> dict[str, str]:
+    """The ``trace`` of a message's ledger event: its trace id, when it carries one (O2)."""
+    parent = message.properties.get("traceparent")
+    parts = parent.split("-") if isinstance(parent, str) else []
+    return {"trace": parts[1]} if len(parts) == 4 else {}
+
+
 # --- producers ----------------------------------------------------------------------------------
 
 
@@ -174,7 +185,14 @@ async def produce(context: WorkloadContext) -> None:
                 context.expected.update(ids)
             except Exception:  # written as an error by timed(); the audit judges it
                 pass
-            context.record("sent", "producer", "AUTO", ids=[str(message.message_id)], t=start)
+            context.record(
+                "sent",
+                "producer",
+                "AUTO",
+                ids=[str(message.message_id)],
+                t=start,
+                **_traced(message),
+            )
             await anyio.sleep(context.pace)
 
 
@@ -190,7 +208,9 @@ async def produce_transacted(context: WorkloadContext) -> None:
                     message = TextMessage("payload")
                     await context.timed("producer", "TRANSACTED", "send", producer.send, message)
                     ids.append(str(message.message_id))
-                    context.record("sent", "producer", "TRANSACTED", ids=ids[-1:])
+                    context.record(
+                        "sent", "producer", "TRANSACTED", ids=ids[-1:], **_traced(message)
+                    )
                     await anyio.sleep(context.pace)
             except Exception:
                 pass
@@ -240,7 +260,7 @@ async def consume(context: WorkloadContext, mode: AckMode) -> None:
             if message is not None:
                 last_progress = time.time()
                 message_id = str(message.message_id)
-                context.record("received", "consumer", name, ids=[message_id])
+                context.record("received", "consumer", name, ids=[message_id], **_traced(message))
                 pending.append(message)
                 if mode in (AckMode.AUTO, AckMode.DUPS_OK, AckMode.NO_ACK):
                     context.consumed.add(message_id)

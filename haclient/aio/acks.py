@@ -50,6 +50,7 @@ from haclient.errors import (
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:
+    from haclient.aio.tracing import Tracing
     from haclient.aio.transaction import SessionTransaction
     from haclient.message import Message
 
@@ -60,6 +61,7 @@ class AckHost(Protocol):
     """What an acknowledgement strategy uses of its session."""
 
     gate: Gate
+    tracing: Tracing | None
 
     @property
     def is_closed(self) -> bool: ...
@@ -109,6 +111,11 @@ class AckStrategy:
 
     def __init__(self, host: AckHost) -> None:
         self._host = host
+
+    def settled(self) -> AckStrategy:
+        """The strategy of a consumer whose deliveries arrive settled (NO_ACK, or a consumer
+        the presettle policy presettles, M5): nothing to acknowledge."""
+        return self if self.presettled else NoAck(self._host)
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         """``message`` is being handed out (to ``receive()``, or to a listener about to run)."""
@@ -322,7 +329,9 @@ class ClientAck(_Tracked):
             finally:  # confirmed, or in doubt: their duplicates are suppressed
                 self._host.consumed(ack for ack in acks if ack.sent)
 
-        await self._host.gate.run(settle, on_lost=_acknowledge_failed, deadline=deadline)
+        running = self._host.gate.run(settle, on_lost=_acknowledge_failed, deadline=deadline)
+        tracing = self._host.tracing
+        await (running if tracing is None else tracing.settle("ack", self._host, running))
         self._unreported.clear()
         self.detach_settled_lingerers()
 

@@ -49,7 +49,7 @@ class QueueBrowser:
         self._selector = selector
         self._link_name = link_name
         self._receiver: Receiver | None = None
-        self._credit = max(1, min(context.options.prefetch, 1000))
+        self._credit = max(1, min(context.options.prefetch_for(queue, browser=True), 1000))
         self._closed = False
         self._exhausted = False
         self._interrupted = False

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from anyio.abc import TaskGroup
@@ -49,6 +49,9 @@ from haclient.errors import (
 )
 from haclient.modes import AckMode
 
+if TYPE_CHECKING:
+    from haclient.aio.tracing import Tracing
+
 __all__ = [
     "Connecting",
     "Connection",
@@ -75,6 +78,7 @@ class ConnectionStatistics:
         broker: The broker in use (password masked), None when not connected.
         client_id: The client id, None if the application set none.
         container_id: The AMQP container id in use (the client id, or a generated one).
+        connection_id: The connection's own id, ``<jms.connectionIDPrefix><uuid>``.
         epoch: The number of the physical connection in use (0 first, +1 per loss).
         failovers: Completed failovers.
         last_downtime: Seconds the last failover took (loss to restored), None before one.
@@ -146,6 +150,7 @@ class ConnectionStatistics:
     messages_dead_lettered: int = 0
     failovers_returned: int = 0
     standby_broker: str | None = None
+    connection_id: str = ""
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -234,12 +239,14 @@ class Connection:
             reconnect_stop=reconnect_stop,
             standby_connector=self._open_standby,
             adopt=self._adopt,
+            may_return=lambda: self._context.counters.commits_in_flight == 0,
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._sessions: set[Session] = set()
         # This connection's part of every message id it makes: the client id (if any) first,
         # so that no-local by client id (S2) can be emulated too.
         unique = uuid.uuid4().hex
+        self._connection_id = f"{options.connection_id_prefix}{unique}"
         self._context = ConnectionContext(
             options=options,
             manager=self._manager,
@@ -250,6 +257,10 @@ class Connection:
             client_id=options.client_id,
         )
         self._manager.add_listener(self._context.counters.failover)  # metrics first
+        tracing = _tracing_for(options, self._context)
+        if tracing is not None:
+            self._context.tracing = self._context.gate.tracing = tracing
+            self._manager.add_listener(tracing.failover)
 
     @property
     def _closed(self) -> bool:
@@ -343,6 +354,12 @@ class Connection:
     def client_id(self) -> str | None:
         """The client id (the AMQP container id), or None when the application set none."""
         return self._context.client_id
+
+    @property
+    def connection_id(self) -> str:
+        """This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``, ``ID:``),
+        as its repr and statistics show it; its message ids carry the same uuid."""
+        return self._connection_id
 
     @property
     def url(self) -> FailoverURL:
@@ -485,6 +502,7 @@ class Connection:
             messages_dead_lettered=counters.dead_lettered,
             failovers_returned=manager.returns,
             standby_broker=None if manager.standby is None else str(manager.standby),
+            connection_id=self._connection_id,
         )
 
     async def close(self) -> None:
@@ -553,7 +571,10 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<Connection {self._container_id!r} to {self.broker} ({self.state.value})>"
+        return (
+            f"<Connection {self._connection_id!r} ({self._container_id!r}) to {self.broker} "
+            f"({self.state.value})>"
+        )
 
 
 class Connecting:
@@ -731,6 +752,27 @@ class ConnectionFactory:
             connection.add_listener(listener)
         await connection._open(owner)
         return connection
+
+
+def _tracing_for(options: ConnectionOptions, context: ConnectionContext) -> Tracing | None:
+    """The connection's tracing (``haclient.aio.tracing``), or None when it is off
+    (``jms.tracing`` unset or ``noop``, and no ``tracer_provider``; ``noop`` wins).
+
+    Raises:
+        ConfigurationError: tracing is asked for and ``opentelemetry-api`` is not installed
+            (the message names the ``tracing`` extra).
+    """
+    if options.tracing == "noop" or (options.tracer_provider is None and options.tracing is None):
+        return None
+    try:
+        from haclient.aio.tracing import Tracing
+    except ImportError as exc:
+        raise ConfigurationError(
+            "tracing needs opentelemetry-api, which the 'tracing' extra installs: "
+            f"pip install 'haclient[tracing]' ({exc.__cause__ or exc})",
+            option="tracer_provider" if options.tracer_provider is not None else "tracing",
+        ) from exc
+    return Tracing(options.tracer_provider, context)
 
 
 def _refusal(exc: BaseException) -> HAClientError | None:

@@ -1,7 +1,10 @@
 """``MessageConsumer``: receive, iterate, or listen; acknowledgement as the session's mode says.
 
-How this works: a consumer is one receiver link. Its credit is its prefetch: the broker sends up
-to ``prefetch`` messages ahead, and the consumer tops the credit up when half is used. A message
+How this works: a consumer is one receiver link. Its credit is its prefetch (its kind's, Qpid
+JMS's prefetch policy): the broker sends up to ``prefetch`` messages ahead, and the consumer tops
+the credit up when half is used; prefetched messages are taken in arrival order, or highest
+priority first with ``local_message_priority`` (M8). A consumer the presettle policy presettles
+(M5) attaches as a NO_ACK one does and acknowledges nothing. A message
 taken from the link is decoded, then acknowledged as the session's mode says *before* it is
 handed out (AUTO, A1: confirmed by the broker; TRANSACTED: in the transaction), or remembered
 for a later ``acknowledge()`` (CLIENT, DUPS_OK). One redelivered more often than
@@ -21,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import enum
+import functools
 import inspect
 import logging
 import math
@@ -42,6 +46,7 @@ from haclient.aio.emulation import (
 )
 from haclient.aio.gate import Connected
 from haclient.aio.pending import PendingAck
+from haclient.aio.pull import drain, drain_timed_out, drainable, pulls
 from haclient.aio.redelivery import dead_letter_outcome, exceeds
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
@@ -133,8 +138,15 @@ class MessageConsumer:
         self._listener_task_active = False
         self._waits: set[anyio.CancelScope] = set()  # receives waiting, cancelled by close (C2)
         self._held: collections.deque[Message] = collections.deque()  # acknowledged, not returned
-        self._prefetch = context.options.prefetch
+        durable = source.durable is not Durability.NONE
+        self._prefetch = context.options.prefetch_for(destination, durable=durable)
+        transacted = context.transaction is not None
+        presettled = context.options.presettled_consumer(destination, transacted=transacted)
+        # A consumer the presettle policy presettles acknowledges as NO_ACK does (M5).
+        self._acks = context.acks.settled() if presettled else context.acks
         self._decoder = Decoder(destination)
+        if context.tracing is not None:  # a span per message received (haclient.aio.tracing)
+            context.tracing.instrument_consumer(self)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -162,6 +174,11 @@ class MessageConsumer:
     def is_closed(self) -> bool:
         """True once ``close()`` was called (or the session or connection closed)."""
         return self._closed
+
+    @property
+    def _presettled(self) -> bool:
+        """Whether the broker sends this consumer's messages settled (NO_ACK, or M5)."""
+        return self._acks.presettled
 
     @property
     def message_listener(self) -> MessageListener | None:
@@ -203,8 +220,8 @@ class MessageConsumer:
         """Send the attach (granting the prefetch); the call returned waits for the answer."""
         context = self._context
         physical, amqp_session = context.link_context()
-        presettled = context.acks.presettled
-        confirms = context.acks.confirms
+        presettled = self._acks.presettled
+        confirms = self._acks.confirms
         want_second = (
             confirms and physical.settle_second is not False and not physical.ack_fallback_only
         )
@@ -216,6 +233,7 @@ class MessageConsumer:
             snd_settle_mode=SenderSettleMode.SETTLED if presettled else SenderSettleMode.UNSETTLED,
             rcv_settle_mode=ReceiverSettleMode.SECOND if want_second else ReceiverSettleMode.FIRST,
             timeout=context.options.attach_timeout,
+            by_priority=context.options.local_message_priority,
         )
 
         async def attached() -> None:
@@ -255,8 +273,9 @@ class MessageConsumer:
     async def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: until one comes).
 
-        Returns None on timeout and once the consumer is closed, also when ``close()`` is called
-        while this waits (C2). While the connection is stopped, no message is handed out.
+        Returns None on timeout (having asked the broker for a message it still has, unless
+        ``receive_local_only``: M9) and once the consumer is closed, also when ``close()`` is
+        called while this waits (C2). While the connection is stopped, no message is handed out.
         In AUTO mode the message is acknowledged, and the broker confirmed it, before it is
         returned (A1). One whose acknowledgement a failover cut off in flight is returned once
         the connection is back (F2), flagged ``ack_in_doubt`` (F9); its copy from the next
@@ -266,13 +285,17 @@ class MessageConsumer:
             ClosedError: the consumer, its session or its connection was closed before the call.
             IllegalStateError: the consumer has a message listener.
             InvalidDestinationError ...: the broker closed the link, with its reason.
+            ClosedError: the broker left a drain unanswered past ``drain_timeout`` (M9).
         """
         self._check_open()
         if self._listener is not None:
             raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
+        options = self._context.options
         while not self._held:
             taken = await self._take(deadline)
+            if taken is None and not self._closed and pulls(timeout, self._prefetch, options):
+                taken = await self._pull()
             if taken is None:
                 return None
             if await self._hand_out(taken):
@@ -280,6 +303,40 @@ class MessageConsumer:
                     return taken[1]
                 self._held.append(taken[1])
         return await self._release_held(deadline)
+
+    async def _pull(self) -> _Taken | None:
+        """Drain the link (granting one credit if it has none) and take what the broker sent
+        to use the credit; None when it had nothing, while stopped or failing over, on a broker
+        that cannot be drained, or once closed (C2). The credit is granted again afterwards.
+
+        Raises:
+            ClosedError: the broker did not answer within ``amqp.drainTimeout``: the consumer
+                was closed, as Qpid JMS closes it.
+        """
+        asked = False  # one drain per receive: a message given back (a client-side selector's
+        # release) would come back with the next drain, and the next, for ever
+        while not self._closed and self._context.connection.switch.started:
+            at = self._context.gate.connected_nowait()
+            receiver = self._receiver
+            if at is None or receiver is None or receiver.is_closed or not drainable(at):
+                return None
+            raw = at.amqp.receive_nowait(receiver)
+            if raw is None and not asked:
+                asked = True
+                drained = await self._waiting(math.inf, functools.partial(drain, at, receiver))
+                if drained is None:  # unanswered: closed, as Qpid JMS closes it
+                    await self.close()
+                    raise drain_timed_out(at.physical.drain_timeout)
+                if drained is not True or receiver is not self._receiver:
+                    return None  # closed (C2), or the connection was lost meanwhile
+                raw = at.amqp.receive_nowait(receiver)
+            if raw is None:
+                self._top_up()
+                return None
+            taken = self._taken(at, raw)
+            if isinstance(taken, tuple):
+                return taken
+        return None
 
     async def _release_held(self, deadline: float) -> Message | None:
         """The oldest message held for its failover to end: acknowledged (in doubt), it waits
@@ -322,7 +379,7 @@ class MessageConsumer:
         pending = self._pending(raw, message)
 
         async def acknowledge(at: Connected) -> bool:
-            await self._context.acks.delivered(pending, message, listener=False)
+            await self._acks.delivered(pending, message, listener=False)
             return True
 
         def in_doubt(exc: HAClientError) -> bool:
@@ -338,7 +395,7 @@ class MessageConsumer:
     def _decode_while_confirming(self, at: Connected) -> None:
         """An acknowledgement the broker confirms is a wait for its answer: decode the next
         message meanwhile (``haclient.aio.decoding``)."""
-        if self._context.acks.confirms and self._receiver is not None:
+        if self._acks.confirms and self._receiver is not None:
             self._decoder.decode_ahead(at.amqp, self._receiver, at.physical.prefixes)
 
     def _pending(self, raw: ReceivedMessage, message: Message) -> PendingAck:
@@ -356,7 +413,13 @@ class MessageConsumer:
         return f"{scope}|{message_id}"
 
     async def receive_nowait(self) -> Message | None:
-        """A message if one is already here (prefetched), else None at once."""
+        """A message if one is already here (prefetched); else, unless
+        ``receive_no_wait_local_only``, one the broker sends when asked (a drain, one round
+        trip: M9); else None.
+
+        Raises:
+            As ``receive()``.
+        """
         return await self.receive(timeout=0)
 
     def __aiter__(self) -> MessageConsumer:
@@ -442,6 +505,8 @@ class MessageConsumer:
         message = self._decode(at.amqp, raw, at.physical)
         if message is None:
             return _Skip.AGAIN
+        if self._context.tracing is not None:
+            self._context.tracing.adopt(message, raw)
         self._context.connection.counters.received += 1
         self._context.connection.counters.redelivered += message.redelivered
         return raw, message, at
@@ -603,8 +668,10 @@ class MessageConsumer:
         if listener is None or self._closed:
             at.amqp.settle(raw, Released())
             return
-        acks = self._context.acks
+        acks = self._acks
         pending = self._pending(raw, message)
+        if self._context.tracing is not None:  # run in a process span
+            listener = self._context.tracing.processing(self, listener)
         self._listener_running = True
         self._listener_idle = anyio.Event()
         token = _listening.set(self)
@@ -698,7 +765,7 @@ class MessageConsumer:
         closed = self._source.durable is Durability.NONE
         if amqp.is_open and not receiver.is_closed:
             amqp.release_arrivals(receiver)
-            self._context.acks.linger(receiver, closed=closed)
+            self._acks.linger(receiver, closed=closed)
         else:
             amqp.detach(receiver, closed=closed)
 

@@ -48,11 +48,17 @@ if TYPE_CHECKING:
     from failover.manager import ConnectionManager
     from haclient.aio.options import ConnectionOptions
     from haclient.aio.physical import PhysicalConnection
+    from haclient.aio.tracing import Tracing
     from haclient.amqp.connection import AmqpConnection
     from haclient.amqp.endpoints import Receiver
     from haclient.amqp.endpoints import Session as AmqpSession
 
 __all__ = ["ConnectionContext", "Counters", "SessionContext"]
+
+# UUID message ids carry nothing of their connection: no-local (E2) remembers the ids it made,
+# the newest this many, for this long (seconds).
+_SENT_IDS_KEPT = 10_000
+_SENT_IDS_AGE = 600.0
 
 log = logging.getLogger("haclient.session")
 
@@ -116,6 +122,11 @@ class ConnectionContext:
     gate: Gate = field(init=False)
     temporaries: TemporaryDestinations = field(init=False)
     _producer_numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    tracing: Tracing | None = None  # haclient.aio.tracing, when the connection traces
+    # The UUID ids this connection made lately: no-local (E2) cannot know them by a prefix.
+    _sent_uuid_ids: DuplicateWindow = field(
+        default_factory=lambda: DuplicateWindow(_SENT_IDS_KEPT, _SENT_IDS_AGE)
+    )
 
     def __post_init__(self) -> None:
         self.gate = Gate(self.manager, lambda: self.closed)
@@ -160,13 +171,22 @@ class ConnectionContext:
         kind = self.options.message_id_type
         if kind in ("original", "default"):
             return MessageIdGenerator(f"{self.id_base}:{next(self._producer_numbers)}")
-        return uuid_message_ids(kind)
+        made, sent = uuid_message_ids(kind), self._sent_uuid_ids
+
+        def remembered() -> str:
+            message_id = made()
+            sent.add((message_id,))
+            return message_id
+
+        return remembered
 
     def published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
         """Whether a message with this id was sent by this connection, or with
         ``by_client_id`` by any connection with this client id (no-local, E2, S2)."""
         if message_id is None:
             return False
+        if message_id in self._sent_uuid_ids:  # UUID ids: the last ones made, remembered
+            return True
         if by_client_id and self.client_id is not None:
             return message_id.startswith(f"ID:{self.client_id}:")
         return message_id.startswith(f"ID:{self.id_base}:")
@@ -192,6 +212,7 @@ class SessionContext:
         self.connection = connection
         self.options = options = connection.options
         self.gate = connection.gate
+        self.tracing = connection.tracing
         self.amqp_session: AmqpSession | None = None
         self.confirmation: AckConfirmation | None = None
         self.dispatch_lock = anyio.Lock()  # one listener of the session at a time

@@ -35,6 +35,7 @@ from haclient.errors import ClosedError, ConfigurationError, ConnectionLostError
 if TYPE_CHECKING:
     from failover.manager import ConnectionManager
     from haclient.aio.physical import PhysicalConnection
+    from haclient.aio.tracing import Tracing
     from haclient.amqp.connection import AmqpConnection
 
 __all__ = ["Connected", "Gate", "StaleDeliveryError", "deadline_after"]
@@ -84,6 +85,7 @@ class Gate:
         self._manager = manager
         self._is_closed = is_closed
         self.blocked = BlockedCalls()
+        self.tracing: Tracing | None = None  # haclient.aio.tracing, when the connection traces
 
     async def wait(self, deadline: float = math.inf) -> Connected:
         """The connection to use: at once when connected, else once failover restored it.
@@ -100,8 +102,11 @@ class Gate:
         if self._is_closed():
             raise ClosedError("the connection is closed")
         timeout = None if math.isinf(deadline) else max(deadline - anyio.current_time(), 0.0)
-        with self.blocked.measure(self._manager.state):
+        blocked = self.blocked.measure(self._manager.state)
+        with blocked:
             physical, epoch = await self._manager.wait_connected(timeout=timeout)
+        if self.tracing is not None and blocked.seconds is not None:
+            self.tracing.waited(blocked.seconds)  # the failover, in the caller's trace
         return Connected(physical, epoch)
 
     def connected_nowait(self) -> Connected | None:

@@ -19,6 +19,7 @@ from failover.options import Status, masked, registered, unknown_option_error
 from failover.policy import FAILOVER_OPTIONS
 from failover.url import BrokerURL, FailoverURL
 from haclient.aio.tls_options import tls_client_options
+from haclient.destination import Destination, TemporaryTopic, Topic
 from haclient.options import CLIENT_OPTIONS
 
 __all__ = ["ConnectionOptions", "TrustAllWarning", "generated_client_id"]
@@ -54,10 +55,26 @@ class ConnectionOptions:
             each connect; the token is the password (XOAUTH2).
         prefetch: Link credit of each consumer (messages buffered ahead of ``receive``); 0
             pulls one message per ``receive``.
+        queue_prefetch / topic_prefetch / durable_topic_prefetch / queue_browser_prefetch:
+            The credit of that kind of consumer (``jms.prefetchPolicy.*``); None: ``prefetch``
+            (``prefetch_for``).
+        presettle_all ... presettle_queue_consumers: Qpid JMS's presettle policy
+            (``jms.presettlePolicy.*``, M5): which producers send settled and which consumers
+            ask the broker to send settled (``presettled_producer``, ``presettled_consumer``).
+        force_sync_send / force_async_send: Every ``send()`` waits for the broker's outcome /
+            none does (``jms.forceSyncSend``, ``jms.forceAsyncSend``; sync wins).
+        local_message_priority: Consumers hand prefetched messages out by JMSPriority, highest
+            first (``jms.localMessagePriority``).
+        receive_local_only / receive_no_wait_local_only: ``receive(timeout)`` /
+            ``receive_nowait()`` return None when nothing is prefetched instead of draining the
+            link (``jms.receiveLocalOnly``, ``jms.receiveNoWaitLocalOnly``).
+        connection_id_prefix: The prefix of ``Connection.connection_id``
+            (``jms.connectionIDPrefix``).
         queue_prefix / topic_prefix: Prefixes for queue and topic addresses
             (``jms.queuePrefix``, ``jms.topicPrefix``); a prefix the broker announces wins.
         populate_user_id: Send the logged-in user's name as every message's JMSXUserID
-            (``jms.populateJMSXUserID``).
+            (``jms.populateJMSXUserID``); False: send none, an application's own is cleared
+            (M7).
         message_id_type: How producers make message ids (``jms.messageIDPolicy.messageIDType``):
             ``original``/``default``, ``uuid``, ``uuid_string`` or ``prefixed_uuid_string``.
         max_redeliveries: Redeliveries a message may have (``delivery_count`` - 1); a message
@@ -86,6 +103,9 @@ class ConnectionOptions:
             (receiver settle mode ``second`` where granted, else the cheapest exchange the
             broker answers), or one of ``link-flow``, ``drain``, ``round-trip`` to use that
             exchange instead of mode ``second`` (benchmarks, tests; see ``haclient.aio.confirm``).
+        tracing: ``opentelemetry`` (or Qpid JMS's ``opentracing``) to trace with OpenTelemetry's
+            global tracer provider; None or ``noop``: off (``haclient.aio.tracing``).
+        tracer_provider: The OpenTelemetry ``TracerProvider`` to trace with; turns tracing on.
         ssl_context: The ``ssl.SSLContext`` for ``amqps`` brokers; wins over the TLS options
             below but ``server_name``.
         ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
@@ -98,6 +118,8 @@ class ConnectionOptions:
         tcp_no_delay ... tcp_connect_timeout: The socket's options (``transport.*``):
             TCP_NODELAY, SO_KEEPALIVE, SO_SNDBUF, SO_RCVBUF, SO_LINGER, IP_TOS (None: the
             system's), and how long the TCP connection may take (None: ``connect_timeout``).
+        drain_timeout: Seconds a receive waits for the broker's answer to a drain
+            (``amqp.drainTimeout``); past it the consumer is closed. None: no limit.
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
@@ -110,6 +132,24 @@ class ConnectionOptions:
     sasl_mechanisms: tuple[str, ...] | None = None
     token_provider: Callable[[], str | Awaitable[str]] | None = field(default=None, repr=False)
     prefetch: int = 1000
+    queue_prefetch: int | None = None
+    topic_prefetch: int | None = None
+    durable_topic_prefetch: int | None = None
+    queue_browser_prefetch: int | None = None
+    presettle_all: bool = False
+    presettle_producers: bool = False
+    presettle_topic_producers: bool = False
+    presettle_queue_producers: bool = False
+    presettle_transacted_producers: bool = False
+    presettle_consumers: bool = False
+    presettle_topic_consumers: bool = False
+    presettle_queue_consumers: bool = False
+    force_sync_send: bool = False
+    force_async_send: bool = False
+    local_message_priority: bool = False
+    receive_local_only: bool = False
+    receive_no_wait_local_only: bool = False
+    connection_id_prefix: str = "ID:"
     queue_prefix: str | None = None
     topic_prefix: str | None = None
     populate_user_id: bool = False
@@ -130,6 +170,8 @@ class ConnectionOptions:
     dedup_window: int = 10_000
     dedup_age: float = 600.0
     ack_confirmation: str = "auto"
+    tracing: str | None = None
+    tracer_provider: Any = None
     ssl_context: ssl.SSLContext | None = None
     ca_file: str | None = None
     trust_store_password: str | None = field(default=None, repr=False)
@@ -156,6 +198,7 @@ class ConnectionOptions:
     so_linger: int | None = None
     traffic_class: int | None = None
     tcp_connect_timeout: float | None = None
+    drain_timeout: float | None = 60.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -181,6 +224,9 @@ class ConnectionOptions:
                 raise unknown_option_error(name, known, what="connection option", quote=True)
             if value is not None or option.none_is_value:
                 values[name] = value
+        if keywords.get("prefetch") is not None:  # the keyword wins over the URL's per kind
+            for name in _PREFETCH_PER_KIND:
+                values[name] = keywords.get(name)
         options = cls(**values)
         secure = [options.for_broker(broker) for broker in url.brokers if broker.secure]
         for each in secure:
@@ -194,6 +240,42 @@ class ConnectionOptions:
                 stacklevel=3,
             )
         return options
+
+    def prefetch_for(
+        self, destination: Destination, *, durable: bool = False, browser: bool = False
+    ) -> int:
+        """The credit of a consumer of ``destination`` (a durable subscription's, a queue
+        browser's): its kind's ``jms.prefetchPolicy.*`` option, else ``prefetch``, as Qpid
+        JMS's ``JmsDefaultPrefetchPolicy.getConfiguredPrefetch`` chooses."""
+        if isinstance(destination, Topic | TemporaryTopic):
+            kind = self.durable_topic_prefetch if durable else self.topic_prefetch
+        else:
+            kind = self.queue_browser_prefetch if browser else self.queue_prefetch
+        return self.prefetch if kind is None else kind
+
+    def presettled_producer(self, destination: Destination | None, *, transacted: bool) -> bool:
+        """Whether a producer to ``destination`` (None: anonymous) sends settled (M5), as
+        Qpid JMS's ``JmsDefaultPresettlePolicy.isProducerPresttled`` decides."""
+        if self.presettle_all or self.presettle_producers:
+            return True
+        if destination is None:
+            return False
+        if transacted and self.presettle_transacted_producers:
+            return True
+        if isinstance(destination, Topic | TemporaryTopic):
+            return self.presettle_topic_producers
+        return self.presettle_queue_producers
+
+    def presettled_consumer(self, destination: Destination, *, transacted: bool) -> bool:
+        """Whether a consumer of ``destination`` asks the broker to send settled (M5), as
+        ``JmsDefaultPresettlePolicy.isConsumerPresttled``: never in a transacted session."""
+        if transacted:
+            return False
+        if self.presettle_all or self.presettle_consumers:
+            return True
+        if isinstance(destination, Topic | TemporaryTopic):
+            return self.presettle_topic_consumers
+        return self.presettle_queue_consumers
 
     def for_broker(self, broker: BrokerURL) -> ConnectionOptions:
         """These options with ``broker``'s own (per-broker) URL options applied over them."""
@@ -214,6 +296,14 @@ class ConnectionOptions:
     def __repr__(self) -> str:
         shown = masked({f.name: getattr(self, f.name) for f in fields(self)}, CLIENT_OPTIONS)
         return f"ConnectionOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+_PREFETCH_PER_KIND = (
+    "queue_prefetch",
+    "topic_prefetch",
+    "durable_topic_prefetch",
+    "queue_browser_prefetch",
+)
 
 
 def _warn_without_effect(url: FailoverURL) -> None:

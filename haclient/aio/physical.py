@@ -200,6 +200,8 @@ class PhysicalConnection:
         user_id / populate_user_id: With ``populate_user_id`` (``jms.populateJMSXUserID``),
             every message sent here carries ``user_id`` as its ``user-id`` (JMSXUserID): the
             UTF-8 name of the user that logged in (None: an anonymous login, no user id).
+        drain_timeout: How long a consumer waits for this broker's answer to a drain
+            (``amqp.drainTimeout``, per broker too); None: no limit.
 
     ``configured`` is the (queue, topic) prefix of ``jms.queuePrefix`` / ``jms.topicPrefix``.
     """
@@ -213,6 +215,7 @@ class PhysicalConnection:
         user_id: bytes | None = None,
         *,
         populate_user_id: bool = False,
+        drain_timeout: float | None = 60.0,
     ) -> None:
         self.amqp = amqp
         self.broker = broker
@@ -224,6 +227,7 @@ class PhysicalConnection:
         self.prefixes = _prefixes(properties, self.product, configured)
         self.user_id = user_id
         self.populate_user_id = populate_user_id
+        self.drain_timeout = drain_timeout
         self.settle_second: bool | None = False if self.product == "RabbitMQ" else None
         self.ack_fallback = fallback_for(self.product, ack_confirmation)
         self.ack_fallback_only = ack_confirmation not in ("auto", "settle-second")
@@ -286,6 +290,7 @@ async def open_physical(
         configured,
         user.encode("utf-8") if user else None,
         populate_user_id=options.populate_user_id,
+        drain_timeout=mine.drain_timeout,
     )
 
 

@@ -9,7 +9,9 @@ per destination, kept in a small cache.
 delivery time), encodes the message with Qpid JMS's mapping, waits for credit and transfers it.
 A PERSISTENT message is sent unsettled and ``send()`` returns once the broker accepted it (F11);
 a NON_PERSISTENT one returns once queued, and a refusal is raised by a later call of this
-producer (or reported to the completion callback of ``send_async``). In a transacted session
+producer (or reported to the completion callback of ``send_async``). ``jms.forceSyncSend`` and
+``jms.forceAsyncSend`` make every send wait, or none (M6); a producer the presettle policy
+presettles sends settled and waits for nothing (M5). In a transacted session
 every transfer carries the transaction's id and is confirmed by the commit.
 """
 
@@ -30,7 +32,13 @@ from haclient.aio.posted import PostedSends, Schedule
 from haclient.aio.termini import producer_target
 from haclient.aio.transaction import BufferedSend
 from haclient.amqp.endpoints import Delivery, Sender
-from haclient.amqp.types import Accepted, Outcome, Rejected, TransactionalState
+from haclient.amqp.types import (
+    Accepted,
+    Outcome,
+    Rejected,
+    SenderSettleMode,
+    TransactionalState,
+)
 from haclient.destination import Destination, _require_destination
 from haclient.errors import (
     AMQPError,
@@ -85,6 +93,15 @@ class MessageProducer:
         self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
         self._failure: HAClientError | None = None
         self._encoder = OutgoingEncoder()
+        options = context.options
+        # The presettle policy (M5): every link of this producer sends settled, and no send
+        # waits for an outcome that never comes. An anonymous producer is decided by the
+        # policy's destination-free flags (presettleAll, presettleProducers).
+        self._presettled = options.presettled_producer(
+            destination, transacted=context.transaction is not None
+        )
+        self._force_sync = options.force_sync_send
+        self._force_async = options.force_async_send
         self._posted = PostedSends(
             self._posted_at_once,
             lambda destination, message: self._send_until_done(
@@ -100,6 +117,8 @@ class MessageProducer:
         self.disable_message_id = False
         self.disable_message_timestamp = False
         self.preserve_message_id = False
+        if context.tracing is not None:  # spans around its sends (haclient.aio.tracing)
+            context.tracing.instrument_producer(self)
 
     @property
     def destination(self) -> Destination | None:
@@ -163,6 +182,9 @@ class MessageProducer:
         link = await physical.amqp.open_sender(
             producer_target(key, physical.prefixes),
             session=amqp_session,
+            snd_settle_mode=(
+                SenderSettleMode.SETTLED if self._presettled else SenderSettleMode.UNSETTLED
+            ),
             timeout=self._context.options.attach_timeout,
         )
         self._links[key] = link
@@ -233,11 +255,13 @@ class MessageProducer:
 
         The message's headers are set as JMS says (id, timestamp, destination ...). A
         PERSISTENT message returns once the broker accepted it; NON_PERSISTENT once it is
-        queued for the socket (pipelined). In a transacted session the message is part of the
-        transaction and becomes visible on commit. While the connection fails over the send
-        waits (F2), at most ``timeout`` seconds (None: the connection's ``send_timeout``,
-        ``jms.sendTimeout``; ``failover.timeout`` bounds it too), and a PERSISTENT send cut off
-        is sent again with the same id (F11).
+        queued for the socket (pipelined); ``force_sync_send`` / ``force_async_send`` make every
+        send wait, or none (M6), and a presettled producer never waits (M5). In a transacted
+        session the message is part of the transaction and becomes visible on commit. While
+        the connection fails over the send waits (F2), at most ``timeout`` seconds (None: the
+        connection's ``send_timeout``, ``jms.sendTimeout``; ``failover.timeout`` bounds it
+        too), and a send that waits for its outcome, cut off, is sent again with the same id
+        (F11).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
@@ -286,7 +310,7 @@ class MessageProducer:
         self._posted.raise_failure()
         mode = self.delivery_mode if delivery_mode is None else delivery_mode
         if (
-            mode != DeliveryMode.NON_PERSISTENT
+            self._waits(mode)
             or self._context.transaction is not None
             or len(self._posted) >= _MAX_PIPELINED
         ):
@@ -330,7 +354,7 @@ class MessageProducer:
         ``_send_until_done`` waits for what is missing (F2, F3).
         """
         if (
-            message.delivery_mode is not DeliveryMode.NON_PERSISTENT
+            self._waits(message.delivery_mode)
             or self._context.transaction is not None
             or len(self._unconfirmed) >= _MAX_PIPELINED
         ):
@@ -341,13 +365,9 @@ class MessageProducer:
         link = self._attached_link(self._link_key(destination))
         if link is None or link.credit <= 0:
             return False
-        payload = self._encoder.encode(
-            message,
-            at.physical.prefixes,
-            at.physical.user_id,
-            stamp_user_id=at.physical.populate_user_id,
-        )
-        delivery = at.amqp.send_nowait(link, payload)  # its errors are not the connection's loss
+        payload = self._encode(at, message)
+        # its errors are not the connection's loss
+        delivery = at.amqp.send_nowait(link, payload, settled=self._presettled)
         self._booked(delivery, message)
         return True
 
@@ -373,11 +393,12 @@ class MessageProducer:
         deadline: float = math.inf,
     ) -> None:
         """Transfer ``message`` (unless ``sent`` says it already went out on a connection);
-        wait for the broker's outcome when ``wait`` (None: when it is PERSISTENT). A loss of
-        the connection before that outcome sends it again, same id, on the next connection
-        (F11); in a transaction it does not (F7: the commit will fail)."""
+        wait for the broker's outcome when ``wait`` (None: as ``_waits`` says; never when
+        presettled). A loss of the connection before that outcome sends it again, same id, on
+        the next connection (F11); in a transaction it does not (F7: the commit will fail)."""
         if wait is None:
-            wait = message.delivery_mode == DeliveryMode.PERSISTENT
+            wait = self._waits(message.delivery_mode)
+        wait = wait and not self._presettled
         if in_transaction is None:
             in_transaction = self._context.transaction is not None
 
@@ -389,6 +410,8 @@ class MessageProducer:
                 if sent is not None:
                     log.info("re-sending %s after the connection was lost", message.message_id)
                     self._context.connection.counters.resent += 1
+                    if self._context.tracing is not None:
+                        self._context.tracing.resent(message)
                 delivery = await self._transfer(
                     at, destination, message, in_transaction, wake_writer=not wait
                 )
@@ -453,7 +476,20 @@ class MessageProducer:
                 error = exc
             self._complete(on_completion, message, error)
 
+        if self._presettled:  # no outcome will come: done once queued (M5)
+            self._complete(on_completion, message, None)
+            return
         self._context.start_soon(complete)
+
+    def _waits(self, mode: DeliveryMode | None) -> bool:
+        """Whether a send of a message with delivery ``mode`` waits for the broker's outcome:
+        PERSISTENT ones, unless ``jms.forceSyncSend`` (every one) or ``jms.forceAsyncSend``
+        (none) says otherwise, as Qpid JMS decides; a presettled producer never does."""
+        if self._presettled:
+            return False
+        if self._force_sync:
+            return True
+        return not self._force_async and mode == DeliveryMode.PERSISTENT
 
     def _send_timeout(self, timeout: float | None) -> float | None:
         """A send's ``timeout``, or the connection's ``send_timeout`` (``jms.sendTimeout``)
@@ -481,24 +517,32 @@ class MessageProducer:
         """Queue one transfer of ``message`` (already stamped) on ``at``'s connection, in the
         session's broker transaction when ``in_transaction``; ``wake_writer=False`` when the
         caller awaits its outcome next (that writes it: ``AmqpConnection.send_nowait``)."""
-        payload = self._encoder.encode(
-            message,
-            at.physical.prefixes,
-            at.physical.user_id,
-            stamp_user_id=at.physical.populate_user_id,
-        )
+        payload = self._encode(at, message)
         link = await self._link_for(destination)
         state: TransactionalState | None = None
         if in_transaction and self._context.transaction is not None:
             state = await self._context.transaction.enlist_send()
         await at.amqp.wait_for_credit(link)
         self._check_open()
-        delivery = at.amqp.send_nowait(link, payload, state=state, wake_writer=wake_writer)
+        delivery = at.amqp.send_nowait(
+            link, payload, settled=self._presettled, state=state, wake_writer=wake_writer
+        )
         return self._booked(delivery, message)
 
+    def _encode(self, at: Connected, message: Message) -> bytes:
+        """``message``'s payload for ``at``'s broker. Its JMSXUserID is the logged-in user's
+        with ``jms.populateJMSXUserID``, else none: an application's own is cleared, as Qpid
+        JMS clears it (a user id the client did not check would let a sender pose as
+        another, M7)."""
+        physical = at.physical
+        user_id = physical.user_id if physical.populate_user_id else None
+        return self._encoder.encode(message, physical.prefixes, user_id, stamp_user_id=True)
+
     def _booked(self, delivery: Delivery, message: Message) -> Delivery:
-        """``delivery`` (of ``message``, just handed to proton) counted as sent, unconfirmed."""
-        self._unconfirmed[delivery] = message
+        """``delivery`` (of ``message``, just handed to proton) counted as sent, unconfirmed
+        (unless presettled: no outcome will come)."""
+        if not self._presettled:
+            self._unconfirmed[delivery] = message
         self._context.connection.counters.sent += 1
         return delivery
 

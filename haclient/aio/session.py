@@ -117,7 +117,12 @@ class Session:
         self._browsers.discard(resource)
 
     def _prefetching_receivers(self) -> list[Receiver]:
-        return [c._receiver for c in self._consumers if c._receiver is not None]
+        """The links whose prefetched messages ``recover()`` and ``rollback()`` give back: not
+        a presettled consumer's, which the broker has forgotten (given back, they would be
+        lost; kept, they are handed out next: A5, M5)."""
+        return [
+            c._receiver for c in self._consumers if c._receiver is not None and not c._presettled
+        ]
 
     async def _run(
         self, operation: Callable[[Connected], Awaitable[T]], timeout: float | None
@@ -516,7 +521,9 @@ class Session:
             await self._transaction("commit").commit()
 
         deadline = deadline_after(timeout)
-        await self._context.gate.run(commit, on_lost=_commit_cut_off, deadline=deadline)
+        await self._traced(
+            "commit", self._context.gate.run(commit, on_lost=_commit_cut_off, deadline=deadline)
+        )
 
     async def rollback(self, *, timeout: float | None = None) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
@@ -532,7 +539,13 @@ class Session:
             await self._transaction("rollback").rollback()
 
         deadline = deadline_after(timeout)
-        await self._context.gate.run(rollback, on_lost=lambda exc: None, deadline=deadline)
+        rolling_back = self._context.gate.run(rollback, on_lost=lambda exc: None, deadline=deadline)
+        await self._traced("rollback", rolling_back)
+
+    def _traced(self, operation: str, settling: Awaitable[None]) -> Awaitable[None]:
+        """``settling`` in a settle span when the connection traces (haclient.aio.tracing)."""
+        tracing = self._context.tracing
+        return settling if tracing is None else tracing.settle(operation, self._context, settling)
 
     # Closing -----------------------------------------------------------------------------------
 

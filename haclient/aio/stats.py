@@ -105,11 +105,12 @@ class Histogram:
 class _Blocked:
     """One call waiting at the gate: counted while it waits, its wait observed when it ends."""
 
-    __slots__ = ("_calls", "_started")
+    __slots__ = ("_calls", "_started", "seconds")
 
     def __init__(self, calls: BlockedCalls) -> None:
         self._calls = calls
         self._started = 0.0
+        self.seconds: float | None = None  # how long it waited, once it ended
 
     def __enter__(self) -> None:
         self._calls.now += 1
@@ -117,13 +118,15 @@ class _Blocked:
 
     def __exit__(self, *exc_info: object) -> None:
         self._calls.now -= 1
-        self._calls.durations.observe(time.perf_counter() - self._started)
+        self.seconds = time.perf_counter() - self._started
+        self._calls.durations.observe(self.seconds)
 
 
 class _NotBlocked:
     """The gate is open: nothing to measure (shared, so the fast path allocates nothing)."""
 
     __slots__ = ()
+    seconds: Final = None
 
     def __enter__(self) -> None:
         return None
@@ -269,6 +272,7 @@ class Counters:
     rolled_back: int = 0
     rolled_back_by_failover: int = 0  # F7
     in_doubt: int = 0  # F7: the commit was cut off in flight
+    commits_in_flight: int = 0  # not a statistic: no return to a preferred broker now (F16)
     failover: FailoverStats = field(default_factory=FailoverStats)
     acks: dict[AckMode, AckStats] = field(default_factory=_ack_stats)
     attempts: dict[str, int] = field(default_factory=dict)  # host:port -> connection attempts

@@ -119,12 +119,20 @@ class SessionTransaction(ABC):
         """Drop what the dead connection held of the open transaction."""
 
     async def commit(self) -> None:
-        """Commit; raise ``TransactionRolledBackError`` if a failover rolled it back (F7).
+        """Commit; raise ``TransactionRolledBackError`` if a failover rolled it back (F7). No
+        return to a preferred broker starts while it runs (F16): it would put it in doubt.
 
         Raises:
             TransactionRolledBackError: rolled back by a failover, or by the broker;
                 ``in_doubt=True`` when the connection ended with the commit in flight.
         """
+        self.counters.commits_in_flight += 1
+        try:
+            await self._commit_or_roll_back()
+        finally:
+            self.counters.commits_in_flight -= 1
+
+    async def _commit_or_roll_back(self) -> None:
         if self._rolled_back_by_failover:
             self._rolled_back_by_failover = False
             self._receipts.clear()

@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import SocketAttribute, TaskGroup
 
 from failover.errors import BrokerNotReadyError, ClosedError, ConnectionLostError, HAClientError
+from haclient.amqp.by_priority import ByPriority
 from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
 from haclient.amqp.config import EngineConfig
 from haclient.amqp.driver import Driver
@@ -131,8 +132,11 @@ class _Inbox:
 
     __slots__ = ("_changed", "messages", "refusing")
 
-    def __init__(self) -> None:
-        self.messages: deque[ReceivedMessage] = deque()
+    def __init__(self, *, by_priority: bool = False) -> None:
+        # By priority: Qpid JMS's jms.localMessagePriority (haclient.amqp.by_priority).
+        self.messages: deque[ReceivedMessage] | ByPriority[ReceivedMessage] = (
+            ByPriority() if by_priority else deque()
+        )
         # Made by the first waiter: most inboxes are never waited on (a listener's, or one
         # restored by failover before anyone receives), and an Event per receiver is garbage
         # the collector walks when thousands of them are restored at once.
@@ -422,8 +426,10 @@ class AmqpConnection:
         snd_settle_mode: SenderSettleMode = SenderSettleMode.UNSETTLED,
         rcv_settle_mode: ReceiverSettleMode = ReceiverSettleMode.FIRST,
         timeout: float = 30.0,
+        by_priority: bool = False,
     ) -> Attaching[Receiver]:
-        """Attach a receiver and grant ``credit`` without waiting (see ``open_sender_nowait``)."""
+        """Attach a receiver and grant ``credit`` without waiting (see ``open_sender_nowait``);
+        ``by_priority``: its arrivals are taken highest priority first (``ByPriority``)."""
         self._check_session(session)
         if isinstance(source, str):
             source = Terminus(address=source)
@@ -434,7 +440,7 @@ class AmqpConnection:
             rcv_settle_mode=rcv_settle_mode,
             credit=credit,
         )
-        self._inboxes[receiver] = _Inbox()
+        self._inboxes[receiver] = _Inbox(by_priority=by_priority)
         return self._attach(receiver, timeout)
 
     def detach(
@@ -620,14 +626,18 @@ class AmqpConnection:
     async def drain(self, receiver: Receiver, credit: int = 0) -> None:
         """Grant ``credit`` more, ask the peer to use it now or give it back, wait for its answer.
 
-        Messages sent to use the credit are in the receiver's inbox when this returns.
+        Messages sent to use the credit are in the receiver's inbox when this returns, and the
+        link is out of drain mode again (later credit is not drained).
         """
         self._check_link(receiver)
         receiver.drain(credit)
         self._write_before_waiting()
-        while receiver.draining:
-            self._check_link(receiver)
-            await self._credit().wait()
+        try:
+            while receiver.draining:
+                self._check_link(receiver)
+                await self._credit().wait()
+        finally:
+            receiver.end_drain()
 
     async def flush(self) -> None:
         """Wait until every frame queued so far has been written to the socket (in order)."""

@@ -403,6 +403,11 @@ class Receiver(Link):
         """True while a drain is outstanding."""
         return bool(self._pn.draining())
 
+    def end_drain(self) -> None:
+        """Leave drain mode (a drain answered): credit granted later is kept by the sender
+        until used, not given back at once."""
+        self._pn.drain_mode = False
+
 
 class Delivery:
     """One transfer on a link, in either direction, until both ends settle it.

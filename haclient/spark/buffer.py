@@ -88,7 +88,10 @@ class MessageBuffer:
             self._unacknowledged = True
             if self._duplicate(message):
                 continue
-            self._rows[self.next_seq] = row_from_message(message, self._options.body_format)
+            options = self._options
+            self._rows[self.next_seq] = row_from_message(
+                message, options.body_format, options.trace_context
+            )
             self.next_seq += 1
         return self.next_seq
 

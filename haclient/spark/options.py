@@ -84,6 +84,7 @@ SPARK_OPTIONS: Final = OptionTable(
         _own("dedupWindow", WholeNumber(0), 100_000, "dedup_window"),
         _own("maxMessages", WholeNumber(1), 10_000, "max_messages"),
         _own("consume", Flag(), False, "consume"),
+        _own("traceContext", Flag(), False, "trace_context"),
     ]
 )
 _FOLDED: Final = {name.lower(): name for name in SPARK_OPTIONS.url_names}
@@ -121,6 +122,9 @@ class SparkOptions:
         max_messages: How many messages a batch read takes at most (``maxMessages``).
         consume: A batch read consumes the messages (true) or browses them (false, the
             default) (``consume``).
+        trace_context: Reads add the columns ``traceparent`` and ``tracestate`` (the W3C
+            trace context a message carries, rule O2); writes give each message those columns
+            of its row as these properties (``traceContext``).
 
     Raises:
         ConfigurationError: a value is missing or invalid (``option`` names it by its Spark
@@ -143,6 +147,7 @@ class SparkOptions:
     dedup_window: int = 100_000
     max_messages: int = 10_000
     consume: bool = False
+    trace_context: bool = False
 
     def __post_init__(self) -> None:
         for name in ("url", "address"):

@@ -139,7 +139,7 @@ class HAClientBatchReader(DataSourceReader):
                 browser = session.create_browser(destination, selector=options.selector)
                 taken = list(itertools.islice(browser, options.max_messages))
                 browser.close()
-        rows = [row_from_message(m, options.body_format) for m in taken]
+        rows = [row_from_message(m, options.body_format, options.trace_context) for m in taken]
         return split(rows, options.num_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:

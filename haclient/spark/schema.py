@@ -7,6 +7,11 @@ correlation id.
 
 Reading: every message becomes one row of ``read_schema(format)``: the body (a string, or
 binary with ``format=bytes``), the properties as a string map, and the JMS headers.
+
+Trace context (``traceContext=true``): a read adds the columns ``traceparent`` and
+``tracestate``, the W3C trace context the message carries (rule O2: the application properties
+a traced producer sets); a write gives a message those columns of its row as these properties,
+so that a pipeline that reads, transforms and writes keeps each message's trace going.
 """
 
 from __future__ import annotations
@@ -14,32 +19,48 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from haclient.errors import MessageFormatError
 from haclient.message import BytesMessage, Message, TextMessage
 
-__all__ = ["message_from_row", "read_schema", "row_from_message"]
+__all__ = ["TRACE_COLUMNS", "message_from_row", "read_schema", "row_from_message"]
 
 _HEADERS = (
     "properties map<string,string>, message_id string, correlation_id string, "
     "destination string, timestamp timestamp, delivery_count int, redelivered boolean"
 )
+#: The trace context's columns (``traceContext=true``), named as the properties they carry.
+TRACE_COLUMNS: Final = ("traceparent", "tracestate")
 
 
-def read_schema(body_format: str) -> str:
-    """The DDL schema of a read with ``body_format`` (``text``, ``bytes`` or ``json``)."""
+def read_schema(body_format: str, trace_context: bool = False) -> str:
+    """The DDL schema of a read with ``body_format`` (``text``, ``bytes`` or ``json``), with
+    the trace context's columns when ``trace_context``."""
     body = "binary" if body_format == "bytes" else "string"
-    return f"body {body}, {_HEADERS}"
+    traced = "".join(f", {column} string" for column in TRACE_COLUMNS) if trace_context else ""
+    return f"body {body}, {_HEADERS}{traced}"
 
 
-def message_from_row(row: Mapping[str, Any], body_format: str) -> Message:
-    """The message a row (``Row.asDict()``) becomes in ``body_format``.
+def message_from_row(
+    row: Mapping[str, Any], body_format: str, trace_context: bool = False
+) -> Message:
+    """The message a row (``Row.asDict()``) becomes in ``body_format``; with
+    ``trace_context``, its ``traceparent`` and ``tracestate`` columns become those properties.
 
     Raises:
         MessageFormatError: the row has no body for ``text``/``bytes`` (no ``body`` column and
             more than one column), or a property value cannot be sent.
     """
+    message = _message_from_row(row, body_format)
+    if trace_context:
+        for column in TRACE_COLUMNS:
+            if isinstance(value := row.get(column), str):
+                message.properties[column] = value
+    return message
+
+
+def _message_from_row(row: Mapping[str, Any], body_format: str) -> Message:
     if body_format == "json":
         return TextMessage(json.dumps(dict(row), default=str, separators=(",", ":")))
     body = _body_of(row)
@@ -64,9 +85,11 @@ def _body_of(row: Mapping[str, Any]) -> Any:
     )
 
 
-def row_from_message(message: Message, body_format: str) -> tuple[Any, ...]:
-    """The row of ``read_schema(body_format)`` that ``message`` becomes."""
-    return (
+def row_from_message(
+    message: Message, body_format: str, trace_context: bool = False
+) -> tuple[Any, ...]:
+    """The row of ``read_schema(body_format, trace_context)`` that ``message`` becomes."""
+    row = (
         _body_value(message.body, body_format),
         {str(k): None if v is None else str(v) for k, v in message.properties.items()},
         message.message_id,
@@ -76,6 +99,14 @@ def row_from_message(message: Message, body_format: str) -> tuple[Any, ...]:
         message.delivery_count,
         message.redelivered,
     )
+    if not trace_context:
+        return row
+    traced = tuple(_text_or_none(message.properties.get(column)) for column in TRACE_COLUMNS)
+    return row + traced
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _body_value(body: Any, body_format: str) -> str | bytes | None:

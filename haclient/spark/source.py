@@ -43,7 +43,8 @@ class HAClientDataSource(DataSource):
         return SparkOptions.parse(self.options)
 
     def schema(self) -> str:
-        return read_schema(self.settings.body_format)
+        settings = self.settings
+        return read_schema(settings.body_format, settings.trace_context)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return HAClientBatchReader(self.settings)

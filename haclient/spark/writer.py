@@ -74,7 +74,9 @@ def publish_partition(options: SparkOptions, rows: Iterator[Row], query: str) ->
         producer.preserve_message_id = True
         pending: list[Message] = []
         for count, row in enumerate(rows, 1):
-            message = message_from_row(row.asDict(recursive=True), options.body_format)
+            message = message_from_row(
+                row.asDict(recursive=True), options.body_format, options.trace_context
+            )
             message.message_id = f"{prefix}{count - 1}"
             producer.send(message)
             if options.transacted:

@@ -28,12 +28,15 @@ import threading
 from _thread import allocate_lock, get_ident
 from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
-from typing import Any, Generic, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from anyio.abc import TaskGroup
 
 from haclient.errors import ClosedError, IllegalStateError
 from haclient.sync._runtime import LoopThread, log, shared_loop
+
+if TYPE_CHECKING:
+    from haclient.aio.tracing import Tracing
 
 __all__ = ["EventLoop", "partial_run"]
 
@@ -140,6 +143,9 @@ class EventLoop:
         self._closers: list[Callable[[], Awaitable[None]]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         """This connection's call tasks running now; only the loop thread touches it."""
+        self.tracing: Tracing | None = None
+        """The connection's tracing, when it traces: each call runs in its caller's trace
+        context, and a listener in its ``process`` span (haclient.aio.tracing)."""
 
     @classmethod
     def start(cls, *, private: bool = False) -> EventLoop:
@@ -195,7 +201,8 @@ class EventLoop:
             Whatever ``fn`` raised.
         """
         self.check_caller()
-        return self._run(_as_coroutine(fn(*args, **kwargs)))
+        coro = _as_coroutine(fn(*args, **kwargs))
+        return self._run(coro if self.tracing is None else self.tracing.carried(coro))
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         call = _Call(self, coro)

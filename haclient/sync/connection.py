@@ -131,6 +131,9 @@ class Connection:
         "_connection",
         "The client id (the AMQP container id), or None when the application set none.",
     )
+    connection_id = Forwarded[str](
+        "_connection", "This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``)."
+    )
     url = Forwarded[FailoverURL]("_connection", "The parsed URL (passwords masked when printed).")
     brokers = Forwarded[tuple[BrokerURL, ...]](
         "_connection",
@@ -339,6 +342,7 @@ class ConnectionFactory:
                 client_id=client_id, username=username, password=password, listener=wrapper
             )
             connection = loop.open(connecting.open_in, AsyncConnection.close)
+            loop.tracing = connection._context.tracing
         except BaseException:
             loop.stop()
             notifier.stop()  # after on_connection_failure, if the listener has it

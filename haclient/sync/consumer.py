@@ -96,8 +96,9 @@ class MessageConsumer:
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: until one comes).
 
-        Returns None on timeout and once the consumer is closed, also when another thread
-        calls ``close()`` while this waits (C2). In AUTO mode the message is acknowledged, and
+        Returns None on timeout (having asked the broker for a message it still has, M9) and
+        once the consumer is closed, also when another thread calls ``close()`` while this
+        waits (C2). In AUTO mode the message is acknowledged, and
         the broker confirmed it, before it is returned (A1). The message's ``acknowledge()``
         blocks until the broker confirmed (CLIENT, A2).
 
@@ -120,7 +121,9 @@ class MessageConsumer:
         return make_acknowledge_blocking(message, self._loop, self._context.ack_mode)
 
     def receive_nowait(self) -> Message | None:
-        """A message if one is already here (prefetched), else None at once.
+        """A message if one is already here (prefetched); else, unless
+        ``receive_no_wait_local_only``, one the broker sends when asked (a drain, one round
+        trip: M9); else None.
 
         Raises:
             As ``receive()``.
@@ -169,7 +172,8 @@ class MessageConsumer:
         async def relay(message: Message) -> None:
             # On the loop: hand over to the dispatcher thread and wait until the listener ran.
             make_acknowledge_blocking(message, loop, ack_mode)
-            await wait_for_job(run_listener_job(dispatcher, self, listener, message), waiter)
+            run = listener if loop.tracing is None else loop.tracing.bound(listener)
+            await wait_for_job(run_listener_job(dispatcher, self, run, message), waiter)
 
         self._listener = listener
         self._loop.run(self._consumer.set_message_listener, relay)

@@ -51,3 +51,10 @@ def test_transacted_forwarder_moves_every_message(broker: BrokerThread) -> None:
     assert "forwarded 12 messages from forwarder-in to forwarder-out" in out
     assert broker.queue_depth("forwarder-in") == 0
     assert broker.queue_depth("forwarder-out") == 12
+
+
+def test_tracing_prints_one_trace_from_producer_to_listener(broker: BrokerThread) -> None:
+    out = run_example("tracing.py", broker.url, "--queue", "ex-traced")
+    assert '"name": "send ex-traced"' in out and '"name": "process ex-traced"' in out
+    assert '"name": "ship order"' in out
+    assert "one trace from the shop to the warehouse: " in out.splitlines()[-1]

@@ -62,9 +62,14 @@ def instance_attributes(cls: type) -> set[str]:
     """The async producer's send defaults are plain instance attributes, set in __init__ (no
     I/O there): the blocking producer has them as properties."""
     if cls is aio.MessageProducer:
-        # __init__ only asks the session's context for message ids: a stand-in will do.
+        # __init__ only asks the session's context for message ids, the options, the
+        # transaction and whether it traces: a stand-in will do.
         context = SimpleNamespace(
-            connection=SimpleNamespace(message_ids=MessageIdGenerator), start_soon=None
+            connection=SimpleNamespace(message_ids=MessageIdGenerator),
+            start_soon=None,
+            options=aio.ConnectionOptions(),
+            transaction=None,
+            tracing=None,
         )
         producer = aio.MessageProducer(context, None)  # type: ignore[arg-type]
         return {name for name in vars(producer) if not name.startswith("_")}

@@ -111,6 +111,10 @@ FIRST_PARTY = {"haclient", "failover", "chaos"}
 # Imports that only run when the application has the module already, with the reason.
 BROUGHT_BY_THE_APPLICATION = {
     "trio": "haclient.aio imports it only when running on trio (anyio's other backend)",
+    "opentelemetry": (
+        "haclient.aio.tracing imports it, and a connection imports haclient.aio.tracing only "
+        "when asked to trace (jms.tracing, tracer_provider): the 'tracing' extra installs it"
+    ),
     "sniffio": (
         "haclient.amqp.rawsocket uses it when installed: anyio asks it which event loop runs, "
         "and without it anyio asks asyncio, which needs no help"

@@ -56,7 +56,7 @@ import importlib, pkgutil, sys
 
 import failover, haclient
 
-skipped = ("haclient.metrics", "haclient.spark")
+skipped = ("haclient.metrics", "haclient.spark", "haclient.aio.tracing")
 names = []
 for package in (haclient, failover):
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
@@ -234,7 +234,7 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
         "tenacity",
     ]
     extras = {line.split(": ")[1] for line in metadata.splitlines() if "Provides-Extra" in line}
-    assert extras == {"metrics", "spark", "docs", "dev"}
+    assert extras == {"metrics", "spark", "tracing", "docs", "dev"}
 
 
 def test_item2_the_sdists_hold_no_tests_bench_or_docs(dist: Path) -> None:
@@ -254,7 +254,7 @@ def test_item2_one_version_string() -> None:
     bed = tomllib.loads((ROOT / "chaos" / "pyproject.toml").read_text())["project"]
     assert "version" in client["dynamic"] and "version" not in client
     assert bed["version"] == VERSION
-    assert f"haclient[metrics]=={VERSION}" in bed["dependencies"]
+    assert f"haclient[metrics,tracing]=={VERSION}" in bed["dependencies"]
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert f"## {VERSION}" in changelog
 
@@ -267,6 +267,8 @@ def test_item1_every_client_module_imports_without_extras(
     assert "pip install 'haclient[metrics]'" in out
     assert "haclient.spark -> haclient.spark needs pyspark" in out
     assert "pip install 'haclient[spark]'" in out
+    assert "haclient.aio.tracing -> haclient.aio.tracing needs opentelemetry" in out
+    assert "pip install 'haclient[tracing]'" in out
 
 
 def test_item2_the_installed_client_talks_to_a_reference_broker(

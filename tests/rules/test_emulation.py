@@ -56,11 +56,12 @@ async def test_E1_an_exclusive_topic_consumer_consumes_what_its_selector_rejects
         assert stats.messages_received == 1
 
 
+@pytest.mark.parametrize("ids", ["original", "uuid"])  # UUID ids: remembered, not prefixed
 async def test_E2_no_local_withholds_this_connections_messages_on_every_broker(
-    api: Api, bed: Bed
+    api: Api, bed: Bed, ids: str
 ) -> None:
     topic = Topic(bed.unique("e2"))
-    async with await started(api, bed) as connection:
+    async with await started(api, bed, message_id_type=ids) as connection:
         session = await connection.create_session(AckMode.AUTO)
         consumer = await session.create_consumer(topic, no_local=True)
         assert consumer.no_local_emulated is (not bed.reference)  # E5

@@ -33,10 +33,13 @@ FIRST_ID = "ID:peer:1:1"
 
 
 def _url(port: int, **options: Any) -> str:
+    """The scripted peer's URL; its receives stay local (``jms.receiveLocalOnly``): the script
+    plays no drain, which a receive that finds nothing would otherwise send (M9)."""
     extra = "".join(f"&{name}={value}" for name, value in options.items())
     return (
         f"failover:(amqp://127.0.0.1:{port})"
-        f"?failover.method=singlebroker&failover.retries=20&failover.connectdelay=0{extra}"
+        f"?failover.method=singlebroker&failover.retries=20&failover.connectdelay=0"
+        f"&jms.receiveLocalOnly=true{extra}"
     )
 
 

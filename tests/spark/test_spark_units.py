@@ -156,3 +156,21 @@ def test_item7_a_default_micro_batch_ships_in_tasks_below_sparks_warning_size() 
     assert len(parts) > 2  # more than asked: two would each carry about 1.5 MB
     assert max(len(cloudpickle.dumps(part)) for part in parts) < 1000 * 1024
     assert [row for part in parts for row in part.rows] == rows
+
+
+def test_O2_the_trace_context_is_carried_in_columns_when_asked() -> None:
+    from haclient.message import TextMessage
+    from haclient.spark.options import SparkOptions
+    from haclient.spark.schema import message_from_row, read_schema, row_from_message
+
+    assert SparkOptions.parse({"url": URL, "address": "q", "traceContext": "true"}).trace_context
+    assert read_schema("text", True).endswith(", traceparent string, tracestate string")
+    assert "traceparent" not in read_schema("text")
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    message = TextMessage("hi", properties={"traceparent": parent})
+    assert row_from_message(message, "text", True)[-2:] == (parent, None)
+    assert len(row_from_message(message, "text")) == 8
+    row = {"body": "hi", "traceparent": parent, "tracestate": "k=v"}
+    sent = message_from_row(row, "text", True)
+    assert sent.properties == {"traceparent": parent, "tracestate": "k=v"}
+    assert message_from_row(row, "text").properties == {}

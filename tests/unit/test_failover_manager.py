@@ -37,6 +37,7 @@ from failover.url import BrokerURL, parse_url
 from haclient.errors import (
     AttachTimeoutError,
     AuthenticationError,
+    BrokerNotReadyError,
     ClosedError,
     ConfigurationError,
     ConnectionFailedError,
@@ -1913,3 +1914,37 @@ async def test_F15_each_brokers_first_refusal_is_a_warning_with_the_broker_and_t
     assert warnings == [
         "attempt 1 to connect to amqp://a:5672 failed (1 failed so far): a refused: unknown CA (a)"
     ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("error", "warned"), [("not ready", False), ("refused", True)])
+async def test_F5_a_broker_starting_up_is_no_warning_where_a_refusing_one_is(
+    caplog: pytest.LogCaptureFixture, error: str, warned: bool
+) -> None:
+    """Twelve attempts on the restarted broker fail before it serves: dropped before any answer
+    (``BrokerNotReadyError``, retried quickly for half a second) they are a broker starting up
+    and count toward no ``warn_after_attempts`` warning; refused, they do."""
+    network = Network()
+    failing = {"left": 0}
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        if broker.host == "b" and failing["left"] > 0:
+            failing["left"] -= 1
+            await anyio.lowlevel.checkpoint()
+            if error == "not ready":
+                raise BrokerNotReadyError("accepted, then closed before answering")
+            raise OSError("connection refused by b")
+        return await network.connect(broker)
+
+    policy = FailoverPolicy(method=FailoverMethod.SINGLEBROKER, warn_after_attempts=10)
+    with anyio.fail_after(HANG):
+        async with make(network, [B], policy, connect=connect) as manager:
+            await manager.start()
+            failing["left"] = 12
+            caplog.set_level(logging.INFO, logger="haclient.failover")
+            connection, _ = await drop_and_reconnect(manager)
+    assert connection.broker.host == "b"
+    failed = [r for r in caplog.records if "to connect to" in r.getMessage()]
+    assert len(failed) == 12
+    warnings = [r for r in failed if r.levelno == logging.WARNING]
+    assert bool(warnings) is warned

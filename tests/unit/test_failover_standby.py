@@ -8,12 +8,30 @@ virtual clock.
 
 from __future__ import annotations
 
+import logging
+from typing import Any, ClassVar
+
 import anyio
 import pytest
-from test_failover_manager import HANG, Network, Recorder, Res, make, until
+from test_failover_manager import (
+    HANG,
+    FakeConnection,
+    Manager,
+    Network,
+    Recorder,
+    Res,
+    make,
+    until,
+)
 from unitkit import A, B, C, S
 
-from failover.errors import ConfigurationError, ConnectionLostError, PreferredBrokerAvailable
+from failover.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    ConnectionLostError,
+    HAClientError,
+    PreferredBrokerAvailable,
+)
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.states import (
     announced_list,
@@ -24,6 +42,11 @@ from failover.states import (
 from failover.url import BrokerURL, parse_url
 
 SECURE_A = BrokerURL("amqps", "a")
+
+
+class Fatal(HAClientError):
+    """A loss no reconnect fixes (the tests' ``retriable`` says so)."""
+
 
 # --- Decisions ---------------------------------------------------------------------------------
 
@@ -195,3 +218,108 @@ async def test_F17_a_dead_spare_is_skipped_and_the_plan_walked() -> None:
             first.drop()  # ...and the connection in use with it, before it was opened again
             await until(lambda: manager.epoch == 1 and manager.state is S.CONNECTED)
             assert manager.broker in (B, C)
+
+
+def _manager(network: Network, policy: FailoverPolicy, **hooks: Any) -> Manager:
+    """A manager of [A, B] over ``network`` on its virtual clock, with ``hooks``."""
+    clock = network.clock
+    return Manager(network.connect, [A, B], policy, clock=clock, sleep=clock.sleep, **hooks)
+
+
+@pytest.mark.anyio
+async def test_F16_a_return_never_starts_while_a_commit_is_on_its_way() -> None:
+    network = Network(down={"a"})
+    committing = [True]
+    manager = _manager(network, RETURNING, may_return=lambda: not committing[0])
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            network.down.clear()
+            await until(lambda: len([c for c in network.opened if c.broker == A]) >= 3)
+            assert manager.broker == B and manager.epoch == 0  # probes made, none switched
+            probes = [c for c in network.opened if c.broker == A]
+            await until(lambda: all(c.closed for c in probes[:-1]))  # each one closed
+            committing[0] = False  # the commit's outcome came
+            await until(lambda: manager.broker == A and manager.state is S.CONNECTED)
+            assert manager.statistics().returns == 1
+
+
+@pytest.mark.anyio
+async def test_F17_the_spare_is_closed_when_failover_gives_up() -> None:
+    network = Network()
+    manager = _manager(network, SPARING, retriable=lambda exc: not isinstance(exc, Fatal))
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            await until(lambda: manager.statistics().standby == B)
+            spare = network.last
+            first, _ = await manager.wait_connected()
+            first.drop(Fatal("no reconnect fixes this"))
+            await until(lambda: manager.state is S.FAILED)
+            await until(lambda: spare.closed)
+            assert manager.statistics().standby is None
+
+
+class _SlowClose(FakeConnection):
+    """A connection whose close waits until every one of them is closing (``closing``)."""
+
+    closing: ClassVar[list[FakeConnection]]
+    all_closing: ClassVar[anyio.Event]
+
+    async def close(self) -> None:
+        self.closing.append(self)
+        if len(self.closing) == 2:
+            self.all_closing.set()
+        await self.all_closing.wait()
+        await super().close()
+
+
+@pytest.mark.anyio
+async def test_F17_close_closes_the_spare_and_the_connection_in_use_together() -> None:
+    _SlowClose.closing, _SlowClose.all_closing = [], anyio.Event()
+    network = Network()
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        plain = await network.connect(broker)
+        network.opened[-1] = slow = _SlowClose(plain.broker)
+        return slow
+
+    clock = network.clock
+    manager = Manager(connect, [A, B], SPARING, clock=clock, sleep=clock.sleep)
+    with anyio.fail_after(HANG):  # one after the other, the first close would wait 5 s
+        async with manager:
+            await manager.start()
+            await until(lambda: manager.statistics().standby == B)
+        assert [c.broker for c in _SlowClose.closing] == [A, B]
+        assert all(c.closed for c in network.opened)
+
+
+@pytest.mark.anyio
+async def test_F16_a_probe_waiting_for_a_commit_is_closed_when_the_connection_closes() -> None:
+    network = Network(down={"a"})
+    manager = _manager(network, RETURNING, may_return=lambda: False)
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            network.down.clear()
+            await until(lambda: any(c.broker == A for c in network.opened))
+        assert all(c.closed for c in network.opened)  # the probe too, cut off as it waited
+
+
+@pytest.mark.anyio
+async def test_F16_a_preferred_broker_that_refuses_trust_is_a_warning_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    network = Network(down={"a"})
+    manager = _manager(network, RETURNING)
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            network.down.clear()
+            network.errors["a"] = AuthenticationError("the broker refused the login")
+            with caplog.at_level(logging.DEBUG, logger="haclient.failover"):
+                await until(lambda: network.calls.count("a") >= 4)
+            assert manager.broker == B and manager.statistics().returns == 0
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once, not at every probe
+    assert "preferred broker amqp://a:5672 refused" in warnings[0].getMessage()

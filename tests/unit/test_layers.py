@@ -29,7 +29,7 @@ FAILOVER = Path(failover.__file__).parent
 HACLIENT = Path(haclient.__file__).parent
 
 # The modules of failover that own tasks; every other one is free of anyio.
-USES_ANYIO = {"manager.py", "gate.py", "supervisor.py", "standby.py"}
+USES_ANYIO = {"manager.py", "gate.py", "supervisor.py", "standby.py", "restore.py"}
 # The modules of failover that decide and never act: no clock, no sleep, no I/O, no logging.
 PURE = ["url.py", "options.py", "option_kinds.py", "policy.py", "states.py", "protocols.py"]
 # What the client's upper layers load; the layers below must not.
@@ -66,7 +66,7 @@ def _loaded_after(statement: str) -> list[str]:
 
 def test_failover_package_knows_nothing_of_amqp() -> None:
     """``failover`` imports neither proton nor anything of haclient; only the manager, its gate,
-    its supervisor and its standby, which run the reconnect loops, may use anyio."""
+    its supervisor, its restore and its standby, which run the reconnect loops, may use anyio."""
     for path in FAILOVER.rglob("*.py"):
         banned = {"proton", "_proton", "haclient"}
         banned |= set() if path.name in USES_ANYIO else {"anyio"}

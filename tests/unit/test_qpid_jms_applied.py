@@ -5,7 +5,12 @@ Each test checks an option's effect where it shows: the prefixes a connection to
 in Qpid JMS, whose ``AmqpConnectionProperties`` overwrites the configured one with it); the
 ``user-id`` of every message sent (``jms.populateJMSXUserID``: the logged-in user's name,
 replacing the application's, as Qpid JMS's ``JmsSession.send`` does); the message ids a
-producer makes (``jms.messageIDPolicy.messageIDType``, Qpid JMS's ``JmsMessageIDBuilder``).
+producer makes (``jms.messageIDPolicy.messageIDType``, Qpid JMS's ``JmsMessageIDBuilder``); the
+credit each kind of consumer grants (``jms.prefetchPolicy.*``, Qpid JMS's
+``JmsDefaultPrefetchPolicy``); which producers and consumers the presettle policy presettles
+(``jms.presettlePolicy.*``, ``JmsDefaultPresettlePolicy``; what that does on the wire is
+tests/rules/test_qpid_jms_policies.py's); the forced send modes; the connection id's prefix
+(``jms.connectionIDPrefix``).
 """
 
 from __future__ import annotations
@@ -16,17 +21,23 @@ import uuid
 import anyio
 import pytest
 
+import haclient
 import haclient.aio as aio
 from chaos.broker import BrokerThread
 from failover.url import parse_url
 from haclient.aio.options import ConnectionOptions
 from haclient.aio.physical import _prefixes, open_physical
-from haclient.amqp.codec import decode_message
+from haclient.aio.pull import drain_timed_out, pulls
+from haclient.amqp.by_priority import ByPriority, priority_of
+from haclient.amqp.codec import AmqpMessage, decode_message, encode_message
+from haclient.amqp.connection import ReceivedMessage
 from haclient.destination import (
     NO_PREFIXES,
     DestinationPrefixes,
     Queue,
     TemporaryQueue,
+    TemporaryTopic,
+    Topic,
     address_of,
 )
 from haclient.mapping import message_id_from_amqp
@@ -165,3 +176,167 @@ async def test_a_producer_sends_uuid_message_ids_when_asked() -> None:
             assert re.fullmatch(rf"ID:AMQP_UUID:{SOME_UUID}", message.message_id)
             received = await consumer.receive(5.0)
             assert received is not None and received.message_id == message.message_id
+
+
+# --- jms.prefetchPolicy.* ------------------------------------------------------------------------
+
+
+def test_each_consumer_kind_takes_its_prefetch_as_qpid_jms_chooses_it() -> None:
+    url = parse_url(
+        "amqp://a?jms.prefetchPolicy.all=50&jms.prefetchPolicy.queuePrefetch=7"
+        "&jms.prefetchPolicy.topicPrefetch=3&jms.prefetchPolicy.durableTopicPrefetch=2"
+        "&jms.prefetchPolicy.queueBrowserPrefetch=9"
+    )
+    options = ConnectionOptions.build(url, {})
+    assert options.prefetch == 50
+    assert options.prefetch_for(Queue("q")) == 7
+    assert options.prefetch_for(TemporaryQueue("t")) == 7
+    assert options.prefetch_for(Queue("q"), browser=True) == 9
+    assert options.prefetch_for(Topic("t")) == 3
+    assert options.prefetch_for(Topic("t"), durable=True) == 2
+    only_all = ConnectionOptions.build(parse_url("amqp://a?jms.prefetchPolicy.all=5"), {})
+    assert only_all.prefetch_for(Topic("t"), durable=True) == 5
+
+
+def test_the_prefetch_keyword_wins_over_the_urls_per_kind_prefetch() -> None:
+    url = parse_url(
+        "amqp://a?jms.prefetchPolicy.queuePrefetch=7&jms.prefetchPolicy.topicPrefetch=3"
+    )
+    options = ConnectionOptions.build(url, {"prefetch": 11, "topic_prefetch": 4})
+    assert options.prefetch_for(Queue("q")) == 11  # the keyword over the URL's queuePrefetch
+    assert options.prefetch_for(Topic("t")) == 4  # a per-kind keyword over `prefetch`
+
+
+@pytest.mark.anyio
+async def test_consumers_and_browsers_grant_their_kinds_prefetch_on_a_broker() -> None:
+    with BrokerThread() as broker:
+        url = (
+            f"amqp://127.0.0.1:{broker.port}?jms.prefetchPolicy.queuePrefetch=7"
+            "&jms.prefetchPolicy.topicPrefetch=3&jms.prefetchPolicy.durableTopicPrefetch=2"
+            "&jms.prefetchPolicy.queueBrowserPrefetch=9"
+        )
+        async with aio.connect(url, client_id="prefetch-kinds") as connection:
+            session = await connection.create_session()
+            queue = await session.create_consumer(Queue("kinds"))
+            topic = await session.create_consumer(Topic("kinds"))
+            durable = await session.create_durable_consumer(Topic("kinds"), "sub")
+            browser = await session.create_browser(Queue("kinds"))
+            granted = [c._receiver.credit for c in (queue, topic, durable)]  # nothing arrived
+            assert granted == [7, 3, 2]
+            assert browser._credit == 9
+
+
+# --- jms.presettlePolicy.* -----------------------------------------------------------------------
+
+
+def _policy(**flags: bool) -> ConnectionOptions:
+    names = "&".join(f"jms.presettlePolicy.{name}=true" for name, on in flags.items() if on)
+    return ConnectionOptions.build(parse_url(f"amqp://a?{names}" if names else "amqp://a"), {})
+
+
+def test_M5_the_presettle_policy_decides_as_qpid_jms() -> None:
+    queue, topic, temporary = Queue("q"), Topic("t"), TemporaryTopic("tt")
+    assert not _policy().presettled_producer(queue, transacted=False)
+    assert not _policy().presettled_consumer(queue, transacted=False)
+    everything = _policy(presettleAll=True)
+    assert everything.presettled_producer(None, transacted=True)
+    assert everything.presettled_consumer(topic, transacted=False)
+    assert not everything.presettled_consumer(topic, transacted=True)  # never in a transaction
+    topics = _policy(presettleTopicProducers=True, presettleQueueConsumers=True)
+    assert topics.presettled_producer(topic, transacted=False)
+    assert topics.presettled_producer(temporary, transacted=False)
+    assert not topics.presettled_producer(queue, transacted=False)
+    assert not topics.presettled_producer(None, transacted=False)  # anonymous: all/producers only
+    assert topics.presettled_consumer(queue, transacted=False)
+    assert not topics.presettled_consumer(topic, transacted=False)
+    transacted = _policy(presettleTransactedProducers=True)
+    assert transacted.presettled_producer(queue, transacted=True)
+    assert not transacted.presettled_producer(queue, transacted=False)
+    assert _policy(presettleProducers=True).presettled_producer(None, transacted=False)
+    assert _policy(presettleConsumers=True).presettled_consumer(topic, transacted=False)
+    assert ConnectionOptions(presettle_topic_consumers=True).presettled_consumer(
+        temporary, transacted=False
+    )
+
+
+# --- jms.forceSyncSend / jms.forceAsyncSend ------------------------------------------------------
+
+
+def test_the_send_options_are_read_from_the_url_and_keywords() -> None:
+    url = parse_url("amqp://a?jms.forceSyncSend=true&jms.forceAsyncSend=true")
+    options = ConnectionOptions.build(url, {})
+    assert (options.force_sync_send, options.force_async_send) == (True, True)
+    assert ConnectionOptions.build(url, {"force_sync_send": False}).force_sync_send is False
+    assert (ConnectionOptions().force_sync_send, ConnectionOptions().force_async_send) == (
+        False,
+        False,
+    )
+
+
+# --- jms.connectionIDPrefix ----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_connection_id_takes_the_configured_prefix() -> None:
+    with BrokerThread() as broker:
+        url = f"amqp://127.0.0.1:{broker.port}?jms.connectionIDPrefix=app-"
+        async with aio.connect(url) as connection:
+            assert re.fullmatch(r"app-[0-9a-f]{32}", connection.connection_id)
+            assert connection.connection_id in repr(connection)
+            assert connection.statistics().connection_id == connection.connection_id
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("ids"))
+            message = TextMessage("x")
+            await producer.send(message)
+            assert message.message_id is not None
+            assert message.message_id.startswith(f"ID:{connection.connection_id[4:]}:")
+        async with aio.connect(f"amqp://127.0.0.1:{broker.port}") as connection:
+            assert re.fullmatch(r"ID:[0-9a-f]{32}", connection.connection_id)
+
+
+def test_the_blocking_connection_shows_its_connection_id() -> None:
+    with BrokerThread() as broker:
+        url = f"amqp://127.0.0.1:{broker.port}?jms.connectionIDPrefix=blocking-"
+        with haclient.connect(url) as connection:
+            assert connection.connection_id.startswith("blocking-")
+            assert connection.statistics().connection_id == connection.connection_id
+
+
+# --- jms.localMessagePriority --------------------------------------------------------------------
+
+
+def _arrived(priority: int | None, body: str) -> ReceivedMessage:
+    fields = {} if priority is None else {"priority": priority}
+    return ReceivedMessage(None, encode_message(AmqpMessage(body=body, **fields)))  # type: ignore[arg-type]
+
+
+def test_M8_arrivals_are_taken_highest_priority_first_fifo_within_one() -> None:
+    waiting: ByPriority[ReceivedMessage] = ByPriority()
+    for priority, body in ((None, "default"), (2, "low"), (200, "top"), (9, "nine"), (4, "four")):
+        waiting.append(_arrived(priority, body))
+    assert len(waiting) == 5 and waiting
+    assert decode_message(waiting[0].payload).body == "top"  # 200 counts as 9, came first
+    order = [decode_message(message.payload).body for message in waiting]
+    assert order == ["top", "nine", "default", "four", "low"]
+    taken = [decode_message(waiting.popleft().payload).body for _ in range(5)]
+    assert taken == order and not waiting
+    with pytest.raises(IndexError):
+        waiting.popleft()
+    assert priority_of(b"not a message") == 4
+
+
+# --- jms.receiveLocalOnly / jms.receiveNoWaitLocalOnly -------------------------------------------
+
+
+def test_M9_which_receives_pull_as_qpid_jms_decides() -> None:
+    default = ConnectionOptions()
+    assert not pulls(None, 10, default)  # receive() waits on: never a drain
+    assert pulls(0, 10, default) and pulls(0.5, 10, default)
+    local = ConnectionOptions(receive_local_only=True)
+    assert pulls(0, 10, local) and not pulls(0.5, 10, local)
+    no_wait_local = ConnectionOptions(receive_no_wait_local_only=True)
+    assert not pulls(0, 10, no_wait_local) and pulls(0.5, 10, no_wait_local)
+    both = ConnectionOptions(receive_local_only=True, receive_no_wait_local_only=True)
+    assert pulls(0, 0, both) and pulls(0.5, 0, both)  # prefetch 0 always pulls
+    assert not pulls(None, 0, both)
+    assert "within 0.3 s" in str(drain_timed_out(0.3))

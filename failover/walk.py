@@ -1,0 +1,233 @@
+"""The walk of a reconnect plan: attempt after attempt until a connection is in use.
+
+How this works: a ``Walker`` serves one supervisor. For each connect (the first one, and each
+failover) the supervisor gives it a ``ReconnectPlan`` (``failover.schedule``: which broker
+next, how long to wait, when to give up), the ready connection the failover may take first
+(the preferred broker's that started a return, or the warm spare: ``failover.standby``), and
+``use``, which makes a connection the one in use (and, on a failover, restores on it). The
+walk tries the ready connection first, then asks the plan for an attempt, tells the gate which
+attempt is under way, sleeps the attempt's delay, calls the connector, and hands what it opened
+to ``use``; a connection lost during its restore is the next attempt's failure. It keeps the
+record of the attempts: how many were made, the last failure, and each broker's last failure
+in the last walk.
+
+Rules it keeps (``failover.states``' invariants, whose decisions it applies):
+
+- 6: after a failed attempt, or a loss during a restore, ``retriable`` decides whether the walk
+  goes on (a refusal of trust aside): False ends it, attempts left or not.
+- 10 (F15): a refusal of trust is one broker's answer: logged as a warning (each broker's first
+  in a walk), the next broker tried at once; every broker of a pass refusing at its last
+  attempt ends the walk with ``refusal_error``.
+- 11 (F16, F17): a ready connection is taken before any attempt of the plan and counts as none.
+- ``warn_after_attempts``: every that many failed attempts, a warning; the attempts a broker
+  starting up dropped (``BrokerNotReadyError``) while the plan retries it quickly
+  (``ReconnectPlan.quick_retry``) are not counted, so a failover that waits out a new
+  master's first milliseconds logs no warning.
+- F4: when the plan runs out, the walk ends; ``failure`` says what failed last.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Generic
+
+from failover.errors import BrokerNotReadyError, ConnectionLostError
+from failover.gate import ConnectionGate
+from failover.policy import Attempt
+from failover.protocols import Connector, P
+from failover.schedule import NotReadyRetry, ReconnectPlan
+from failover.standby import close_quietly
+from failover.states import ConnectionState, is_refusal, refusal_error, refused_everywhere
+from failover.url import BrokerURL
+
+__all__ = ["Use", "Walker"]
+
+_log = logging.getLogger("haclient.failover")
+
+#: Makes a connection to a broker the one in use (and restores on it after a loss): False when
+#: it was lost meanwhile, closed, its cause recorded in the walker's ``failure``.
+Use = Callable[[P, BrokerURL], Awaitable[bool]]
+
+
+class Walker(Generic[P]):
+    """Walks the reconnect plans of one supervisor (see the module docstring).
+
+    Args:
+        gate: Told the attempt under way; its state says whether the connection was closed.
+        connector: Opens one physical connection, counted as an attempt.
+        retriable: Whether a failure is one a reconnect can fix.
+        clock: The monotonic clock the plans read.
+        sleep: Sleeps an attempt's delay.
+        warn_after_attempts: Every how many failed attempts the log says so as a warning.
+    """
+
+    def __init__(
+        self,
+        gate: ConnectionGate[P],
+        connector: Connector[P],
+        *,
+        retriable: Callable[[BaseException], bool],
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+        warn_after_attempts: int,
+    ) -> None:
+        self._gate = gate
+        self._connector = connector
+        self._retriable = retriable
+        self._clock = clock
+        self._sleep = sleep
+        self._warn_after_attempts = warn_after_attempts
+        self.attempts = 0  # connection attempts made, in every walk
+        #: The last failure: of an attempt, or the loss the supervisor noted (F4's cause).
+        self.failure: BaseException | None = None
+        self.failures: dict[str, BaseException] = {}  # broker -> its last, in the last walk
+
+    def cause(self) -> BaseException:
+        """The last failure, or an error saying that no attempt was made."""
+        return self.failure or ConnectionLostError("no connection attempt was made")
+
+    async def walk(
+        self, plan: ReconnectPlan, ready: tuple[P, BrokerURL] | None, use: Use[P]
+    ) -> bool:
+        """Connect following ``plan``, ``ready`` first when given; True once ``use`` took a
+        connection. False when the plan ended (it ran out, the budget was spent) or a failure
+        no reconnect can fix came up; ``failure`` says what failed last."""
+        self.failures = {}
+        try:
+            return await self._walk(plan, ready, use)
+        finally:
+            self._gate.attempting(None)
+
+    async def _walk(
+        self, plan: ReconnectPlan, ready: tuple[P, BrokerURL] | None, use: Use[P]
+    ) -> bool:
+        failed: BaseException | None = None
+        refused = False  # the last attempt was a refusal of trust
+        failures = 0
+        counted = 0  # the failures warn_after_attempts counts
+        not_ready_since: dict[str, float] = {}  # broker -> its first drop in a row
+        # broker -> its refusal, for each broker whose last attempt was one (invariant 10)
+        refusals: dict[str, BaseException] = {}
+        if ready is not None:  # the handover of a return, or the warm spare: restore at once
+            if await self._use(use, *ready):
+                return True
+            failed = self.cause()
+            if not self._retriable(failed):
+                return False
+        while (attempt := plan.next(self._clock(), failed, refused=refused)) is not None:
+            self._gate.attempting(attempt)
+            if attempt.delay > 0:
+                await self._sleep(attempt.delay)
+            connection = await self._try(attempt)
+            if connection is None:
+                failed = self.cause()
+                failures += 1
+                due = False  # a warning every warn_after_attempts counted failures
+                if not self._starting_up(plan.quick_retry, attempt, failed, not_ready_since):
+                    counted += 1
+                    every = self._warn_after_attempts
+                    due = every > 0 and counted % every == 0
+                refused = self._note_refusal(attempt, failed, refusals, failures, due)
+                if refused and refused_everywhere(refusals, plan.brokers_of_a_pass):
+                    self.failure = refusal_error(refusals, plan.brokers_of_a_pass, failed)
+                    return False
+                if not refused and not self._retriable(failed):
+                    return False
+                continue
+            if self._gate.state is ConnectionState.CLOSED:  # closed while the connector ran
+                await close_quietly(connection)
+                return False
+            if await self._use(use, connection, attempt.broker):
+                return True
+            failed = self.cause()
+            refused = False  # it accepted the connection
+            refusals.pop(str(attempt.broker), None)
+            if not self._retriable(failed):
+                return False
+        _log.info("the reconnect schedule ends after %d attempts", plan.made)
+        return False
+
+    async def _use(self, use: Use[P], connection: P, broker: BrokerURL) -> bool:
+        if await use(connection, broker):
+            return True
+        self.failures[str(broker)] = self.cause()
+        return False
+
+    async def _try(self, attempt: Attempt[BrokerURL]) -> P | None:
+        self.attempts += 1
+        _log.debug("connecting to %s (attempt %d)", attempt.broker, attempt.number)
+        try:
+            return await self._connector(attempt.broker)
+        except Exception as exc:  # the connector's failure is the cause F4 reports
+            _drop_locals(exc)
+            self.failure = self.failures[str(attempt.broker)] = exc
+            return None
+
+    def _note_refusal(
+        self,
+        attempt: Attempt[BrokerURL],
+        failed: BaseException,
+        refusals: dict[str, BaseException],
+        failures: int,
+        due: bool,
+    ) -> bool:
+        """Log the failed ``attempt`` and keep ``refusals`` (broker -> its refusal, for each
+        broker whose last attempt was one) up to date; True when ``failed`` is a refusal of
+        trust (invariant 10 of ``failover.states``). A broker's first refusal is a warning
+        that says which broker and why."""
+        key = str(attempt.broker)
+        refused = is_refusal(failed, retriable=self._retriable(failed))
+        self._log_failure(attempt, failures, warn=due or (refused and key not in refusals))
+        if refused:
+            refusals[key] = failed
+        else:
+            refusals.pop(key, None)
+        return refused
+
+    def _starting_up(
+        self,
+        quick: NotReadyRetry | None,
+        attempt: Attempt[BrokerURL],
+        failed: BaseException,
+        since: dict[str, float],
+    ) -> bool:
+        """Whether the broker of ``attempt`` dropped it while starting up and the plan retries
+        it ``quick``ly: a ``BrokerNotReadyError`` within the quick retry's patience of its
+        first drop in a row (``since``: broker -> that drop, kept up to date here)."""
+        key = str(attempt.broker)
+        if quick is None or not isinstance(failed, BrokerNotReadyError):
+            since.pop(key, None)
+            return False
+        now = self._clock()
+        return now - since.setdefault(key, now) <= quick.patience
+
+    def _log_failure(self, attempt: Attempt[BrokerURL], failures: int, *, warn: bool) -> None:
+        """Log a failed attempt: a warning when ``warn`` (a broker's first refusal of trust in
+        a walk: which broker, and why; or ``warn_after_attempts`` more counted failures)."""
+        _log.log(
+            logging.WARNING if warn else logging.INFO,
+            "attempt %d to connect to %s failed (%d failed so far): %s",
+            attempt.number,
+            attempt.broker,
+            failures,
+            self.failure,
+        )
+
+
+def _drop_locals(error: BaseException) -> None:
+    """Clear the local variables of the finished frames in the tracebacks of ``error`` and of
+    the errors it was raised from, keeping the tracebacks themselves (file, line, function).
+
+    A failed attempt is kept as the cause F4 reports, and its frames held what the attempt
+    built (its socket, task groups, events): kept until the next failure replaces it, those were
+    the most numerous objects a failover left behind, and the collector walked them again and
+    again while a thousand connections failed over together.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__

@@ -1,0 +1,426 @@
+"""OpenTelemetry tracing of sends, receives and settlements, failover included (O1-O4).
+
+How this works: a connection asked to trace (``jms.tracing=opentelemetry`` or
+``connect(tracer_provider=...)``) gets one ``Tracing``, shared by its gate, sessions, producers
+and consumers (``ConnectionContext.tracing``); without it every hook is one ``is None`` check.
+Its producers and consumers are instrumented as they are made (``instrument_producer`` wraps
+their ``send``, ``instrument_consumer`` their ``receive``), so that those of a connection that
+does not trace carry no tracing code on their path at all.
+This is the only module of the client that imports ``opentelemetry`` (the ``tracing`` extra);
+the failover layer knows nothing of it: what a trace says about failover comes from a failover
+listener (``FailoverRecord``) and from what the gate, the producer and the consumer know. What
+the spans say (the conventions' attributes, the failover span) is ``haclient.aio.tracing_spans``.
+
+Spans follow OpenTelemetry's messaging semantic conventions:
+
+- ``send <destination>`` (PRODUCER) per send; it injects the W3C trace context (``traceparent``,
+  ``tracestate``) into the message's application properties, so that any AMQP consumer that
+  reads them (another language's, a Java one's) continues the trace;
+- ``receive <destination>`` (CONSUMER) per message ``receive()`` returns, ``process
+  <destination>`` (CONSUMER) around a message listener (current while it runs), each a child of
+  the producer's span and linked to it (one message, one trace): its context comes from the
+  properties, or from Qpid JMS's ``x-opt-qpid-tracestate`` message annotation (``adopt``);
+- ``ack``, ``commit`` and ``rollback`` (CLIENT, operation type ``settle``); a commit or
+  rollback links to the spans of the transaction's sends and receives.
+
+Failover in the trace: a ``failover`` span per failover (lost broker, new broker, downtime); a
+call that waited at the gate gets a ``haclient.failover`` event (how long it waited, which
+broker was lost, which took over) and a link to that span; a send sent again on the new
+connection (F11) a ``haclient.resent`` event; a message whose acknowledgement a failover cut
+off ``haclient.ack_in_doubt``; a commit rolled back by failover an error status that says so.
+
+Thread-safety: the tracer is OpenTelemetry's (thread-safe); ``carried`` and ``bound`` are
+called in the application's threads, everything else on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib.metadata
+import inspect
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Link, SpanKind
+except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lower layer
+    raise ImportError(
+        f"haclient.aio.tracing needs {missing.name}, which the 'tracing' extra installs: "
+        "pip install 'haclient[tracing]'",
+        name="haclient.aio.tracing",
+    ) from missing
+
+from haclient.aio.tracing_spans import (
+    QPID_JMS_ANNOTATION,
+    SYSTEM,
+    TRACE_PROPERTIES,
+    FailoverRecord,
+    context_of,
+    destination_attributes,
+    failed,
+    message_attributes,
+    server_attributes,
+    span_name,
+    trace_properties,
+)
+from haclient.destination import Destination
+from haclient.errors import TransactionRolledBackError
+from haclient.message import Message
+
+if TYPE_CHECKING:
+    from haclient.aio.physical import PhysicalConnection
+    from haclient.aio.stats import Counters
+    from haclient.amqp.connection import ReceivedMessage
+
+__all__ = [
+    "QPID_JMS_ANNOTATION",
+    "TRACE_PROPERTIES",
+    "FailoverRecord",
+    "Tracing",
+    "context_of",
+    "trace_properties",
+]
+
+T = TypeVar("T")
+
+
+class TracedConnection(Protocol):
+    """What tracing reads of its connection (``haclient.aio.context.ConnectionContext``)."""
+
+    client_id: str | None
+    current: PhysicalConnection | None
+    counters: Counters
+
+
+_MAX_LINKS: Final = 128  # links a commit keeps to its transaction's spans
+
+_Wait = tuple[dict[str, Any], int, "trace.SpanContext | None"]
+"""A wait at the gate: the event's attributes, when (ns), the failover's span to link to."""
+_waits: contextvars.ContextVar[list[_Wait] | None] = contextvars.ContextVar(
+    "haclient_tracing_waits", default=None
+)
+"""The waits of a receive in progress, whose span is made only once a message came."""
+
+
+def _declined(*args: Any, **options: Any) -> bool:
+    """A traced producer's ``post``: never queues (see ``Tracing.instrument_producer``)."""
+    return False
+
+
+def _version() -> str | None:
+    """The installed haclient's version, for the tracer's instrumentation scope."""
+    try:
+        return importlib.metadata.version("haclient")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class Tracing:
+    """The spans of one connection's sends, receives and settlements (see the module doc)."""
+
+    def __init__(self, tracer_provider: Any, connection: TracedConnection) -> None:
+        self._tracer = trace.get_tracer("haclient", _version(), tracer_provider=tracer_provider)
+        self._connection = connection
+        self.failover = FailoverRecord(self._tracer)
+        # The span contexts of each transacted session's open transaction: its commit's links.
+        self._transactions: weakref.WeakKeyDictionary[Any, list[trace.SpanContext]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # What every span has ------------------------------------------------------------------------
+
+    def _common(self, operation: str, kind: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.name": operation,
+            "messaging.operation.type": kind,
+        }
+        if self._connection.client_id is not None:
+            attributes["messaging.client.id"] = self._connection.client_id
+        return attributes
+
+    def _finish(self, span: trace.Span) -> None:
+        """Name the broker actually used: the one in use now (after a failover, the new one)."""
+        current = self._connection.current
+        if current is not None:
+            span.set_attributes(server_attributes(current.broker))
+
+    def _note_transaction(self, session: Any, span: trace.Span) -> None:
+        if session is not None and getattr(session, "transaction", None) is not None:
+            spans = self._transactions.setdefault(session, [])
+            if len(spans) < _MAX_LINKS:
+                spans.append(span.get_span_context())
+
+    # Producers and consumers -------------------------------------------------------------------
+
+    def instrument_producer(self, producer: Any) -> None:
+        """Trace ``producer``'s sends: its ``send`` and ``send_async`` run in a ``send`` span,
+        and ``post`` declines (the send then goes through the loop, in the caller's context),
+        so that a producer of a connection without tracing is not touched at all."""
+        send, send_async = producer.send, producer.send_async
+        context = producer._context
+
+        async def traced_send(first: Any, message: Message | None = None, **options: Any) -> None:
+            producer._check_open()  # first, as an untraced send does
+            destination, resolved = producer._resolve(first, message)
+            await self.send(destination, resolved, context, send(first, message, **options))
+
+        async def traced_send_async(
+            first: Any, message: Message | None = None, **options: Any
+        ) -> None:
+            producer._check_open()
+            destination, resolved = producer._resolve(first, message)
+            await self.send(destination, resolved, context, send_async(first, message, **options))
+
+        producer.send = traced_send
+        producer.send_async = traced_send_async
+        producer.post = _declined
+
+    def instrument_consumer(self, consumer: Any) -> None:
+        """Trace ``consumer``'s ``receive``: a ``receive`` span per message it returns."""
+        receive = consumer.receive
+        context = consumer._context
+
+        async def traced_receive(timeout: float | None = None) -> Message | None:
+            return await self.receive(
+                consumer.destination, consumer.subscription_name, receive(timeout), context
+            )
+
+        consumer.receive = traced_receive
+
+    # Sending ------------------------------------------------------------------------------------
+
+    def _start_send(self, destination: Destination, message: Message) -> trace.Span:
+        span = self._tracer.start_span(
+            span_name("send", destination),
+            kind=SpanKind.PRODUCER,
+            attributes={**self._common("send", "send"), **destination_attributes(destination)},
+        )
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        for key in TRACE_PROPERTIES:
+            if key in carrier:
+                message.properties[key] = carrier[key]
+            else:
+                message.properties.pop(key, None)
+        return span
+
+    async def send(
+        self, destination: Destination, message: Message, session: Any, sending: Awaitable[T]
+    ) -> T:
+        """Run ``sending`` (the send of ``message``) in a ``send`` span.
+
+        ``sending`` must not have started: the trace context goes into the message's
+        properties before the send encodes it."""
+        span = self._start_send(destination, message)
+        self._note_transaction(session, span)
+        with trace.use_span(span, end_on_exit=False, record_exception=False):
+            try:
+                return await sending
+            except BaseException as exc:
+                failed(span, exc)
+                raise
+            finally:
+                attributes = message_attributes(message)  # the id: stamped by now
+                current = self._connection.current
+                if current is not None:
+                    attributes.update(server_attributes(current.broker))
+                span.set_attributes(attributes)
+                span.end()
+
+    def resent(self, message: Message) -> None:
+        """A send cut off by a failover goes again on the new connection (F11)."""
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event("haclient.resent", {"messaging.message.id": message.message_id or ""})
+
+    # Receiving ----------------------------------------------------------------------------------
+
+    def adopt(self, message: Message, raw: ReceivedMessage) -> None:
+        """A message just received: when it carries its trace context only in Qpid JMS's
+        ``x-opt-qpid-tracestate`` annotation, copy it into its properties (read both ways)."""
+        if trace_properties(message) or QPID_JMS_ANNOTATION.encode() not in raw.payload:
+            return
+        from haclient.amqp.codec import MessageView
+
+        with contextlib.suppress(Exception):
+            qpid = MessageView(raw.payload).message_annotations.get(QPID_JMS_ANNOTATION)
+            if isinstance(qpid, Mapping):
+                for key in TRACE_PROPERTIES:
+                    if isinstance(qpid.get(key), str):
+                        message.properties[key] = qpid[key]
+
+    @staticmethod
+    def _producer(message: Message) -> tuple[otel_context.Context | None, list[Link]]:
+        """The parent of a consumer span of ``message`` and its links: the producer's span,
+        so that the message's spans make one trace; and, for a receive made inside a span of
+        the application, a link to that span. Without a producer context: the ambient one."""
+        ambient = trace.get_current_span().get_span_context()
+        caller = [Link(ambient, {"haclient.link": "caller"})] if ambient.is_valid else []
+        parent = context_of(message)
+        producer = trace.get_current_span(parent).get_span_context()
+        if not producer.is_valid:
+            return None, []
+        return parent, [Link(producer, {"haclient.link": "producer"}), *caller]
+
+    def _consumer_attributes(
+        self, operation: str, destination: Destination, message: Message, subscription: str | None
+    ) -> dict[str, Any]:
+        attributes = {
+            **self._common(operation, operation),
+            **destination_attributes(destination),
+            **message_attributes(message),
+            "messaging.message.delivery_count": message.delivery_count,
+        }
+        if subscription is not None:
+            attributes["messaging.destination.subscription.name"] = subscription
+        if message.ack_in_doubt:
+            attributes["haclient.ack_in_doubt"] = True
+        return attributes
+
+    async def receive(
+        self,
+        destination: Destination,
+        subscription: str | None,
+        receiving: Awaitable[Message | None],
+        session: Any,
+    ) -> Message | None:
+        """Run ``receiving``; for the message it gives, a ``receive`` span from the call to
+        now, linked to the producer's context. A receive that gets nothing makes no span."""
+        started = time.time_ns()
+        waits: list[_Wait] = []
+        token = _waits.set(waits)
+        try:
+            message = await receiving
+        finally:
+            _waits.reset(token)
+        if message is None:
+            return None
+        parent, links = self._producer(message)
+        span = self._tracer.start_span(
+            span_name("receive", destination),
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            links=links,
+            start_time=started,
+            attributes=self._consumer_attributes("receive", destination, message, subscription),
+        )
+        for attributes, at, failover in waits:
+            span.add_event("haclient.failover", attributes, timestamp=at)
+            if failover is not None:
+                span.add_link(failover, {"haclient.link": "failover"})
+        self._note_transaction(session, span)
+        self._finish(span)
+        span.end()
+        return message
+
+    def processing(self, consumer: Any, listener: Callable[[Message], Any]) -> Any:
+        """``listener``, run in a ``process`` span (current while it runs, linked to the
+        producer's context); what it raises is recorded, and raised."""
+        context = consumer._context
+
+        async def process(message: Message) -> None:
+            parent, links = self._producer(message)
+            with self._tracer.start_as_current_span(
+                span_name("process", consumer.destination),
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                links=links,
+                attributes=self._consumer_attributes(
+                    "process", consumer.destination, message, consumer.subscription_name
+                ),
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                self._note_transaction(context, span)
+                try:
+                    result = listener(message)
+                    if inspect.isawaitable(result):
+                        await result
+                except BaseException as exc:
+                    failed(span, exc)
+                    raise
+                finally:
+                    self._finish(span)
+
+        return process
+
+    # Settling -----------------------------------------------------------------------------------
+
+    async def settle(self, operation: str, session: Any, settling: Awaitable[T]) -> T:
+        """Run ``settling`` (``ack``, ``commit`` or ``rollback``) in a ``settle`` span; a
+        commit or rollback links to the spans of the transaction it ends."""
+        links = [Link(c) for c in self._transactions.pop(session, [])]
+        counters = self._connection.counters
+        by_failover = counters.rolled_back_by_failover
+        with self._tracer.start_as_current_span(
+            operation,
+            kind=SpanKind.CLIENT,
+            links=links,
+            attributes=self._common(operation, "settle"),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                return await settling
+            except BaseException as exc:
+                if isinstance(exc, TransactionRolledBackError):
+                    rolled = counters.rolled_back_by_failover > by_failover
+                    span.set_attribute("haclient.rolled_back_by_failover", rolled)
+                failed(span, exc)
+                raise
+            finally:
+                self._finish(span)
+
+    # Failover -----------------------------------------------------------------------------------
+
+    def waited(self, seconds: float) -> None:
+        """A call waited ``seconds`` at the gate for a failover to end: a
+        ``haclient.failover`` event on its span, and a link to the failover's."""
+        attributes = self.failover.attributes(seconds)
+        waits = _waits.get()
+        if waits is not None:  # a receive: its span is made once its message came
+            waits.append((attributes, time.time_ns(), self.failover.span_context))
+            return
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event("haclient.failover", attributes)
+            if self.failover.span_context is not None:
+                span.add_link(self.failover.span_context, {"haclient.link": "failover"})
+
+    # Crossing threads (the blocking API) --------------------------------------------------------
+
+    @staticmethod
+    def carried(coro: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        """``coro``, to run on the event loop in the OpenTelemetry context of the calling
+        thread (a blocking call's spans are children of the caller's span)."""
+        caller = otel_context.get_current()
+
+        async def in_callers_context() -> T:
+            token = otel_context.attach(caller)
+            try:
+                return await coro
+            finally:
+                otel_context.detach(token)
+
+        return in_callers_context()
+
+    @staticmethod
+    def bound(fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn``, to run in another thread in the OpenTelemetry context of now (a blocking
+        listener runs inside its ``process`` span)."""
+        now = otel_context.get_current()
+
+        def in_context(*args: Any) -> T:
+            token = otel_context.attach(now)
+            try:
+                return fn(*args)
+            finally:
+                otel_context.detach(token)
+
+        return in_context
