@@ -34,9 +34,10 @@ Rules it keeps:
    once the whole tier has finished. Concurrently means a task per resource, except for a
    ``StagedResource``: those of a tier are all begun before any is waited for, and then
    finished in turn by one task (one round trip for all, and no task each); a tier that is
-   one job (its staged resources, or one other resource) runs in the restore's own task. A resource whose
-   ``restore`` raises is reported to the listeners (F14) and the others still restore; a loss
-   during restore cancels the restore and starts the next attempt of the plan. A restore
+   one job (its staged resources, or one other resource) runs in the restore's own task. A
+   resource whose ``restore`` raises is reported to the listeners (F14) and the others still
+   restore; a loss during restore cancels the restore and starts the next attempt of the
+   plan. A restore
    that raises a retriable ``TimeoutError`` (the broker stopped answering, e.g. a Begin left
    unanswered) is such a loss, not a resource that cannot be restored.
 4. A failure that no reconnect can fix (an ``HAClientError`` whose ``retriable`` is False, e.g.
