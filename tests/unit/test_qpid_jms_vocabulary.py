@@ -233,6 +233,25 @@ def test_the_policy_and_receive_options_qpid_jms_users_set() -> None:
     assert again == options
 
 
+def test_the_acknowledgement_and_check_options_qpid_jms_users_set() -> None:
+    """From Qpid JMS's Configuration.md: forceAsyncAcks (A7), validatePropertyNames (M10),
+    validateSelector (E7), useDaemonThread (C7), each with its effect's switch."""
+    url = parse_url(
+        "failover:(amqp://a:5672,amqp://b:5672)?jms.forceAsyncAcks=true"
+        "&jms.validatePropertyNames=false&jms.validateSelector=false&jms.useDaemonThread=false"
+    )
+    options = ConnectionOptions.build(url, {})
+    assert options.force_async_acks
+    assert not options.validate_property_names and not options.validate_selector
+    assert not options.use_daemon_thread
+    defaults = ConnectionOptions.build(parse_url("amqp://a"), {})
+    assert not defaults.force_async_acks
+    assert defaults.validate_property_names and defaults.validate_selector
+    assert defaults.use_daemon_thread  # haclient's default, not Qpid JMS's (C6)
+    again = ConnectionOptions.build(parse_url("amqp://a?" + _query(options.url_options())), {})
+    assert again == options
+
+
 def _query(options: dict[str, str]) -> str:
     return "&".join(f"{name}={value}" for name, value in options.items())
 
