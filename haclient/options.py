@@ -144,9 +144,10 @@ _ACCEPTED: Final = (
         "jms.awaitClientID",
         Flag(),
         True,
-        "`connect()` and `create_connection()` open the connection at once and take the "
-        "client id as `client_id=` (JMS's setClientID before first use): there is never an "
-        "unopened connection awaiting one",
+        "connections open at once, as Qpid JMS's with `false`: `connect()` and "
+        "`create_connection()` complete the AMQP Open before they return (or raise) and take "
+        "the client id as `client_id=`, which stands for JMS's `setClientID` before first "
+        "use; no connection waits half-open for one",
     ),
     *(
         _without_effect(
