@@ -109,7 +109,9 @@ class Connection:
 
     Open it with ``haclient.connect()`` or ``ConnectionFactory.create_connection()``; use it as
     a context manager, or call ``close()``. Messages are delivered only after ``start()``.
-    Every method may be called from any thread, ``close()`` also from inside a listener.
+    Every method may be called from any thread, ``close()`` also from inside a listener. One
+    left open is closed at interpreter exit (C6), or, opened with ``use_daemon_thread=False``
+    (``jms.useDaemonThread=false``), keeps the process alive until it is closed (C7).
     """
 
     def __init__(

@@ -10,7 +10,9 @@ credit each kind of consumer grants (``jms.prefetchPolicy.*``, Qpid JMS's
 ``JmsDefaultPrefetchPolicy``); which producers and consumers the presettle policy presettles
 (``jms.presettlePolicy.*``, ``JmsDefaultPresettlePolicy``; what that does on the wire is
 tests/rules/test_qpid_jms_policies.py's); the forced send modes; the connection id's prefix
-(``jms.connectionIDPrefix``).
+(``jms.connectionIDPrefix``); acknowledgement strategies that confirm nothing
+(``jms.forceAsyncAcks``, A7) and property names let through (``jms.validatePropertyNames``,
+M10; on a broker: tests/rules/test_qpid_jms_checks.py).
 """
 
 from __future__ import annotations
