@@ -17,42 +17,23 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
 import anyio
 
-import haclient.aio as aio
 from bench.broker import ActiveMQModeBroker, BrokerProcess
-from bench.confirm import _fill, _left
-from bench.throughput import PASSWORD, USER, BenchError
-from haclient.destination import Queue
-from haclient.modes import AckConfirmation, AckMode
+from bench.confirm import timed_auto_receive
+from bench.throughput import BenchError
+from haclient.modes import AckConfirmation
 
 
 async def _phase(url: str, force_async: bool, count: int) -> tuple[float, float]:
     """One timed AUTO receive of ``count`` messages: (msgs/s, CPU us per message)."""
-    queue = f"ack-async-{uuid.uuid4().hex[:8]}"
-    await _fill(url, queue, count)
-    async with await aio.connect(
-        url, username=USER, password=PASSWORD, force_async_acks=force_async
-    ) as connection:
-        await connection.start()
-        session = await connection.create_session(AckMode.AUTO)
-        consumer = await session.create_consumer(Queue(queue))
-        wall, cpu = time.perf_counter(), time.process_time()
-        for i in range(count):
-            message = await consumer.receive(10)
-            if message is None or message.body != str(i):
-                raise BenchError(f"message {i} missing or out of order")
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        if force_async and session.ack_confirmation is not AckConfirmation.NONE:
-            raise BenchError(f"asynchronous acks confirmed by {session.ack_confirmation}")
-    await anyio.sleep(0.2)  # the last settlements reach the broker before the check
-    if await _left(url, queue):
-        raise BenchError("the queue is not empty afterwards")
-    return count / wall, cpu / count * 1e6
+    name = "async" if force_async else "confirmed"
+    rate, cpu, used = await timed_auto_receive(url, count, name, force_async_acks=force_async)
+    if force_async and used is not AckConfirmation.NONE:
+        raise BenchError(f"asynchronous acknowledgements confirmed by {used}")
+    return rate, cpu
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,10 @@ generous bound.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from test_exit import EXIT_BOUND, UNCLOSED, run_script, start_script
@@ -54,24 +56,43 @@ def _send(url: str, queue: str, *bodies: str) -> None:
             producer.send(haclient.TextMessage(body))
 
 
-def test_C7_a_kept_connection_keeps_consuming_until_a_listener_closes_it(
-    broker: BrokerThread,
-) -> None:
-    queue = "c7-kept"
-    body = LISTENING.format(options="use_daemon_thread=False", queue=queue)
-    process = start_script(body, broker.url)
+@contextmanager
+def _after_main(body: str, url: str) -> Iterator[subprocess.Popen[str]]:
+    """``body`` running in a subprocess whose main function has returned; killed by its pid
+    at the end if it is still running."""
+    process = start_script(body, url)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "main returns"
-        time.sleep(STILL_RUNNING)
-        assert process.poll() is None  # main returned; the connection keeps the process alive
-        _send(broker.url, queue, "one", "two", "stop")
-        stdout, stderr = process.communicate(timeout=EXIT_BOUND)
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _exit(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The output of ``process`` once it exited by itself (within the bound), status 0."""
+    stdout, stderr = process.communicate(timeout=EXIT_BOUND)
     assert process.returncode == 0, stderr
+    return stdout, stderr
+
+
+def _still_running(process: subprocess.Popen[str]) -> bool:
+    time.sleep(STILL_RUNNING)
+    return process.poll() is None
+
+
+def test_C7_a_kept_connection_keeps_consuming_until_a_listener_closes_it(
+    broker: BrokerThread,
+) -> None:
+    queue = "c7-kept"
+    with _after_main(
+        LISTENING.format(options="use_daemon_thread=False", queue=queue), broker.url
+    ) as process:
+        assert _still_running(process)  # main returned; the connection keeps the process alive
+        _send(broker.url, queue, "one", "two", "stop")
+        stdout, stderr = _exit(process)
     assert stdout.split() == ["got", "one", "got", "two", "got", "stop"], stdout
     assert UNCLOSED not in stderr and "Traceback" not in stderr, stderr
 
@@ -82,19 +103,10 @@ def test_C7_the_url_option_keeps_it_too(broker: BrokerThread) -> None:
     body = LISTENING.format(options="", queue=queue).replace(
         "haclient.connect(url, )", "haclient.connect(url + '?jms.useDaemonThread=false')"
     )
-    process = start_script(body, broker.url)
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "main returns"
-        time.sleep(STILL_RUNNING)
-        assert process.poll() is None
+    with _after_main(body, broker.url) as process:
+        assert _still_running(process)
         _send(broker.url, queue, "stop")
-        _, stderr = process.communicate(timeout=EXIT_BOUND)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, stderr
+        _exit(process)
 
 
 def test_C7_by_default_the_process_exits_when_main_returns(broker: BrokerThread) -> None:
@@ -108,17 +120,9 @@ def test_C7_a_kept_connection_whose_failover_gave_up_lets_the_process_exit() -> 
     with BrokerThread() as own:
         url = own.url + "?failover.maxReconnectAttempts=2&failover.initialReconnectDelay=10"
         body = LISTENING.format(options="use_daemon_thread=False", queue="c7-failed")
-        process = start_script(body, url)
-        try:
-            assert process.stdout is not None
-            assert process.stdout.readline().strip() == "main returns"
+        with _after_main(body, url) as process:
             own.close()
-            _, stderr = process.communicate(timeout=EXIT_BOUND)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert process.returncode == 0, stderr
+            _exit(process)
 
 
 def test_C7_the_option_reaches_the_blocking_connection() -> None:

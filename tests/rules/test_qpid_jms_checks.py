@@ -6,6 +6,8 @@ let through, the property names that arrive.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +26,18 @@ def _bed(reference_broker: Any) -> Bed:
     return Bed("reference", reference_broker.url, admin=reference_broker)
 
 
+@asynccontextmanager
+async def _session(
+    api: Api, bed: Bed, mode: AckMode = AckMode.AUTO, **options: Any
+) -> AsyncIterator[Any]:
+    """A session of a started connection with ``options``, closed at the end."""
+    connection = await started(api, bed, **options)
+    try:
+        yield await connection.create_session(mode)
+    finally:
+        await connection.close()
+
+
 # --- A7: forced asynchronous acknowledgements --------------------------------------------------
 
 
@@ -34,9 +48,7 @@ async def test_A7_forced_async_acks_wait_for_nothing_and_reach_the_broker(
     bed = _bed(reference_broker)
     queue = Queue(bed.unique("a7"))
     await send(bed, queue, "one", "two", "three")
-    connection = await started(api, bed, force_async_acks=True)
-    try:
-        session = await connection.create_session(mode)
+    async with _session(api, bed, mode, force_async_acks=True) as session:
         consumer = await session.create_consumer(queue)
         bodies = []
         for _ in range(3):
@@ -47,8 +59,6 @@ async def test_A7_forced_async_acks_wait_for_nothing_and_reach_the_broker(
             await session.acknowledge()
         assert bodies == ["one", "two", "three"]
         assert session.ack_confirmation is AckConfirmation.NONE  # A6 does not apply
-    finally:
-        await connection.close()
     assert await leftovers(bed, queue.name) == []
 
 
@@ -58,14 +68,10 @@ async def test_A7_off_by_default_acknowledgements_are_confirmed(
     bed = _bed(reference_broker)
     queue = Queue(bed.unique("a7-default"))
     await send(bed, queue, "one")
-    connection = await started(api, bed)
-    try:
-        session = await connection.create_session(AckMode.AUTO)
+    async with _session(api, bed, AckMode.AUTO) as session:
         consumer = await session.create_consumer(queue)
         assert await consumer.receive(TIMEOUT) is not None
         assert session.ack_confirmation is AckConfirmation.SETTLE_SECOND
-    finally:
-        await connection.close()
 
 
 async def test_A7_a_listener_raising_still_gives_its_message_back(
@@ -74,9 +80,7 @@ async def test_A7_a_listener_raising_still_gives_its_message_back(
     bed = _bed(reference_broker)
     queue = Queue(bed.unique("a7-listener"))
     await send(bed, queue, "boom")
-    connection = await started(api, bed, force_async_acks=True)
-    try:
-        session = await connection.create_session(AckMode.AUTO)
+    async with _session(api, bed, AckMode.AUTO, force_async_acks=True) as session:
         consumer = await session.create_consumer(queue)
         seen: list[bool] = []
         done = Signal()
@@ -90,8 +94,6 @@ async def test_A7_a_listener_raising_still_gives_its_message_back(
         await consumer.set_message_listener(api.listener(on_message))
         assert await done.wait(TIMEOUT)
         assert seen == [False, True]
-    finally:
-        await connection.close()
     assert await leftovers(bed, queue.name) == []
 
 
@@ -104,28 +106,20 @@ async def test_E7_by_default_a_bad_selector_raises_before_any_frame(
     api: Api, reference_broker: Any
 ) -> None:
     bed = _bed(reference_broker)
-    connection = await started(api, bed)
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed) as session:
         with pytest.raises(InvalidSelectorError):
             await session.create_consumer(Queue(bed.unique("e7")), selector=BAD_SELECTOR)
-    finally:
-        await connection.close()
 
 
 async def test_E7_unchecked_the_broker_refuses_the_selector_with_its_own_error(
     api: Api, reference_broker: Any
 ) -> None:
     bed = _bed(reference_broker)
-    connection = await started(api, bed, validate_selector=False)
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed, validate_selector=False) as session:
         with pytest.raises(HAClientError) as raised:
             await session.create_consumer(Queue(bed.unique("e7")), selector=BAD_SELECTOR)
         assert not isinstance(raised.value, InvalidSelectorError)  # the broker's refusal
         assert "invalid-field" in str(raised.value) or "selector" in str(raised.value).lower()
-    finally:
-        await connection.close()
 
 
 async def test_E7_unchecked_a_valid_selector_still_selects(api: Api, reference_broker: Any) -> None:
@@ -134,27 +128,19 @@ async def test_E7_unchecked_a_valid_selector_still_selects(api: Api, reference_b
     red, blue = TextMessage("red"), TextMessage("blue")
     red.properties["colour"], blue.properties["colour"] = "red", "blue"
     await send(bed, queue, blue, red)
-    connection = await started(api, bed, validate_selector=False)
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed, validate_selector=False) as session:
         consumer = await session.create_consumer(queue, selector="colour = 'red'")
         message = await consumer.receive(TIMEOUT)
         assert message is not None and message.body == "red"
-    finally:
-        await connection.close()
 
 
 async def test_E7_a_selector_the_client_evaluates_is_always_parsed(
     api: Api, reference_broker: Any
 ) -> None:
     bed = _bed(reference_broker)
-    connection = await started(api, bed, validate_selector=False, selectors="client")
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed, validate_selector=False, selectors="client") as session:
         with pytest.raises(InvalidSelectorError):
             await session.create_consumer(Queue(bed.unique("e7-client")), selector=BAD_SELECTOR)
-    finally:
-        await connection.close()
 
 
 # --- M10: property names the client does not check ---------------------------------------------
@@ -167,9 +153,7 @@ async def test_M10_unchecked_any_property_name_is_sent_and_arrives(
 ) -> None:
     bed = _bed(reference_broker)
     queue = Queue(bed.unique("m10"))
-    connection = await started(api, bed, validate_property_names=False)
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed, validate_property_names=False) as session:
         producer = await session.create_producer(queue)
         consumer = await session.create_consumer(queue)
         message = TextMessage("foreign")
@@ -181,38 +165,28 @@ async def test_M10_unchecked_any_property_name_is_sent_and_arrives(
         await producer.send(received)  # forwarded as it came
         again = await consumer.receive(TIMEOUT)
         assert again is not None and again.properties["x-opt-id"] == 1
-    finally:
-        await connection.close()
 
 
 async def test_M10_by_default_such_names_are_refused_when_sent(
     api: Api, reference_broker: Any
 ) -> None:
     bed = _bed(reference_broker)
-    connection = await started(api, bed)
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed) as session:
         producer = await session.create_producer(Queue(bed.unique("m10-default")))
         for name in FOREIGN_NAMES:
             message = TextMessage("foreign")
             message.properties[name] = 1
             with pytest.raises(MessageFormatError):
                 await producer.send(message)
-    finally:
-        await connection.close()
 
 
 async def test_M10_unchecked_an_empty_name_is_still_refused(
     api: Api, reference_broker: Any
 ) -> None:
     bed = _bed(reference_broker)
-    connection = await started(api, bed, validate_property_names=False)
-    try:
-        session = await connection.create_session()
+    async with _session(api, bed, validate_property_names=False) as session:
         producer = await session.create_producer(Queue(bed.unique("m10-empty")))
         message = TextMessage("empty")
         message.properties[""] = 1
         with pytest.raises(MessageFormatError):
             await producer.send(message)
-    finally:
-        await connection.close()
