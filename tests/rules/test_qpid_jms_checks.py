@@ -11,11 +11,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from apikit import Api, Bed, Signal
+from apikit import Api, Bed, Signal, eventually
+from failoverkit import Recorder, brokers, connected, failover_url, send_to
 from rulekit import TIMEOUT, leftovers, send, started
 
 from haclient.destination import Queue
-from haclient.errors import HAClientError, InvalidSelectorError, MessageFormatError
+from haclient.errors import (
+    AcknowledgeFailedError,
+    HAClientError,
+    InvalidSelectorError,
+    MessageFormatError,
+)
 from haclient.message import TextMessage
 from haclient.modes import AckConfirmation, AckMode
 
@@ -95,6 +101,36 @@ async def test_A7_a_listener_raising_still_gives_its_message_back(
         assert await done.wait(TIMEOUT)
         assert seen == [False, True]
     assert await leftovers(bed, queue.name) == []
+
+
+async def test_A7_f8_still_holds_for_messages_not_yet_acknowledged(api: Api) -> None:
+    """A failover with a CLIENT message unacknowledged: the next acknowledge() raises and
+    the session recovers, as F8 says, forced asynchronous acknowledgements or not; what was
+    acknowledged before the failover stays acknowledged."""
+    with brokers(2) as (first, second):
+        await send_to(first.url, "a7-f8", "acked", "pending")
+        recorder = Recorder()
+        url = failover_url(first, second)
+        async with await connected(api, url, recorder, force_async_acks=True) as connection:
+            session = await connection.create_session(AckMode.CLIENT)
+            consumer = await session.create_consumer(Queue("a7-f8"))
+            acked = await consumer.receive(TIMEOUT)
+            assert acked is not None
+            await api.acknowledge(acked)
+            # written, not waited for: the broker applies it a moment later
+            assert await eventually(lambda: first.unacked_count("a7-f8") == 1)
+            pending = await consumer.receive(TIMEOUT)
+            assert pending is not None
+            first.kill()
+            await recorder.wait_for("completed")
+            with pytest.raises(AcknowledgeFailedError):
+                await api.acknowledge(pending)
+            await send_to(second.url, "a7-f8", "fresh")
+            fresh = await consumer.receive(TIMEOUT)
+            assert fresh is not None and fresh.body == "fresh"
+            await api.acknowledge(fresh)
+        assert await eventually(lambda: second.unacked_count("a7-f8") == 0)
+        assert second.queue_depth("a7-f8") == 0
 
 
 # --- E7: selectors the client does not check ---------------------------------------------------
