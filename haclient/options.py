@@ -374,7 +374,8 @@ CLIENT_OPTIONS: Final = OptionTable(
             "AUTO and CLIENT acknowledgements are sent without waiting for the broker's "
             "confirmation (A7): `receive()` and `acknowledge()` return once the settlement is "
             "queued for the socket; one a failover cuts off is not known, and its message may "
-            "come again, flagged redelivered.",
+            "come again, flagged redelivered (the session's duplicate window suppresses that "
+            "copy). DUPS_OK, NO_ACK and transacted sessions are unchanged.",
             keyword="force_async_acks",
         ),
         Option(
