@@ -179,6 +179,16 @@ async def test_E7_a_selector_the_client_evaluates_is_always_parsed(
             await session.create_consumer(Queue(bed.unique("e7-client")), selector=BAD_SELECTOR)
 
 
+async def test_E7_unchecked_a_bad_selector_fails_whoever_evaluates_it(api: Api, bed: Bed) -> None:
+    """With the default ``selectors=auto``: the reference broker evaluates the selector and
+    refuses it with its own error; RabbitMQ ignores filters, so the client evaluates it and
+    parses it before the attach (``InvalidSelectorError``) even though it was not checked."""
+    async with _session(api, bed, validate_selector=False) as session:
+        with pytest.raises(HAClientError) as raised:
+            await session.create_consumer(Queue(bed.unique("e7-auto")), selector=BAD_SELECTOR)
+        assert isinstance(raised.value, InvalidSelectorError) == (bed.kind == "rabbitmq")
+
+
 # --- M10: property names the client does not check ---------------------------------------------
 
 FOREIGN_NAMES = {"x-opt-id": 1, "content.type": "text", "NULL": True, "JMSFoo": "bar"}
