@@ -87,17 +87,21 @@ class DeliveryMode(enum.IntEnum):
 # Validation --------------------------------------------------------------------------------------
 
 
-def check_property_name(name: object) -> str:
+def check_property_name(name: object, *, validate: bool = True) -> str:
     """``name`` if it is a valid JMS property name, so that selectors can use it.
 
     A Java identifier (``$`` allowed), not a selector keyword (NULL, TRUE, AND, ...), and not
-    starting with ``JMS`` unless with ``JMSX`` or ``JMS_`` (names JMS reserves).
+    starting with ``JMS`` unless with ``JMSX`` or ``JMS_`` (names JMS reserves). Without
+    ``validate`` (``jms.validatePropertyNames=false``, M10) any non-empty str, as Qpid JMS's
+    ``checkPropertyNameIsValid`` lets through.
 
     Raises:
         MessageFormatError: the name is not allowed.
     """
     if not isinstance(name, str) or not name:
         raise MessageFormatError(f"a property name must be a non-empty str, not {name!r}")
+    if not validate:
+        return name
     if not name.replace("$", "_").isidentifier():
         raise MessageFormatError(f"property name {name!r} is not a JMS identifier")
     if name.upper() in _RESERVED_NAMES:
@@ -129,14 +133,22 @@ def check_property_value(name: str, value: Any) -> Any:
     return _check_value(value, _PROPERTY_TYPES, f"property {name!r}")
 
 
-def checked_properties(properties: Mapping[str, Any] | None) -> dict[str, Any]:
+def checked_properties(
+    properties: Mapping[str, Any] | None, *, validate_names: bool = True
+) -> dict[str, Any]:
+    """``properties`` as a new dict, each name and value checked (names as ``check_property_name``
+    with ``validate_names``).
+
+    Raises:
+        MessageFormatError: a name or a value is not allowed.
+    """
     if properties is None or properties == {}:  # the common case, without the ABC check
         return {}
     if not isinstance(properties, Mapping):
         raise MessageFormatError(f"properties must be a mapping, not {type(properties).__name__}")
     checked: dict[str, Any] = {}
     for name, value in properties.items():
-        check_property_name(name)
+        check_property_name(name, validate=validate_names)
         if name == DELIVERY_COUNT_PROPERTY:
             raise MessageFormatError("JMSXDeliveryCount is set on receipt: see delivery_count")
         checked[name] = check_property_value(name, value)

@@ -141,21 +141,13 @@ _BOTH: Final = f"{_PRODUCERS}; {_CONSUMERS}"
 #: a Java application's URL parses; each says why. ``jms.redeliveryPolicy.*`` is not here.
 _ACCEPTED: Final = (
     _without_effect(
-        "jms.forceAsyncAcks", Flag(), False, "acknowledgements are confirmed as A6 says"
-    ),
-    _without_effect("jms.validatePropertyNames", Flag(), True, "property names are always checked"),
-    _without_effect(
-        "jms.validateSelector", Flag(), True, "selectors are always checked, before any frame"
-    ),
-    _without_effect(
-        "jms.awaitClientID", Flag(), True, "the client id is fixed when the connection opens"
-    ),
-    _without_effect(
-        "jms.useDaemonThread",
+        "jms.awaitClientID",
         Flag(),
-        False,
-        f"{_NO_JVM}: the blocking runtime's loop threads are daemons, and an exit hook "
-        "closes the connections left open",
+        True,
+        "connections open at once, as Qpid JMS's with `false`: `connect()` and "
+        "`create_connection()` complete the AMQP Open before they return (or raise) and take "
+        "the client id as `client_id=`, which stands for JMS's `setClientID` before first "
+        "use; no connection waits half-open for one",
     ),
     *(
         _without_effect(
@@ -374,6 +366,47 @@ CLIENT_OPTIONS: Final = OptionTable(
             "once queued for the socket, a refusal is raised by a later call of the producer, "
             "and one cut off by a failover is not re-sent (F11 does not hold).",
             keyword="force_async_send",
+        ),
+        Option(
+            "jms.forceAsyncAcks",
+            Flag(),
+            False,
+            "AUTO and CLIENT acknowledgements are sent without waiting for the broker's "
+            "confirmation (A7): `receive()` and `acknowledge()` return once the settlement is "
+            "queued for the socket; one a failover cuts off is not known, and its message may "
+            "come again, flagged redelivered (the session's duplicate window suppresses that "
+            "copy). DUPS_OK, NO_ACK and transacted sessions are unchanged.",
+            keyword="force_async_acks",
+        ),
+        Option(
+            "jms.validatePropertyNames",
+            Flag(),
+            True,
+            "false: a property name need only be a non-empty str when a message is sent (a "
+            "received message's names forwarded as they came, say), as Qpid JMS lets any name "
+            "through; true: a JMS identifier, not a selector keyword, not `JMS...` but "
+            "`JMSX`/`JMS_` (M10). A message's constructor always checks.",
+            keyword="validate_property_names",
+        ),
+        Option(
+            "jms.validateSelector",
+            Flag(),
+            True,
+            "false: a selector the broker evaluates is sent without being parsed first, and a "
+            "broker that refuses it fails the consumer's creation with the broker's error; one "
+            "the client evaluates (E1) is always parsed, before the attach (E7).",
+            keyword="validate_selector",
+        ),
+        Option(
+            "jms.useDaemonThread",
+            Flag(),
+            True,
+            "Blocking API: true (this client's default, not Qpid JMS's) a connection left open "
+            "does not keep the process alive: it is closed at exit (C6); false (Qpid JMS's "
+            "default) the process stays alive while the connection is open, as a JVM stays "
+            "alive for a Qpid JMS connection, until it is closed or its failover gives up (C7). "
+            "No effect in the async API, whose connections live in the caller's event loop.",
+            keyword="use_daemon_thread",
         ),
         Option(
             "jms.localMessagePriority",

@@ -71,9 +71,12 @@ encoded afresh every time."""
 class OutgoingEncoder:
     """Encodes one producer's messages for the wire, caching what repeats between them."""
 
-    __slots__ = ("_addresses", "_annotations", "_prefixes")
+    __slots__ = ("_addresses", "_annotations", "_prefixes", "validate_names")
 
-    def __init__(self) -> None:
+    def __init__(self, *, validate_names: bool = True) -> None:
+        #: False (``jms.validatePropertyNames=false``, M10): a property name need only be a
+        #: non-empty str.
+        self.validate_names = validate_names
         self._prefixes: DestinationPrefixes | None = None
         self._addresses: dict[Destination, _Address] = {}
         self._annotations: dict[tuple[int, int, int], bytes] = {}
@@ -105,7 +108,7 @@ class OutgoingEncoder:
             self._addresses.clear()
         if not isinstance(message, Message):
             raise MessageFormatError(f"not a message: {type(message).__name__}")
-        properties = checked_properties(message.properties)
+        properties = checked_properties(message.properties, validate_names=self.validate_names)
         check_sendable(message)
         body, kind, content_type = body_of(message)
         jmsx = split_jmsx(properties)

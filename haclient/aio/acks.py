@@ -20,6 +20,8 @@ Confirmation (A6), chosen per link from the broker's attach answer:
 - otherwise (RabbitMQ, ActiveMQ settle in mode ``first`` only): the outcomes go out settled, then
   one exchange on the same session proves the broker processed them (``haclient.aio.confirm``:
   ``LINK_FLOW``, ``DRAIN`` or, as the last resort, ``ROUND_TRIP``).
+- with ``jms.forceAsyncAcks`` (A7) AUTO and CLIENT are not confirmed: ``confirms`` is False,
+  so the outcomes go out settled and nobody waits.
 
 A delivery is settled only on the connection it came from: one from a connection that failover
 replaced raises ``StaleDeliveryError`` (the broker that sent it is gone; the next one delivers
@@ -415,14 +417,20 @@ def ack_strategy(
     new_transaction: Callable[[], SessionTransaction],
     dups_ok_batch: int,
     dups_ok_interval: float,
+    force_async: bool = False,
 ) -> AckStrategy:
     """The strategy for ``mode``; ``new_transaction()`` is called for TRANSACTED only, to make
-    the session's transaction (the strategy's ``transaction``)."""
+    the session's transaction (the strategy's ``transaction``). ``force_async``
+    (``jms.forceAsyncAcks``, A7): AUTO, CLIENT and INDIVIDUAL acknowledgements are sent settled
+    and not confirmed."""
     if mode is AckMode.TRANSACTED:
         return TransactedAck(host, new_transaction())
     if mode is AckMode.DUPS_OK:
         return DupsOkAck(host, dups_ok_batch, dups_ok_interval)
-    return _SIMPLE[mode](host)
+    strategy = _SIMPLE[mode](host)
+    if force_async:
+        strategy.confirms = False  # the consumers attach in mode first: nothing to wait for
+    return strategy
 
 
 _SIMPLE: dict[AckMode, type[AckStrategy]] = {

@@ -220,6 +220,9 @@ class MessageConsumer:
         """Send the attach (granting the prefetch); the call returned waits for the answer."""
         context = self._context
         physical, amqp_session = context.link_context()
+        # E7: a selector this client evaluates on this broker parses before the attach, also
+        # one `validate_selector=false` let through unparsed (InvalidSelectorError).
+        client_selector(self._selector, context.options.selectors, physical.product)
         presettled = self._acks.presettled
         confirms = self._acks.confirms
         want_second = (

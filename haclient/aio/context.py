@@ -235,6 +235,7 @@ class SessionContext:
             new_transaction=self._new_transaction,
             dups_ok_batch=options.dups_ok_batch,
             dups_ok_interval=options.dups_ok_interval,
+            force_async=options.force_async_acks,
         )
         self.transaction: SessionTransaction | None = self.acks.transaction
 

@@ -63,6 +63,14 @@ class ConnectionOptions:
             ask the broker to send settled (``presettled_producer``, ``presettled_consumer``).
         force_sync_send / force_async_send: Every ``send()`` waits for the broker's outcome /
             none does (``jms.forceSyncSend``, ``jms.forceAsyncSend``; sync wins).
+        force_async_acks: AUTO and CLIENT acknowledgements do not wait for the broker's
+            confirmation (``jms.forceAsyncAcks``, A7).
+        validate_property_names: False: a property name sent need only be a non-empty str
+            (``jms.validatePropertyNames``, M10).
+        validate_selector: False: a selector the broker evaluates is not parsed before it is
+            sent (``jms.validateSelector``, E7).
+        use_daemon_thread: False: a blocking connection keeps the process alive while it is
+            open (``jms.useDaemonThread``, C7); True: it is closed at exit (C6).
         local_message_priority: Consumers hand prefetched messages out by JMSPriority, highest
             first (``jms.localMessagePriority``).
         receive_local_only / receive_no_wait_local_only: ``receive(timeout)`` /
@@ -146,6 +154,10 @@ class ConnectionOptions:
     presettle_queue_consumers: bool = False
     force_sync_send: bool = False
     force_async_send: bool = False
+    force_async_acks: bool = False
+    validate_property_names: bool = True
+    validate_selector: bool = True
+    use_daemon_thread: bool = True
     local_message_priority: bool = False
     receive_local_only: bool = False
     receive_no_wait_local_only: bool = False

@@ -92,8 +92,8 @@ class MessageProducer:
         self._links: OrderedDict[Destination | None, Sender] = OrderedDict()
         self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
         self._failure: HAClientError | None = None
-        self._encoder = OutgoingEncoder()
         options = context.options
+        self._encoder = OutgoingEncoder(validate_names=options.validate_property_names)
         # The presettle policy (M5): every link of this producer sends settled, and no send
         # waits for an outcome that never comes. An anonymous producer is decided by the
         # policy's destination-free flags (presettleAll, presettleProducers).
@@ -317,7 +317,8 @@ class MessageProducer:
             return False
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        checked_properties(message.properties)  # what fails to encode fails here, not later
+        # what fails to encode fails here, not later
+        checked_properties(message.properties, validate_names=self._encoder.validate_names)
         check_sendable(message)
         self._posted.post(destination, message, schedule)
         return True

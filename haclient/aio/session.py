@@ -206,9 +206,13 @@ class Session:
         return producer
 
     def _check_selector(self, selector: str | None) -> str | None:
+        """``selector``, parsed before any frame (InvalidSelectorError, with the column) unless
+        ``validate_selector`` is off and the client will not evaluate it itself (E7)."""
         if selector is None or not selector.strip():
             return None
-        compile_selector(selector)  # InvalidSelectorError, with the column, before any frame
+        options = self._context.options
+        if options.validate_selector or options.selectors == "client":
+            compile_selector(selector)
         return selector
 
     def _broker_selector(self, selector: str | None) -> str | None:

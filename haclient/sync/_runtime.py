@@ -13,6 +13,13 @@ hook (``threading._register_atexit``: it runs before the interpreter waits for n
 threads, so a thread blocked in ``receive()`` is released too) closes every connection still
 open, each bounded by its ``close_timeout``, with a ``ResourceWarning`` naming it, as unclosed
 files and sockets get.
+
+A connection opened with ``jms.useDaemonThread=false`` (Qpid JMS's default, not this client's)
+keeps the process alive while it is open instead, as a Java connection's non-daemon threads keep
+the JVM alive: ``keep_alive`` starts a non-daemon *keeper* thread that holds the connection and
+ends when it is closed. The interpreter joins that thread before it exits, so the exit hook
+leaves such connections (and the shared loop they run on) alone; when the last keeper ends after
+the hook ran, it runs the hook again for what is left.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from anyio.abc import TaskGroup
 
 from haclient.errors import ClosedError
 
-__all__ = ["LoopThread", "register_for_exit", "shared_loop"]
+__all__ = ["LoopThread", "keep_alive", "register_for_exit", "shared_loop"]
 
 log = logging.getLogger("haclient.sync")
 
@@ -213,8 +220,43 @@ def _register_exit_hook() -> None:
         atexit.register(_at_exit)
 
 
+_keepers: set[threading.Thread] = set()
+_keepers_lock = threading.Lock()
+_exit_hook_ran = False
+
+
+_ENDED_POLL = 0.5
+"""Seconds between a keeper's looks at whether its connection ended without ``close()``."""
+
+
+def keep_alive(connection: object, ended: Callable[[], bool]) -> threading.Event:
+    """Keep the process alive while ``connection`` is open (``jms.useDaemonThread=false``): a
+    non-daemon thread holds it (so that it is not collected either) until the event returned
+    is set, which its ``close()`` does, or until ``ended()`` says it ended otherwise (its
+    failover gave up)."""
+    closed = threading.Event()
+
+    def keep(held: object) -> None:  # held: the connection, kept from the garbage collector
+        while not closed.wait(_ENDED_POLL) and not ended():
+            pass
+        with _keepers_lock:
+            _keepers.discard(threading.current_thread())
+            last = not _keepers
+        if last and _exit_hook_ran:  # the exit waited for this connection: finish the exit
+            _at_exit()
+
+    keeper = threading.Thread(target=keep, args=(connection,), name="haclient-keeper", daemon=False)
+    with _keepers_lock:
+        _keepers.add(keeper)
+    keeper.start()
+    return closed
+
+
 def _at_exit() -> None:
-    """Close every connection still open, then stop the shared loop."""
+    """Close every connection still open, then stop the shared loop, unless a connection that
+    keeps the process alive (``keep_alive``) still runs on it."""
+    global _exit_hook_ran
+    _exit_hook_ran = True
     for connection in list(_open):
         try:
             connection._close_at_exit()
@@ -222,7 +264,9 @@ def _at_exit() -> None:
             log.debug("closing %r at exit failed", connection, exc_info=True)
     _open.clear()
     shared = _shared
-    if shared is not None:
+    with _keepers_lock:
+        kept = bool(_keepers)
+    if shared is not None and not kept:
         shared.stop()
 
 

@@ -33,7 +33,12 @@ from haclient.modes import AckMode
 from haclient.sync._dispatch import Dispatcher
 from haclient.sync._forward import Forwarded
 from haclient.sync._loop import EventLoop
-from haclient.sync._runtime import register_for_exit, unregister_for_exit, warn_unclosed
+from haclient.sync._runtime import (
+    keep_alive,
+    register_for_exit,
+    unregister_for_exit,
+    warn_unclosed,
+)
 from haclient.sync.session import Session
 
 __all__ = ["Connection", "ConnectionFactory", "connect"]
@@ -87,6 +92,10 @@ def _notifier() -> Dispatcher:
     return Dispatcher("haclient-failover-listeners")
 
 
+_ENDED = (ConnectionState.FAILED, ConnectionState.CLOSED)
+"""States in which a connection no longer keeps the process alive (``jms.useDaemonThread``)."""
+
+
 async def _close_from_listener(
     running: AsyncMessageConsumer | None, connection: AsyncConnection
 ) -> None:
@@ -100,7 +109,9 @@ class Connection:
 
     Open it with ``haclient.connect()`` or ``ConnectionFactory.create_connection()``; use it as
     a context manager, or call ``close()``. Messages are delivered only after ``start()``.
-    Every method may be called from any thread, ``close()`` also from inside a listener.
+    Every method may be called from any thread, ``close()`` also from inside a listener. One
+    left open is closed at interpreter exit (C6), or, opened with ``use_daemon_thread=False``
+    (``jms.useDaemonThread=false``), keeps the process alive until it is closed (C7).
     """
 
     def __init__(
@@ -110,9 +121,11 @@ class Connection:
         close_timeout: float,
         notifier: Dispatcher | None = None,
         listener: _ThreadedFailoverListener | None = None,
+        *,
+        daemon: bool = True,
     ) -> None:
         """``notifier`` and ``listener``: the thread and the wrapped listener given to
-        ``connect()``, made before the connection was."""
+        ``connect()``, made before the connection was; ``daemon``: ``use_daemon_thread``."""
         self._connection = connection
         self._loop = loop
         self._close_timeout = close_timeout
@@ -123,7 +136,13 @@ class Connection:
         self._sessions: set[Session] = set()
         self._lock = threading.Lock()
         self._closing = threading.Lock()
-        register_for_exit(self)
+        # jms.useDaemonThread=false: the process stays alive while this connection is open
+        # (C7); else it is closed at exit (C6).
+        self._kept: threading.Event | None = None
+        if daemon:
+            register_for_exit(self)
+        else:
+            self._kept = keep_alive(self, ended=lambda: connection.state in _ENDED)
 
     # Properties --------------------------------------------------------------------------------
 
@@ -238,6 +257,8 @@ class Connection:
             IllegalStateError: called from the event-loop thread.
         """
         if self._loop.stopped:
+            if self._kept is not None:
+                self._kept.set()
             return
         with self._lock:
             sessions = list(self._sessions)
@@ -259,6 +280,8 @@ class Connection:
                 self._notifier.stop()
             finally:
                 unregister_for_exit(self)
+                if self._kept is not None:
+                    self._kept.set()
                 self._closing.release()
 
     def _close_at_exit(self) -> None:
@@ -347,8 +370,15 @@ class ConnectionFactory:
             loop.stop()
             notifier.stop()  # after on_connection_failure, if the listener has it
             raise
-        close_timeout = self._factory.options.close_timeout
-        return Connection(connection, loop, close_timeout, notifier, wrapper)
+        options = self._factory.options
+        return Connection(
+            connection,
+            loop,
+            options.close_timeout,
+            notifier,
+            wrapper,
+            daemon=options.use_daemon_thread,
+        )
 
 
 def connect(

@@ -10,7 +10,9 @@ credit each kind of consumer grants (``jms.prefetchPolicy.*``, Qpid JMS's
 ``JmsDefaultPrefetchPolicy``); which producers and consumers the presettle policy presettles
 (``jms.presettlePolicy.*``, ``JmsDefaultPresettlePolicy``; what that does on the wire is
 tests/rules/test_qpid_jms_policies.py's); the forced send modes; the connection id's prefix
-(``jms.connectionIDPrefix``).
+(``jms.connectionIDPrefix``); acknowledgement strategies that confirm nothing
+(``jms.forceAsyncAcks``, A7) and property names let through (``jms.validatePropertyNames``,
+M10; on a broker: tests/rules/test_qpid_jms_checks.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import haclient
 import haclient.aio as aio
 from chaos.broker import BrokerThread
 from failover.url import parse_url
+from haclient.aio.acks import AckStrategy, ack_strategy
 from haclient.aio.options import ConnectionOptions
 from haclient.aio.physical import _prefixes, open_physical
 from haclient.aio.pull import drain_timed_out, pulls
@@ -40,8 +43,16 @@ from haclient.destination import (
     Topic,
     address_of,
 )
+from haclient.errors import MessageFormatError
 from haclient.mapping import message_id_from_amqp
-from haclient.message import DeliveryMode, TextMessage, uuid_message_ids
+from haclient.message import (
+    DeliveryMode,
+    TextMessage,
+    check_property_name,
+    checked_properties,
+    uuid_message_ids,
+)
+from haclient.modes import AckMode
 from haclient.outgoing import OutgoingEncoder
 
 # --- jms.queuePrefix / jms.topicPrefix -----------------------------------------------------------
@@ -340,3 +351,58 @@ def test_M9_which_receives_pull_as_qpid_jms_decides() -> None:
     assert pulls(0, 0, both) and pulls(0.5, 0, both)  # prefetch 0 always pulls
     assert not pulls(None, 0, both)
     assert "within 0.3 s" in str(drain_timed_out(0.3))
+
+
+# --- jms.forceAsyncAcks (A7) --------------------------------------------------------------------
+
+
+class _Host:
+    gate = tracing = None
+    is_closed = False
+
+
+@pytest.mark.parametrize("mode", [AckMode.AUTO, AckMode.CLIENT, AckMode.INDIVIDUAL])
+def test_A7_forced_async_acks_make_auto_and_client_confirm_nothing(mode: AckMode) -> None:
+    def build(force_async: bool) -> AckStrategy:
+        return ack_strategy(
+            mode,
+            _Host(),  # type: ignore[arg-type]
+            new_transaction=lambda: pytest.fail("not transacted"),
+            dups_ok_batch=1,
+            dups_ok_interval=1.0,
+            force_async=force_async,
+        )
+
+    assert build(False).confirms and not build(True).confirms
+    assert not build(True).presettled  # still acknowledged, only not waited for
+
+
+# --- jms.validatePropertyNames (M10) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["x-opt-id", "content.type", "NULL", "and", "JMSFoo", "1st"])
+def test_M10_unchecked_any_non_empty_name_passes(name: str) -> None:
+    with pytest.raises(MessageFormatError):
+        check_property_name(name)
+    assert check_property_name(name, validate=False) == name
+    assert checked_properties({name: 1}, validate_names=False) == {name: 1}
+
+
+def test_M10_unchecked_names_and_values_are_still_checked() -> None:
+    for bad in ("", 3, None):
+        with pytest.raises(MessageFormatError):
+            check_property_name(bad, validate=False)
+    with pytest.raises(MessageFormatError):
+        checked_properties({"x-opt": object()}, validate_names=False)
+    with pytest.raises(MessageFormatError):
+        checked_properties({"JMSXDeliveryCount": 2}, validate_names=False)
+
+
+def test_M10_the_encoder_sends_unchecked_names_only_when_told() -> None:
+    message = TextMessage("x", message_id="ID:1")
+    message.destination = Queue("q")
+    message.properties["x-opt-id"] = 7
+    with pytest.raises(MessageFormatError):
+        OutgoingEncoder().encode(message, NO_PREFIXES)
+    payload = OutgoingEncoder(validate_names=False).encode(message, NO_PREFIXES)
+    assert decode_message(payload).application_properties == {"x-opt-id": 7}
