@@ -41,7 +41,7 @@ import importlib.metadata
 import inspect
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 try:
@@ -83,6 +83,7 @@ __all__ = [
     "FailoverRecord",
     "Tracing",
     "context_of",
+    "continuing",
     "trace_properties",
 ]
 
@@ -107,9 +108,29 @@ _waits: contextvars.ContextVar[list[_Wait] | None] = contextvars.ContextVar(
 """The waits of a receive in progress, whose span is made only once a message came."""
 
 
-def _declined(*args: Any, **options: Any) -> bool:
-    """A traced producer's ``post``: never queues (see ``Tracing.instrument_producer``)."""
-    return False
+@contextlib.contextmanager
+def continuing(message: Message) -> Iterator[None]:
+    """Run the block in the trace context ``message`` carries (``context_of``): a traced send
+    of it there is a child of that context, so that its trace goes on (a pipeline that reads,
+    transforms and sends again) instead of the new send starting a trace of its own."""
+    token = otel_context.attach(context_of(message))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+class _Ending:
+    """Calls ``end`` the first time it is called, and never again (a ``send_async`` span ends
+    with its outcome, or with the error ``send_async`` raises, whichever comes first)."""
+
+    def __init__(self, end: Callable[[], None]) -> None:
+        self._end: Callable[[], None] | None = end
+
+    def __call__(self) -> None:
+        end, self._end = self._end, None
+        if end is not None:
+            end()
 
 
 def _version() -> str | None:
@@ -159,10 +180,11 @@ class Tracing:
     # Producers and consumers -------------------------------------------------------------------
 
     def instrument_producer(self, producer: Any) -> None:
-        """Trace ``producer``'s sends: its ``send`` and ``send_async`` run in a ``send`` span,
-        and ``post`` declines (the send then goes through the loop, in the caller's context),
-        so that a producer of a connection without tracing is not touched at all."""
-        send, send_async = producer.send, producer.send_async
+        """Trace ``producer``'s sends, so that a producer of a connection without tracing is
+        not touched at all: ``send`` runs in a ``send`` span, ``send_async``'s span lasts
+        until its outcome, and ``post`` (a blocking NON_PERSISTENT send, queued from the
+        caller's thread) makes its span in that thread and ends it once the message is queued."""
+        send, send_async, post = producer.send, producer.send_async, producer.post
         context = producer._context
 
         async def traced_send(first: Any, message: Message | None = None, **options: Any) -> None:
@@ -171,15 +193,44 @@ class Tracing:
             await self.send(destination, resolved, context, send(first, message, **options))
 
         async def traced_send_async(
-            first: Any, message: Message | None = None, **options: Any
+            first: Any, message: Message | None = None, *, on_completion: Any, **options: Any
         ) -> None:
             producer._check_open()
             destination, resolved = producer._resolve(first, message)
-            await self.send(destination, resolved, context, send_async(first, message, **options))
+            span = self._start_send(destination, resolved, context)
+            ending = _Ending(lambda: self._end_send(span, resolved))
+
+            def completed(sent: Message, error: BaseException | None) -> Any:
+                if error is not None:
+                    failed(span, error)
+                ending()
+                return on_completion(sent, error)
+
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                try:  # the task that waits for the outcome runs in the span too (resent)
+                    await send_async(first, message, on_completion=completed, **options)
+                except BaseException as exc:
+                    failed(span, exc)
+                    ending()
+                    raise
+
+        def traced_post(first: Any, message: Message | None = None, **options: Any) -> bool:
+            producer._check_open()
+            if not producer._posts(options.get("delivery_mode")):
+                return False  # sent on the loop instead, by ``send``, which makes the span
+            destination, resolved = producer._resolve(first, message)
+            span = self._start_send(destination, resolved, context)
+            try:
+                return bool(post(first, message, **options))
+            except BaseException as exc:
+                failed(span, exc)
+                raise
+            finally:
+                self._end_send(span, resolved)
 
         producer.send = traced_send
         producer.send_async = traced_send_async
-        producer.post = _declined
+        producer.post = traced_post
 
     def instrument_consumer(self, consumer: Any) -> None:
         """Trace ``consumer``'s ``receive``: a ``receive`` span per message it returns."""
@@ -195,7 +246,9 @@ class Tracing:
 
     # Sending ------------------------------------------------------------------------------------
 
-    def _start_send(self, destination: Destination, message: Message) -> trace.Span:
+    def _start_send(self, destination: Destination, message: Message, session: Any) -> trace.Span:
+        """A ``send`` span, a child of the current context, whose trace context ``message``
+        now carries in its properties (before the send encodes it)."""
         span = self._tracer.start_span(
             span_name("send", destination),
             kind=SpanKind.PRODUCER,
@@ -208,7 +261,14 @@ class Tracing:
                 message.properties[key] = carrier[key]
             else:
                 message.properties.pop(key, None)
+        self._note_transaction(session, span)
         return span
+
+    def _end_send(self, span: trace.Span, message: Message) -> None:
+        """End a ``send`` span: the message's id (stamped by now) and the broker in use."""
+        span.set_attributes(message_attributes(message))
+        self._finish(span)
+        span.end()
 
     async def send(
         self, destination: Destination, message: Message, session: Any, sending: Awaitable[T]
@@ -217,8 +277,7 @@ class Tracing:
 
         ``sending`` must not have started: the trace context goes into the message's
         properties before the send encodes it."""
-        span = self._start_send(destination, message)
-        self._note_transaction(session, span)
+        span = self._start_send(destination, message, session)
         with trace.use_span(span, end_on_exit=False, record_exception=False):
             try:
                 return await sending
@@ -226,12 +285,7 @@ class Tracing:
                 failed(span, exc)
                 raise
             finally:
-                attributes = message_attributes(message)  # the id: stamped by now
-                current = self._connection.current
-                if current is not None:
-                    attributes.update(server_attributes(current.broker))
-                span.set_attributes(attributes)
-                span.end()
+                self._end_send(span, message)
 
     def resent(self, message: Message) -> None:
         """A send cut off by a failover goes again on the new connection (F11)."""
