@@ -88,6 +88,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_Completion = Callable[[Message, BaseException | None], Any]
+"""A ``send_async`` completion listener: the message, and None or what failed it."""
 
 
 class TracedConnection(Protocol):
@@ -184,7 +186,8 @@ class Tracing:
         not touched at all: ``send`` runs in a ``send`` span, ``send_async``'s span lasts
         until its outcome, and ``post`` (a blocking NON_PERSISTENT send, queued from the
         caller's thread) makes its span in that thread and ends it once the message is queued."""
-        send, send_async, post = producer.send, producer.send_async, producer.post
+        send, post = producer.send, producer.post
+        send_async: Callable[..., Awaitable[None]] = producer.send_async
         context = producer._context
 
         async def traced_send(first: Any, message: Message | None = None, **options: Any) -> None:
@@ -197,36 +200,20 @@ class Tracing:
         ) -> None:
             producer._check_open()
             destination, resolved = producer._resolve(first, message)
-            span = self._start_send(destination, resolved, context)
-            ending = _Ending(lambda: self._end_send(span, resolved))
 
-            def completed(sent: Message, error: BaseException | None) -> Any:
-                if error is not None:
-                    failed(span, error)
-                ending()
-                return on_completion(sent, error)
+            def sending(completed: _Completion) -> Awaitable[None]:
+                return send_async(first, message, on_completion=completed, **options)
 
-            with trace.use_span(span, end_on_exit=False, record_exception=False):
-                try:  # the task that waits for the outcome runs in the span too (resent)
-                    await send_async(first, message, on_completion=completed, **options)
-                except BaseException as exc:
-                    failed(span, exc)
-                    ending()
-                    raise
+            await self.send_async(destination, resolved, context, on_completion, sending)
 
         def traced_post(first: Any, message: Message | None = None, **options: Any) -> bool:
             producer._check_open()
             if not producer._posts(options.get("delivery_mode")):
                 return False  # sent on the loop instead, by ``send``, which makes the span
             destination, resolved = producer._resolve(first, message)
-            span = self._start_send(destination, resolved, context)
-            try:
-                return bool(post(first, message, **options))
-            except BaseException as exc:
-                failed(span, exc)
-                raise
-            finally:
-                self._end_send(span, resolved)
+            return self.posted(
+                destination, resolved, context, lambda: post(first, message, **options)
+            )
 
         producer.send = traced_send
         producer.send_async = traced_send_async
@@ -286,6 +273,50 @@ class Tracing:
                 raise
             finally:
                 self._end_send(span, message)
+
+    async def send_async(
+        self,
+        destination: Destination,
+        message: Message,
+        session: Any,
+        on_completion: _Completion,
+        sending: Callable[[_Completion], Awaitable[None]],
+    ) -> None:
+        """Run ``sending(completed)`` (a ``send_async`` of ``message`` that calls ``completed``
+        with its outcome) in a ``send`` span that stays open until that outcome: a re-send
+        after a failover (F11), made after this returned, is recorded on it, and an error the
+        outcome brings is its error. ``on_completion`` is then called as the caller asked."""
+        span = self._start_send(destination, message, session)
+        ending = _Ending(lambda: self._end_send(span, message))
+
+        def completed(sent: Message, error: BaseException | None) -> Any:
+            if error is not None:
+                failed(span, error)
+            ending()
+            return on_completion(sent, error)
+
+        with trace.use_span(span, end_on_exit=False, record_exception=False):
+            try:  # the task that waits for the outcome inherits the span (``resent``)
+                await sending(completed)
+            except BaseException as exc:
+                failed(span, exc)
+                ending()
+                raise
+
+    def posted(
+        self, destination: Destination, message: Message, session: Any, post: Callable[[], bool]
+    ) -> bool:
+        """Run ``post()`` (a blocking send queued from the caller's thread, in that thread) in
+        a ``send`` span, a child of the caller's current span, ended once the message is
+        queued: what ``post()`` returns."""
+        span = self._start_send(destination, message, session)
+        try:
+            return post()
+        except BaseException as exc:
+            failed(span, exc)
+            raise
+        finally:
+            self._end_send(span, message)
 
     def resent(self, message: Message) -> None:
         """A send cut off by a failover goes again on the new connection (F11)."""
