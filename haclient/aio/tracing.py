@@ -4,8 +4,8 @@ How this works: a connection asked to trace (``jms.tracing=opentelemetry`` or
 ``connect(tracer_provider=...)``) gets one ``Tracing``, shared by its gate, sessions, producers
 and consumers (``ConnectionContext.tracing``); without it every hook is one ``is None`` check.
 Its producers and consumers are instrumented as they are made (``instrument_producer`` wraps
-their ``send``, ``instrument_consumer`` their ``receive``), so that those of a connection that
-does not trace carry no tracing code on their path at all.
+their ``send``, ``send_async`` and ``post``, ``instrument_consumer`` their ``receive``), so that
+those of a connection that does not trace carry no tracing code on their path at all.
 This is the only module of the client that imports ``opentelemetry`` (the ``tracing`` extra);
 the failover layer knows nothing of it: what a trace says about failover comes from a failover
 listener (``FailoverRecord``) and from what the gate, the producer and the consumer know. What
@@ -15,7 +15,9 @@ Spans follow OpenTelemetry's messaging semantic conventions:
 
 - ``send <destination>`` (PRODUCER) per send; it injects the W3C trace context (``traceparent``,
   ``tracestate``) into the message's application properties, so that any AMQP consumer that
-  reads them (another language's, a Java one's) continues the trace;
+  reads them (another language's, a Java one's) continues the trace. A ``send`` span ends when
+  the send returns; a ``send_async`` one when its outcome is known; a blocking send queued from
+  the caller's thread (``post``) is made in that thread and ends once the message is queued;
 - ``receive <destination>`` (CONSUMER) per message ``receive()`` returns, ``process
   <destination>`` (CONSUMER) around a message listener (current while it runs), each a child of
   the producer's span and linked to it (one message, one trace): its context comes from the
@@ -29,8 +31,9 @@ broker was lost, which took over) and a link to that span; a send sent again on 
 connection (F11) a ``haclient.resent`` event; a message whose acknowledgement a failover cut
 off ``haclient.ack_in_doubt``; a commit rolled back by failover an error status that says so.
 
-Thread-safety: the tracer is OpenTelemetry's (thread-safe); ``carried`` and ``bound`` are
-called in the application's threads, everything else on the event loop.
+Thread-safety: the tracer is OpenTelemetry's (thread-safe); ``carried``, ``bound``,
+``continuing`` and ``posted`` are called in the application's threads (``posted`` only reads
+the connection), everything else on the event loop.
 """
 
 from __future__ import annotations
