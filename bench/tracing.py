@@ -14,7 +14,8 @@ export's I/O). The variants are interleaved, A/B/C in a rotating order each roun
 noise of a shared machine falls on all of them alike. Each worker, with the async API
 (``haclient.aio``) and then the blocking one (``haclient``), times what ``bench.jms`` times:
 ``--count`` PERSISTENT sends (each returns once the broker accepted it), ``--pipelined-count``
-NON_PERSISTENT sends and a ``flush()``, and ``--count`` AUTO receives, after ``--warmup``
+NON_PERSISTENT sends and a ``flush()``, ``--count`` AUTO receives, and ``--count`` PERSISTENT
+``send_async`` calls until every completion listener was called, after ``--warmup``
 untimed messages each, and prints this process's CPU microseconds per message (``time.
 process_time``) and the rate. The table shows the median of the rounds, and ``on - off`` per
 message: what a traced message costs. ``--traced-base COMMIT`` adds a fourth variant,
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("before", "off", "on")
-PHASES = ("sync send", "pipelined send", "receive AUTO")
+PHASES = ("sync send", "pipelined send", "receive AUTO", "async send")
 APIS = ("aio", "blocking")
 
 
@@ -111,6 +113,30 @@ def _worker_aio(url: str, options: dict[str, Any], args: argparse.Namespace) -> 
                 if phase == "sync send":
                     results["receive AUTO"] = {"cpu_us": used / count * 1e6, "rate": count / wall}
 
+            async def sends_async(count: int) -> None:
+                done = anyio.Event()
+                left = count
+
+                def completed(message: Any, error: BaseException | None) -> None:
+                    nonlocal left
+                    left -= 1
+                    if left == 0:
+                        done.set()
+
+                for n in range(count):
+                    await producer.send_async(
+                        TextMessage(f"message {n:08d}"), on_completion=completed
+                    )
+                await done.wait()
+
+            await sends_async(args.warmup)
+            await receives(args.warmup)
+            started, cpu = time.perf_counter(), time.process_time()
+            await sends_async(args.count)
+            wall, used = time.perf_counter() - started, time.process_time() - cpu
+            results["async send"] = {"cpu_us": used / args.count * 1e6, "rate": args.count / wall}
+            await receives(args.count)
+
     anyio.run(main)
     return results
 
@@ -147,6 +173,20 @@ def _worker_blocking(url: str, options: dict[str, Any], args: argparse.Namespace
             received = _timed(count, lambda c=count: receives(c))
             if phase == "sync send":
                 results["receive AUTO"] = received
+
+        def sends_async(count: int) -> None:
+            done = threading.Semaphore(0)
+            for n in range(count):
+                producer.send_async(
+                    TextMessage(f"message {n:08d}"), on_completion=lambda m, e: done.release()
+                )
+            for _ in range(count):
+                done.acquire()
+
+        sends_async(args.warmup)
+        receives(args.warmup)
+        results["async send"] = _timed(args.count, lambda: sends_async(args.count))
+        receives(args.count)
     return results
 
 
