@@ -78,8 +78,8 @@ def test_O2_spark_carries_a_messages_trace_from_a_traced_producer_to_a_traced_co
         with haclient.connect(broker.url, tracer_provider=provider) as connection:
             connection.start()
             consumer = connection.create_session(AckMode.AUTO).create_consumer(Queue("traced-out"))
-            received = list(iter(lambda: consumer.receive(timeout=2), None))
-    assert sorted(int(m.text) for m in received) == list(range(ROWS))
+            received = [consumer.receive(timeout=30) for _ in range(ROWS)]
+    assert sorted(int(m.text) for m in received if m is not None) == list(range(ROWS))
     send_of = {s.context.span_id: s for s in sends.values()}
     receives = [s for s in spans.get_finished_spans() if s.name.startswith("receive ")]
     assert len(receives) == ROWS
