@@ -125,19 +125,6 @@ def continuing(message: Message) -> Iterator[None]:
         otel_context.detach(token)
 
 
-class _Ending:
-    """Calls ``end`` the first time it is called, and never again (a ``send_async`` span ends
-    with its outcome, or with the error ``send_async`` raises, whichever comes first)."""
-
-    def __init__(self, end: Callable[[], None]) -> None:
-        self._end: Callable[[], None] | None = end
-
-    def __call__(self) -> None:
-        end, self._end = self._end, None
-        if end is not None:
-            end()
-
-
 def _version() -> str | None:
     """The installed haclient's version, for the tracer's instrumentation scope."""
     try:
@@ -290,7 +277,10 @@ class Tracing:
         after a failover (F11), made after this returned, is recorded on it, and an error the
         outcome brings is its error. ``on_completion`` is then called as the caller asked."""
         span = self._start_send(destination, message, session)
-        ending = _Ending(lambda: self._end_send(span, message))
+
+        def ending() -> None:  # once: after the outcome, or the error raised, whichever first
+            if span.is_recording():  # an SDK span records until it ends
+                self._end_send(span, message)
 
         def completed(sent: Message, error: BaseException | None) -> Any:
             if error is not None:
