@@ -68,6 +68,7 @@ def test_O2_spark_carries_a_messages_trace_from_a_traced_producer_to_a_traced_co
                 f"{send.context.trace_id:032x}",
                 f"{send.context.span_id:016x}",
             )
+            assert (row.tracestate or "") == send.context.trace_state.to_header()
 
         frame.select("body", "traceparent", "tracestate").write.format("haclient").options(
             url=f"{broker.url}?jms.tracing=opentelemetry", address="traced-out", query="trace"
