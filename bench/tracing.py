@@ -14,10 +14,13 @@ export's I/O). The variants are interleaved, A/B/C in a rotating order each roun
 noise of a shared machine falls on all of them alike. Each worker, with the async API
 (``haclient.aio``) and then the blocking one (``haclient``), times what ``bench.jms`` times:
 ``--count`` PERSISTENT sends (each returns once the broker accepted it), ``--pipelined-count``
-NON_PERSISTENT sends and a ``flush()``, and ``--count`` AUTO receives, after ``--warmup``
+NON_PERSISTENT sends and a ``flush()``, ``--count`` AUTO receives, and ``--count`` PERSISTENT
+``send_async`` calls until every completion listener was called, after ``--warmup``
 untimed messages each, and prints this process's CPU microseconds per message (``time.
 process_time``) and the rate. The table shows the median of the rounds, and ``on - off`` per
-message: what a traced message costs.
+message: what a traced message costs. ``--traced-base COMMIT`` adds a fourth variant,
+``on-base`` (the tree of ``COMMIT``, traced as ``on`` is), and a second table, ``on`` against
+it: what a change to tracing itself gained or cost.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("before", "off", "on")
-PHASES = ("sync send", "pipelined send", "receive AUTO")
+PHASES = ("sync send", "pipelined send", "receive AUTO", "async send")
 APIS = ("aio", "blocking")
 
 
@@ -109,6 +113,30 @@ def _worker_aio(url: str, options: dict[str, Any], args: argparse.Namespace) -> 
                 if phase == "sync send":
                     results["receive AUTO"] = {"cpu_us": used / count * 1e6, "rate": count / wall}
 
+            async def sends_async(count: int) -> None:
+                done = anyio.Event()
+                left = count
+
+                def completed(message: Any, error: BaseException | None) -> None:
+                    nonlocal left
+                    left -= 1
+                    if left == 0:
+                        done.set()
+
+                for n in range(count):
+                    await producer.send_async(
+                        TextMessage(f"message {n:08d}"), on_completion=completed
+                    )
+                await done.wait()
+
+            await sends_async(args.warmup)
+            await receives(args.warmup)
+            started, cpu = time.perf_counter(), time.process_time()
+            await sends_async(args.count)
+            wall, used = time.perf_counter() - started, time.process_time() - cpu
+            results["async send"] = {"cpu_us": used / args.count * 1e6, "rate": args.count / wall}
+            await receives(args.count)
+
     anyio.run(main)
     return results
 
@@ -145,12 +173,26 @@ def _worker_blocking(url: str, options: dict[str, Any], args: argparse.Namespace
             received = _timed(count, lambda c=count: receives(c))
             if phase == "sync send":
                 results["receive AUTO"] = received
+
+        def sends_async(count: int) -> None:
+            done = threading.Semaphore(0)
+            for n in range(count):
+                producer.send_async(
+                    TextMessage(f"message {n:08d}"), on_completion=lambda m, e: done.release()
+                )
+            for _ in range(count):
+                done.acquire()
+
+        sends_async(args.warmup)
+        receives(args.warmup)
+        results["async send"] = _timed(args.count, lambda: sends_async(args.count))
+        receives(args.count)
     return results
 
 
 def worker(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"username": "guest", "password": "guest"}  # bench.broker's user
-    if args.variant == "on":
+    if args.variant in ("on", "on-base"):
         options["tracer_provider"] = tracer_provider()
     import haclient
 
@@ -166,15 +208,16 @@ def worker(args: argparse.Namespace) -> int:
 # The driver ----------------------------------------------------------------------------------
 
 
-def _extract(commit: str, into: Path) -> Path:
-    """The client packages of ``commit`` (``haclient``, ``failover``), extracted into ``into``."""
-    archive = into / "base.tar"
+def _extract(commit: str, into: Path, name: str = "base") -> Path:
+    """The client packages of ``commit`` (``haclient``, ``failover``), extracted into
+    ``into/name``."""
+    archive = into / f"{name}.tar"
     subprocess.run(
         ["git", "archive", "-o", str(archive), commit, "haclient", "failover"],
         cwd=ROOT,
         check=True,
     )
-    tree = into / "base"
+    tree = into / name
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
     return tree
@@ -199,21 +242,23 @@ def _run_worker(
     return result
 
 
-def table(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """The median CPU us per message and rate of each (api, phase) by variant, and on - off."""
+def table(
+    runs: dict[str, list[dict[str, Any]]], variants: Sequence[str], base: str, measured: str
+) -> list[str]:
+    """The median CPU us per message and rate of each (api, phase) for ``variants``, and
+    ``measured - base`` per message (``on - off``: what a traced message costs)."""
+    cpu_heads = "".join(f" {v} us/msg |" for v in variants)
+    rate_heads = "".join(f" {v} msg/s |" for v in variants)
     lines = [
-        "| API | phase | before us/msg | off us/msg | on us/msg | on - off us/msg | "
-        "before msg/s | off msg/s | on msg/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| API | phase |{cpu_heads} {measured} - {base} us/msg |{rate_heads}",
+        "|---|---|" + "---|" * (2 * len(variants) + 1),
     ]
     for api, phase in itertools.product(APIS, PHASES):
-        cpu = {v: statistics.median(r[api][phase]["cpu_us"] for r in runs[v]) for v in VARIANTS}
-        rate = {v: statistics.median(r[api][phase]["rate"] for r in runs[v]) for v in VARIANTS}
-        lines.append(
-            f"| {api} | {phase} | {cpu['before']:.1f} | {cpu['off']:.1f} | {cpu['on']:.1f} | "
-            f"{cpu['on'] - cpu['off']:+.1f} | {rate['before']:,.0f} | {rate['off']:,.0f} | "
-            f"{rate['on']:,.0f} |"
-        )
+        cpu = {v: statistics.median(r[api][phase]["cpu_us"] for r in runs[v]) for v in variants}
+        rate = {v: statistics.median(r[api][phase]["rate"] for r in runs[v]) for v in variants}
+        cpus = "".join(f" {cpu[v]:.1f} |" for v in variants)
+        rates = "".join(f" {rate[v]:,.0f} |" for v in variants)
+        lines.append(f"| {api} | {phase} |{cpus} {cpu[measured] - cpu[base]:+.1f} |{rates}")
     return lines
 
 
@@ -224,7 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--pipelined-count", type=int, default=10000)
     parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--worker", choices=VARIANTS, dest="variant", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--traced-base", metavar="COMMIT", help="also measure COMMIT's tree traced (on-base)"
+    )
+    parser.add_argument(
+        "--worker", choices=(*VARIANTS, "on-base"), dest="variant", help=argparse.SUPPRESS
+    )
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="PATH", help="also write every round's results")
     args = parser.parse_args(argv)
@@ -232,20 +282,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker(args)
     from bench.broker import BrokerProcess
 
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    variants = (*VARIANTS, "on-base") if args.traced_base else VARIANTS
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
         trees = {"before": _extract(args.base, Path(tmp)), "off": ROOT, "on": ROOT}
+        if args.traced_base:
+            trees["on-base"] = _extract(args.traced_base, Path(tmp), "traced-base")
         with BrokerProcess("tracing", Path(tmp), store=False) as broker:
             url = f"amqp://127.0.0.1:{broker.port}"
             for rnd in range(args.rounds):
-                order = VARIANTS[rnd % 3 :] + VARIANTS[: rnd % 3]
+                turn = rnd % len(variants)
+                order = variants[turn:] + variants[:turn]
                 for variant in order:
                     result = _run_worker(variant, trees[variant], url, args)
                     if result is None:
                         return 1
                     runs[variant].append(result)
                 print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
-    print("\n".join(table(runs)))
+    print("\n".join(table(runs, VARIANTS, "off", "on")))
+    if args.traced_base:
+        print("\n" + "\n".join(table(runs, ("on-base", "on"), "on-base", "on")))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
     return 0

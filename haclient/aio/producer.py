@@ -308,12 +308,7 @@ class MessageProducer:
         """
         self._check_open()
         self._posted.raise_failure()
-        mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        if (
-            self._waits(mode)
-            or self._context.transaction is not None
-            or len(self._posted) >= _MAX_PIPELINED
-        ):
+        if not self._posts(delivery_mode):
             return False
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
@@ -322,6 +317,17 @@ class MessageProducer:
         check_sendable(message)
         self._posted.post(destination, message, schedule)
         return True
+
+    def _posts(self, delivery_mode: DeliveryMode | None) -> bool:
+        """Whether ``post`` queues a send of this ``delivery_mode`` (None: the producer's):
+        one that pipelines (does not wait for its outcome, outside a transaction), while
+        fewer than ``_MAX_PIPELINED`` messages are queued."""
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        return not (
+            self._waits(mode)
+            or self._context.transaction is not None
+            or len(self._posted) >= _MAX_PIPELINED
+        )
 
     def _posted_at_once(self, destination: Destination, message: Message) -> bool:
         """``_pipelined_at_once`` for a posted send, after forgetting the settled sends at the

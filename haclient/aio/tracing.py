@@ -4,8 +4,8 @@ How this works: a connection asked to trace (``jms.tracing=opentelemetry`` or
 ``connect(tracer_provider=...)``) gets one ``Tracing``, shared by its gate, sessions, producers
 and consumers (``ConnectionContext.tracing``); without it every hook is one ``is None`` check.
 Its producers and consumers are instrumented as they are made (``instrument_producer`` wraps
-their ``send``, ``instrument_consumer`` their ``receive``), so that those of a connection that
-does not trace carry no tracing code on their path at all.
+their ``send``, ``send_async`` and ``post``, ``instrument_consumer`` their ``receive``), so that
+those of a connection that does not trace carry no tracing code on their path at all.
 This is the only module of the client that imports ``opentelemetry`` (the ``tracing`` extra);
 the failover layer knows nothing of it: what a trace says about failover comes from a failover
 listener (``FailoverRecord``) and from what the gate, the producer and the consumer know. What
@@ -15,7 +15,9 @@ Spans follow OpenTelemetry's messaging semantic conventions:
 
 - ``send <destination>`` (PRODUCER) per send; it injects the W3C trace context (``traceparent``,
   ``tracestate``) into the message's application properties, so that any AMQP consumer that
-  reads them (another language's, a Java one's) continues the trace;
+  reads them (another language's, a Java one's) continues the trace. A ``send`` span ends when
+  the send returns; a ``send_async`` one when its outcome is known; a blocking send queued from
+  the caller's thread (``post``) is made in that thread and ends once the message is queued;
 - ``receive <destination>`` (CONSUMER) per message ``receive()`` returns, ``process
   <destination>`` (CONSUMER) around a message listener (current while it runs), each a child of
   the producer's span and linked to it (one message, one trace): its context comes from the
@@ -29,8 +31,9 @@ broker was lost, which took over) and a link to that span; a send sent again on 
 connection (F11) a ``haclient.resent`` event; a message whose acknowledgement a failover cut
 off ``haclient.ack_in_doubt``; a commit rolled back by failover an error status that says so.
 
-Thread-safety: the tracer is OpenTelemetry's (thread-safe); ``carried`` and ``bound`` are
-called in the application's threads, everything else on the event loop.
+Thread-safety: the tracer is OpenTelemetry's (thread-safe); ``carried``, ``bound``,
+``continuing`` and ``posted`` are called in the application's threads (``posted`` only reads
+the connection), everything else on the event loop.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import importlib.metadata
 import inspect
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 try:
@@ -83,10 +86,13 @@ __all__ = [
     "FailoverRecord",
     "Tracing",
     "context_of",
+    "continuing",
     "trace_properties",
 ]
 
 T = TypeVar("T")
+_Completion = Callable[[Message, BaseException | None], Any]
+"""A ``send_async`` completion listener: the message, and None or what failed it."""
 
 
 class TracedConnection(Protocol):
@@ -107,9 +113,16 @@ _waits: contextvars.ContextVar[list[_Wait] | None] = contextvars.ContextVar(
 """The waits of a receive in progress, whose span is made only once a message came."""
 
 
-def _declined(*args: Any, **options: Any) -> bool:
-    """A traced producer's ``post``: never queues (see ``Tracing.instrument_producer``)."""
-    return False
+@contextlib.contextmanager
+def continuing(message: Message) -> Iterator[None]:
+    """Run the block in the trace context ``message`` carries (``context_of``): a traced send
+    of it there is a child of that context, so that its trace goes on (a pipeline that reads,
+    transforms and sends again) instead of the new send starting a trace of its own."""
+    token = otel_context.attach(context_of(message))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _version() -> str | None:
@@ -159,10 +172,12 @@ class Tracing:
     # Producers and consumers -------------------------------------------------------------------
 
     def instrument_producer(self, producer: Any) -> None:
-        """Trace ``producer``'s sends: its ``send`` and ``send_async`` run in a ``send`` span,
-        and ``post`` declines (the send then goes through the loop, in the caller's context),
-        so that a producer of a connection without tracing is not touched at all."""
-        send, send_async = producer.send, producer.send_async
+        """Trace ``producer``'s sends, so that a producer of a connection without tracing is
+        not touched at all: ``send`` runs in a ``send`` span, ``send_async``'s span lasts
+        until its outcome, and ``post`` (a blocking NON_PERSISTENT send, queued from the
+        caller's thread) makes its span in that thread and ends it once the message is queued."""
+        send, post = producer.send, producer.post
+        send_async: Callable[..., Awaitable[None]] = producer.send_async
         context = producer._context
 
         async def traced_send(first: Any, message: Message | None = None, **options: Any) -> None:
@@ -171,15 +186,28 @@ class Tracing:
             await self.send(destination, resolved, context, send(first, message, **options))
 
         async def traced_send_async(
-            first: Any, message: Message | None = None, **options: Any
+            first: Any, message: Message | None = None, *, on_completion: Any, **options: Any
         ) -> None:
             producer._check_open()
             destination, resolved = producer._resolve(first, message)
-            await self.send(destination, resolved, context, send_async(first, message, **options))
+
+            def sending(completed: _Completion) -> Awaitable[None]:
+                return send_async(first, message, on_completion=completed, **options)
+
+            await self.send_async(destination, resolved, context, on_completion, sending)
+
+        def traced_post(first: Any, message: Message | None = None, **options: Any) -> bool:
+            producer._check_open()
+            if not producer._posts(options.get("delivery_mode")):
+                return False  # sent on the loop instead, by ``send``, which makes the span
+            destination, resolved = producer._resolve(first, message)
+            return self.posted(
+                destination, resolved, context, lambda: post(first, message, **options)
+            )
 
         producer.send = traced_send
         producer.send_async = traced_send_async
-        producer.post = _declined
+        producer.post = traced_post
 
     def instrument_consumer(self, consumer: Any) -> None:
         """Trace ``consumer``'s ``receive``: a ``receive`` span per message it returns."""
@@ -195,7 +223,9 @@ class Tracing:
 
     # Sending ------------------------------------------------------------------------------------
 
-    def _start_send(self, destination: Destination, message: Message) -> trace.Span:
+    def _start_send(self, destination: Destination, message: Message, session: Any) -> trace.Span:
+        """A ``send`` span, a child of the current context, whose trace context ``message``
+        now carries in its properties (before the send encodes it)."""
         span = self._tracer.start_span(
             span_name("send", destination),
             kind=SpanKind.PRODUCER,
@@ -208,7 +238,14 @@ class Tracing:
                 message.properties[key] = carrier[key]
             else:
                 message.properties.pop(key, None)
+        self._note_transaction(session, span)
         return span
+
+    def _end_send(self, span: trace.Span, message: Message) -> None:
+        """End a ``send`` span: the message's id (stamped by now) and the broker in use."""
+        span.set_attributes(message_attributes(message))
+        self._finish(span)
+        span.end()
 
     async def send(
         self, destination: Destination, message: Message, session: Any, sending: Awaitable[T]
@@ -217,8 +254,7 @@ class Tracing:
 
         ``sending`` must not have started: the trace context goes into the message's
         properties before the send encodes it."""
-        span = self._start_send(destination, message)
-        self._note_transaction(session, span)
+        span = self._start_send(destination, message, session)
         with trace.use_span(span, end_on_exit=False, record_exception=False):
             try:
                 return await sending
@@ -226,12 +262,54 @@ class Tracing:
                 failed(span, exc)
                 raise
             finally:
-                attributes = message_attributes(message)  # the id: stamped by now
-                current = self._connection.current
-                if current is not None:
-                    attributes.update(server_attributes(current.broker))
-                span.set_attributes(attributes)
-                span.end()
+                self._end_send(span, message)
+
+    async def send_async(
+        self,
+        destination: Destination,
+        message: Message,
+        session: Any,
+        on_completion: _Completion,
+        sending: Callable[[_Completion], Awaitable[None]],
+    ) -> None:
+        """Run ``sending(completed)`` (a ``send_async`` of ``message`` that calls ``completed``
+        with its outcome) in a ``send`` span that stays open until that outcome: a re-send
+        after a failover (F11), made after this returned, is recorded on it, and an error the
+        outcome brings is its error. ``on_completion`` is then called as the caller asked."""
+        span = self._start_send(destination, message, session)
+
+        def ending() -> None:  # once: after the outcome, or the error raised, whichever first
+            if span.is_recording():  # an SDK span records until it ends
+                self._end_send(span, message)
+
+        def completed(sent: Message, error: BaseException | None) -> Any:
+            if error is not None:
+                failed(span, error)
+            ending()
+            return on_completion(sent, error)
+
+        with trace.use_span(span, end_on_exit=False, record_exception=False):
+            try:  # the task that waits for the outcome inherits the span (``resent``)
+                await sending(completed)
+            except BaseException as exc:
+                failed(span, exc)
+                ending()
+                raise
+
+    def posted(
+        self, destination: Destination, message: Message, session: Any, post: Callable[[], bool]
+    ) -> bool:
+        """Run ``post()`` (a blocking send queued from the caller's thread, in that thread) in
+        a ``send`` span, a child of the caller's current span, ended once the message is
+        queued: what ``post()`` returns."""
+        span = self._start_send(destination, message, session)
+        try:
+            return post()
+        except BaseException as exc:
+            failed(span, exc)
+            raise
+        finally:
+            self._end_send(span, message)
 
     def resent(self, message: Message) -> None:
         """A send cut off by a failover goes again on the new connection (F11)."""

@@ -60,6 +60,7 @@ def context_of(message: Message) -> otel_context.Context:
 
 
 def body_size(message: Message) -> int | None:
+    """The body's size in bytes (UTF-8 for text) of a text or bytes message; None otherwise."""
     if isinstance(message, TextMessage):
         return None if message.text is None else len(message.text.encode())
     if isinstance(message, BytesMessage):
@@ -68,6 +69,7 @@ def body_size(message: Message) -> int | None:
 
 
 def destination_attributes(destination: Destination | None) -> dict[str, Any]:
+    """``messaging.destination.name`` (the address) and, for a temporary one, ``.temporary``."""
     if destination is None:
         return {}
     attributes: dict[str, Any] = {"messaging.destination.name": address_of(destination)}
@@ -77,6 +79,8 @@ def destination_attributes(destination: Destination | None) -> dict[str, Any]:
 
 
 def message_attributes(message: Message) -> dict[str, Any]:
+    """The message's id, its correlation id when a str (the conversation id) and its body size,
+    each only when it has one."""
     attributes: dict[str, Any] = {}
     if message.message_id is not None:
         attributes["messaging.message.id"] = message.message_id
@@ -90,6 +94,8 @@ def message_attributes(message: Message) -> dict[str, Any]:
 
 
 def span_name(operation: str, destination: Destination | None) -> str:
+    """``<operation> <address>``, as the conventions name a span (the operation alone when
+    there is no destination)."""
     return operation if destination is None else f"{operation} {address_of(destination)}"
 
 
@@ -181,6 +187,7 @@ def where(broker: BrokerURL) -> str:
 
 
 def server_attributes(broker: BrokerURL | None) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of ``broker`` (none for None)."""
     if broker is None:
         return {}
     return {"server.address": broker.host, "server.port": broker.port or 0}

@@ -124,7 +124,9 @@ class SparkOptions:
             default) (``consume``).
         trace_context: Reads add the columns ``traceparent`` and ``tracestate`` (the W3C
             trace context a message carries, rule O2); writes give each message those columns
-            of its row as these properties (``traceContext``).
+            of its row as these properties, and when the URL traces too
+            (``jms.tracing=opentelemetry``) send it as a child of that context, so that the
+            trace goes on (``traceContext``).
 
     Raises:
         ConfigurationError: a value is missing or invalid (``option`` names it by its Spark

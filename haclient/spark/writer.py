@@ -16,6 +16,7 @@ Consumers (and the stream reader's duplicate window) recognise the replays by id
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterator
@@ -78,18 +79,39 @@ def publish_partition(options: SparkOptions, rows: Iterator[Row], query: str) ->
                 row.asDict(recursive=True), options.body_format, options.trace_context
             )
             message.message_id = f"{prefix}{count - 1}"
-            producer.send(message)
+            _send(producer, message, options.trace_context)
             if options.transacted:
                 pending.append(message)
                 if len(pending) >= options.batch_size:
-                    _commit(session, producer, pending)
+                    _commit(session, producer, pending, options.trace_context)
         if pending:
-            _commit(session, producer, pending)
+            _commit(session, producer, pending, options.trace_context)
     log.debug("partition %d (attempt %d) published %d rows", partition, attempt, count)
     return PartitionCommit(partition, count, attempt)
 
 
-def _commit(session: Session, producer: MessageProducer, pending: list[Message]) -> None:
+def _send(producer: MessageProducer, message: Message, trace_context: bool) -> None:
+    """Send ``message``; with ``traceContext``, in the trace context its row's columns gave it,
+    so that a connection that traces (``jms.tracing`` in the URL) makes its ``send`` span a
+    child of that context and the row's trace goes on, rather than starting a new one (O2)."""
+    if not (trace_context and "traceparent" in message.properties):
+        producer.send(message)
+        return
+    with _in_trace_of(message):
+        producer.send(message)
+
+
+def _in_trace_of(message: Message) -> contextlib.AbstractContextManager[None]:
+    try:
+        from haclient.aio.tracing import continuing
+    except ImportError:  # no OpenTelemetry: nothing traces, the properties go as they are
+        return contextlib.nullcontext()
+    return continuing(message)
+
+
+def _commit(
+    session: Session, producer: MessageProducer, pending: list[Message], trace_context: bool
+) -> None:
     """Commit ``pending``; when failover rolled the transaction back, send them again (same
     ids) and commit again. An in-doubt commit is redone too: duplicates carry the same id."""
     for _ in range(_MAX_REDOS):
@@ -100,7 +122,7 @@ def _commit(session: Session, producer: MessageProducer, pending: list[Message])
         except TransactionRolledBackError as exc:
             log.info("%d messages rolled back (%s): sending them again", len(pending), exc)
             for message in pending:
-                producer.send(message)
+                _send(producer, message, trace_context)
     session.commit()  # the last try: its error fails the task
     pending.clear()
 

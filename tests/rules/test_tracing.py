@@ -22,7 +22,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import haclient.aio as aio
 from chaos.broker import BrokerThread
-from haclient import AckMode, Queue, TextMessage
+from chaos.peer import ScriptedPeer
+from haclient import AckMode, DeliveryMode, Queue, TextMessage
 from haclient.aio.tracing import context_of
 from haclient.amqp.codec import AmqpMessage, encode_message
 from haclient.amqp.config import ClientAuth, EngineConfig
@@ -388,3 +389,88 @@ async def test_O1_send_async_is_a_send_span_too(
     assert send.kind is SpanKind.PRODUCER and send.attributes is not None
     assert send.attributes["messaging.message.id"] == message.message_id
     assert message.properties["traceparent"].split("-")[2] == f"{send.context.span_id:016x}"
+
+
+async def test_O1_a_non_persistent_send_is_a_child_of_the_callers_span(
+    api: Api, reference_broker: BrokerThread, provider: TracerProvider, exporter: Any
+) -> None:
+    """Through the blocking API this send is queued from the caller's thread (its span made
+    there, ended once queued); through both, it is the caller's child and the trace goes on."""
+    queue = _queue(f"queued.{api.name}")
+    tracer = provider.get_tracer("test")
+    messages = [TextMessage(f"quick {n}") for n in range(3)]
+    async with (
+        await api.connect(reference_broker.url, tracer_provider=provider) as sending,
+        await api.connect(reference_broker.url, tracer_provider=provider) as receiving,
+    ):
+        producer = await (await sending.create_session()).create_producer(queue)
+        with tracer.start_as_current_span("burst") as business:
+            for message in messages:
+                await producer.send(message, delivery_mode=DeliveryMode.NON_PERSISTENT)
+        await receiving.start()
+        consumer = await (await receiving.create_session()).create_consumer(queue)
+        received = [await consumer.receive(TIMEOUT) for _ in messages]
+    assert [m.text for m in received if m is not None] == [m.text for m in messages]
+    sends = _named(exporter, "send ")
+    assert [s.attributes and s.attributes["messaging.message.id"] for s in sends] == [
+        m.message_id for m in messages
+    ]
+    for send, message in zip(sends, messages, strict=True):
+        assert send.parent is not None
+        assert send.parent.span_id == business.get_span_context().span_id
+        assert message.properties["traceparent"].split("-")[2] == f"{send.context.span_id:016x}"
+        assert send.attributes is not None
+        assert send.attributes["server.port"] == reference_broker.port
+    receives = _named(exporter, "receive ")
+    assert [r.parent and r.parent.span_id for r in receives] == [s.context.span_id for s in sends]
+
+
+def _scripted_url(port: int) -> str:
+    return (
+        f"failover:(amqp://127.0.0.1:{port})"
+        "?failover.method=singlebroker&failover.retries=20&failover.connectdelay=0"
+    )
+
+
+async def test_O3_a_send_async_span_lasts_until_its_outcome_and_shows_its_resend(
+    api: Api, provider: TracerProvider, exporter: Any
+) -> None:
+    """The broker drops the connection after the first transfer: F11 sends it again on the
+    next, and the ``send`` span, open until the completion listener is told, records it."""
+    peer = ScriptedPeer()
+    for accepted in (False, True):
+        if accepted:
+            peer.expect_connection()
+        peer.expect_open().respond()
+        peer.expect_begin().respond()
+        peer.expect_attach(sender=True, address="orders").respond(credit=10)
+        transfer = peer.expect_transfer(address="orders")
+        if accepted:
+            transfer.respond()
+        else:
+            transfer.drop_connection()
+    peer.expect_detach().respond()
+    peer.expect_end().respond()
+    peer.expect_close().respond()
+    completed = Signal()
+    outcomes: list[BaseException | None] = []
+
+    def on_completion(sent: Any, error: BaseException | None) -> None:
+        outcomes.append(error)
+        completed.set()
+
+    with anyio.fail_after(TIMEOUT):
+        async with peer.serving() as port:
+            connection = await api.connect(_scripted_url(port), tracer_provider=provider)
+            producer = await (await connection.create_session()).create_producer(Queue("orders"))
+            message = TextMessage("exactly this one")
+            await producer.send_async(message, on_completion=on_completion)
+            assert await completed.wait()
+            await connection.close()
+            await peer.wait_script_done()
+    assert outcomes == [None] and peer.failures == []
+    send = _one(exporter, "send ")
+    resent = [e for e in send.events if e.name == "haclient.resent"]
+    assert len(resent) == 1 and resent[0].attributes is not None
+    assert resent[0].attributes["messaging.message.id"] == message.message_id
+    assert send.status.status_code is not StatusCode.ERROR
