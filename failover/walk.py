@@ -23,6 +23,10 @@ Rules it keeps (``failover.states``' invariants, whose decisions it applies):
   starting up dropped (``BrokerNotReadyError``) while the plan retries it quickly
   (``ReconnectPlan.quick_retry``) are not counted, so a failover that waits out a new
   master's first milliseconds logs no warning.
+- 12 (F18): a failure that redirects (``redirect_of``: an error whose ``redirect_to`` is a
+  ``BrokerURL``), of an attempt or of the connection in use, makes the redirect's target the
+  next attempt, at once and outside the plan (it counts among ``attempts``, not the plan's);
+  at most ``MAX_REDIRECTS`` in a row, then the plan goes on.
 - F4: when the plan runs out, the walk ends; ``failure`` says what failed last.
 """
 
@@ -42,7 +46,11 @@ from failover.standby import close_quietly
 from failover.states import ConnectionState, is_refusal, refusal_error, refused_everywhere
 from failover.url import BrokerURL
 
-__all__ = ["Use", "Walker"]
+__all__ = ["MAX_REDIRECTS", "Use", "Walker", "redirect_of"]
+
+#: How many redirects a walk follows in a row (invariant 12): a loop of brokers redirecting
+#: to each other ends there, and the plan's next broker is tried.
+MAX_REDIRECTS = 8
 
 _log = logging.getLogger("haclient.failover")
 
@@ -116,13 +124,21 @@ class Walker(Generic[P]):
             failed = self.cause()
             if not self._retriable(failed):
                 return False
-        while (attempt := plan.next(self._clock(), failed, refused=refused)) is not None:
+        hops = 0  # redirects followed in a row (invariant 12)
+        redirect = redirect_of(self.failure)  # a loss by redirect: its target first
+        while True:
+            follow = redirect is not None and hops < MAX_REDIRECTS
+            attempt = self._next(plan, failed, refused, redirect, follow=follow)
+            if attempt is None:
+                break
+            hops = hops + 1 if follow else 0
             self._gate.attempting(attempt)
             if attempt.delay > 0:
                 await self._sleep(attempt.delay)
             connection = await self._try(attempt)
             if connection is None:
                 failed = self.cause()
+                redirect = redirect_of(failed)
                 failures += 1
                 due = False  # a warning every warn_after_attempts counted failures
                 if not self._starting_up(plan.quick_retry, attempt, failed, not_ready_since):
@@ -142,12 +158,33 @@ class Walker(Generic[P]):
             if await self._use(use, connection, attempt.broker):
                 return True
             failed = self.cause()
+            redirect = redirect_of(failed)
             refused = False  # it accepted the connection
             refusals.pop(str(attempt.broker), None)
             if not self._retriable(failed):
                 return False
         _log.info("the reconnect schedule ends after %d attempts", plan.made)
         return False
+
+    def _next(
+        self,
+        plan: ReconnectPlan,
+        failed: BaseException | None,
+        refused: bool,
+        redirect: BrokerURL | None,
+        *,
+        follow: bool,
+    ) -> Attempt[BrokerURL] | None:
+        """The next attempt: to ``redirect``, at once, when ``follow`` (invariant 12), else
+        the plan's (None: the plan ended)."""
+        if follow and redirect is not None:
+            _log.info("following the redirect to %s", redirect)
+            return Attempt(-1, redirect, 0.0, plan.made)
+        if redirect is not None:
+            _log.warning(
+                "not following the redirect to %s: %d redirects in a row", redirect, MAX_REDIRECTS
+            )
+        return plan.next(self._clock(), failed, refused=refused)
 
     async def _use(self, use: Use[P], connection: P, broker: BrokerURL) -> bool:
         if await use(connection, broker):
@@ -214,6 +251,14 @@ class Walker(Generic[P]):
             failures,
             self.failure,
         )
+
+
+def redirect_of(error: BaseException | None) -> BrokerURL | None:
+    """The broker ``error`` redirects the connection to: its ``redirect_to`` attribute when
+    that is a ``BrokerURL`` (the connector sets it, e.g. from AMQP's
+    ``amqp:connection:redirect``); None for any other error."""
+    target = getattr(error, "redirect_to", None)
+    return target if isinstance(target, BrokerURL) else None
 
 
 def _drop_locals(error: BaseException) -> None:

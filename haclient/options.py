@@ -167,14 +167,6 @@ _ACCEPTED: Final = (
         for name in ("allowList", "denyList")
     ),
     _without_effect(
-        "amqp.allowNonSecureRedirects",
-        Flag(),
-        False,
-        "a redirect is not followed (failover tries the next broker); an `amqp` broker "
-        "advertised over `amqps` is always refused",
-        broker=True,
-    ),
-    _without_effect(
         "amqp.anonymousFallbackCacheSize",
         WholeNumber(0),
         None,
@@ -834,6 +826,16 @@ CLIENT_OPTIONS: Final = OptionTable(
             "the whole open); None: `jms.connectTimeout` alone.",
             "tcp_connect_timeout",
             optional=True,
+        ),
+        # -- connection redirects and the TLS context protocol --
+        _broker(
+            "amqp.allowNonSecureRedirects",
+            Flag(),
+            False,
+            "Follow a broker's connection redirect from `amqps` to plain `amqp` (F18); false: "
+            "such a redirect is not followed and failover tries the next broker. A broker "
+            "list an `amqps` broker announces never downgrades (F12).",
+            "allow_non_secure_redirects",
         ),
         *_ACCEPTED,
     ]

@@ -120,6 +120,8 @@ class ConnectionOptions:
             system's), and how long the TCP connection may take (None: ``connect_timeout``).
         drain_timeout: Seconds a receive waits for the broker's answer to a drain
             (``amqp.drainTimeout``); past it the consumer is closed. None: no limit.
+        allow_non_secure_redirects: Follow a connection redirect from ``amqps`` to ``amqp``
+            (``amqp.allowNonSecureRedirects``, F18; ``haclient.aio.redirect``).
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
@@ -199,6 +201,7 @@ class ConnectionOptions:
     traffic_class: int | None = None
     tcp_connect_timeout: float | None = None
     drain_timeout: float | None = 60.0
+    allow_non_secure_redirects: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
