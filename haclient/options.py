@@ -187,7 +187,8 @@ _ACCEPTED: Final = (
         "transport.soTimeout",
         MinusOneIsNone(WholeNumber(0), "none"),
         None,
-        "a non-blocking socket has no read timeout (`amqp.idleTimeout` finds a silent broker)",
+        "Qpid JMS 1.16 keeps it (`TransportOptions.soTimeout`) but its Netty transport never "
+        "reads it: no read timeout there either (`amqp.idleTimeout` finds a silent broker)",
         broker=True,
     ),
     _without_effect("transport.useEpoll", Flag(), True, f"{_NO_JVM}: no Netty", broker=True),
@@ -208,7 +209,12 @@ _ACCEPTED: Final = (
     ),
     *(
         _without_effect(
-            f"sasl.options.{name}", Text(), None, "no GSSAPI (Kerberos) login", broker=True
+            f"sasl.options.{name}",
+            Text(),
+            None,
+            "read only by GSSAPI (Kerberos) in Qpid JMS (every other mechanism's `init` ignores "
+            "the `sasl.options.*` map), and this client has no GSSAPI login",
+            broker=True,
         )
         for name in ("configScope", "protocol", "serverName")
     ),
