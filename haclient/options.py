@@ -43,6 +43,7 @@ from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
 __all__ = [
     "ACK_CONFIRMATIONS",
     "CLIENT_OPTIONS",
+    "CONTEXT_PROTOCOLS",
     "MESSAGE_ID_TYPES",
     "REDELIVERY_OUTCOMES",
     "SELECTORS",
@@ -95,6 +96,8 @@ _TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLCont
 #: The TLS version names ``transport.enabledProtocols`` and ``disabledProtocols`` take, oldest
 #: first (Qpid JMS's, Java's, spelling).
 TLS_VERSIONS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+#: ``transport.contextProtocol``'s names: Java's ``SSLContext`` protocols (SunJSSE's).
+CONTEXT_PROTOCOLS: Final = ("TLS", "SSL", "Default", *TLS_VERSIONS)
 
 
 def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
@@ -198,13 +201,6 @@ _ACCEPTED: Final = (
         Flag(),
         False,
         "Python's TLS is always OpenSSL's (its certificate checks stay on)",
-        broker=True,
-    ),
-    _without_effect(
-        "transport.contextProtocol",
-        Text(empty=False),
-        None,
-        "the TLS versions are `transport.enabledProtocols`'",
         broker=True,
     ),
     *(
@@ -842,6 +838,16 @@ CLIENT_OPTIONS: Final = OptionTable(
             "such a redirect is not followed and failover tries the next broker. A broker "
             "list an `amqps` broker announces never downgrades (F12).",
             "allow_non_secure_redirects",
+        ),
+        _tls(
+            "transport.contextProtocol",
+            Choice(CONTEXT_PROTOCOLS),
+            "TLS",
+            "The protocol Java's `SSLContext.getInstance` is asked for, as its default TLS "
+            "versions: `TLS` (also `SSL`, `Default`): TLS 1.2 and 1.3; `TLSv1.2`: TLS 1.2 "
+            "only; `TLSv1.3`: 1.2 and 1.3; `TLSv1`, `TLSv1.1`: none (Java turns those off "
+            "too), `ConfigurationError`. `transport.enabledProtocols` wins over it.",
+            "context_protocol",
         ),
         *_ACCEPTED,
     ]

@@ -122,6 +122,8 @@ class ConnectionOptions:
             (``amqp.drainTimeout``); past it the consumer is closed. None: no limit.
         allow_non_secure_redirects: Follow a connection redirect from ``amqps`` to ``amqp``
             (``amqp.allowNonSecureRedirects``, F18; ``haclient.aio.redirect``).
+        context_protocol: ``transport.contextProtocol``: the TLS versions allowed when
+            ``enabled_protocols`` is not given, as Java's ``SSLContext`` of that name allows.
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
@@ -202,6 +204,7 @@ class ConnectionOptions:
     tcp_connect_timeout: float | None = None
     drain_timeout: float | None = 60.0
     allow_non_secure_redirects: bool = False
+    context_protocol: str = "TLS"
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -90,6 +90,8 @@ class TlsSettings(Protocol):
     def disabled_cipher_suites(self) -> tuple[str, ...] | None: ...
     @property
     def server_name(self) -> str | None: ...
+    @property
+    def context_protocol(self) -> str: ...
 
 
 def tls_client_options(options: TlsSettings) -> TlsClientOptions:
@@ -111,7 +113,9 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
         context.verify_mode = ssl.CERT_NONE
     elif not options.verify_host:
         context.check_hostname = False
-    _versions(context, options.enabled_protocols, options.disabled_protocols)
+    _versions(
+        context, options.enabled_protocols, options.disabled_protocols, options.context_protocol
+    )
     _ciphers(context, options.enabled_cipher_suites, options.disabled_cipher_suites)
     if options.enabled_cipher_suites and all(
         suite in _TLS13_SUITES for suite in options.enabled_cipher_suites
@@ -226,15 +230,38 @@ def _encrypted(path: str) -> bool:
     return b"ENCRYPTED" in text
 
 
+def _context_versions(protocol: str) -> tuple[str, ...]:
+    """The TLS versions Java's ``SSLContext.getInstance(protocol)`` enables on a client:
+    SunJSSE's ``TLSv1.2`` context enables 1.2 and older, ``TLSv1.3`` 1.3 and older, ``TLS``
+    (``SSL``, ``Default``) 1.3 and 1.2; and its ``jdk.tls.disabledAlgorithms`` turns TLS 1.0
+    and 1.1 off (since 8u291 and 11.0.11), as ``_DEFAULT_VERSIONS`` leaves them out here."""
+    if protocol not in TLS_VERSIONS:
+        return _DEFAULT_VERSIONS
+    newest = TLS_VERSIONS.index(protocol)
+    return tuple(v for v in _DEFAULT_VERSIONS if TLS_VERSIONS.index(v) <= newest)
+
+
 def _versions(
-    context: ssl.SSLContext, enabled: Sequence[str] | None, disabled: Sequence[str] | None
+    context: ssl.SSLContext,
+    enabled: Sequence[str] | None,
+    disabled: Sequence[str] | None,
+    protocol: str = "TLS",
 ) -> None:
-    """Limit the context to the consecutive TLS versions enabled and not disabled."""
-    if enabled is None and disabled is None:
+    """Limit the context to the consecutive TLS versions enabled (else those the context
+    ``protocol`` enables) and not disabled."""
+    by_protocol = _context_versions(protocol)
+    if enabled is None and disabled is None and by_protocol == _DEFAULT_VERSIONS:
         return
-    allowed = [v for v in TLS_VERSIONS if v in (enabled or _DEFAULT_VERSIONS)]
+    allowed = [v for v in TLS_VERSIONS if v in (enabled or by_protocol)]
     allowed = [v for v in allowed if v not in (disabled or ())]
     option = "transport.enabledProtocols" if enabled else "transport.disabledProtocols"
+    if not by_protocol and not enabled:
+        raise ConfigurationError(
+            f"transport.contextProtocol={protocol} enables only TLS versions older than 1.2, "
+            "which are off (as Java's jdk.tls.disabledAlgorithms turns them off): name them "
+            "in transport.enabledProtocols to use them",
+            option="transport.contextProtocol",
+        )
     if not allowed:
         raise ConfigurationError("no TLS version is left to use", option=option)
     first, last = TLS_VERSIONS.index(allowed[0]), TLS_VERSIONS.index(allowed[-1])

@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives import serialization
 import haclient
 from chaos.broker import BrokerThread
 from haclient import Queue, TextMessage
-from haclient.aio.options import TrustAllWarning
+from haclient.aio.options import ConnectionOptions, TrustAllWarning
+from haclient.aio.tls_options import tls_client_options
 from haclient.amqp.config import TlsServerOptions
 from haclient.errors import AuthenticationError, ConfigurationError, HAClientError
 
@@ -233,6 +234,33 @@ def test_disabled_protocols_leave_the_rest(pki: Pki, tls12_port: int) -> None:
     url = f"amqps://localhost:{tls12_port}?{_q(trustStoreLocation=pki.ca)}"
     text = _refused(url, disabled_protocols=("TLSv1.2",))
     assert "no TLS version in common" in text
+
+
+def test_the_context_protocol_is_javas_default_tls_versions(pki: Pki, port: int) -> None:
+    base = f"amqps://localhost:{port}?{_q(trustStoreLocation=pki.ca)}"
+
+    def versions(**keywords: object) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+        options = ConnectionOptions(ca_file=pki.ca, **keywords)  # type: ignore[arg-type]
+        context = tls_client_options(options).context
+        assert context is not None
+        return context.minimum_version, context.maximum_version
+
+    v12, v13 = ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3
+    assert versions(context_protocol="TLSv1.2") == (v12, v12)  # Java's TLSv1.2 context
+    assert versions(context_protocol="TLSv1.3")[0] == v12
+    # transport.enabledProtocols wins, as it does in Qpid JMS (the engine's list is replaced)
+    assert versions(context_protocol="TLSv1.2", enabled_protocols=("TLSv1.3",)) == (v13, v13)
+    assert _round_trip(base + "&transport.contextProtocol=TLSv1.2") == "over TLS"
+    text = _refused(
+        base + "&transport.contextProtocol=TLSv1.2",
+        ConfigurationError,
+        disabled_protocols=("TLSv1.2",),
+    )
+    assert "no TLS version is left" in text
+    with pytest.raises(ConfigurationError, match=r"older than 1\.2.*transport\.enabledProtocols"):
+        haclient.connect(base + "&transport.contextProtocol=TLSv1.1")
+    with pytest.raises(ConfigurationError, match=r"transport\.contextProtocol"):
+        haclient.connect(base + "&transport.contextProtocol=TLSv9")
 
 
 def test_an_unknown_protocol_name_is_refused_by_the_url_parser() -> None:

@@ -319,7 +319,9 @@ def test_every_option_without_effect_says_why() -> None:
     accepted = [
         o for o in (*registered(), *FAILOVER_OPTIONS) if o.status is Status.ACCEPTED and o.doc
     ]
-    assert len(accepted) >= 20  # the rest are applied (test_qpid_jms_applied.py)
+    # the rest are applied (test_qpid_jms_applied.py, and the tests named after their rules):
+    # the floor falls as options move from accepted to applied
+    assert len(accepted) >= 10
     assert all(len(o.doc) > 10 for o in accepted)
 
 
