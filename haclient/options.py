@@ -112,11 +112,11 @@ def _broker(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: 
     )
 
 
-#: ``transport.*StoreType``: any name but Java's own store formats (PEM files are read).
-_NOT_JAVA_STORE: Final = r"(?is)(?!(?:jks|pkcs12)\Z).+"
+#: ``transport.*StoreType``: any name but JKS, Java's own format (PKCS12 and PEM are read).
+_NOT_JAVA_STORE: Final = r"(?is)(?!jks\Z).+"
 _PEM_ONLY: Final = (
-    "PEM only (convert a JKS or PKCS12 store: `keytool -importkeystore -deststoretype "
-    "PKCS12`, then `openssl pkcs12 -nodes -in store.p12 -out store.pem`)"
+    "PKCS12 or PEM (convert a JKS store: `keytool -importkeystore -srckeystore store.jks "
+    "-destkeystore store.p12 -deststoretype PKCS12`, then storeType=PKCS12)"
 )
 
 
@@ -627,9 +627,9 @@ CLIENT_OPTIONS: Final = OptionTable(
             "transport.trustStorePassword",
             Text(),
             None,
-            "A PEM trust store has no password; masked wherever it is shown.",
+            "Password of a PKCS12 trust store (`transport.trustStoreType=PKCS12`); a PEM "
+            "trust store has none. Masked wherever it is shown.",
             "trust_store_password",
-            status=Status.ACCEPTED,
             secret=True,
             optional=True,
         ),
@@ -734,8 +734,9 @@ CLIENT_OPTIONS: Final = OptionTable(
                 name,
                 Text(empty=False, pattern=_NOT_JAVA_STORE, hint=_PEM_ONLY),
                 None,
-                "The store's format: PEM (any other name but JKS and PKCS12 is taken as PEM). "
-                f"A JKS or PKCS12 store raises `ConfigurationError`{more}.",
+                "The store's format: `PKCS12` (any case; read with the `pkcs12` extra, the "
+                "password is `keyStorePassword` or `trustStorePassword`), else PEM (any other "
+                f"name but JKS). A JKS store raises `ConfigurationError`{more}.",
                 keyword,
                 optional=True,
             )

@@ -111,8 +111,8 @@ class ConnectionOptions:
         ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
             makes the context from them): trusted CAs, the client certificate, its key and its
             password, host name check, trust-all, TLS versions, cipher suites, SNI name.
-        store_type / key_store_type / trust_store_type: The stores' format (PEM; Java's JKS
-            and PKCS12 are refused).
+        store_type / key_store_type / trust_store_type: The stores' format: ``PKCS12`` (the
+            ``pkcs12`` extra reads it; ``haclient.aio.pkcs12``) or PEM; Java's JKS is refused.
         vhost: The virtual host of the Open and SASL hostname fields; None: the broker's host.
         sasl_layer: False: connect without a SASL layer.
         tcp_no_delay ... tcp_connect_timeout: The socket's options (``transport.*``):

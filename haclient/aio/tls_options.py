@@ -9,9 +9,9 @@ system's trust store, chain and host name verified, TLS 1.2 at least), then each
 it. A file that cannot be read, a wrong key password, an unknown version or cipher suite raises
 ``ConfigurationError`` naming the option and the file, before any byte is sent.
 
-Files are read as PEM. A Java key store (JKS or PKCS12) is refused with the command that
-converts it (``keytool``, ``openssl``): reading those would bring in a dependency, and a PEM
-file is what every other tool takes.
+Files are read as PEM, or as PKCS12 where ``transport.storeType`` (``keyStoreType``,
+``trustStoreType``) says so (``haclient.aio.pkcs12``, the ``pkcs12`` extra). A JKS store,
+Java's own format, is refused with the ``keytool`` command that converts it to PKCS12.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 from failover.errors import ConfigurationError
+from haclient.aio.pkcs12 import load_key_store, trusted_certificates
 from haclient.amqp.config import TlsClientOptions
 from haclient.options import TLS_VERSIONS
 
@@ -92,6 +93,14 @@ class TlsSettings(Protocol):
     def server_name(self) -> str | None: ...
     @property
     def context_protocol(self) -> str: ...
+    @property
+    def store_type(self) -> str | None: ...
+    @property
+    def key_store_type(self) -> str | None: ...
+    @property
+    def trust_store_type(self) -> str | None: ...
+    @property
+    def trust_store_password(self) -> str | None: ...
 
 
 def tls_client_options(options: TlsSettings) -> TlsClientOptions:
@@ -106,7 +115,8 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
         return TlsClientOptions(
             context=options.ssl_context, peer_name=options.server_name, has_client_certificate=None
         )
-    context = _trust(options.ca_file)
+    pkcs12 = _pkcs12(options.trust_store_type or options.store_type)
+    context = _trust(options.ca_file, pkcs12=pkcs12, password=options.trust_store_password)
     if options.trust_all:  # ConnectionOptions.build warned (TrustAllWarning)
         log.warning("TLS trusts any certificate (transport.trustAll=true)")
         context.check_hostname = False
@@ -132,7 +142,9 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
             "transport.keyFile needs transport.certFile (the certificate it belongs to)",
             option="transport.keyFile",
         )
-    if options.cert_file:
+    if options.cert_file and _pkcs12(options.key_store_type or options.store_type):
+        load_key_store(context, options.cert_file, options.key_password)
+    elif options.cert_file:
         _client_certificate(context, options.cert_file, options.key_file, options.key_password)
     return TlsClientOptions(
         context=context,
@@ -141,10 +153,21 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
     )
 
 
-def _trust(ca_file: str | None) -> ssl.SSLContext:
-    """A client context trusting ``ca_file`` (PEM) instead of the system's store, if given."""
+def _pkcs12(store_type: str | None) -> bool:
+    """Whether a ``transport.*StoreType`` names PKCS12 (any case, as Java reads it); any
+    other name but JKS (refused by the option's check) is PEM."""
+    return store_type is not None and store_type.upper() == "PKCS12"
+
+
+def _trust(
+    ca_file: str | None, *, pkcs12: bool = False, password: str | None = None
+) -> ssl.SSLContext:
+    """A client context trusting ``ca_file`` instead of the system's store, if given: PEM, or
+    with ``pkcs12`` a PKCS12 store that ``password`` opens."""
     if ca_file is None:
         context = ssl.create_default_context()
+    elif pkcs12:
+        context = ssl.create_default_context(cadata=trusted_certificates(ca_file, password))
     else:
         option = "transport.trustStoreLocation"
         _check_pem(ca_file, option, _CA_CONVERT)
