@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trustme
@@ -15,8 +14,8 @@ from failoverkit import TIMEOUT, Recorder, brokers, connected, failover_url, por
 
 from chaos.broker import BrokerThread
 from chaos.peer import ScriptedPeer
+from failover.states import MAX_REDIRECTS
 from failover.url import BrokerURL
-from failover.walk import MAX_REDIRECTS
 from haclient.aio.redirect import redirect_target
 from haclient.amqp import ErrorCondition
 from haclient.amqp.config import TlsServerOptions
@@ -133,7 +132,7 @@ async def test_F18_a_redirect_from_amqps_to_amqp_is_followed_only_when_allowed(
         assert landed.queue_depth("f18-tls") == 1
 
 
-async def test_F18_a_garbled_redirect_is_not_followed(api: Api, tmp_path: Path) -> None:
+async def test_F18_a_garbled_redirect_is_not_followed(api: Api) -> None:
     garbled = ErrorCondition("amqp:connection:redirect", "go away", {"port": "not-a-port"})
     peer = ScriptedPeer()
     peer.expect_open().refuse(garbled)
