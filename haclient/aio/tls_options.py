@@ -6,7 +6,9 @@ certificate is read at the next reconnect; ``ConnectionOptions.build`` calls it 
 ``amqps`` broker too, so that a bad option fails ``connect()`` at once. An ``ssl_context``
 keyword is used as given. Otherwise a context is made: ``ssl.create_default_context()`` (the
 system's trust store, chain and host name verified, TLS 1.2 at least), then each option changes
-it. A file that cannot be read, a wrong key password, an unknown version or cipher suite raises
+it: ``transport.contextProtocol`` as the versions Java's ``SSLContext`` of that name enables
+(``_context_versions``), ``transport.enabledProtocols`` winning over it as in Qpid JMS. A file
+that cannot be read, a wrong key password, an unknown version or cipher suite raises
 ``ConfigurationError`` naming the option and the file, before any byte is sent.
 
 Files are read as PEM, or as PKCS12 where ``transport.storeType`` (``keyStoreType``,
