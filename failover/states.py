@@ -68,6 +68,12 @@ Invariants it keeps (a unit test walks every (state, event) pair and random even
    broker connected to and the announced ones, ``add`` appends those not in it yet,
    ``ignore`` leaves it. An ``amqps`` source never adds an ``amqp`` broker; an empty
    announcement changes nothing.
+13. A failure that redirects (``redirect_of``: an error whose ``redirect_to`` is a
+   ``BrokerURL``, set by the connector, e.g. from AMQP's ``amqp:connection:redirect``), of an
+   attempt or of the connection in use, makes the redirect's target the walk's next attempt,
+   at once and outside the plan (F18; ``redirect_next``). At most ``MAX_REDIRECTS`` are
+   followed in a row; the next redirect then waits for the plan's next attempt, so that a loop
+   of brokers redirecting to each other is bounded by the plan's attempts and time budget.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ from failover.url import BrokerURL, merge_broker_lists
 __all__ = [
     "IN_TRANSIT",
     "LIVE",
+    "MAX_REDIRECTS",
     "TRANSITIONS",
     "ConnectionState",
     "ManagerEvent",
@@ -107,6 +114,8 @@ __all__ = [
     "next_state",
     "plan",
     "preferred_brokers",
+    "redirect_next",
+    "redirect_of",
     "refusal_error",
     "refused_everywhere",
     "reports_events",
@@ -440,6 +449,25 @@ def spare_target(
         if not same_broker(broker, current) and not any(same_broker(broker, e) for e in exclude):
             return broker
     return None
+
+
+#: How many redirects a walk follows in a row (invariant 13).
+MAX_REDIRECTS = 8
+
+
+def redirect_of(error: BaseException | None) -> BrokerURL | None:
+    """The broker ``error`` redirects the connection to (invariant 13): its ``redirect_to``
+    attribute when that is a ``BrokerURL``; None for any other error."""
+    target = getattr(error, "redirect_to", None)
+    return target if isinstance(target, BrokerURL) else None
+
+
+def redirect_next(failure: BaseException | None, followed: int) -> BrokerURL | None:
+    """The broker the walk's next attempt goes to, outside its plan, after ``failure`` when
+    ``followed`` redirects were followed in a row just before (invariant 13); None: the
+    plan's next attempt."""
+    target = redirect_of(failure)
+    return target if target is not None and followed < MAX_REDIRECTS else None
 
 
 def announced_list(

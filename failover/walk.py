@@ -23,6 +23,9 @@ Rules it keeps (``failover.states``' invariants, whose decisions it applies):
   starting up dropped (``BrokerNotReadyError``) while the plan retries it quickly
   (``ReconnectPlan.quick_retry``) are not counted, so a failover that waits out a new
   master's first milliseconds logs no warning.
+- 13 (F18): after a failure that redirects, of an attempt or of the connection in use (the
+  loss the walk starts from), ``redirect_next`` names the next attempt's broker, tried at
+  once and outside the plan (it counts among ``attempts``, not among the plan's).
 - F4: when the plan runs out, the walk ends; ``failure`` says what failed last.
 """
 
@@ -39,12 +42,21 @@ from failover.policy import Attempt
 from failover.protocols import Connector, P
 from failover.schedule import NotReadyRetry, ReconnectPlan
 from failover.standby import close_quietly
-from failover.states import ConnectionState, is_refusal, refusal_error, refused_everywhere
+from failover.states import (
+    ConnectionState,
+    is_refusal,
+    redirect_next,
+    redirect_of,
+    refusal_error,
+    refused_everywhere,
+)
 from failover.url import BrokerURL
 
 __all__ = ["Use", "Walker"]
 
 _log = logging.getLogger("haclient.failover")
+
+_REDIRECTED = -1  # the broker_index of an attempt that follows a redirect, outside the plan
 
 #: Makes a connection to a broker the one in use (and restores on it after a loss): False when
 #: it was lost meanwhile, closed, its cause recorded in the walker's ``failure``.
@@ -116,13 +128,16 @@ class Walker(Generic[P]):
             failed = self.cause()
             if not self._retriable(failed):
                 return False
-        while (attempt := plan.next(self._clock(), failed, refused=refused)) is not None:
+        hops = 0  # redirects followed in a row (invariant 13)
+        last = self.failure  # the loss the walk starts from: its redirect is followed first
+        while (attempt := self._next(plan, failed, refused, last, hops)) is not None:
+            hops = hops + 1 if attempt.broker_index == _REDIRECTED else 0
             self._gate.attempting(attempt)
             if attempt.delay > 0:
                 await self._sleep(attempt.delay)
             connection = await self._try(attempt)
             if connection is None:
-                failed = self.cause()
+                failed = last = self.cause()
                 failures += 1
                 due = False  # a warning every warn_after_attempts counted failures
                 if not self._starting_up(plan.quick_retry, attempt, failed, not_ready_since):
@@ -141,13 +156,35 @@ class Walker(Generic[P]):
                 return False
             if await self._use(use, connection, attempt.broker):
                 return True
-            failed = self.cause()
+            failed = last = self.cause()
             refused = False  # it accepted the connection
             refusals.pop(str(attempt.broker), None)
             if not self._retriable(failed):
                 return False
         _log.info("the reconnect schedule ends after %d attempts", plan.made)
         return False
+
+    def _next(
+        self,
+        plan: ReconnectPlan,
+        failed: BaseException | None,
+        refused: bool,
+        last: BaseException | None,
+        hops: int,
+    ) -> Attempt[BrokerURL] | None:
+        """The next attempt: to the broker the ``last`` failure redirects to, at once
+        (invariant 13), else the plan's (None: the plan ended)."""
+        target = redirect_next(last, hops)
+        if target is not None:
+            _log.info("following the redirect to %s", target)
+            return Attempt(_REDIRECTED, target, 0.0, plan.made)
+        if redirect_of(last) is not None:
+            _log.warning(
+                "not following the redirect to %s: %d redirects in a row",
+                redirect_of(last),
+                hops,
+            )
+        return plan.next(self._clock(), failed, refused=refused)
 
     async def _use(self, use: Use[P], connection: P, broker: BrokerURL) -> bool:
         if await use(connection, broker):

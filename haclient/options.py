@@ -43,6 +43,7 @@ from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
 __all__ = [
     "ACK_CONFIRMATIONS",
     "CLIENT_OPTIONS",
+    "CONTEXT_PROTOCOLS",
     "MESSAGE_ID_TYPES",
     "REDELIVERY_OUTCOMES",
     "SELECTORS",
@@ -95,6 +96,8 @@ _TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLCont
 #: The TLS version names ``transport.enabledProtocols`` and ``disabledProtocols`` take, oldest
 #: first (Qpid JMS's, Java's, spelling).
 TLS_VERSIONS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+#: ``transport.contextProtocol``'s names: Java's ``SSLContext`` protocols (SunJSSE's).
+CONTEXT_PROTOCOLS: Final = ("TLS", "SSL", "Default", *TLS_VERSIONS)
 
 
 def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
@@ -109,11 +112,11 @@ def _broker(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: 
     )
 
 
-#: ``transport.*StoreType``: any name but Java's own store formats (PEM files are read).
-_NOT_JAVA_STORE: Final = r"(?is)(?!(?:jks|pkcs12)\Z).+"
+#: ``transport.*StoreType``: any name but JKS, Java's own format (PKCS12 and PEM are read).
+_NOT_JAVA_STORE: Final = r"(?is)(?!jks\Z).+"
 _PEM_ONLY: Final = (
-    "PEM only (convert a JKS or PKCS12 store: `keytool -importkeystore -deststoretype "
-    "PKCS12`, then `openssl pkcs12 -nodes -in store.p12 -out store.pem`)"
+    "PKCS12 or PEM (convert a JKS store: `keytool -importkeystore -srckeystore store.jks "
+    "-destkeystore store.p12 -deststoretype PKCS12`, then storeType=PKCS12)"
 )
 
 
@@ -159,14 +162,6 @@ _ACCEPTED: Final = (
         for name in ("allowList", "denyList")
     ),
     _without_effect(
-        "amqp.allowNonSecureRedirects",
-        Flag(),
-        False,
-        "a redirect is not followed (failover tries the next broker); an `amqp` broker "
-        "advertised over `amqps` is always refused",
-        broker=True,
-    ),
-    _without_effect(
         "amqp.anonymousFallbackCacheSize",
         WholeNumber(0),
         None,
@@ -187,7 +182,8 @@ _ACCEPTED: Final = (
         "transport.soTimeout",
         MinusOneIsNone(WholeNumber(0), "none"),
         None,
-        "a non-blocking socket has no read timeout (`amqp.idleTimeout` finds a silent broker)",
+        "Qpid JMS 1.16 keeps it (`TransportOptions.soTimeout`) but its Netty transport never "
+        "reads it: no read timeout there either (`amqp.idleTimeout` finds a silent broker)",
         broker=True,
     ),
     _without_effect("transport.useEpoll", Flag(), True, f"{_NO_JVM}: no Netty", broker=True),
@@ -199,16 +195,14 @@ _ACCEPTED: Final = (
         "Python's TLS is always OpenSSL's (its certificate checks stay on)",
         broker=True,
     ),
-    _without_effect(
-        "transport.contextProtocol",
-        Text(empty=False),
-        None,
-        "the TLS versions are `transport.enabledProtocols`'",
-        broker=True,
-    ),
     *(
         _without_effect(
-            f"sasl.options.{name}", Text(), None, "no GSSAPI (Kerberos) login", broker=True
+            f"sasl.options.{name}",
+            Text(),
+            None,
+            "read only by GSSAPI (Kerberos) in Qpid JMS (every other mechanism's `init` ignores "
+            "the `sasl.options.*` map), and this client has no GSSAPI login",
+            broker=True,
         )
         for name in ("configScope", "protocol", "serverName")
     ),
@@ -666,9 +660,9 @@ CLIENT_OPTIONS: Final = OptionTable(
             "transport.trustStorePassword",
             Text(),
             None,
-            "A PEM trust store has no password; masked wherever it is shown.",
+            "Password of a PKCS12 trust store (`transport.trustStoreType=PKCS12`); a PEM "
+            "trust store has none. Masked wherever it is shown.",
             "trust_store_password",
-            status=Status.ACCEPTED,
             secret=True,
             optional=True,
         ),
@@ -773,8 +767,9 @@ CLIENT_OPTIONS: Final = OptionTable(
                 name,
                 Text(empty=False, pattern=_NOT_JAVA_STORE, hint=_PEM_ONLY),
                 None,
-                "The store's format: PEM (any other name but JKS and PKCS12 is taken as PEM). "
-                f"A JKS or PKCS12 store raises `ConfigurationError`{more}.",
+                "The store's format: `PKCS12` (any case; read with the `pkcs12` extra, the "
+                "password is `keyStorePassword` or `trustStorePassword`), else PEM (any other "
+                f"name but JKS). A JKS store raises `ConfigurationError`{more}.",
                 keyword,
                 optional=True,
             )
@@ -867,6 +862,26 @@ CLIENT_OPTIONS: Final = OptionTable(
             "the whole open); None: `jms.connectTimeout` alone.",
             "tcp_connect_timeout",
             optional=True,
+        ),
+        # -- connection redirects and the TLS context protocol --
+        _broker(
+            "amqp.allowNonSecureRedirects",
+            Flag(),
+            False,
+            "Follow a broker's connection redirect from `amqps` to plain `amqp` (F18); false: "
+            "such a redirect is not followed and failover tries the next broker. A broker "
+            "list an `amqps` broker announces never downgrades (F12).",
+            "allow_non_secure_redirects",
+        ),
+        _tls(
+            "transport.contextProtocol",
+            Choice(CONTEXT_PROTOCOLS),
+            "TLS",
+            "The protocol Java's `SSLContext.getInstance` is asked for, as its default TLS "
+            "versions: `TLS` (also `SSL`, `Default`): TLS 1.2 and 1.3; `TLSv1.2`: TLS 1.2 "
+            "only; `TLSv1.3`: 1.2 and 1.3; `TLSv1`, `TLSv1.1`: none (Java turns those off "
+            "too), `ConfigurationError`. `transport.enabledProtocols` wins over it.",
+            "context_protocol",
         ),
         *_ACCEPTED,
     ]

@@ -110,6 +110,11 @@ class BrokerThread:
         """Kill (or stop) and start again on the same port."""
         self.portal.call(lambda: self.broker.restart(graceful=graceful))
 
+    def redirect(self, url: str | None, *, open_too: bool = False) -> int:
+        """``Broker.redirect``: answer new Opens (and, ``open_too``, close the open
+        connections) with a redirect to ``url``; None: serve again."""
+        return self.portal.call(lambda: self.broker.redirect(url, open_too=open_too))
+
     def pause(self) -> None:
         """Stop reading and writing on every connection."""
         self.portal.call(self.broker.pause)

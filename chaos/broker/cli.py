@@ -192,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a peer broker's amqp[s]://host:port, announced to clients (repeatable)",
     )
     parser.add_argument(
+        "--redirect",
+        default=None,
+        metavar="URL",
+        help="answer every connection's Open with amqp:connection:redirect to this "
+        "amqp[s]://host:port (the client is sent there)",
+    )
+    parser.add_argument(
         "--log-level",
         type=log_level,
         default="INFO",
@@ -250,6 +257,7 @@ def _broker(args: argparse.Namespace, tls: TlsServerOptions | None) -> Broker:
         sasl_mechanisms=args.sasl_mechanisms,
         readiness_delay=args.readiness_delay,
         not_ready=args.not_ready,
+        redirect=args.redirect,
     )
 
 
@@ -281,6 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parse_peer(url)
     except ValueError as exc:
         print(f"--peer: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.redirect is not None:
+            parse_peer(args.redirect)
+    except ValueError as exc:
+        print(f"--redirect: {exc}", file=sys.stderr)
         return 2
     try:
         broker = _broker(args, tls)

@@ -75,6 +75,8 @@ from haclient.errors import InvalidSelectorError
 if TYPE_CHECKING:
     from chaos.broker.state import BrokerState
 
+REDIRECT = "amqp:connection:redirect"
+
 __all__ = ["BrokerConnection"]
 
 log = logging.getLogger("chaos.broker")
@@ -197,6 +199,12 @@ class BrokerConnection:
         return self.state.mode is BrokerMode.ACTIVEMQ
 
     def _on_open(self, event: ConnectionRemoteOpen) -> None:
+        redirect = self.state.redirect
+        if redirect is not None:  # sent elsewhere: Open, then a Close that says where
+            self.engine.open()
+            log.info("redirecting connection %d to %s", self.id, redirect)
+            self.engine.close(ErrorCondition(REDIRECT, "connect to another broker", redirect))
+            return
         container = event.container_id
         refused = self.state.refuses_container(container)
         if refused and self.activemq:  # ActiveMQ says so in its Open, then explains in the Close

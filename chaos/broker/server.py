@@ -35,7 +35,7 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, Task
 
 from chaos.amqp_server import server_engine
 from chaos.broker.accounts import Accounts
-from chaos.broker.connection import BrokerConnection
+from chaos.broker.connection import REDIRECT, BrokerConnection
 from chaos.broker.persistence import MemoryPersistence, Persistence
 from chaos.broker.readiness import (
     ACTIVEMQ_READINESS,
@@ -49,7 +49,7 @@ from chaos.broker.schedule import NodePolicy, broker_policy
 from chaos.broker.state import ACTIVEMQ_PREFIXES, BrokerMode, BrokerState, NodeInfo
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
-from chaos.broker.topology import Topology
+from chaos.broker.topology import Topology, parse_peer
 from chaos.net import Acceptor
 from haclient.amqp.config import EngineConfig, Role, TlsServerOptions
 from haclient.amqp.driver import Driver
@@ -214,6 +214,7 @@ class Broker:
         sasl_mechanisms: Iterable[str] | None = None,
         readiness_delay: ReadinessDelay | float | None = None,
         not_ready: NotReady | str | None = None,
+        redirect: str | None = None,
     ) -> None:
         if store is not None and persistence is not None:
             raise ValueError("give either store or persistence, not both")
@@ -238,6 +239,7 @@ class Broker:
         self.queue_policies = dict(queue_policies or {})
         self._policy: NodePolicy | None = None
         self.topology = Topology(peers)
+        self._redirect = parse_peer(redirect) if redirect is not None else None
         self.refuse_duplicate_container_id = refuse_duplicate_container_id
         self.accounts = Accounts(
             users,
@@ -297,6 +299,27 @@ class Broker:
         )
         if self.running:
             self.state.publish_membership()
+
+    def redirect(self, url: str | None, *, open_too: bool = False) -> int:
+        """Answer every new Open with a Close ``amqp:connection:redirect`` to ``url``
+        (``amqp[s]://host[:port]``; its info: ``network-host``, ``port``, ``hostname``,
+        ``scheme``), or serve again (None). ``open_too``: close the connections already open
+        with that redirect as well. Returns how many were closed.
+
+        Raises:
+            ValueError: ``url`` is not ``amqp[s]://host[:port]`` (nothing changes then).
+        """
+        self._redirect = parse_peer(url) if url is not None else None
+        if self._state is None:
+            return 0
+        self._state.redirect = self._redirect
+        if not open_too or self._redirect is None:
+            return 0
+        live = [c for c in self._state.connections.values() if c.opened]
+        for connection in live:
+            assert isinstance(connection, BrokerConnection)
+            connection.close(ErrorCondition(REDIRECT, "connect to another broker", self._redirect))
+        return len(live)
 
     # Lifecycle ---------------------------------------------------------------------------------
 
@@ -401,6 +424,7 @@ class Broker:
             topology=self.topology,
             mode=self.mode,
         )
+        self._state.redirect = self._redirect
         self._gate = Gate()
         await self._task_group.start(self._serve)
         log.info("broker listening on %s (%d durable messages recovered)", self.url, recovered)

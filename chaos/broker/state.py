@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from chaos.broker.nodes import Queue, Topic
 from chaos.broker.owner import LiveConnection
@@ -73,6 +74,8 @@ class BrokerState:
             refuse_duplicate_container_id or mode is BrokerMode.ACTIVEMQ
         )
         self.alive = True
+        #: The ``amqp:connection:redirect`` info new Opens are answered with (None: served).
+        self.redirect: dict[Any, Any] | None = None
 
     # Connections -------------------------------------------------------------------------------
 

@@ -119,8 +119,8 @@ class ConnectionOptions:
         ca_file ... server_name: The ``transport.*`` TLS options (``haclient.aio.tls_options``
             makes the context from them): trusted CAs, the client certificate, its key and its
             password, host name check, trust-all, TLS versions, cipher suites, SNI name.
-        store_type / key_store_type / trust_store_type: The stores' format (PEM; Java's JKS
-            and PKCS12 are refused).
+        store_type / key_store_type / trust_store_type: The stores' format: ``PKCS12`` (the
+            ``pkcs12`` extra reads it; ``haclient.aio.pkcs12``) or PEM; Java's JKS is refused.
         vhost: The virtual host of the Open and SASL hostname fields; None: the broker's host.
         sasl_layer: False: connect without a SASL layer.
         tcp_no_delay ... tcp_connect_timeout: The socket's options (``transport.*``):
@@ -128,6 +128,10 @@ class ConnectionOptions:
             system's), and how long the TCP connection may take (None: ``connect_timeout``).
         drain_timeout: Seconds a receive waits for the broker's answer to a drain
             (``amqp.drainTimeout``); past it the consumer is closed. None: no limit.
+        allow_non_secure_redirects: Follow a connection redirect from ``amqps`` to ``amqp``
+            (``amqp.allowNonSecureRedirects``, F18; ``haclient.aio.redirect``).
+        context_protocol: ``transport.contextProtocol``: the TLS versions allowed when
+            ``enabled_protocols`` is not given, as Java's ``SSLContext`` of that name allows.
 
     Raises:
         ConfigurationError: From the constructor, naming the keyword, for an invalid value.
@@ -211,6 +215,8 @@ class ConnectionOptions:
     traffic_class: int | None = None
     tcp_connect_timeout: float | None = None
     drain_timeout: float | None = 60.0
+    allow_non_secure_redirects: bool = False
+    context_protocol: str = "TLS"
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -29,7 +29,9 @@ from anyio.abc import TaskGroup
 from failover.url import BrokerURL
 from haclient.aio.confirm import fallback_for
 from haclient.aio.options import ConnectionOptions
+from haclient.aio.redirect import resolved
 from haclient.aio.tls_options import tls_client_options
+from haclient.amqp.conditions import RedirectError
 from haclient.amqp.config import (
     CLEAR_TEXT_MECHANISMS,
     ClientAuth,
@@ -202,6 +204,8 @@ class PhysicalConnection:
             UTF-8 name of the user that logged in (None: an anonymous login, no user id).
         drain_timeout: How long a consumer waits for this broker's answer to a drain
             (``amqp.drainTimeout``, per broker too); None: no limit.
+        allow_non_secure_redirects: Whether a redirect from ``amqps`` to ``amqp`` is followed
+            (``amqp.allowNonSecureRedirects``, F18).
 
     ``configured`` is the (queue, topic) prefix of ``jms.queuePrefix`` / ``jms.topicPrefix``.
     """
@@ -216,8 +220,10 @@ class PhysicalConnection:
         *,
         populate_user_id: bool = False,
         drain_timeout: float | None = 60.0,
+        allow_non_secure_redirects: bool = False,
     ) -> None:
         self.amqp = amqp
+        self.allow_non_secure_redirects = allow_non_secure_redirects
         self.broker = broker
         remote = amqp.remote_open
         properties: dict[str, Any] = dict(remote.properties) if remote is not None else {}
@@ -242,8 +248,12 @@ class PhysicalConnection:
         return self.amqp.is_open
 
     async def wait_closed(self) -> HAClientError | None:
-        """Wait until the connection has ended; the error that ended it (None: orderly)."""
-        return await self.amqp.wait_closed()
+        """Wait until the connection has ended; the error that ended it (None: orderly). A
+        connection redirect says where it sends the connection (``redirect_to``, F18)."""
+        error = await self.amqp.wait_closed()
+        if isinstance(error, RedirectError):
+            return resolved(error, self.broker, allow_non_secure=self.allow_non_secure_redirects)
+        return error
 
     async def close(self) -> None:
         """Close (Close frames exchanged, or the socket dropped after a timeout). Idempotent."""
@@ -281,6 +291,8 @@ async def open_physical(
         )
     except AuthenticationError as exc:  # say whose login which broker refused (no password)
         raise _refused_login(exc, broker, config, token=token is not None) from None
+    except RedirectError as exc:  # refused the Open with a redirect: where to go (F18)
+        raise resolved(exc, broker, allow_non_secure=mine.allow_non_secure_redirects) from None
     configured = (options.queue_prefix, options.topic_prefix)
     user = config.auth.username if config.auth is not None else None
     return PhysicalConnection(
@@ -291,6 +303,7 @@ async def open_physical(
         user.encode("utf-8") if user else None,
         populate_user_id=options.populate_user_id,
         drain_timeout=mine.drain_timeout,
+        allow_non_secure_redirects=mine.allow_non_secure_redirects,
     )
 
 

@@ -6,12 +6,14 @@ certificate is read at the next reconnect; ``ConnectionOptions.build`` calls it 
 ``amqps`` broker too, so that a bad option fails ``connect()`` at once. An ``ssl_context``
 keyword is used as given. Otherwise a context is made: ``ssl.create_default_context()`` (the
 system's trust store, chain and host name verified, TLS 1.2 at least), then each option changes
-it. A file that cannot be read, a wrong key password, an unknown version or cipher suite raises
+it: ``transport.contextProtocol`` as the versions Java's ``SSLContext`` of that name enables
+(``_context_versions``), ``transport.enabledProtocols`` winning over it as in Qpid JMS. A file
+that cannot be read, a wrong key password, an unknown version or cipher suite raises
 ``ConfigurationError`` naming the option and the file, before any byte is sent.
 
-Files are read as PEM. A Java key store (JKS or PKCS12) is refused with the command that
-converts it (``keytool``, ``openssl``): reading those would bring in a dependency, and a PEM
-file is what every other tool takes.
+Files are read as PEM, or as PKCS12 where ``transport.storeType`` (``keyStoreType``,
+``trustStoreType``) says so (``haclient.aio.pkcs12``, the ``pkcs12`` extra). A JKS store,
+Java's own format, is refused with the ``keytool`` command that converts it to PKCS12.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 from failover.errors import ConfigurationError
+from haclient.aio.pkcs12 import load_key_store, trusted_certificates
 from haclient.amqp.config import TlsClientOptions
 from haclient.options import TLS_VERSIONS
 
@@ -90,6 +93,16 @@ class TlsSettings(Protocol):
     def disabled_cipher_suites(self) -> tuple[str, ...] | None: ...
     @property
     def server_name(self) -> str | None: ...
+    @property
+    def context_protocol(self) -> str: ...
+    @property
+    def store_type(self) -> str | None: ...
+    @property
+    def key_store_type(self) -> str | None: ...
+    @property
+    def trust_store_type(self) -> str | None: ...
+    @property
+    def trust_store_password(self) -> str | None: ...
 
 
 def tls_client_options(options: TlsSettings) -> TlsClientOptions:
@@ -104,14 +117,17 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
         return TlsClientOptions(
             context=options.ssl_context, peer_name=options.server_name, has_client_certificate=None
         )
-    context = _trust(options.ca_file)
+    pkcs12 = _pkcs12(options.trust_store_type or options.store_type)
+    context = _trust(options.ca_file, pkcs12=pkcs12, password=options.trust_store_password)
     if options.trust_all:  # ConnectionOptions.build warned (TrustAllWarning)
         log.warning("TLS trusts any certificate (transport.trustAll=true)")
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     elif not options.verify_host:
         context.check_hostname = False
-    _versions(context, options.enabled_protocols, options.disabled_protocols)
+    _versions(
+        context, options.enabled_protocols, options.disabled_protocols, options.context_protocol
+    )
     _ciphers(context, options.enabled_cipher_suites, options.disabled_cipher_suites)
     if options.enabled_cipher_suites and all(
         suite in _TLS13_SUITES for suite in options.enabled_cipher_suites
@@ -128,7 +144,9 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
             "transport.keyFile needs transport.certFile (the certificate it belongs to)",
             option="transport.keyFile",
         )
-    if options.cert_file:
+    if options.cert_file and _pkcs12(options.key_store_type or options.store_type):
+        load_key_store(context, options.cert_file, options.key_password)
+    elif options.cert_file:
         _client_certificate(context, options.cert_file, options.key_file, options.key_password)
     return TlsClientOptions(
         context=context,
@@ -137,10 +155,21 @@ def tls_client_options(options: TlsSettings) -> TlsClientOptions:
     )
 
 
-def _trust(ca_file: str | None) -> ssl.SSLContext:
-    """A client context trusting ``ca_file`` (PEM) instead of the system's store, if given."""
+def _pkcs12(store_type: str | None) -> bool:
+    """Whether a ``transport.*StoreType`` names PKCS12 (any case, as Java reads it); any
+    other name but JKS (refused by the option's check) is PEM."""
+    return store_type is not None and store_type.upper() == "PKCS12"
+
+
+def _trust(
+    ca_file: str | None, *, pkcs12: bool = False, password: str | None = None
+) -> ssl.SSLContext:
+    """A client context trusting ``ca_file`` instead of the system's store, if given: PEM, or
+    with ``pkcs12`` a PKCS12 store that ``password`` opens."""
     if ca_file is None:
         context = ssl.create_default_context()
+    elif pkcs12:
+        context = ssl.create_default_context(cadata=trusted_certificates(ca_file, password))
     else:
         option = "transport.trustStoreLocation"
         _check_pem(ca_file, option, _CA_CONVERT)
@@ -226,15 +255,38 @@ def _encrypted(path: str) -> bool:
     return b"ENCRYPTED" in text
 
 
+def _context_versions(protocol: str) -> tuple[str, ...]:
+    """The TLS versions Java's ``SSLContext.getInstance(protocol)`` enables on a client:
+    SunJSSE's ``TLSv1.2`` context enables 1.2 and older, ``TLSv1.3`` 1.3 and older, ``TLS``
+    (``SSL``, ``Default``) 1.3 and 1.2; and its ``jdk.tls.disabledAlgorithms`` turns TLS 1.0
+    and 1.1 off (since 8u291 and 11.0.11), as ``_DEFAULT_VERSIONS`` leaves them out here."""
+    if protocol not in TLS_VERSIONS:
+        return _DEFAULT_VERSIONS
+    newest = TLS_VERSIONS.index(protocol)
+    return tuple(v for v in _DEFAULT_VERSIONS if TLS_VERSIONS.index(v) <= newest)
+
+
 def _versions(
-    context: ssl.SSLContext, enabled: Sequence[str] | None, disabled: Sequence[str] | None
+    context: ssl.SSLContext,
+    enabled: Sequence[str] | None,
+    disabled: Sequence[str] | None,
+    protocol: str = "TLS",
 ) -> None:
-    """Limit the context to the consecutive TLS versions enabled and not disabled."""
-    if enabled is None and disabled is None:
+    """Limit the context to the consecutive TLS versions enabled (else those the context
+    ``protocol`` enables) and not disabled."""
+    by_protocol = _context_versions(protocol)
+    if enabled is None and disabled is None and by_protocol == _DEFAULT_VERSIONS:
         return
-    allowed = [v for v in TLS_VERSIONS if v in (enabled or _DEFAULT_VERSIONS)]
+    allowed = [v for v in TLS_VERSIONS if v in (enabled or by_protocol)]
     allowed = [v for v in allowed if v not in (disabled or ())]
     option = "transport.enabledProtocols" if enabled else "transport.disabledProtocols"
+    if not by_protocol and not enabled:
+        raise ConfigurationError(
+            f"transport.contextProtocol={protocol} enables only TLS versions older than 1.2, "
+            "which are off (as Java's jdk.tls.disabledAlgorithms turns them off): name them "
+            "in transport.enabledProtocols to use them",
+            option="transport.contextProtocol",
+        )
     if not allowed:
         raise ConfigurationError("no TLS version is left to use", option=option)
     first, last = TLS_VERSIONS.index(allowed[0]), TLS_VERSIONS.index(allowed[-1])

@@ -68,10 +68,18 @@ class ProtocolError(AMQPError):
 class RedirectError(AMQPError):
     """The broker redirected the connection or link elsewhere; the failover manager follows.
 
-    The target is in ``info`` (``network-host``, ``port``, ``hostname``, ``address``).
+    The target is in ``info`` (``network-host``, ``port``, ``hostname``, ``scheme``, ``path``,
+    ``address``). ``redirect_to`` is the broker the connection is sent to, a
+    ``failover.url.BrokerURL`` (typed ``object``: the error tree imports nothing but
+    ``failover.errors``), once the connector resolved a connection redirect it may follow
+    (``haclient.aio.redirect``): the failover walk tries it next (F18). None: not followed (a
+    link redirect, a garbled one, or a downgrade from ``amqps`` that
+    ``amqp.allowNonSecureRedirects`` does not allow; the message says which), failover tries
+    the next broker.
     """
 
     retriable = True
+    redirect_to: object | None = None
 
     @property
     def network_host(self) -> str | None:

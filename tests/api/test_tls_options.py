@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pytest
 import trustme
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 
 import haclient
 from chaos.broker import BrokerThread
 from haclient import Queue, TextMessage
-from haclient.aio.options import TrustAllWarning
+from haclient.aio.options import ConnectionOptions, TrustAllWarning
+from haclient.aio.tls_options import tls_client_options
 from haclient.amqp.config import TlsServerOptions
 from haclient.errors import AuthenticationError, ConfigurationError, HAClientError
 
@@ -235,6 +238,33 @@ def test_disabled_protocols_leave_the_rest(pki: Pki, tls12_port: int) -> None:
     assert "no TLS version in common" in text
 
 
+def test_the_context_protocol_is_javas_default_tls_versions(pki: Pki, port: int) -> None:
+    base = f"amqps://localhost:{port}?{_q(trustStoreLocation=pki.ca)}"
+
+    def versions(**keywords: object) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+        options = ConnectionOptions(ca_file=pki.ca, **keywords)  # type: ignore[arg-type]
+        context = tls_client_options(options).context
+        assert context is not None
+        return context.minimum_version, context.maximum_version
+
+    v12, v13 = ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3
+    assert versions(context_protocol="TLSv1.2") == (v12, v12)  # Java's TLSv1.2 context
+    assert versions(context_protocol="TLSv1.3")[0] == v12
+    # transport.enabledProtocols wins, as it does in Qpid JMS (the engine's list is replaced)
+    assert versions(context_protocol="TLSv1.2", enabled_protocols=("TLSv1.3",)) == (v13, v13)
+    assert _round_trip(base + "&transport.contextProtocol=TLSv1.2") == "over TLS"
+    text = _refused(
+        base + "&transport.contextProtocol=TLSv1.2",
+        ConfigurationError,
+        disabled_protocols=("TLSv1.2",),
+    )
+    assert "no TLS version is left" in text
+    with pytest.raises(ConfigurationError, match=r"older than 1\.2.*transport\.enabledProtocols"):
+        haclient.connect(base + "&transport.contextProtocol=TLSv1.1")
+    with pytest.raises(ConfigurationError, match=r"transport\.contextProtocol"):
+        haclient.connect(base + "&transport.contextProtocol=TLSv9")
+
+
 def test_an_unknown_protocol_name_is_refused_by_the_url_parser() -> None:
     named = r"transport\.enabledProtocols names TLS version 'TLSv1\.4', which is not supported"
     with pytest.raises(ConfigurationError, match=named):
@@ -293,6 +323,74 @@ def test_mutual_tls_with_an_encrypted_key(pki: Pki, mutual_port: int) -> None:
         f"&{_q(certFile=pki.client_cert2, keyFile=pki.encrypted_key, keyStorePassword='k3y-pass')}"
     )
     assert _round_trip(url) == "over TLS"
+
+
+# --- PKCS12 stores (transport.storeType=PKCS12) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def p12(pki: Pki) -> dict[str, str]:
+    """PKCS12 stores of the test CA, as Java's keytool and openssl make them: a trust store
+    (Java's kind, its certificate a trusted entry), a key store with the client's key and
+    certificate (password ``store-pass``), and a trust store without a password."""
+    ca = x509.load_pem_x509_certificate(Path(pki.ca).read_bytes())
+    cert = x509.load_pem_x509_certificate(Path(pki.client_cert).read_bytes())
+    key = serialization.load_pem_private_key(Path(pki.client_key).read_bytes(), None)
+    assert isinstance(key, pkcs12.PKCS12PrivateKeyTypes)
+    trusted = pkcs12.PKCS12Certificate(ca, b"myca")
+    files = {
+        "trust": pkcs12.serialize_java_truststore(
+            [trusted], serialization.BestAvailableEncryption(b"trust-pass")
+        ),
+        "trust-open": pkcs12.serialize_key_and_certificates(
+            None, None, None, [ca], serialization.NoEncryption()
+        ),
+        "keys": pkcs12.serialize_key_and_certificates(
+            b"app", key, cert, None, serialization.BestAvailableEncryption(b"store-pass")
+        ),
+    }
+    return {name: pki._write(f"{name}.p12", data) for name, data in files.items()}
+
+
+def test_pkcs12_trust_and_key_stores_as_java_applications_give_them(
+    p12: dict[str, str], mutual_port: int
+) -> None:
+    url = (
+        f"amqps://localhost:{mutual_port}?"
+        + _q(storeType="PKCS12", trustStoreLocation=p12["trust"], trustStorePassword="trust-pass")
+        + "&"
+        + _q(keyStoreLocation=p12["keys"], keyStorePassword="store-pass", keyAlias="app")
+    )
+    assert _round_trip(url) == "over TLS"
+    both = dict(ca_file=p12["trust-open"], cert_file=p12["keys"], key_password="store-pass")
+    assert (
+        _round_trip(
+            f"amqps://localhost:{mutual_port}", store_type="pkcs12", **both
+        )  # keywords, any case; a trust store without a password
+        == "over TLS"
+    )
+
+
+def test_a_pkcs12_store_that_cannot_be_read_says_which_and_never_shows_the_password(
+    pki: Pki, p12: dict[str, str], port: int
+) -> None:
+    base = f"amqps://localhost:{port}?transport.trustStoreType=PKCS12&"
+    wrong = _q(trustStoreLocation=p12["trust"], trustStorePassword="not-the-s3cret")
+    with pytest.raises(ConfigurationError, match=r"cannot be read as a PKCS12 store") as info:
+        haclient.connect(base + wrong)
+    assert info.value.option == "transport.trustStoreLocation"
+    assert "not-the-s3cret" not in str(info.value)
+    with pytest.raises(ConfigurationError, match=r"check the file"):
+        haclient.connect(base + _q(trustStoreLocation=pki.ca))  # PEM, not PKCS12
+    keys = _q(keyStoreType="PKCS12", keyStoreLocation=p12["trust-open"])
+    with pytest.raises(ConfigurationError, match="no private key") as info:
+        haclient.connect(f"amqps://localhost:{port}?{_q(trustStoreLocation=pki.ca)}&{keys}")
+    assert info.value.option == "transport.keyStoreLocation"
+
+
+def test_a_jks_store_is_refused_with_the_keytool_command() -> None:
+    with pytest.raises(ConfigurationError, match=r"keytool -importkeystore .*PKCS12"):
+        haclient.connect("amqps://localhost:1?transport.storeType=JKS")
 
 
 def test_a_broker_requiring_a_client_certificate_refuses_a_client_without(

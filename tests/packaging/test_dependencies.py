@@ -115,6 +115,10 @@ BROUGHT_BY_THE_APPLICATION = {
         "haclient.aio.tracing imports it, and a connection imports haclient.aio.tracing only "
         "when asked to trace (jms.tracing, tracer_provider): the 'tracing' extra installs it"
     ),
+    "cryptography": (
+        "haclient.aio.pkcs12 imports it only when a PKCS12 store is given "
+        "(transport.storeType=PKCS12): the 'pkcs12' extra installs it"
+    ),
     "sniffio": (
         "haclient.amqp.rawsocket uses it when installed: anyio asks it which event loop runs, "
         "and without it anyio asks asyncio, which needs no help"

@@ -234,7 +234,7 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
         "tenacity",
     ]
     extras = {line.split(": ")[1] for line in metadata.splitlines() if "Provides-Extra" in line}
-    assert extras == {"metrics", "spark", "tracing", "docs", "dev"}
+    assert extras == {"metrics", "spark", "tracing", "pkcs12", "docs", "dev"}
 
 
 def test_item2_the_sdists_hold_no_tests_bench_or_docs(dist: Path) -> None:

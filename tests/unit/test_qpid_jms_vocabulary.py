@@ -271,12 +271,13 @@ def test_minus_one_means_off_as_in_qpid_jms() -> None:
 
 def test_java_key_stores_are_refused_with_how_to_convert_them() -> None:
     for name in ("transport.keyStoreType", "transport.trustStoreType", "transport.storeType"):
-        for java in ("JKS", "pkcs12"):
-            with pytest.raises(ConfigurationError, match=r"PEM only .*openssl") as info:
+        for java in ("JKS", "jks"):
+            with pytest.raises(ConfigurationError, match=r"PKCS12 or PEM .*keytool") as info:
                 parse_url(f"amqps://a?{name}={java}")
             assert info.value.option == name
-        url = parse_url(f"amqps://a?{name}=PEM")
-        assert ConnectionOptions.build(url, {}) is not None
+        for readable in ("PEM", "PKCS12", "pkcs12"):  # PKCS12: tests/api/test_tls_options.py
+            url = parse_url(f"amqps://a?{name}={readable}")
+            assert ConnectionOptions.build(url, {}) is not None
     with pytest.raises(ConfigurationError, match="key_store_type"):
         ConnectionOptions(key_store_type="JKS")
 
@@ -338,7 +339,9 @@ def test_every_option_without_effect_says_why() -> None:
     accepted = [
         o for o in (*registered(), *FAILOVER_OPTIONS) if o.status is Status.ACCEPTED and o.doc
     ]
-    assert len(accepted) >= 15  # the rest are applied (test_qpid_jms_applied.py)
+    # the rest are applied (test_qpid_jms_applied.py, and the tests named after their rules);
+    # those left are each accepted with a reason
+    assert len(accepted) >= 5
     assert all(len(o.doc) > 10 for o in accepted)
 
 
