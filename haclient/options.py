@@ -176,9 +176,6 @@ _ACCEPTED: Final = (
         broker=True,
     ),
     _without_effect(
-        "amqp.traceFrames", Flag(), False, "frames are traced by proton's PN_TRACE_FRM", broker=True
-    ),
-    _without_effect(
         "transport.soTimeout",
         MinusOneIsNone(WholeNumber(0), "none"),
         None,
@@ -787,6 +784,15 @@ CLIENT_OPTIONS: Final = OptionTable(
             "broker URL's host. TLS still checks the URL's host (or `transport.serverName`).",
             "vhost",
             optional=True,
+        ),
+        _broker(
+            "amqp.traceFrames",
+            Flag(),
+            False,
+            "Log every AMQP frame sent and received (after the login) at DEBUG on the "
+            "haclient.frames logger, as Qpid JMS logs them on its FRAMES logger; message "
+            "bodies included.",
+            "trace_frames",
         ),
         _broker(
             "amqp.saslLayer",

@@ -123,6 +123,8 @@ class ConnectionOptions:
             ``pkcs12`` extra reads it; ``haclient.aio.pkcs12``) or PEM; Java's JKS is refused.
         vhost: The virtual host of the Open and SASL hostname fields; None: the broker's host.
         sasl_layer: False: connect without a SASL layer.
+        trace_frames: Log every AMQP frame at DEBUG on ``haclient.frames``
+            (``amqp.traceFrames``).
         tcp_no_delay ... tcp_connect_timeout: The socket's options (``transport.*``):
             TCP_NODELAY, SO_KEEPALIVE, SO_SNDBUF, SO_RCVBUF, SO_LINGER, IP_TOS (None: the
             system's), and how long the TCP connection may take (None: ``connect_timeout``).
@@ -207,6 +209,7 @@ class ConnectionOptions:
     trust_store_type: str | None = None
     vhost: str | None = None
     sasl_layer: bool = True
+    trace_frames: bool = False
     tcp_no_delay: bool = True
     tcp_keep_alive: bool = False
     send_buffer_size: int | None = None

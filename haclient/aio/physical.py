@@ -115,6 +115,7 @@ def engine_config(
         desired_capabilities=(SHARED_SUBS,),
         auth=auth if options.sasl_layer else None,
         tls=tls,
+        trace_frames=options.trace_frames,
     )
 
 

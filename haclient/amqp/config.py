@@ -222,6 +222,8 @@ class EngineConfig:
         auth: Client SASL (client role); None disables the SASL layer.
         server_auth: Server SASL (server role); None accepts a peer without SASL too.
         tls: ``TlsClientOptions`` (client) or ``TlsServerOptions`` (server), or None.
+        trace_frames: Log every AMQP frame sent and received at DEBUG on the
+            ``haclient.frames`` logger (proton's frame trace: the frames above SASL and TLS).
     """
 
     container_id: str
@@ -235,6 +237,7 @@ class EngineConfig:
     auth: ClientAuth | None = field(default_factory=ClientAuth)
     server_auth: ServerAuth | None = None
     tls: TlsClientOptions | TlsServerOptions | None = None
+    trace_frames: bool = False
 
     def __post_init__(self) -> None:
         if not self.container_id:

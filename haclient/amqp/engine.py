@@ -50,6 +50,8 @@ from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
 __all__ = ["ByteLayer", "Engine"]
 
 log = logging.getLogger("haclient.amqp")
+#: Every AMQP frame, when ``EngineConfig.trace_frames`` asks (``amqp.traceFrames``).
+frames_log = logging.getLogger("haclient.frames")
 
 _LOCAL_CLOSED = proton.Endpoint.LOCAL_CLOSED
 
@@ -143,6 +145,9 @@ class Engine:
             self._transport.idle_timeout = 2 * config.idle_timeout
         if config.max_frame_size:
             self._transport.max_frame_size = config.max_frame_size
+        if config.trace_frames:
+            self._transport.tracer = _log_frame
+            self._transport.trace(Transport.TRACE_FRM)
         self._transport.bind(self._connection)
 
     # Set-up ------------------------------------------------------------------------------------
@@ -468,6 +473,11 @@ _AMQP_0_9_1_HINT: Final = (
     "the broker speaks AMQP 0-9-1, not AMQP 1.0: enable its AMQP 1.0 plugin "
     "(rabbitmq-plugins enable rabbitmq_amqp1_0)"
 )
+
+
+def _log_frame(transport: Transport, frame: str) -> None:
+    """Proton's trace of one frame (``FRAME: 0 -> @open(16) [...]``), at DEBUG."""
+    frames_log.debug("%s", frame)
 
 
 def _other_protocol(head: bytes) -> ErrorCondition | None:

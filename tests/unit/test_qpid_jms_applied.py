@@ -17,6 +17,7 @@ M10; on a broker: tests/rules/test_qpid_jms_checks.py).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 
@@ -406,3 +407,32 @@ def test_M10_the_encoder_sends_unchecked_names_only_when_told() -> None:
         OutgoingEncoder().encode(message, NO_PREFIXES)
     payload = OutgoingEncoder(validate_names=False).encode(message, NO_PREFIXES)
     assert decode_message(payload).application_properties == {"x-opt-id": 7}
+
+
+# --- amqp.traceFrames -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("traced", [True, False])
+async def test_trace_frames_logs_each_frame_on_the_frames_logger(
+    traced: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``amqp.traceFrames=true`` logs the frames both ways at DEBUG on ``haclient.frames``, the
+    message's body among them, and never the SASL exchange (its own layer, below the trace);
+    without it that logger says nothing."""
+    caplog.set_level(logging.DEBUG, logger="haclient.frames")
+    with BrokerThread() as broker:
+        url = f"amqp://127.0.0.1:{broker.port}?amqp.traceFrames={str(traced).lower()}"
+        async with aio.connect(url, username="alice", password="frame-secret") as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("traced-frames"))
+            await producer.send(TextMessage("frame-body-7"))
+    frames = [r.getMessage() for r in caplog.records if r.name == "haclient.frames"]
+    if not traced:
+        assert frames == []
+        return
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "haclient.frames")
+    assert any("-> @open" in f for f in frames) and any("<- @open" in f for f in frames)
+    assert any("-> @attach" in f for f in frames) and any("<- @disposition" in f for f in frames)
+    assert any("-> @transfer" in f and "frame-body-7" in f for f in frames)
+    assert not any("frame-secret" in f or "sasl" in f.lower() for f in frames)
