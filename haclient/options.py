@@ -165,14 +165,17 @@ _ACCEPTED: Final = (
         "amqp.anonymousFallbackCacheSize",
         WholeNumber(0),
         None,
-        "no anonymous-relay fallback cache",
+        "an anonymous producer on a broker without ANONYMOUS-RELAY keeps up to 32 links, one "
+        "per destination, the least recently used closed first (Qpid JMS keeps 1 by default); "
+        "that size is fixed",
         broker=True,
     ),
     _without_effect(
         "amqp.anonymousFallbackCacheTimeout",
         Duration(),
         None,
-        "no anonymous-relay fallback cache",
+        "an anonymous producer's per-destination links stay open until the cache of 32 "
+        "evicts them or the producer closes (Qpid JMS closes one idle for 30 s)",
         broker=True,
     ),
     _without_effect(
