@@ -189,11 +189,14 @@ class ReconnectPlan:
         """The attempts handed out so far."""
         return self._made
 
-    @property
-    def quick_retry(self) -> NotReadyRetry | None:
-        """The quick retry of a broker not ready yet this plan makes (None: none, e.g. with
-        a tenacity wait given)."""
-        return self._quick
+    def starting_up(self, now: float, failure: BaseException) -> bool:
+        """Whether the last attempt's ``failure`` is its broker starting up, retried quickly by
+        this plan: a ``BrokerNotReadyError`` within the quick retry's patience of that broker's
+        first such drop (recorded now, as ``next`` records it)."""
+        self._note_not_ready(now, failure)
+        quick = self._quick
+        since = None if self._last is None else self._not_ready_since.get(self._last)
+        return quick is not None and since is not None and now - since <= quick.patience
 
     @property
     def brokers_of_a_pass(self) -> tuple[BrokerURL, ...]:

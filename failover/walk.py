@@ -21,7 +21,7 @@ Rules it keeps (``failover.states``' invariants, whose decisions it applies):
 - 11 (F16, F17): a ready connection is taken before any attempt of the plan and counts as none.
 - ``warn_after_attempts``: every that many failed attempts, a warning; the attempts a broker
   starting up dropped (``BrokerNotReadyError``) while the plan retries it quickly
-  (``ReconnectPlan.quick_retry``) are not counted, so a failover that waits out a new
+  (``ReconnectPlan.starting_up``) are not counted, so a failover that waits out a new
   master's first milliseconds logs no warning.
 - 13 (F18): after a failure that redirects, of an attempt or of the connection in use (the
   loss the walk starts from), ``redirect_next`` names the next attempt's broker, tried at
@@ -36,11 +36,11 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Generic
 
-from failover.errors import BrokerNotReadyError, ConnectionLostError
+from failover.errors import ConnectionLostError
 from failover.gate import ConnectionGate
 from failover.policy import Attempt
 from failover.protocols import Connector, P
-from failover.schedule import NotReadyRetry, ReconnectPlan
+from failover.schedule import ReconnectPlan
 from failover.standby import close_quietly
 from failover.states import (
     ConnectionState,
@@ -119,7 +119,6 @@ class Walker(Generic[P]):
         refused = False  # the last attempt was a refusal of trust
         failures = 0
         counted = 0  # the failures warn_after_attempts counts
-        not_ready_since: dict[str, float] = {}  # broker -> its first drop in a row
         # broker -> its refusal, for each broker whose last attempt was one (invariant 10)
         refusals: dict[str, BaseException] = {}
         if ready is not None:  # the handover of a return, or the warm spare: restore at once
@@ -140,7 +139,7 @@ class Walker(Generic[P]):
                 failed = last = self.cause()
                 failures += 1
                 due = False  # a warning every warn_after_attempts counted failures
-                if not self._starting_up(plan.quick_retry, attempt, failed, not_ready_since):
+                if not plan.starting_up(self._clock(), failed):
                     counted += 1
                     every = self._warn_after_attempts
                     due = every > 0 and counted % every == 0
@@ -222,23 +221,6 @@ class Walker(Generic[P]):
         else:
             refusals.pop(key, None)
         return refused
-
-    def _starting_up(
-        self,
-        quick: NotReadyRetry | None,
-        attempt: Attempt[BrokerURL],
-        failed: BaseException,
-        since: dict[str, float],
-    ) -> bool:
-        """Whether the broker of ``attempt`` dropped it while starting up and the plan retries
-        it ``quick``ly: a ``BrokerNotReadyError`` within the quick retry's patience of its
-        first drop in a row (``since``: broker -> that drop, kept up to date here)."""
-        key = str(attempt.broker)
-        if quick is None or not isinstance(failed, BrokerNotReadyError):
-            since.pop(key, None)
-            return False
-        now = self._clock()
-        return now - since.setdefault(key, now) <= quick.patience
 
     def _log_failure(self, attempt: Attempt[BrokerURL], failures: int, *, warn: bool) -> None:
         """Log a failed attempt: a warning when ``warn`` (a broker's first refusal of trust in
