@@ -441,9 +441,19 @@ def test_valid_property_names(name: str) -> None:
     assert name in TextMessage("x", properties={name: "v"}).properties
 
 
+class _Unsendable:
+    """A value of no type a message can carry, with the same id in every test process."""
+
+    def __repr__(self) -> str:
+        return "<unsendable>"
+
+
+UNSENDABLE = _Unsendable()
+
+
 @pytest.mark.parametrize(
     "value",
-    [None, b"bytes", [1], {"a": 1}, object(), ULong(1), Byte(200), Short(2**15), Int(2**31), 2**63],
+    [None, b"bytes", [1], {"a": 1}, UNSENDABLE, ULong(1), Byte(200), Short(2**15), Int(2**31), 2**63],
     ids=repr,
 )
 def test_invalid_property_values(value: Any) -> None:
@@ -495,7 +505,7 @@ def test_negative_group_sequence_wraps_like_a_java_int() -> None:
         (MapMessage, {"a": [1]}),
         (MapMessage, {"a": {"b": 1}}),
         (MapMessage, [("a", 1)]),
-        (StreamMessage, [object()]),
+        (StreamMessage, [UNSENDABLE]),
         (StreamMessage, [[1]]),
         (StreamMessage, "abc"),
         (BytesMessage, "text"),
