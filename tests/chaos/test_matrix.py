@@ -1,7 +1,8 @@
 """The CI-sized chaos matrix: every fault x every workload on the embedded bed (a shared-store HA
 pair behind the embedded Toxiproxy), fixed seed, judged by the audit.
 
-Two passes over the ten faults, all workloads running through each fault. The audit must find
+Two passes over the ten faults, all workloads running through each fault. Each pass has a bed and
+a seed of its own, so that the two run side by side on the suite's workers. The audit must find
 no broken promise. (The two haclient defects this bed first found, an AUTO message lost to an
 acknowledgement in doubt and a transacted send dropped during its declare, are fixed; their
 reproductions live in ``test_found_by_the_matrix.py``.)
@@ -9,7 +10,7 @@ reproductions live in ``test_found_by_the_matrix.py``.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
 
 import pytest
 
@@ -18,27 +19,49 @@ from chaos.bed import Bed
 from chaos.faults import FAULTS
 from chaos.scenarios import WORKLOADS, MatrixRun, Schedule, run_matrix
 
-SEED = 14
-PASSES = 2
+SEEDS = (14, 15)
+"""One seed a pass: each pass shuffles the ten faults its own way."""
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(400),
+    pytest.mark.parametrize(
+        "matrix",
+        [
+            # a pass's tests stay on one worker of pytest-xdist (--dist loadgroup): one bed a pass
+            pytest.param(seed, id=f"seed{seed}", marks=pytest.mark.xdist_group(f"matrix-{seed}"))
+            for seed in SEEDS
+        ],
+        indirect=True,
+    ),
+]
 
 
-@pytest.fixture(scope="module")
-def matrix() -> Iterator[tuple[MatrixRun, AuditResult]]:
+@pytest.fixture
+def matrix(request: pytest.FixtureRequest) -> tuple[MatrixRun, AuditResult]:
+    """One pass and its audit, by the seed each test is parametrized with (run once per
+    process and seed, see ``_run_pass``)."""
+    return _run_pass(request.param)
+
+
+@functools.cache
+def _run_pass(seed: int) -> tuple[MatrixRun, AuditResult]:
+    """Every fault once, in an order drawn from ``seed``, every workload, on a bed of its own
+    (closed before the tests look at the outcome). Kept for the process, not in a module-scoped
+    fixture: pytest-xdist may finalize that between two tests of one worker and run it again."""
     with Bed(ha=True) as bed:
-        schedule = Schedule(seed=SEED, count=PASSES * len(FAULTS), per_round=len(FAULTS))
+        schedule = Schedule(seed=seed, count=len(FAULTS), per_round=len(FAULTS))
         run = run_matrix(bed, schedule)
-    yield run, audit(run.ledger.snapshot())
+    return run, audit(run.ledger.snapshot())
 
 
 def test_every_fault_hits_every_workload(matrix: tuple[MatrixRun, AuditResult]) -> None:
     run, result = matrix
     assert sorted({f.name for f in run.faults}) == sorted(FAULTS)
-    assert len(run.faults) == PASSES * len(FAULTS)
+    assert len(run.faults) == len(FAULTS)
     for name in WORKLOADS:
         streams = [s for s in result.streams if s.stream.startswith(f"{name}-r")]
-        assert len(streams) == PASSES, name
+        assert len(streams) == 1, name
         assert all(s.consumed > 0 for s in streams), name
 
 

@@ -28,6 +28,21 @@ async def _ports_known(connection: Any, *expected: int) -> None:
             await anyio.sleep(0.02)
 
 
+async def _membership_followed(broker: BrokerThread) -> None:
+    """Wait until the connection consumes ``broker``'s membership topic: a topic keeps nothing
+    for a subscriber that has not attached yet, and the attach follows ``connect()``."""
+    with anyio.fail_after(TIMEOUT):
+        while not _has_consumer(broker, "amq.failover"):
+            await anyio.sleep(0.02)
+
+
+def _has_consumer(broker: BrokerThread, address: str) -> bool:
+    try:
+        return broker.consumer_count(address) > 0
+    except KeyError:  # not made yet: the attach makes it
+        return False
+
+
 def _set_peers(broker: BrokerThread, *peers: BrokerThread) -> None:
     inner = broker.broker
     broker.portal.call(lambda: inner.set_peers([p.url for p in peers]))
@@ -71,6 +86,7 @@ async def test_F12_a_garbage_membership_message_is_ignored(
         _set_peers(first, second)
         async with await api.connect(failover_url(first, method="exchange")) as connection:
             await _ports_known(connection, second.port, first.port)
+            await _membership_followed(first)
             # "amq.failover" is no JMS identifier: the gossip goes out through the bare engine
             config = EngineConfig(container_id="gossip")
             async with open_connection("127.0.0.1", first.port, config) as gossip:
