@@ -16,15 +16,37 @@ export PATH := $(PATH):/usr/sbin
 # mkdocs-material's banner about its successor, printed on every build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: test demo docs bench lint setup rabbitmq prometheus clean distclean
+# Worker processes of pytest-xdist. Most tests wait on sockets and timers rather than compute,
+# so more workers than this machine kind's 2 cores pay (README.md, Tests: wall time by workers).
+TEST_WORKERS ?= 4
+# The quick tier: everything that needs no broker but the in-process reference broker.
+QUICK_TIERS := tests/unit tests/codec tests/engine tests/selector tests/peer tests/rules
+STAGE := .ci/stage
 
+.PHONY: test test-quick test-under-load demo docs bench lint setup rabbitmq prometheus clean \
+	distclean
+
+# Every check and the whole suite, each stage timed (the breakdown is printed at the end).
 # tests/packaging builds the wheels and installs them into a fresh virtualenv (slow marker).
-test: setup
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
-	$(BIN)/pytest
+test:
+	@rm -f build/stages.txt
+	@$(STAGE) set-up make --no-print-directory setup  # not $(MAKE): `make -n test` must not run it
+	@$(STAGE) lint sh -c '$(BIN)/ruff check . && $(BIN)/ruff format --check .'
+	@$(STAGE) types $(BIN)/mypy
+	@$(STAGE) docs $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+	@$(STAGE) pytest $(BIN)/pytest -n $(TEST_WORKERS)
+	@$(STAGE) --report
+
+# The edit-test loop: the unit, codec, engine, selector and peer tiers and the rule tests on
+# the reference broker only (no RabbitMQ, no Spark, no packaging), under a minute.
+test-quick: $(STAMP)
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not rabbitmq" $(QUICK_TIERS)
+
+# `make test` three times in a row with one core kept busy: the suite must stay green on a
+# loaded machine (.ci/under-load says how; RUNS=1 for one run).
+RUNS ?= 3
+test-under-load:
+	.ci/under-load $(RUNS)
 
 # The demo needs the client and the test bed only: no Spark, no test tools.
 demo: $(DEMO_STAMP)

@@ -10,8 +10,6 @@ reproductions live in ``test_found_by_the_matrix.py``.)
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from chaos.audit import AuditResult, audit
@@ -37,20 +35,13 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def matrix(request: pytest.FixtureRequest) -> tuple[MatrixRun, AuditResult]:
-    """One pass and its audit, by the seed each test is parametrized with (run once per
-    process and seed, see ``_run_pass``)."""
-    return _run_pass(request.param)
-
-
-@functools.cache
-def _run_pass(seed: int) -> tuple[MatrixRun, AuditResult]:
-    """Every fault once, in an order drawn from ``seed``, every workload, on a bed of its own
-    (closed before the tests look at the outcome). Kept for the process, not in a module-scoped
-    fixture: pytest-xdist may finalize that between two tests of one worker and run it again."""
+    """One pass, by the seed each test is parametrized with: every fault once, in an order drawn
+    from the seed, every workload, on a bed of its own (closed before the tests look), and its
+    audit."""
     with Bed(ha=True) as bed:
-        schedule = Schedule(seed=seed, count=len(FAULTS), per_round=len(FAULTS))
+        schedule = Schedule(seed=request.param, count=len(FAULTS), per_round=len(FAULTS))
         run = run_matrix(bed, schedule)
     return run, audit(run.ledger.snapshot())
 

@@ -20,7 +20,10 @@ from proton.utils import BlockingConnection
 from chaos.rabbitmq import RabbitMQNode
 from chaos.rabbitmq_tls import RabbitMQTls
 
-pytestmark = pytest.mark.rabbitmq
+pytestmark = [
+    pytest.mark.rabbitmq,
+    pytest.mark.xdist_group("rabbitmq-tls"),  # one worker: the module's TLS node started once
+]
 
 TIMEOUT = 10.0
 

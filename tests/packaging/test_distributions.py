@@ -28,7 +28,10 @@ import pytest
 import haclient
 from chaos.net import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("packaging"),  # one worker: the wheels and virtualenvs built once
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -26,6 +26,7 @@ pytestmark = [
     pytest.mark.usefixtures("pyspark_installed"),
     pytest.mark.slow,
     pytest.mark.timeout(400),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,15 +83,12 @@ def _fill(url: str, queue: str) -> None:
     from haclient import DeliveryMode, Queue, TextMessage
 
     with haclient.connect(url) as connection:
-        session = connection.create_session(haclient.AckMode.TRANSACTED)
-        producer = session.create_producer(Queue(queue))
-        producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+        producer = connection.create_session().create_producer(Queue(queue))
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT  # pipelined
         for n in range(MESSAGES):
             body = os.urandom(120).hex()  # bodies that compress no better than real ones
             producer.send(TextMessage(body, properties={"n": n, "kind": "order"}))
-            if n % 1000 == 999:
-                session.commit()
-        session.commit()
+        producer.flush()  # every message on the queue before the job starts
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,11 @@ from failoverkit import HaPair, failover_url
 
 from chaos.broker import BrokerThread
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
+]
 
 ROWS = 12_000  # several transactions and micro-batches on each side of each kill
 DEADLINE = 240.0  # seconds: catches a hang, not a measure of speed

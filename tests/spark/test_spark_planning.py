@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
+]
 
 
 @pytest.mark.parametrize(

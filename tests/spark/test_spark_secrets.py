@@ -11,7 +11,10 @@ import pytest
 
 from chaos.broker import BrokerThread
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
+]
 
 PASSWORD = "canarySPARKPW-5c81d7"
 

@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 from failoverkit import HaPair
 
-pytestmark = [pytest.mark.usefixtures("pyspark_installed"), pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.usefixtures("pyspark_installed"),
+    pytest.mark.timeout(120),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
+]
 
 TAKEOVER = 1.5  # seconds: how often the standby tries the store's lock
 DEADLINE = 60.0  # seconds: catches a hang, not a measure of speed

@@ -20,7 +20,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from chaos.broker import BrokerThread
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
+]
 
 ROWS = 300
 

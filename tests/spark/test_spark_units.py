@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("pyspark_installed")
+pytestmark = [
+    pytest.mark.usefixtures("pyspark_installed"),
+    pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
+]
 
 URL = "failover:(amqp://app:secret@127.0.0.1:1,amqp://app:secret@127.0.0.1:2)"
 
