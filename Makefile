@@ -28,9 +28,10 @@ STAGE := .ci/stage
 
 # Every check and the whole suite, each stage timed (the breakdown is printed at the end).
 # tests/packaging builds the wheels and installs them into a fresh virtualenv (slow marker).
+# The set-up is a plain `make`, which `make -n test` prints instead of running.
 test:
 	@rm -f build/stages.txt
-	@$(STAGE) set-up make --no-print-directory setup  # not $(MAKE): `make -n test` must not run it
+	@$(STAGE) set-up make --no-print-directory setup
 	@$(STAGE) lint sh -c '$(BIN)/ruff check . && $(BIN)/ruff format --check .'
 	@$(STAGE) types $(BIN)/mypy
 	@$(STAGE) docs $(BIN)/mkdocs build --strict --quiet --site-dir build/site

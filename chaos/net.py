@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import random
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, Self
 
 import anyio
@@ -21,9 +24,11 @@ _ACCEPT_END_WAIT = 1.0
 def free_port(host: str = "127.0.0.1") -> int:
     """Return a TCP port on ``host`` that is free at the time of the call.
 
-    The kernel picks an unused ephemeral port; the socket is closed again before returning, so
-    another process could take the port in between. Callers that start a server on it should
-    be ready to retry.
+    The port is drawn at random from outside the kernel's ephemeral range (``_server_ports``),
+    where no outgoing connection takes its local port: a broker killed and started again on its
+    port finds it free even while clients (of this process or of another test worker) keep
+    connecting elsewhere. The socket is closed again before returning, so another process could
+    still take the port in between; callers that start a server on it should be ready to retry.
 
     Args:
         host: The address to bind to.
@@ -31,10 +36,45 @@ def free_port(host: str = "127.0.0.1") -> int:
     Returns:
         The port number.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
+    low, high = _server_ports()
+    for _ in range(100):
+        port = _random.randint(low, high)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # all taken: the kernel's
+        sock.bind((host, 0))
+        kernel_port: int = sock.getsockname()[1]
+        return kernel_port
+
+
+_random = random.Random()
+_handed_out: set[int] = set()
+"""Ports ``free_port`` returned in this process: never twice, so that two servers of one test
+(or a server and the port it is given back after a kill) never meet."""
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+@functools.cache
+def _server_ports() -> tuple[int, int]:
+    """The ports ``free_port`` draws from: 10000 up to the kernel's ephemeral range (Linux's
+    default 32768-60999, read from /proc), or above it when it starts too low."""
+    try:
+        first, last = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        first, last = 32768, 60999
+    if first > 12000:
+        return 10000, first - 1
+    if last < 64000:
+        return last + 1, 65535
+    return 10000, 65535  # no room outside it: anywhere
 
 
 class TcpServer:

@@ -34,7 +34,9 @@ TIMEOUT = 60.0
 
 # A pattern of command lines -> the test that runs them.
 RUNNERS = {
-    r"make (demo|test|docs)": "test_the_make_targets_run_what_the_docs_say (here)",
+    r"make (demo|test|docs|test-quick|test-under-load)": (
+        "test_the_make_targets_run_what_the_docs_say (here)"
+    ),
     r"pip install .+": "tests/packaging/test_distributions.py (the built wheels)",
     r"\.venv/bin/haclient-broker --port \d+ --user .+": "tests/api/test_readme_commands.py",
     r"\.venv/bin/python examples/.+": "tests/api/test_readme_commands.py",
@@ -99,8 +101,10 @@ def test_the_make_targets_run_what_the_docs_say() -> None:
         "demo": ["pip install", "-e . -e ./chaos", "python -m chaos.demo"],
         "test": ["mypy", "mkdocs build --strict", "pytest"],
         "docs": ["mkdocs serve --dev-addr 127.0.0.1:8000"],
+        "test-quick": ["pytest -n 4", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
+        "test-under-load": [".ci/under-load 3"],
     }
-    targets = [line.split()[1] for line in command_lines(r"make (demo|test|docs)")]
+    targets = [line.split()[1] for line in command_lines(r"make (demo|test|docs|test-[a-z-]+)")]
     assert sorted(targets) == sorted(expected)
     for target in targets:
         env = {**os.environ, "MAKEFLAGS": ""}
