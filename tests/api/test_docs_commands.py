@@ -14,8 +14,10 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 import urllib.request
 from pathlib import Path
@@ -187,6 +189,7 @@ def test_the_rabbitmq_plugin_command(tmp_path: Path, plugin: str) -> None:
         [epmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
+        _wait_listening(int(env["ERL_EPMD_PORT"]), own_epmd)  # else the VM starts an epmd itself
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     finally:
         own_epmd.terminate()
@@ -199,6 +202,19 @@ def test_the_rabbitmq_plugin_command(tmp_path: Path, plugin: str) -> None:
     assert plugins.read_text().strip() == f"[{plugin}]."
     assert _PLUGINS.strip() == "[rabbitmq_amqp1_0]."  # what the test nodes run with
     assert _PLUGINS_WITH_TLS.strip() == f"[rabbitmq_amqp1_0,{PLUGIN}]."  # ... with TLS
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    """Wait until ``process`` accepts connections on loopback ``port``."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        assert process.poll() is None, f"exited with {process.returncode} before listening"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            time.sleep(0.02)
 
 
 def _help_options(command: str, *args: str) -> set[str]:
