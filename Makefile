@@ -19,7 +19,9 @@ export NO_MKDOCS_2_WARNING := 1
 # Worker processes of pytest-xdist. Most tests wait on sockets and timers rather than compute,
 # so more workers than this machine kind's 2 cores pay (README.md, Tests: wall time by workers).
 TEST_WORKERS ?= 4
-# The quick tier: everything that needs no broker but the in-process reference broker.
+# The quick tier: everything that needs no broker but the in-process reference broker; its
+# tests are short and wait more than they compute, so six workers pay.
+QUICK_WORKERS ?= 6
 QUICK_TIERS := tests/unit tests/codec tests/engine tests/selector tests/peer tests/rules
 STAGE := .ci/stage
 
@@ -41,7 +43,7 @@ test:
 # The edit-test loop: the unit, codec, engine, selector and peer tiers and the rule tests on
 # the reference broker only (no RabbitMQ, no Spark, no packaging), under a minute.
 test-quick: $(STAMP)
-	$(BIN)/pytest -n $(TEST_WORKERS) -m "not rabbitmq" $(QUICK_TIERS)
+	$(BIN)/pytest -n $(QUICK_WORKERS) -m "not rabbitmq" $(QUICK_TIERS)
 
 # `make test` three times in a row with one core kept busy: the suite must stay green on a
 # loaded machine (.ci/under-load says how; RUNS=1 for one run).

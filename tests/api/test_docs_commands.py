@@ -103,7 +103,7 @@ def test_the_make_targets_run_what_the_docs_say() -> None:
         "demo": ["pip install", "-e . -e ./chaos", "python -m chaos.demo"],
         "test": ["mypy", "mkdocs build --strict", "pytest"],
         "docs": ["mkdocs serve --dev-addr 127.0.0.1:8000"],
-        "test-quick": ["pytest -n 4", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
+        "test-quick": ["pytest -n 6", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
         "test-under-load": [".ci/under-load"],
     }
     targets = [line.split()[1] for line in command_lines(r"make (demo|test|docs|test-[a-z-]+)")]
