@@ -26,7 +26,7 @@ import pytest
 
 from chaos.cli import _parser
 from chaos.net import free_port
-from chaos.rabbitmq import _PLUGINS, _PLUGINS_WITH_TLS
+from chaos.rabbitmq import _PLUGINS, _PLUGINS_WITH_TLS, ERLANG_NO_BUSY_WAIT
 from chaos.rabbitmq_tls import PLUGIN
 from chaos.scenarios.runner import Schedule
 
@@ -181,6 +181,7 @@ def test_the_rabbitmq_plugin_command(tmp_path: Path, plugin: str) -> None:
         "RABBITMQ_MNESIA_BASE": str(tmp_path / "mnesia"),
         "RABBITMQ_LOG_BASE": str(tmp_path / "log"),
         "RABBITMQ_CONFIG_FILE": str(tmp_path / "none"),
+        "RABBITMQ_CTL_ERL_ARGS": ERLANG_NO_BUSY_WAIT,  # as the test nodes' tools run
         "ERL_EPMD_PORT": str(free_port()),
         "ERL_EPMD_ADDRESS": "127.0.0.1",
         "HOME": str(tmp_path),
