@@ -8,9 +8,14 @@ cancel scope, ``concurrent.futures.Future`` or ``Condition`` per call: a blockin
 wake-up of the loop and one of the caller.
 
 While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C) cancels the task, waits briefly
-until it ended, and is raised again. The main thread waits in short slices, because an
+until it ended, and is raised again; one that comes while the task is being started cancels it
+too (it never runs on as an orphan). The main thread waits in short slices, because an
 interrupt (``_thread.interrupt_main``, or a SIGINT delivered to another thread) does not wake a
-thread blocked on a lock; other threads never get ``KeyboardInterrupt`` and simply block. A
+thread blocked on a lock; other threads never get ``KeyboardInterrupt`` and simply block. What
+a SIGINT does is the process's SIGINT handler's choice: Python's default raises
+``KeyboardInterrupt`` in the main thread, but a handler installed by someone else may take it
+(trio's, while a trio run or guest run is alive, hands it to that run: the blocking call never
+sees it). A
 call from the loop thread itself raises ``IllegalStateError`` at once (it would wait for itself
 forever).
 
@@ -206,13 +211,13 @@ class EventLoop:
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         call = _Call(self, coro)
-        try:
-            if not call.start_from_caller(self._thread):
-                self._thread.submit(call.start)
-        except RuntimeError:  # the loop stopped meanwhile
-            coro.close()
-            raise ClosedError("the connection is closed") from None
-        try:
+        try:  # an interrupt from here on cancels the call, started or not (never an orphan)
+            try:
+                if not call.start_from_caller(self._thread):
+                    self._thread.submit(call.start)
+            except RuntimeError:  # the loop stopped meanwhile
+                coro.close()
+                raise ClosedError("the connection is closed") from None
             call.wait()
         except KeyboardInterrupt:
             try:
