@@ -23,6 +23,10 @@ forever).
 in the loop thread's host task group, so that none is free-standing, and keeps ``close`` for
 ``stop()``. ``stop()`` closes it, cancels this connection's calls still running (they raise
 ``ClosedError``) and, for a private loop, ends the loop thread.
+
+In a process forked from the one that opened the connection, its loop thread does not run
+(``LoopThread.forked``): every call raises ``IllegalStateError`` naming the fork, and
+``stop()`` only marks it stopped, touching nothing the parent still uses.
 """
 
 from __future__ import annotations
@@ -185,9 +189,16 @@ class EventLoop:
 
         Raises:
             ClosedError: the connection is closed.
-            IllegalStateError: this is the loop thread.
+            IllegalStateError: this is the loop thread, or a process forked after the
+                connection was opened.
         """
-        if self._stopped:  # first: a closed connection is closed, whichever thread asks
+        if self._thread.forked:  # first: closed or not, it is the parent's
+            raise IllegalStateError(
+                "this connection was opened before the process forked: its event-loop thread "
+                "and its sockets belong to the parent process; open a new connection in the "
+                "child (multiprocessing: in each worker, or use the 'spawn' start method)"
+            )
+        if self._stopped:  # a closed connection is closed, whichever thread asks
             raise ClosedError("the connection is closed")
         if self._thread.in_thread():
             raise IllegalStateError(
@@ -233,8 +244,9 @@ class EventLoop:
         self, fn: Callable[P, Awaitable[None]], /, *args: P.args, **kwargs: P.kwargs
     ) -> None:
         """``run`` for a ``close()``: nothing to do (no error) once the connection is closed,
-        before or during the call, because it closed everything with it."""
-        if self._stopped:
+        before or during the call, because it closed everything with it; nothing either in a
+        process forked after the connection was opened (the parent's to close)."""
+        if self._stopped or self._thread.forked:
             return
         try:
             self.run(fn, *args, **kwargs)
@@ -272,6 +284,7 @@ class EventLoop:
         (nothing of it runs on the loop any more) or when this is the loop thread."""
         if self._stopped or self._thread.in_thread():
             return fn()
+        self.check_caller()  # a forked child's inherited connection
         try:
             return self.call(fn)
         except ClosedError:
@@ -321,7 +334,7 @@ class EventLoop:
             raise IllegalStateError(
                 "the connection cannot be closed from its own event-loop thread"
             )
-        if not self._begin_stop():
+        if not self._begin_stop() or self._thread.forked:
             return
         call = _Call(self, self._shut_down())
         try:
@@ -338,7 +351,7 @@ class EventLoop:
 
     def stop_soon(self) -> None:
         """``stop()`` without waiting, from any thread (the garbage collector's ``__del__``)."""
-        if not self._begin_stop():
+        if not self._begin_stop() or self._thread.forked:
             return
         call = _Call(self, self._shut_down(end_private_loop=True))
         try:
