@@ -241,18 +241,20 @@ class EventLoop:
         return call.outcome()
 
     def run_close(
-        self, fn: Callable[P, Awaitable[None]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> None:
-        """``run`` for a ``close()``: nothing to do (no error) once the connection is closed,
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """``run`` for a ``close()`` (what ``fn`` returns, or None): nothing to do (no error)
+        once the connection is closed,
         before or during the call, because it closed everything with it; nothing either in a
         process forked after the connection was opened (the parent's to close)."""
         if self._stopped or self._thread.forked:
-            return
+            return None
         try:
-            self.run(fn, *args, **kwargs)
+            return self.run(fn, *args, **kwargs)
         except ClosedError:
             if not self._stopped:
                 raise
+            return None
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.

@@ -1,0 +1,366 @@
+"""The one boundary a blocking send crosses: from the application's thread to the event loop.
+
+How this works: a blocking producer stamps and encodes each message in the caller's thread
+(``OutgoingEncoder.snapshot``) and puts a ``Sending`` into its ``Outbox``: the encoded bytes
+with their destination and message id (``haclient.outgoing.Encoded``), the send's deadline
+(``time.monotonic()`` seconds, the loop's clock) and where its outcome goes (a lock the caller
+waits on for a send that waits, the outbox's failure slot for one that does not). Nothing of the
+application's message crosses, so the application may reuse it as soon as ``send()`` returned.
+
+The loop drains the outbox in order and in batches: the first ``put`` into an idle outbox wakes
+the loop (``EventLoop.call_soon(self._serve)``), the sends put meanwhile are taken by the same
+wake-up. Each goes to the async producer's pipelined path at once when it can
+(``send_encoded_nowait``); the first that cannot (it waits for its outcome, a transaction,
+credit, or a connection) is sent in a task of the connection (``send_encoded``, bounded by its
+deadline at the gate, F4), and the drain goes on after it. A send whose deadline passes before
+it could be sent fails with ``FailoverTimeoutError``; at most ``_LIMIT`` sends wait in an
+outbox, and a ``put`` into a full one waits for room until its own deadline.
+
+Outcomes (C9): a send that waits gets its error raised in its caller's thread. The first
+failure of one that did not wait is kept and raised by the producer's next call (``send``,
+``flush``, ``close``); when the next call is the close of the producer, its session or its
+connection, that close raises it after closing (``settle``, ``settle_all``). A failure behind
+one already kept, or found where no call is left to raise it (the connection closed under
+queued sends), is counted in ``statistics().sends_failed`` and told to the connection's
+listeners (``send_failed``).
+
+Thread-safety: ``put``, ``wait``, ``raise_failure`` in the application's threads; the rest on
+the loop. One lock guards the queue, the "drain scheduled" flag and the failure slot; a
+condition on it wakes a ``put`` waiting for room. ``terms`` (what to encode for) is a frozen
+value the loop replaces when the connection changes; the caller only reads the reference.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from _thread import allocate_lock, get_ident
+from collections import deque
+from collections.abc import Iterable
+
+import anyio
+
+from haclient.aio.producer import MessageProducer as AsyncMessageProducer
+from haclient.errors import ClosedError, ConfigurationError, FailoverTimeoutError
+from haclient.outgoing import Encoded, EncodingTerms
+from haclient.sync._loop import EventLoop
+
+__all__ = ["Outbox", "Sending", "deadline_after", "settle_all"]
+
+_LIMIT = 10_000
+"""Sends that may wait in one outbox; a ``put`` beyond waits for room."""
+_POLL = 0.05
+"""Seconds the main thread waits at a time, so that Ctrl-C is noticed promptly."""
+_CANCEL_GRACE = 5.0
+"""Seconds a Ctrl-C'd send waits for the loop to let go of it before re-raising."""
+_MAIN_THREAD_IDENT = threading.main_thread().ident
+
+
+def deadline_after(timeout: float | None) -> float:
+    """The ``time.monotonic()`` (the event loop's clock) at which a send given ``timeout``
+    seconds stops waiting (``math.inf`` for None).
+
+    Raises:
+        ConfigurationError: ``timeout`` is not a number >= 0 (or None).
+    """
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigurationError(
+            f"timeout must be a number of seconds >= 0 or None, not {timeout!r}", option="timeout"
+        )
+    return time.monotonic() + timeout
+
+
+class Sending:
+    """One blocking send as it crosses: the encoded message, its deadline, and where its
+    outcome goes (``waits``: its caller waits on ``done`` and gets ``error``)."""
+
+    __slots__ = ("cancelled", "deadline", "done", "encoded", "error", "finished", "waits")
+
+    def __init__(self, encoded: Encoded, deadline: float, waits: bool) -> None:
+        self.encoded = encoded
+        self.deadline = deadline
+        self.waits = waits
+        self.cancelled = False
+        self.finished = False
+        self.error: BaseException | None = None
+        self.done = allocate_lock()
+        if waits:
+            self.done.acquire()
+
+
+class Outbox:
+    """One blocking producer's queue of sends into the event loop (see the module)."""
+
+    def __init__(
+        self,
+        producer: AsyncMessageProducer,
+        loop: EventLoop,
+        terms: EncodingTerms,
+        close_timeout: float,
+    ) -> None:
+        self._producer = producer
+        self._loop = loop
+        self.terms = terms
+        """What a message put now is encoded for (replaced by the loop after failover)."""
+        self._close_timeout = close_timeout
+        self.closed = False
+        """True once the loop closed the producer (set there, read by the caller)."""
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._queue: deque[Sending] = deque()
+        self._scheduled = False
+        self._failure: BaseException | None = None
+        self._drained: anyio.Event | None = None
+        self._head: anyio.CancelScope | None = None
+
+    def __len__(self) -> int:
+        """Sends put and not yet handed to the connection."""
+        return len(self._queue)
+
+    # The application's side -------------------------------------------------------------------
+
+    def put(self, sending: Sending) -> None:
+        """Queue ``sending`` for the loop, waiting for room (until its deadline) when full.
+
+        Raises:
+            FailoverTimeoutError: no room before the send's deadline.
+            ClosedError: the connection is closed (nothing was queued).
+        """
+        with self._lock:
+            if len(self._queue) >= _LIMIT:
+                self._wait_for_room(sending.deadline)
+            self._queue.append(sending)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon(self._serve)
+        except BaseException:
+            with self._lock:
+                self._queue.remove(sending)
+                self._scheduled = False
+            raise
+
+    def _wait_for_room(self, deadline: float) -> None:
+        """With the lock held: wait until fewer than ``_LIMIT`` sends are queued."""
+        while len(self._queue) >= _LIMIT:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FailoverTimeoutError(
+                    f"the send waited for room among {_LIMIT:,} queued sends until its "
+                    "timeout: the connection is not taking them (failing over?)"
+                )
+            self._room.wait(min(left, _POLL))
+
+    def wait(self, sending: Sending) -> None:
+        """Block until the loop is done with ``sending`` (put, with ``waits``); raise its error.
+
+        Raises:
+            Whatever the send raised on the loop.
+            KeyboardInterrupt: Ctrl-C while waiting; the send is cancelled first (it may have
+                reached the broker).
+        """
+        done = sending.done
+        try:
+            if get_ident() == _MAIN_THREAD_IDENT:  # Ctrl-C does not wake a blocked lock
+                while not done.acquire(True, _POLL):
+                    pass
+            else:
+                done.acquire()
+        except KeyboardInterrupt:
+            sending.cancelled = True
+            try:
+                self._loop.call_soon(self._cancel_head)
+            except ClosedError:
+                pass
+            else:
+                done.acquire(True, _CANCEL_GRACE)
+            raise
+        error, sending.error = sending.error, None
+        if error is not None:
+            raise error
+
+    def raise_failure(self) -> None:
+        """Raise the first failure of a send that did not wait, not raised yet."""
+        if self._failure is not None:
+            with self._lock:
+                failure, self._failure = self._failure, None
+            if failure is not None:
+                raise failure
+
+    # The loop's side ----------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """Hand the queued sends to the producer, in order, as long as that needs no wait; the
+        first that does is sent by ``_send_head`` in a task, which then serves the rest."""
+        producer = self._producer
+        terms = producer.encoding_terms()
+        if terms is not None and terms != self.terms:
+            self.terms = terms  # failover: encode for the new connection from now on
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._scheduled = False
+                    break
+                sending = self._queue[0]
+            if not sending.cancelled:
+                if producer.is_closed:
+                    self.closed = True
+                    self._drop_all(ClosedError("the producer was closed before the send went out"))
+                    return
+                self._note(producer.take_failure())
+                if sending.waits:
+                    producer.start_soon(self._send_head)
+                    return
+                try:
+                    if not producer.send_encoded_nowait(sending.encoded):
+                        producer.start_soon(self._send_head)
+                        return
+                except Exception as exc:
+                    self._note(exc)
+            self._pop()
+        self._wake_drained()
+
+    async def _send_head(self) -> None:
+        """Send the head the general way (waiting out a failover until its deadline), give
+        its outcome where it goes, then serve the rest."""
+        sending = self._queue[0]
+        error: BaseException | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                self._head = scope
+                if not sending.cancelled:
+                    await self._producer.send_encoded(sending.encoded, sending.deadline)
+        except Exception as exc:
+            error = exc
+        except BaseException:  # cancelled: the connection is going away
+            self._head = None
+            self._pop(sending)
+            gone = ClosedError("the connection closed before the send went out")
+            self._finish(sending, gone)
+            self._drop_all(gone, report=True)  # no call is left to raise it (C9)
+            raise
+        self._head = None
+        self._pop(sending)
+        self._finish(sending, None if scope.cancelled_caught else error)
+        self._serve()
+
+    def _cancel_head(self) -> None:
+        """A caller interrupted (Ctrl-C) while its send waits: stop sending it."""
+        head = self._head
+        if head is not None and self._queue and self._queue[0].cancelled:
+            head.cancel()
+
+    def _pop(self, sending: Sending | None = None) -> None:
+        """Take the head off the queue (``sending``, when given, unless it is gone already)."""
+        with self._lock:
+            if not self._queue or (sending is not None and self._queue[0] is not sending):
+                return
+            self._queue.popleft()
+            if len(self._queue) == _LIMIT - 1:
+                self._room.notify_all()
+
+    def _finish(self, sending: Sending, error: BaseException | None) -> None:
+        """Give ``sending``'s outcome where it goes (once)."""
+        if sending.finished:
+            return
+        sending.finished = True
+        if sending.waits:
+            sending.error = error
+            sending.done.release()
+        elif error is not None:
+            self._note(error)
+
+    def _note(self, error: BaseException | None, message_id: str | None = None) -> None:
+        """Keep ``error`` for the producer's next call, or, behind one kept already, report
+        it (C9)."""
+        if error is None:
+            return
+        with self._lock:
+            kept = self._failure is None
+            if kept:
+                self._failure = error
+        if not kept:
+            self._producer.report_lost(error, message_id)
+
+    def _drop_all(self, error: ClosedError, *, report: bool = False) -> None:
+        """Give up on every queued send: the producer or the connection is gone. With
+        ``report``, no call is left to raise a failure: each is reported (C9)."""
+        with self._lock:
+            dropped = list(self._queue)
+            self._queue.clear()
+            self._scheduled = False
+            self._room.notify_all()
+            kept, self._failure = (self._failure, None) if report else (None, self._failure)
+        if kept is not None:
+            self._producer.report_lost(kept)
+        for sending in dropped:
+            if report and not sending.waits and not sending.finished:
+                sending.finished = True
+                self._producer.report_lost(error, sending.encoded.message_id)
+            else:
+                self._finish(sending, error)
+        self._wake_drained()
+
+    def _wake_drained(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            drained.set()
+
+    async def wait_drained(self) -> None:
+        """On the loop: return once every send put so far was handed over (or failed)."""
+        while self._scheduled:
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
+
+    async def flush(self) -> None:
+        """On the loop: the producer's ``flush`` after the queued sends were handed over."""
+        await self.wait_drained()
+        await self._producer.flush()
+
+    async def settle(self) -> None:
+        """On the loop, for a close: hand over what is queued and wait for the outcomes of
+        pipelined sends (each bounded by ``close_timeout``), then close the producer; a
+        failure found is kept for ``raise_failure`` (C9)."""
+        with anyio.move_on_after(self._close_timeout):
+            await self.wait_drained()
+        try:
+            await self._producer.close()
+        except Exception as exc:
+            self._note(exc)
+        finally:
+            self.closed = True
+        if self._queue:  # still failing over after close_timeout: these never went out
+            if self._head is not None:
+                self._head.cancel()
+            self._drop_all(ClosedError("the producer was closed before the send went out"))
+
+    def take_failure(self) -> BaseException | None:
+        """The failure kept for the next call, taken."""
+        with self._lock:
+            failure, self._failure = self._failure, None
+        return failure
+
+    def report(self, error: BaseException) -> None:
+        """On the loop: ``error`` cannot be raised by any call (C9)."""
+        self._producer.report_lost(error)
+
+
+async def settle_all(outboxes: Iterable[Outbox]) -> BaseException | None:
+    """On the loop, for the close of a session or connection: ``settle`` every outbox; the
+    first failure found is returned (for that close to raise), the others reported (C9)."""
+    first: BaseException | None = None
+    for outbox in list(outboxes):
+        await outbox.settle()
+        failure = outbox.take_failure()
+        if failure is None:
+            continue
+        if first is None:
+            first = failure
+        else:
+            outbox.report(failure)
+    return first
