@@ -453,7 +453,18 @@ UNSENDABLE = _Unsendable()
 
 @pytest.mark.parametrize(
     "value",
-    [None, b"bytes", [1], {"a": 1}, UNSENDABLE, ULong(1), Byte(200), Short(2**15), Int(2**31), 2**63],
+    [
+        None,
+        b"bytes",
+        [1],
+        {"a": 1},
+        UNSENDABLE,
+        ULong(1),
+        Byte(200),
+        Short(2**15),
+        Int(2**31),
+        2**63,
+    ],
     ids=repr,
 )
 def test_invalid_property_values(value: Any) -> None:
