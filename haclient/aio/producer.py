@@ -432,8 +432,10 @@ class MessageProducer:
                 )
             sent = (at, delivery)
             if wait:
-                outcome = await at.amqp.wait_settled(delivery)
-                self._unconfirmed.pop(delivery, None)
+                try:
+                    outcome = await at.amqp.wait_settled(delivery)
+                finally:  # settled, or failed here: this call reports it, no later one
+                    self._unconfirmed.pop(delivery, None)
                 self._check_outcome(outcome, message)
             elif len(self._unconfirmed) > _MAX_PIPELINED:
                 await self._confirm_oldest()

@@ -296,7 +296,8 @@ class Tracing:
         its outcome known): what ``post()`` returns."""
         span = self._start_send(destination, message, session)
         try:
-            return post()
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                return post()  # current: the loop's part of the send carries it (resent, waited)
         except BaseException as exc:
             failed(span, exc)
             raise
@@ -479,6 +480,21 @@ class Tracing:
                 otel_context.detach(token)
 
         return in_callers_context()
+
+    @staticmethod
+    def context_now() -> object:
+        """The calling thread's OpenTelemetry context: a value for ``carried_from`` (a blocking
+        send hands it to the loop with its snapshot)."""
+        return otel_context.get_current()
+
+    @staticmethod
+    async def carried_from(context: object, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the event loop in ``context`` (from ``context_now``)."""
+        token = otel_context.attach(context)  # type: ignore[arg-type]
+        try:
+            return await coro
+        finally:
+            otel_context.detach(token)
 
     @staticmethod
     def bound(fn: Callable[..., T]) -> Callable[..., T]:

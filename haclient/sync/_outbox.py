@@ -3,8 +3,9 @@
 How this works: a blocking producer stamps and encodes each message in the caller's thread
 (``OutgoingEncoder.snapshot``) and puts a ``Sending`` into its ``Outbox``: the encoded bytes
 with their destination and message id (``haclient.outgoing.Encoded``), the send's deadline
-(``time.monotonic()`` seconds, the loop's clock) and where its outcome goes (a lock the caller
-waits on for a send that waits, the outbox's failure slot for one that does not). Nothing of the
+(``time.monotonic()`` seconds, the loop's clock), where its outcome goes (a lock the caller
+waits on for a send that waits, the outbox's failure slot for one that does not) and, when the
+connection traces, the caller's trace context (a value). Nothing of the
 application's message crosses, so the application may reuse it as soon as ``send()`` returned.
 
 The loop drains the outbox in order and in batches: the first ``put`` into an idle outbox wakes
@@ -77,10 +78,14 @@ class Sending:
     """One blocking send as it crosses: the encoded message, its deadline, and where its
     outcome goes (``waits``: its caller waits on ``done`` and gets ``error``)."""
 
-    __slots__ = ("cancelled", "deadline", "done", "encoded", "error", "finished", "waits")
+    __slots__ = ("cancelled", "deadline", "done", "encoded", "error", "finished", "trace", "waits")
 
-    def __init__(self, encoded: Encoded, deadline: float, waits: bool) -> None:
+    def __init__(
+        self, encoded: Encoded, deadline: float, waits: bool, trace: object = None
+    ) -> None:
         self.encoded = encoded
+        self.trace = trace
+        """The caller's trace context (``Tracing.context_now``), when the connection traces."""
         self.deadline = deadline
         self.waits = waits
         self.cancelled = False
@@ -233,7 +238,11 @@ class Outbox:
             with anyio.CancelScope() as scope:
                 self._head = scope
                 if not sending.cancelled:
-                    await self._producer.send_encoded(sending.encoded, sending.deadline)
+                    sent = self._producer.send_encoded(sending.encoded, sending.deadline)
+                    tracing = self._loop.tracing
+                    if tracing is not None and sending.trace is not None:
+                        sent = tracing.carried_from(sending.trace, sent)
+                    await sent
         except Exception as exc:
             error = exc
         except BaseException:  # cancelled: the connection is going away

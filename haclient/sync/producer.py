@@ -191,10 +191,12 @@ class MessageProducer:
     def _hand_over(self, message: Message, deadline: float) -> None:
         """Encode ``message`` here and put the snapshot into the outbox; for a send that waits
         (PERSISTENT, in a transaction ...), wait for the loop's outcome."""
+        tracing = self._loop.tracing
         sending = Sending(
             self._encoder.snapshot(message, self._outbox.terms),
             deadline,
             waits=message.delivery_mode not in self._pipelined,
+            trace=None if tracing is None else tracing.context_now(),
         )
         self._outbox.put(sending)
         if sending.waits:
