@@ -218,20 +218,33 @@ class Outbox:
                     return
                 self._note(producer.take_failure())
                 if sending.waits:
-                    producer.start_soon(self._send_head)
+                    self._start_head()
                     return
                 try:
                     if not producer.send_encoded_nowait(sending.encoded):
-                        producer.start_soon(self._send_head)
+                        self._start_head()
                         return
                 except Exception as exc:
                     self._note(exc)
+            else:
+                self._finish(sending, None)  # its caller was interrupted and let go of it
             self._pop()
         self._wake_drained()
+
+    def _start_head(self) -> None:
+        """Send the head in a task of the connection; none can start once it is closing."""
+        try:
+            self._producer.start_soon(self._send_head)
+        except Exception:
+            self._drop_all(
+                ClosedError("the connection closed before the send went out"), report=True
+            )
 
     async def _send_head(self) -> None:
         """Send the head the general way (waiting out a failover until its deadline), give
         its outcome where it goes, then serve the rest."""
+        if not self._queue:  # dropped meanwhile (a close that waited long enough)
+            return
         sending = self._queue[0]
         error: BaseException | None = None
         try:

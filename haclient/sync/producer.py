@@ -140,22 +140,28 @@ class MessageProducer:
     ) -> None:
         """Send ``message`` (``send(message)``, or ``send(destination, message)`` when anonymous).
 
-        The message's headers are set as JMS says (id, timestamp, destination ...). A
-        PERSISTENT message returns once the broker accepted it (F11: re-sent after a failover,
-        same id). A NON_PERSISTENT one outside a transaction returns once queued, without
-        waiting for the event loop: the loop sends the queued messages in order, waiting out
-        a failover, and a refusal is raised by a later call of this producer; at most 10,000
-        wait in that queue, after which ``send`` waits for room. In a transacted session the
-        message becomes visible on commit. ``timeout`` bounds the wait while the connection
-        fails over (None: the connection's ``send_timeout``, ``jms.sendTimeout``;
-        ``failover.timeout`` bounds it too).
+        The message's headers are set as JMS says (id, timestamp, destination ...), and it is
+        encoded in this thread: what is sent is the message as it is now, and the object may be
+        changed and sent again once this returned (M11). A PERSISTENT message returns once the
+        broker accepted it (F11: re-sent after a failover, same id). A NON_PERSISTENT one
+        outside a transaction returns once queued, without waiting for the event loop: the
+        loop sends the queued messages in order, waiting out a failover within each one's
+        deadline, and a refusal or ``FailoverTimeoutError`` is raised by a later call of this
+        producer (C9); at most 10,000 wait in that queue, after which ``send`` waits for room
+        until its deadline. In a transacted session the message becomes visible on commit.
+        ``timeout`` bounds the wait while the connection fails over (None: the connection's
+        ``send_timeout``, ``jms.sendTimeout``; ``failover.timeout`` bounds it too).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
             InvalidDestinationError: no destination, or the broker refused it.
-            ResourceLimitError, AMQPError ...: the broker rejected the message.
+            ResourceLimitError, AMQPError ...: the broker rejected the message (this one, or
+                an earlier queued one not reported yet).
             ClosedError: the producer, session or connection is closed.
-            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
+            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4), for this
+                send or an earlier queued one.
+            IllegalStateError: the event-loop thread, or a process forked after the
+                connection was opened (C8).
             KeyboardInterrupt: Ctrl-C while waiting (the send is cancelled; it may have
                 reached the broker).
         """
