@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -105,6 +105,7 @@ class MessageProducer:
         self._presettled = options.presettled_producer(
             destination, transacted=context.transaction is not None
         )
+        self._uuid_ids = options.message_id_type not in ("original", "default")  # note_sent
         self._force_sync = options.force_sync_send
         self._force_async = options.force_async_send
         self.delivery_mode = DeliveryMode.PERSISTENT
@@ -348,10 +349,6 @@ class MessageProducer:
         log.warning("a send to %s failed and no call was left to raise it: %s", self, error)
         connection.listeners.notify("send_failed", self._destination, message_id, error)
 
-    def start_soon(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run ``fn()`` as a background task of the connection (its task group)."""
-        self._context.start_soon(fn)
-
     def _buffered(self, send: Callable[[], BufferedSend]) -> bool:
         """Hold ``send()`` until commit when the transaction holds sends (emulated, E3); False
         otherwise (``send`` is not called)."""
@@ -568,7 +565,7 @@ class MessageProducer:
             self._unconfirmed[delivery] = message
         connection = self._context.connection
         connection.counters.sent += 1
-        if type(message) is Encoded:
+        if self._uuid_ids and type(message) is Encoded:
             connection.note_sent(message.message_id)
         return delivery
 

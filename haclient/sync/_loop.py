@@ -268,6 +268,34 @@ class EventLoop:
 
         return self.run(task)
 
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """From any thread but the loop's: run ``fn()`` as a task of this connection's calls
+        (``stop()`` cancels it, as it cancels a blocking call's), made in the calling thread
+        so that it runs in the loop's next turn (``LoopThread.start_task``: one wake-up).
+
+        Raises:
+            ClosedError: the connection is closed.
+        """
+        if self._stopped:
+            raise ClosedError("the connection is closed")
+        try:
+            if self._thread.start_task(functools.partial(self._tracked, fn)) is None:
+                self._thread.submit(self._spawn_here, fn)  # asyncio's debug mode
+        except RuntimeError:
+            raise ClosedError("the connection is closed") from None
+
+    def _spawn_here(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        asyncio.get_running_loop().create_task(self._tracked(fn))
+
+    async def _tracked(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await fn()
+        finally:
+            self._tasks.discard(task)
+
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run the plain function ``callback()`` on the loop thread soon; never waits.
 

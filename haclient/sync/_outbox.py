@@ -8,14 +8,15 @@ waits on for a send that waits, the outbox's failure slot for one that does not)
 connection traces, the caller's trace context (a value). Nothing of the
 application's message crosses, so the application may reuse it as soon as ``send()`` returned.
 
-The loop drains the outbox in order and in batches: the first ``put`` into an idle outbox wakes
-the loop (``EventLoop.call_soon(self._serve)``), the sends put meanwhile are taken by the same
-wake-up. Each goes to the async producer's pipelined path at once when it can
-(``send_encoded_nowait``); the first that cannot (it waits for its outcome, a transaction,
-credit, or a connection) is sent in a task of the connection (``send_encoded``, bounded by its
-deadline at the gate, F4), and the drain goes on after it. A send whose deadline passes before
-it could be sent fails with ``FailoverTimeoutError``; at most ``_LIMIT`` sends wait in an
-outbox, and a ``put`` into a full one waits for room until its own deadline.
+The loop drains the outbox in order and in batches: the first ``put`` into an idle outbox starts
+the drain, a task of the connection's calls made in the caller's thread (``EventLoop.spawn``:
+one wake-up of the loop), and the sends put meanwhile are taken by the same drain. Each goes
+to the async producer's pipelined path at once when it can (``send_encoded_nowait``); the first
+that cannot (it waits for its outcome, a transaction, credit, or a connection) is sent the
+general way (``send_encoded``, bounded by its deadline at the gate, F4), and the drain goes on
+after it. A send whose deadline passes before it could be sent fails with
+``FailoverTimeoutError``; at most ``_LIMIT`` sends wait in an outbox, and a ``put`` into a full
+one waits for room until its own deadline.
 
 Outcomes (C9): a send that waits gets its error raised in its caller's thread. The first
 failure of one that did not wait is kept and raised by the producer's next call (``send``,
@@ -142,7 +143,7 @@ class Outbox:
                 return
             self._scheduled = True
         try:
-            self._loop.call_soon(self._serve)
+            self._loop.spawn(self._drain)
         except BaseException:
             with self._lock:
                 self._queue.remove(sending)
@@ -198,54 +199,62 @@ class Outbox:
 
     # The loop's side ----------------------------------------------------------------------------
 
-    def _serve(self) -> None:
-        """Hand the queued sends to the producer, in order, as long as that needs no wait; the
-        first that does is sent by ``_send_head`` in a task, which then serves the rest."""
+    async def _drain(self) -> None:
+        """The drain: a task of the connection's calls, started from the thread of the
+        ``put`` that found the outbox idle (``EventLoop.spawn``: one wake-up of the loop), that
+        hands the queued sends over in order and ends when the queue is empty."""
+        try:
+            while (head := self._hand_over_nowait()) is not None:
+                await self._send_head(head)
+        except BaseException:  # cancelled: the connection is going away
+            self._head = None
+            self._drop_all(
+                ClosedError("the connection closed before the send went out"), report=True
+            )  # no call is left to raise it (C9)
+            raise
+
+    def _hand_over_nowait(self) -> Sending | None:
+        """Hand the queued sends to the producer as long as that needs no wait; return the
+        first that needs one (it stays at the head), None once the queue is empty."""
         producer = self._producer
         terms = producer.encoding_terms()
         if terms is not None and terms != self.terms:
             self.terms = terms  # failover: encode for the new connection from now on
+        queue, lock = self._queue, self._lock
+        send_now, take_failure = producer.send_encoded_nowait, producer.take_failure
         while True:
-            with self._lock:
-                if not self._queue:
+            with lock:
+                if not queue:
                     self._scheduled = False
                     break
-                sending = self._queue[0]
-            if not sending.cancelled:
-                if producer.is_closed:
-                    self.closed = True
-                    self._drop_all(ClosedError("the producer was closed before the send went out"))
-                    return
-                self._note(producer.take_failure())
+                sending = queue[0]
+            if sending.cancelled:
+                self._finish(sending, None)  # its caller was interrupted and let go of it
+            elif producer.is_closed:
+                self.closed = True
+                self._drop_all(ClosedError("the producer was closed before the send went out"))
+                return None
+            else:
+                failure = take_failure()
+                if failure is not None:
+                    self._note(failure)
                 if sending.waits:
-                    self._start_head()
-                    return
+                    return sending
                 try:
-                    if not producer.send_encoded_nowait(sending.encoded):
-                        self._start_head()
-                        return
+                    if not send_now(sending.encoded):
+                        return sending
                 except Exception as exc:
                     self._note(exc)
-            else:
-                self._finish(sending, None)  # its caller was interrupted and let go of it
-            self._pop()
+            with lock:
+                queue.popleft()
+                if len(queue) == _LIMIT - 1:
+                    self._room.notify_all()
         self._wake_drained()
+        return None
 
-    def _start_head(self) -> None:
-        """Send the head in a task of the connection; none can start once it is closing."""
-        try:
-            self._producer.start_soon(self._send_head)
-        except Exception:
-            self._drop_all(
-                ClosedError("the connection closed before the send went out"), report=True
-            )
-
-    async def _send_head(self) -> None:
-        """Send the head the general way (waiting out a failover until its deadline), give
-        its outcome where it goes, then serve the rest."""
-        if not self._queue:  # dropped meanwhile (a close that waited long enough)
-            return
-        sending = self._queue[0]
+    async def _send_head(self, sending: Sending) -> None:
+        """Send ``sending`` (the head) the general way, waiting out a failover until its
+        deadline, and give its outcome where it goes."""
         error: BaseException | None = None
         try:
             with anyio.CancelScope() as scope:
@@ -258,17 +267,10 @@ class Outbox:
                     await sent
         except Exception as exc:
             error = exc
-        except BaseException:  # cancelled: the connection is going away
+        finally:
             self._head = None
-            self._pop(sending)
-            gone = ClosedError("the connection closed before the send went out")
-            self._finish(sending, gone)
-            self._drop_all(gone, report=True)  # no call is left to raise it (C9)
-            raise
-        self._head = None
         self._pop(sending)
         self._finish(sending, None if scope.cancelled_caught else error)
-        self._serve()
 
     def _cancel_head(self) -> None:
         """A caller interrupted (Ctrl-C) while its send waits: stop sending it."""

@@ -49,7 +49,6 @@ NOT_API = {
     "send_encoded",
     "take_failure",
     "report_lost",
-    "start_soon",
 }
 """The async objects' hooks for the failover manager, which the application never calls, and
 the async producer's side of the thread boundary, which the blocking producer's outbox calls on
