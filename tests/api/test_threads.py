@@ -282,6 +282,42 @@ def test_ctrl_c_during_receive_cancels_it_and_the_connection_stays_usable(
     assert message.body == "after ctrl-c"
 
 
+def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
+    broker: BrokerThread, conn: haclient.Connection, queue: Queue
+) -> None:
+    """A PERSISTENT blocking send waits on the loop for the broker's outcome (through the
+    producer's outbox); Ctrl-C cancels that wait and the producer goes on afterwards."""
+    assert threading.current_thread() is threading.main_thread()
+    session = conn.create_session()
+    producer = session.create_producer(queue)
+    consumer = session.create_consumer(queue)
+
+    def interrupt_once_sending() -> None:
+        deadline = time.monotonic() + HANG
+        while not conn._loop.call(lambda: producer._outbox._head is not None):
+            assert time.monotonic() < deadline, "the send never waited"
+            time.sleep(0.005)
+        _thread.interrupt_main()
+
+    broker.pause()  # the broker reads nothing: the send waits for its outcome
+    try:
+        with python_sigint_handler():
+            interrupter = threading.Thread(target=interrupt_once_sending)
+            interrupter.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    producer.send(TextMessage("interrupted"))
+            finally:
+                interrupter.join(HANG)
+    finally:
+        broker.resume()
+    producer.send(TextMessage("after ctrl-c"))  # the outbox goes on
+    bodies = []
+    while (message := consumer.receive(timeout=2)) is not None:
+        bodies.append(message.body)  # type: ignore[attr-defined]
+    assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one may have reached the broker
+
+
 def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(
     conn: haclient.Connection, queue: Queue
 ) -> None:
