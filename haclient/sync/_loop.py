@@ -19,6 +19,9 @@ sees it). A
 call from the loop thread itself raises ``IllegalStateError`` at once (it would wait for itself
 forever).
 
+``spawn(fn)`` starts a task of the connection's calls the same way without waiting for it (a
+producer's outbox drain, ``haclient.sync._outbox``); ``stop()`` cancels it like a call's.
+
 ``open(open_in, close)`` opens what a connection holds (its ``aio`` connection) with its tasks
 in the loop thread's host task group, so that none is free-standing, and keeps ``close`` for
 ``stop()``. ``stop()`` closes it, cancels this connection's calls still running (they raise
