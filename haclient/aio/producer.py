@@ -325,6 +325,9 @@ class MessageProducer:
         """
         self._check_open()
         self._raise_pipelined_failure()
+        tracing = self._context.tracing
+        if tracing is not None and self._context.transaction is not None:
+            tracing.enlisted(self._context)  # the send's span, carried from its caller
         destination = encoded.destination
         if self._buffered(lambda: BufferedSend(self._committed_send(destination, encoded))):
             return  # emulated transaction (E3): sent by commit()

@@ -171,6 +171,11 @@ class Tracing:
             if len(spans) < _MAX_LINKS:
                 spans.append(span.get_span_context())
 
+    def enlisted(self, session: Any) -> None:
+        """On the loop: the current span (a blocking send's, carried from its caller's thread)
+        is a send of ``session``'s transaction, linked from its commit or rollback."""
+        self._note_transaction(session, trace.get_current_span())
+
     # Producers and consumers -------------------------------------------------------------------
 
     def instrument_producer(self, producer: Any) -> None:
@@ -293,7 +298,8 @@ class Tracing:
         """Run ``post()`` (a blocking send, in the caller's thread, which encodes the message
         after this put the trace context in its properties) in a ``send`` span, a child of
         the caller's current span, ended once ``post()`` returned (the message queued, or
-        its outcome known): what ``post()`` returns."""
+        its outcome known): what ``post()`` returns. ``session`` is None for a blocking send:
+        its transaction is noted on the loop (``enlisted``), not from the caller's thread."""
         span = self._start_send(destination, message, session)
         try:
             with trace.use_span(span, end_on_exit=False, record_exception=False):

@@ -189,10 +189,7 @@ class MessageProducer:
         if tracing is None:
             self._hand_over(message, deadline)
         else:  # the trace context goes into the properties before the message is encoded
-            session = self._producer._context
-            tracing.posted(
-                destination, message, session, lambda: self._hand_over(message, deadline)
-            )
+            tracing.posted(destination, message, None, lambda: self._hand_over(message, deadline))
 
     def _hand_over(self, message: Message, deadline: float) -> None:
         """Encode ``message`` here and put the snapshot into the outbox; for a send that waits
