@@ -265,12 +265,15 @@ class MessageProducer:
 
     # The blocking API's sends (haclient.sync._outbox), on the loop ----------------------------
 
-    def encoding_terms(self) -> EncodingTerms | None:
+    def encoding_terms(self, known: EncodingTerms | None = None) -> EncodingTerms | None:
         """What a message sent now is encoded for (the physical connection in use); None
-        while there is none (failing over)."""
+        while there is none (failing over). ``known`` is returned as it is while its
+        connection is the one in use (no new object per call)."""
         at = self._context.gate.connected_nowait()
         if at is None:
             return None
+        if known is not None and known.epoch == at.epoch:
+            return known
         return self._terms(at)
 
     def _terms(self, at: Connected) -> EncodingTerms:

@@ -217,8 +217,8 @@ class Outbox:
         """Hand the queued sends to the producer as long as that needs no wait; return the
         first that needs one (it stays at the head), None once the queue is empty."""
         producer = self._producer
-        terms = producer.encoding_terms()
-        if terms is not None and terms != self.terms:
+        terms = producer.encoding_terms(self.terms)
+        if terms is not None and terms is not self.terms:
             self.terms = terms  # failover: encode for the new connection from now on
         queue, lock = self._queue, self._lock
         send_now, take_failure = producer.send_encoded_nowait, producer.take_failure
