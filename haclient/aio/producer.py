@@ -476,14 +476,47 @@ class MessageProducer:
         self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        sent = message
+        await self._send_then_complete(
+            destination,
+            sent,
+            deadline_after(self._send_timeout(timeout)),
+            lambda error: self._complete(on_completion, sent, error),
+        )
+
+    async def send_encoded_async(
+        self,
+        encoded: Encoded,
+        deadline: float,
+        completed: Callable[[BaseException | None], None],
+    ) -> None:
+        """``send_async()`` of a message encoded in another thread: returns once it is queued
+        for the socket; ``completed(error)`` is called exactly once, on the loop, with its
+        outcome (None: accepted).
+
+        Raises:
+            As ``send_async``, for what is found before anything was sent.
+        """
+        self._check_open()
+        self._raise_pipelined_failure()
+        await self._send_then_complete(encoded.destination, encoded, deadline, completed)
+
+    async def _send_then_complete(
+        self,
+        destination: Destination,
+        message: Sent,
+        deadline: float,
+        completed: Callable[[BaseException | None], None],
+    ) -> None:
+        """Queue ``message`` for the socket (waiting at the gate until ``deadline``), then tell
+        ``completed`` its outcome from a task of the connection (re-sent on loss, F11)."""
         buffered = lambda: BufferedSend(  # noqa: E731 - built only in an emulated transaction
-            self._committed_send(destination, message),
-            completed=lambda error: self._complete(on_completion, message, error),
+            self._committed_send(destination, message), completed=completed
         )
         if self._buffered(buffered):
             return  # emulated transaction (E3): sent, and completed, by commit()
         in_transaction = self._context.transaction is not None
-        at = await self._context.gate.wait(deadline_after(self._send_timeout(timeout)))
+        at = await self._context.gate.wait(deadline)
         sent = (at, await self._transfer(at, destination, message, in_transaction))
 
         async def complete() -> None:
@@ -494,10 +527,10 @@ class MessageProducer:
                 )
             except Exception as exc:
                 error = exc
-            self._complete(on_completion, message, error)
+            completed(error)
 
         if self._presettled:  # no outcome will come: done once queued (M5)
-            self._complete(on_completion, message, None)
+            completed(None)
             return
         self._context.start_soon(complete)
 

@@ -310,6 +310,34 @@ class Tracing:
         finally:
             self._end_send(span, message)
 
+    def posted_async(
+        self,
+        destination: Destination,
+        message: Message,
+        post: Callable[[Callable[[BaseException | None], None]], T],
+    ) -> T:
+        """Run ``post(ended)`` (a blocking ``send_async``, in the caller's thread) in a ``send``
+        span, a child of the caller's current span, that lasts until ``ended(error)`` is
+        called with the send's outcome (on the loop: a re-send after a failover is recorded on
+        it meanwhile), or until ``post`` raises."""
+        span = self._start_send(destination, message, None)
+        attributes = message_attributes(message)  # stamped: read here, not on the loop
+
+        def ended(error: BaseException | None) -> None:
+            if error is not None:
+                failed(span, error)
+            if span.is_recording():  # once
+                span.set_attributes(attributes)
+                self._finish(span)
+                span.end()
+
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                return post(ended)
+        except BaseException as exc:
+            ended(exc)
+            raise
+
     def resent(self, message: Message | Encoded) -> None:
         """A send cut off by a failover goes again on the new connection (F11)."""
         span = trace.get_current_span()

@@ -34,21 +34,27 @@ value the loop replaces when the connection changes; the caller only reads the r
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from _thread import allocate_lock, get_ident
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import anyio
 
+from haclient.aio.producer import CompletionListener
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.errors import ClosedError, ConfigurationError, FailoverTimeoutError
+from haclient.message import Message
 from haclient.outgoing import Encoded, EncodingTerms
+from haclient.sync._dispatch import Dispatcher
 from haclient.sync._loop import EventLoop
 
-__all__ = ["Outbox", "Sending", "deadline_after", "settle_all"]
+__all__ = ["Completion", "Outbox", "Sending", "deadline_after", "settle_all"]
+
+log = logging.getLogger("haclient.sync")
 
 _LIMIT = 10_000
 """Sends that may wait in one outbox; a ``put`` beyond waits for room."""
@@ -75,15 +81,62 @@ def deadline_after(timeout: float | None) -> float:
     return time.monotonic() + timeout
 
 
-class Sending:
-    """One blocking send as it crosses: the encoded message, its deadline, and where its
-    outcome goes (``waits``: its caller waits on ``done`` and gets ``error``)."""
+class Completion:
+    """Where a blocking ``send_async``'s outcome goes: its listener, called on the session's
+    dispatcher thread with the application's message, which stays on this side. The loop
+    calls ``complete(error)`` once."""
 
-    __slots__ = ("cancelled", "deadline", "done", "encoded", "error", "finished", "trace", "waits")
+    __slots__ = ("_dispatcher", "_ended", "_listener", "_message")
 
     def __init__(
-        self, encoded: Encoded, deadline: float, waits: bool, trace: object = None
+        self,
+        listener: CompletionListener,
+        message: Message,
+        dispatcher: Dispatcher,
+        ended: Callable[[BaseException | None], None] | None = None,
     ) -> None:
+        self._listener = listener
+        self._message = message
+        self._dispatcher = dispatcher
+        self._ended = ended  # the send's span, when the connection traces
+
+    def complete(self, error: BaseException | None) -> None:
+        """On the loop: the outcome is known (None: accepted)."""
+        if self._ended is not None:
+            try:
+                self._ended(error)
+            except Exception:
+                log.exception("ending the span of a send failed")
+        listener, message = self._listener, self._message
+        self._dispatcher.submit(lambda: listener(message, error))
+
+
+class Sending:
+    """One blocking send as it crosses: the encoded message, its deadline, and where its
+    outcome goes (``waits``: its caller waits on ``done`` and gets ``error``; with
+    ``completion``, a ``send_async``, the broker's outcome goes there later)."""
+
+    __slots__ = (
+        "cancelled",
+        "completion",
+        "deadline",
+        "done",
+        "encoded",
+        "error",
+        "finished",
+        "trace",
+        "waits",
+    )
+
+    def __init__(
+        self,
+        encoded: Encoded,
+        deadline: float,
+        waits: bool,
+        trace: object = None,
+        completion: Completion | None = None,
+    ) -> None:
+        self.completion = completion
         self.encoded = encoded
         self.trace = trace
         """The caller's trace context (``Tracing.context_now``), when the connection traces."""
@@ -260,7 +313,14 @@ class Outbox:
             with anyio.CancelScope() as scope:
                 self._head = scope
                 if not sending.cancelled:
-                    sent = self._producer.send_encoded(sending.encoded, sending.deadline)
+                    completion = sending.completion
+                    sent = (
+                        self._producer.send_encoded(sending.encoded, sending.deadline)
+                        if completion is None
+                        else self._producer.send_encoded_async(
+                            sending.encoded, sending.deadline, completion.complete
+                        )
+                    )
                     tracing = self._loop.tracing
                     if tracing is not None and sending.trace is not None:
                         sent = tracing.carried_from(sending.trace, sent)

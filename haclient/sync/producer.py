@@ -23,7 +23,7 @@ from haclient.message import DeliveryMode, Message
 from haclient.outgoing import EncodingTerms, OutgoingEncoder, resolve_send, stamp
 from haclient.sync._context import SessionContext
 from haclient.sync._forward import Forwarded
-from haclient.sync._outbox import Outbox, Sending, deadline_after
+from haclient.sync._outbox import Completion, Outbox, Sending, deadline_after
 
 __all__ = ["CompletionListener", "MessageProducer", "ProducerTerms", "producer_terms"]
 
@@ -165,6 +165,32 @@ class MessageProducer:
             KeyboardInterrupt: Ctrl-C while waiting (the send is cancelled; it may have
                 reached the broker).
         """
+        destination, message, deadline = self._prepare(
+            destination_or_message,
+            message,
+            delivery_mode,
+            priority,
+            time_to_live,
+            delivery_delay,
+            timeout,
+        )
+        tracing = self._loop.tracing
+        if tracing is None:
+            self._hand_over(message, deadline)
+        else:  # the trace context goes into the properties before the message is encoded
+            tracing.posted(destination, message, None, lambda: self._hand_over(message, deadline))
+
+    def _prepare(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None,
+        delivery_mode: DeliveryMode | None,
+        priority: int | None,
+        time_to_live: float | None,
+        delivery_delay: float | None,
+        timeout: float | None,
+    ) -> tuple[Destination, Message, float]:
+        """In the caller's thread: check, resolve and stamp a send; its deadline."""
         self._loop.check_caller()
         self._outbox.raise_failure()
         if self._outbox.closed:
@@ -185,21 +211,21 @@ class MessageProducer:
                 else self._ids()
             ),
         )
-        tracing = self._loop.tracing
-        if tracing is None:
-            self._hand_over(message, deadline)
-        else:  # the trace context goes into the properties before the message is encoded
-            tracing.posted(destination, message, None, lambda: self._hand_over(message, deadline))
+        return destination, message, deadline
 
-    def _hand_over(self, message: Message, deadline: float) -> None:
+    def _hand_over(
+        self, message: Message, deadline: float, completion: Completion | None = None
+    ) -> None:
         """Encode ``message`` here and put the snapshot into the outbox; for a send that waits
-        (PERSISTENT, in a transaction ...), wait for the loop's outcome."""
+        (PERSISTENT, in a transaction ..., or a ``send_async`` until queued for the socket),
+        wait for the loop's outcome."""
         tracing = self._loop.tracing
         sending = Sending(
             self._encoder.snapshot(message, self._outbox.terms),
             deadline,
-            waits=message.delivery_mode not in self._pipelined,
+            waits=completion is not None or message.delivery_mode not in self._pipelined,
             trace=None if tracing is None else tracing.context_now(),
+            completion=completion,
         )
         self._outbox.put(sending)
         if sending.waits:
@@ -222,40 +248,34 @@ class MessageProducer:
         Returns once the message is queued for the socket. ``on_completion`` is called exactly
         once, on the session's dispatcher thread (not the caller's, not the event loop's), with
         ``error=None`` when the broker accepted the message (JMS 2.0 ``CompletionListener``).
+        The message crosses to the event loop as ``send()``'s does, encoded here; what goes
+        with it is where its outcome goes (``haclient.sync._outbox.Completion``), and the
+        message object given to ``on_completion`` never leaves this side.
 
         Raises:
             As ``send()``, for errors found before anything was sent.
         """
-        dispatcher = self._context.dispatcher
-        defaults = self._defaults
-
-        def complete(sent: Message, error: BaseException | None) -> None:
-            dispatcher.submit(lambda: on_completion(sent, error))
-
-        self._outbox.raise_failure()
-        self._loop.run(
-            self._send_async,
+        destination, message, deadline = self._prepare(
             destination_or_message,
             message,
-            on_completion=complete,
-            delivery_mode=defaults.delivery_mode if delivery_mode is None else delivery_mode,
-            priority=defaults.priority if priority is None else priority,
-            time_to_live=defaults.time_to_live if time_to_live is None else time_to_live,
-            delivery_delay=defaults.delivery_delay if delivery_delay is None else delivery_delay,
-            timeout=timeout,
+            delivery_mode,
+            priority,
+            time_to_live,
+            delivery_delay,
+            timeout,
         )
-
-    async def _send_async(
-        self,
-        destination_or_message: Destination | Message,
-        message: Message | None,
-        **options: object,
-    ) -> None:
-        """On the loop: after the sends queued before it; stamped by the async producer, whose
-        id preservation is this producer's."""
-        await self._outbox.wait_drained()
-        self._producer.preserve_message_id = self._defaults.preserve_message_id
-        await self._producer.send_async(destination_or_message, message, **options)  # type: ignore[arg-type]
+        dispatcher, sent = self._context.dispatcher, message
+        tracing = self._loop.tracing
+        if tracing is None:
+            self._hand_over(sent, deadline, Completion(on_completion, sent, dispatcher))
+            return
+        tracing.posted_async(  # the span lasts until the outcome (``ended``)
+            destination,
+            sent,
+            lambda ended: self._hand_over(
+                sent, deadline, Completion(on_completion, sent, dispatcher, ended)
+            ),
+        )
 
     def flush(self) -> None:
         """Wait until the broker settled every message sent so far.

@@ -47,6 +47,7 @@ NOT_API = {
     "pipelined_modes",
     "send_encoded_nowait",
     "send_encoded",
+    "send_encoded_async",
     "take_failure",
     "report_lost",
 }

@@ -154,6 +154,43 @@ async def test_M11_a_message_changed_after_each_send_arrives_as_it_was_at_each_s
     assert len(set(ids)) == count
 
 
+def test_M11_a_message_reused_once_its_send_async_completed_arrives_as_it_was(bed: Bed) -> None:
+    """A blocking ``send_async`` crosses to the loop as ``send`` does (encoded in the caller's
+    thread); JMS lets the message be reused once its completion was called."""
+    queue = Queue(bed.unique("m11-async"))
+    count = 50
+    with haclient.connect(bed.url, **bed.options()) as conn:
+        conn.start()
+        session = conn.create_session()
+        producer = session.create_producer(queue)
+        message = TextMessage("")
+        completions: list[BaseException | None] = []
+        threads: set[str] = set()
+        for n in range(count):
+            message.text = str(n)
+            done = threading.Event()
+
+            def completed(
+                sent: object, error: BaseException | None, done: threading.Event = done
+            ) -> None:
+                assert sent is message
+                completions.append(error)
+                threads.add(threading.current_thread().name)
+                done.set()
+
+            producer.send_async(message, on_completion=completed)
+            assert done.wait(TIMEOUT)
+        consumer = session.create_consumer(queue)
+        texts = []
+        for _ in range(count):
+            got = consumer.receive(TIMEOUT)
+            assert got is not None, f"only {len(texts)} of {count} arrived"
+            texts.append(got.text)  # type: ignore[attr-defined]
+    assert completions == [None] * count
+    assert texts == [str(n) for n in range(count)]
+    assert all("dispatcher" in name for name in threads), threads
+
+
 # F4 ----------------------------------------------------------------------------------------------
 
 
