@@ -34,6 +34,7 @@ value the loop replaces when the connection changes; the caller only reads the r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
@@ -63,6 +64,8 @@ _POLL = 0.05
 _CANCEL_GRACE = 5.0
 """Seconds a Ctrl-C'd send waits for the loop to let go of it before re-raising."""
 _MAIN_THREAD_IDENT = threading.main_thread().ident
+_NOBODY_WAITS = allocate_lock()
+"""The ``done`` of every send nobody waits for (never acquired)."""
 
 
 def deadline_after(timeout: float | None) -> float:
@@ -145,9 +148,11 @@ class Sending:
         self.cancelled = False
         self.finished = False
         self.error: BaseException | None = None
-        self.done = allocate_lock()
         if waits:
+            self.done = allocate_lock()
             self.done.acquire()
+        else:  # nobody waits on it: no lock of its own
+            self.done = _NOBODY_WAITS
 
 
 class Outbox:
@@ -173,7 +178,9 @@ class Outbox:
         self._scheduled = False
         self._failure: BaseException | None = None
         self._drained: anyio.Event | None = None
-        self._head: anyio.CancelScope | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._sending: Sending | None = None  # the head the drain awaits now
+        self._cancels = 0  # cancels of the drain task made by _let_go, not yet seen
 
     def __len__(self) -> int:
         """Sends put and not yet handed to the connection."""
@@ -256,15 +263,17 @@ class Outbox:
         """The drain: a task of the connection's calls, started from the thread of the
         ``put`` that found the outbox idle (``EventLoop.spawn``: one wake-up of the loop), that
         hands the queued sends over in order and ends when the queue is empty."""
+        self._drain_task = asyncio.current_task()
         try:
             while (head := self._hand_over_nowait()) is not None:
                 await self._send_head(head)
         except BaseException:  # cancelled: the connection is going away
-            self._head = None
             self._drop_all(
                 ClosedError("the connection closed before the send went out"), report=True
             )  # no call is left to raise it (C9)
             raise
+        finally:
+            self._drain_task = None
 
     def _hand_over_nowait(self) -> Sending | None:
         """Hand the queued sends to the producer as long as that needs no wait; return the
@@ -307,36 +316,49 @@ class Outbox:
 
     async def _send_head(self, sending: Sending) -> None:
         """Send ``sending`` (the head) the general way, waiting out a failover until its
-        deadline, and give its outcome where it goes."""
+        deadline, and give its outcome where it goes. ``_let_go`` stops it by cancelling the
+        drain task (asyncio's own cancellation, counted, so that the connection's cancel is
+        told apart: no cancel scope per send)."""
         error: BaseException | None = None
+        self._cancels = 0
+        self._sending = sending
         try:
-            with anyio.CancelScope() as scope:
-                self._head = scope
-                if not sending.cancelled:
-                    completion = sending.completion
-                    sent = (
-                        self._producer.send_encoded(sending.encoded, sending.deadline)
-                        if completion is None
-                        else self._producer.send_encoded_async(
-                            sending.encoded, sending.deadline, completion.complete
-                        )
+            if not sending.cancelled:
+                completion = sending.completion
+                sent = (
+                    self._producer.send_encoded(sending.encoded, sending.deadline)
+                    if completion is None
+                    else self._producer.send_encoded_async(
+                        sending.encoded, sending.deadline, completion.complete
                     )
-                    tracing = self._loop.tracing
-                    if tracing is not None and sending.trace is not None:
-                        sent = tracing.carried_from(sending.trace, sent)
-                    await sent
+                )
+                tracing = self._loop.tracing
+                if tracing is not None and sending.trace is not None:
+                    sent = tracing.carried_from(sending.trace, sent)
+                await sent
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self._cancels or task is None or task.uncancel() > 0:
+                raise  # the connection's: it is going away
+            self._cancels = 0  # ours alone: the head was let go of
         except Exception as exc:
             error = exc
         finally:
-            self._head = None
+            self._sending = None
         self._pop(sending)
-        self._finish(sending, None if scope.cancelled_caught else error)
+        self._finish(sending, error)
+
+    def _let_go(self, sending: Sending) -> None:
+        """On the loop: stop sending ``sending`` if the drain is sending it now."""
+        task = self._drain_task
+        if self._sending is sending and task is not None:
+            self._cancels += 1
+            task.cancel()
 
     def _cancel_head(self) -> None:
         """A caller interrupted (Ctrl-C) while its send waits: stop sending it."""
-        head = self._head
-        if head is not None and self._queue and self._queue[0].cancelled:
-            head.cancel()
+        if self._queue and self._queue[0].cancelled:
+            self._let_go(self._queue[0])
 
     def _pop(self, sending: Sending | None = None) -> None:
         """Take the head off the queue (``sending``, when given, unless it is gone already)."""
@@ -419,9 +441,10 @@ class Outbox:
         finally:
             self.closed = True
         if self._queue:  # still failing over after close_timeout: these never went out
-            if self._head is not None:
-                self._head.cancel()
+            head = self._sending
             self._drop_all(ClosedError("the producer was closed before the send went out"))
+            if head is not None:
+                self._let_go(head)
 
     def take_failure(self) -> BaseException | None:
         """The failure kept for the next call, taken."""

@@ -294,7 +294,7 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
 
     def interrupt_once_sending() -> None:
         deadline = time.monotonic() + HANG
-        while not conn._loop.call(lambda: producer._outbox._head is not None):
+        while not conn._loop.call(lambda: producer._outbox._sending is not None):
             assert time.monotonic() < deadline, "the send never waited"
             time.sleep(0.005)
         _thread.interrupt_main()
