@@ -11,15 +11,26 @@ dropped when the broker's address prefixes differ from the last send's. Temporar
 are never cached: failover moves them to a new node, with a new address, under the same
 identity (F6).
 
-Invariant: an encoder is used by one producer on one event loop (no locking).
+Invariant: an encoder is used by one producer in one thread at a time (no locking): the async
+producer's on its event loop, a blocking producer's in the application's thread that sends (JMS:
+one thread at a time per session).
+
+``Encoded`` is a message as the blocking API hands it to the event loop: encoded in the caller's
+thread (``OutgoingEncoder.snapshot``), so that the application may change or reuse its message
+as soon as ``send()`` returned, and the loop only transfers bytes. It says what it was encoded
+for (``EncodingTerms``: one physical connection); on another one, after a failover, the loop
+encodes it again from its own bytes (``OutgoingEncoder.again``), never from the application's
+message.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Final
 
 from failover.errors import MessageFormatError
-from haclient.amqp.codec import formats
+from haclient.amqp.codec import MessageView, formats
 from haclient.amqp.codec.encode import (
     NULL_BYTES,
     encode_binary,
@@ -43,22 +54,25 @@ from haclient.destination import (
     DestinationPrefixes,
     Queue,
     Topic,
+    _require_destination,
     address_of,
     type_annotation,
 )
+from haclient.errors import IllegalStateError, InvalidDestinationError
 from haclient.mapping import (
     DELIVERY_TIME_ANNOTATION,
     MSG_TYPE_ANNOTATION,
     body_of,
     check_sendable,
     delivery_time_millis,
+    from_amqp,
     id_to_amqp,
     split_jmsx,
     ttl_millis,
 )
 from haclient.message import DeliveryMode, Message, checked_properties
 
-__all__ = ["OutgoingEncoder"]
+__all__ = ["Encoded", "EncodingTerms", "OutgoingEncoder", "resolve_send", "stamp"]
 
 _Address = tuple[bytes, int]  # the encoded address, the type annotation's value
 _NO_ADDRESS: Final[_Address] = (NULL_BYTES, -1)
@@ -66,6 +80,103 @@ _IMMUTABLE: Final = (Queue, Topic)
 """Destinations whose address never changes, the ones cached. A temporary destination keeps its
 identity (hash, equality) across a failover while its address moves to the new node (F6): it is
 encoded afresh every time."""
+
+
+def resolve_send(
+    own: Destination | None, first: Destination | Message, message: Message | None
+) -> tuple[Destination, Message]:
+    """Where ``send(first)`` or ``send(first, message)`` of a producer to ``own`` (None:
+    anonymous) sends, and what.
+
+    Raises:
+        MessageFormatError: not a message.
+        InvalidDestinationError: no destination, or not one.
+        IllegalStateError: a destination given to a producer that has its own.
+    """
+    if message is None:
+        if not isinstance(first, Message):
+            raise MessageFormatError(f"not a message: {type(first).__name__}")
+        if own is None:
+            raise InvalidDestinationError(
+                "this producer has no destination: use send(destination, message)"
+            )
+        return own, first
+    if own is not None:
+        raise IllegalStateError(
+            "this producer sends to its own destination: use send(message), or an "
+            "anonymous producer (create_producer(None)) to choose the destination per send"
+        )
+    if not isinstance(message, Message):
+        raise MessageFormatError(f"not a message: {type(message).__name__}")
+    return _require_destination(first), message
+
+
+def stamp(
+    message: Message,
+    destination: Destination,
+    *,
+    delivery_mode: DeliveryMode,
+    priority: int,
+    time_to_live: float,
+    delivery_delay: float,
+    message_id: str,
+    now: float | None = None,
+) -> None:
+    """Set the headers a send sets on ``message`` (JMS: visible on the message object
+    afterwards), with the send's (or the producer's) delivery mode, priority, time to live and
+    delay, and ``message_id``; ``now`` (epoch seconds) defaults to the time of the call."""
+    if now is None:
+        now = time.time()
+    message.destination = destination
+    mode = delivery_mode
+    message.delivery_mode = mode if type(mode) is DeliveryMode else DeliveryMode(mode)
+    message.priority = priority
+    message.message_id = message_id
+    message.timestamp = now
+    message.expiration = now + time_to_live if time_to_live and time_to_live > 0 else None
+    message.delivery_time = now + delivery_delay if delivery_delay and delivery_delay > 0 else now
+    message.redelivered = False
+    message.delivery_count = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EncodingTerms:
+    """What a payload is encoded for: one physical connection (``epoch``) to a broker with
+    these address ``prefixes``, sending ``user_id`` as JMSXUserID (None: none)."""
+
+    epoch: int
+    prefixes: DestinationPrefixes
+    user_id: bytes | None
+
+
+class Encoded:
+    """A stamped message encoded for the wire: what a blocking send hands to the event loop.
+
+    Immutable by convention (slots, no setters): it is made in the application's thread and
+    read on the loop. ``destination`` and ``reply_to`` are kept beside the bytes because a
+    temporary destination's address moves with failover (F6): encoding it again reads them.
+    """
+
+    __slots__ = ("delivery_mode", "destination", "message_id", "payload", "reply_to", "terms")
+
+    def __init__(
+        self,
+        destination: Destination,
+        reply_to: Destination | None,
+        payload: bytes,
+        message_id: str | None,
+        delivery_mode: DeliveryMode,
+        terms: EncodingTerms,
+    ) -> None:
+        self.destination = destination
+        self.reply_to = reply_to
+        self.payload = payload
+        self.message_id = message_id
+        self.delivery_mode = delivery_mode
+        self.terms = terms
+
+    def __repr__(self) -> str:
+        return f"<Encoded {self.message_id} to {self.destination} ({len(self.payload)} bytes)>"
 
 
 class OutgoingEncoder:
@@ -146,6 +257,34 @@ class OutgoingEncoder:
         if body is not None:
             parts.append(_body(body, kind))
         return b"".join(parts)
+
+    def snapshot(self, message: Message, terms: EncodingTerms) -> Encoded:
+        """``message`` (stamped: its destination set) encoded for ``terms``, with what the
+        event loop needs beside the bytes; nothing of ``message`` is kept.
+
+        Raises:
+            As ``encode``.
+        """
+        destination = message.destination
+        if destination is None:
+            raise MessageFormatError("a message to send has a destination")
+        payload = self.encode(message, terms.prefixes, terms.user_id, stamp_user_id=True)
+        return Encoded(
+            destination,
+            message.reply_to,
+            payload,
+            message.message_id,
+            message.delivery_mode,
+            terms,
+        )
+
+    def again(self, encoded: Encoded, terms: EncodingTerms) -> bytes:
+        """``encoded``'s message encoded for ``terms`` instead (a new physical connection,
+        after failover): decoded from its own bytes, its destinations as they are now."""
+        message = from_amqp(MessageView(encoded.payload), prefixes=encoded.terms.prefixes)
+        message.destination = encoded.destination
+        message.reply_to = encoded.reply_to
+        return self.encode(message, terms.prefixes, terms.user_id, stamp_user_id=True)
 
     def _address(self, destination: Destination | None) -> _Address:
         if destination is None:

@@ -113,6 +113,8 @@ class ConnectionStatistics:
             (F16, ``failover.priorityBackup``); ``failovers`` counts them too.
         standby_broker: The broker of the warm spare held now (F17, ``failover.backup``;
             password masked), None when there is none.
+        sends_failed: Failures of blocking sends queued without waiting that no call could
+            raise any more (C9), each also told to the listeners' ``send_failed``.
     """
 
     state: ConnectionState
@@ -151,6 +153,7 @@ class ConnectionStatistics:
     failovers_returned: int = 0
     standby_broker: str | None = None
     connection_id: str = ""
+    sends_failed: int = 0
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -177,6 +180,7 @@ class ConnectionStatistics:
 
 
 _SUMMED: Final = (
+    "sends_failed",
     "failovers_returned",
     "failovers_failed",
     "failover_durations",
@@ -400,7 +404,8 @@ class Connection:
         ``on_connection_failure(error)``, called on the event loop; keep them short.
         ``on_connection_established`` is heard only by a listener given to ``connect()``.
         Also of messages a consumer dead-lettered (E6): ``message_dead_lettered(destination,
-        message_id, delivery_count, outcome)``."""
+        message_id, delivery_count, outcome)``, and of a blocking send's failure that no call
+        could raise any more (C9): ``send_failed(destination, message_id, error)``."""
         self._manager.add_listener(listener)
         self._context.listeners.add(listener)
 
@@ -502,6 +507,7 @@ class Connection:
             messages_dead_lettered=counters.dead_lettered,
             failovers_returned=manager.returns,
             standby_broker=None if manager.standby is None else str(manager.standby),
+            sends_failed=counters.sends_failed,
             connection_id=self._connection_id,
         )
 

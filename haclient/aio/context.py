@@ -165,13 +165,17 @@ class ConnectionContext:
         """A link name unique in this process: ``<container id>:<kind>:<n>``."""
         return f"{self.container_id}:{kind}:{next(_link_numbers)}"
 
-    def message_ids(self) -> Callable[[], str]:
+    def message_ids(self, *, remember: bool = True) -> Callable[[], str]:
         """Message ids for a new producer: ``ID:<connection>:<producer>:<n>``, or random UUIDs
-        as ``jms.messageIDPolicy.messageIDType`` says (``uuid_message_ids``)."""
+        as ``jms.messageIDPolicy.messageIDType`` says (``uuid_message_ids``). UUID ids are
+        remembered as they are made (no-local, E2), except with ``remember=False``: ids made
+        in another thread (a blocking producer's), which ``note_sent`` remembers on the loop."""
         kind = self.options.message_id_type
         if kind in ("original", "default"):
             return MessageIdGenerator(f"{self.id_base}:{next(self._producer_numbers)}")
         made, sent = uuid_message_ids(kind), self._sent_uuid_ids
+        if not remember:
+            return made
 
         def remembered() -> str:
             message_id = made()
@@ -179,6 +183,12 @@ class ConnectionContext:
             return message_id
 
         return remembered
+
+    def note_sent(self, message_id: str | None) -> None:
+        """A message made with ids of ``message_ids(remember=False)`` goes out: remember a
+        UUID id (no-local, E2)."""
+        if message_id is not None and self.options.message_id_type not in ("original", "default"):
+            self._sent_uuid_ids.add((message_id,))
 
     def published_here(self, message_id: str | None, *, by_client_id: bool = False) -> bool:
         """Whether a message with this id was sent by this connection, or with

@@ -13,13 +13,19 @@ producer (or reported to the completion callback of ``send_async``). ``jms.force
 ``jms.forceAsyncSend`` make every send wait, or none (M6); a producer the presettle policy
 presettles sends settled and waits for nothing (M5). In a transacted session
 every transfer carries the transaction's id and is confirmed by the commit.
+
+The blocking API sends through the same paths with a message already encoded in the
+application's thread (``haclient.outgoing.Encoded``): ``send_encoded_nowait`` and
+``send_encoded``, called on the loop by the blocking producer's outbox
+(``haclient.sync._outbox``), the one place where a send crosses from another thread. Like every
+method here they run on the event loop only; a loss of the connection before such a message went
+out encodes it again from its own bytes for the new connection.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -28,7 +34,6 @@ import anyio
 
 from failover.manager import RestoreOrder
 from haclient.aio.gate import Connected, deadline_after
-from haclient.aio.posted import PostedSends, Schedule
 from haclient.aio.termini import producer_target
 from haclient.aio.transaction import BufferedSend
 from haclient.amqp.endpoints import Delivery, Sender
@@ -39,19 +44,15 @@ from haclient.amqp.types import (
     SenderSettleMode,
     TransactionalState,
 )
-from haclient.destination import Destination, _require_destination
+from haclient.destination import Destination
 from haclient.errors import (
     AMQPError,
     ClosedError,
     HAClientError,
-    IllegalStateError,
-    InvalidDestinationError,
-    MessageFormatError,
     error_from_condition,
 )
-from haclient.mapping import check_sendable
-from haclient.message import DeliveryMode, Message, checked_properties
-from haclient.outgoing import OutgoingEncoder
+from haclient.message import DeliveryMode, Message
+from haclient.outgoing import Encoded, EncodingTerms, OutgoingEncoder, resolve_send, stamp
 
 if TYPE_CHECKING:
     from haclient.aio.context import SessionContext
@@ -63,6 +64,10 @@ log = logging.getLogger("haclient.producer")
 
 CompletionListener = Callable[[Message, BaseException | None], Any]
 """Called once per ``send_async``: the message, and None or the exception that failed it."""
+
+Sent = Message | Encoded
+"""What a send transfers: the application's message (async API, on the loop) or its snapshot
+encoded in the application's thread (blocking API)."""
 
 _ANONYMOUS_RELAY = "ANONYMOUS-RELAY"
 _LINK_CACHE_SIZE = 32
@@ -90,7 +95,7 @@ class MessageProducer:
         self._closed = False
         self._ids = context.connection.message_ids()
         self._links: OrderedDict[Destination | None, Sender] = OrderedDict()
-        self._unconfirmed: OrderedDict[Delivery, Message] = OrderedDict()
+        self._unconfirmed: OrderedDict[Delivery, Sent] = OrderedDict()
         self._failure: HAClientError | None = None
         options = context.options
         self._encoder = OutgoingEncoder(validate_names=options.validate_property_names)
@@ -100,16 +105,9 @@ class MessageProducer:
         self._presettled = options.presettled_producer(
             destination, transacted=context.transaction is not None
         )
+        self._uuid_ids = options.message_id_type not in ("original", "default")  # note_sent
         self._force_sync = options.force_sync_send
         self._force_async = options.force_async_send
-        self._posted = PostedSends(
-            self._posted_at_once,
-            lambda destination, message: self._send_until_done(
-                destination, message, wait=None, deadline=deadline_after(None)
-            ),
-            context.start_soon,
-            lambda: self._closed,
-        )
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0.0
@@ -198,22 +196,7 @@ class MessageProducer:
     def _resolve(
         self, first: Destination | Message, message: Message | None
     ) -> tuple[Destination, Message]:
-        if message is None:
-            if not isinstance(first, Message):
-                raise MessageFormatError(f"not a message: {type(first).__name__}")
-            if self._destination is None:
-                raise InvalidDestinationError(
-                    "this producer has no destination: use send(destination, message)"
-                )
-            return self._destination, first
-        if self._destination is not None:
-            raise IllegalStateError(
-                "this producer sends to its own destination: use send(message), or an "
-                "anonymous producer (create_producer(None)) to choose the destination per send"
-            )
-        if not isinstance(message, Message):
-            raise MessageFormatError(f"not a message: {type(message).__name__}")
-        return _require_destination(first), message
+        return resolve_send(self._destination, first, message)
 
     def _stamp(
         self,
@@ -225,20 +208,19 @@ class MessageProducer:
         delivery_delay: float | None,
     ) -> None:
         """Set the headers a send sets (JMS: visible on the message object afterwards)."""
-        now = time.time()
-        ttl = self.time_to_live if time_to_live is None else time_to_live
-        delay = self.delivery_delay if delivery_delay is None else delivery_delay
-        mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        message.destination = destination
-        message.delivery_mode = mode if type(mode) is DeliveryMode else DeliveryMode(mode)
-        message.priority = self.priority if priority is None else priority
-        if not (self.preserve_message_id and message.message_id):
-            message.message_id = self._ids()
-        message.timestamp = now
-        message.expiration = now + ttl if ttl and ttl > 0 else None
-        message.delivery_time = now + delay if delay and delay > 0 else now
-        message.redelivered = False
-        message.delivery_count = 1
+        stamp(
+            message,
+            destination,
+            delivery_mode=self.delivery_mode if delivery_mode is None else delivery_mode,
+            priority=self.priority if priority is None else priority,
+            time_to_live=self.time_to_live if time_to_live is None else time_to_live,
+            delivery_delay=self.delivery_delay if delivery_delay is None else delivery_delay,
+            message_id=(
+                message.message_id
+                if self.preserve_message_id and message.message_id
+                else self._ids()
+            ),
+        )
 
     async def send(
         self,
@@ -271,7 +253,7 @@ class MessageProducer:
             FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
         """
         self._check_open()
-        await self._after_posted()
+        self._raise_pipelined_failure()
         deadline = deadline_after(self._send_timeout(timeout))
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
@@ -281,68 +263,97 @@ class MessageProducer:
             return
         await self._send_until_done(destination, message, wait=None, deadline=deadline)
 
-    def post(
-        self,
-        destination_or_message: Destination | Message,
-        message: Message | None = None,
-        *,
-        delivery_mode: DeliveryMode | None = None,
-        priority: int | None = None,
-        time_to_live: float | None = None,
-        delivery_delay: float | None = None,
-        schedule: Schedule,
-    ) -> bool:
-        """From a thread other than the event loop's: ``send()`` of a message that pipelines
-        (NON_PERSISTENT, outside a transaction), without waiting for the loop. The message is
-        stamped here (its headers are set on return, as ``send`` sets them) and queued; the
-        loop sends the queued messages in order (``PostedSends``), waiting out a failover as
-        ``send`` does. ``schedule`` runs a function on the loop (``call_soon_threadsafe``).
+    # The blocking API's sends (haclient.sync._outbox), on the loop ----------------------------
 
-        Returns False, having done nothing, for a send that does not pipeline, or while
-        ``_MAX_PIPELINED`` messages are queued already: then call ``send()`` on the loop
-        (which goes after the queued ones).
+    def encoding_terms(self, known: EncodingTerms | None = None) -> EncodingTerms | None:
+        """What a message sent now is encoded for (the physical connection in use); None
+        while there is none (failing over). ``known`` is returned as it is while its
+        connection is the one in use (no new object per call)."""
+        at = self._context.gate.connected_nowait()
+        if at is None:
+            return None
+        if known is not None and known.epoch == at.epoch:
+            return known
+        return self._terms(at)
+
+    def _terms(self, at: Connected) -> EncodingTerms:
+        physical = at.physical
+        user_id = physical.user_id if physical.populate_user_id else None
+        return EncodingTerms(at.epoch, physical.prefixes, user_id)
+
+    def message_ids(self) -> Callable[[], str]:
+        """Ids for the messages a blocking producer stamps in its caller's thread (their
+        own generator: nothing shared with the loop; ``note_sent`` on the loop)."""
+        return self._context.connection.message_ids(remember=False)
+
+    @property
+    def validate_names(self) -> bool:
+        """Whether property names are checked when a message is encoded (M10)."""
+        return self._encoder.validate_names
+
+    def send_timeout(self) -> float | None:
+        """The connection's ``send_timeout`` (``jms.sendTimeout``), for a send given none."""
+        return self._send_timeout(None)
+
+    def close_timeout(self) -> float:
+        """The connection's ``close_timeout``: how long a close waits for outcomes."""
+        return self._context.options.close_timeout
+
+    def pipelined_modes(self) -> frozenset[DeliveryMode]:
+        """The delivery modes whose sends do not wait (for an outcome, or for a transaction's
+        enlisting): fixed for the producer's life (M5, M6, the session's transactedness)."""
+        if self._context.transaction is not None:
+            return frozenset()
+        return frozenset(mode for mode in DeliveryMode if not self._waits(mode))
+
+    def send_encoded_nowait(self, encoded: Encoded) -> bool:
+        """``send()`` of a message encoded in another thread, when that needs no wait (it
+        pipelines, and the connection, a link and credit are there); False, nothing done,
+        otherwise: then ``send_encoded``.
 
         Raises:
-            As ``send`` for what is found before anything is queued, and the failure of an
-            earlier pipelined send not reported yet.
+            ClosedError: the producer, session or connection is closed.
+            MessageFormatError ...: encoding it again for a new connection failed.
         """
         self._check_open()
-        self._posted.raise_failure()
-        if not self._posts(delivery_mode):
-            return False
-        destination, message = self._resolve(destination_or_message, message)
-        self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
-        # what fails to encode fails here, not later
-        checked_properties(message.properties, validate_names=self._encoder.validate_names)
-        check_sendable(message)
-        self._posted.post(destination, message, schedule)
-        return True
+        return self._pipelined_at_once(encoded.destination, encoded)
 
-    def _posts(self, delivery_mode: DeliveryMode | None) -> bool:
-        """Whether ``post`` queues a send of this ``delivery_mode`` (None: the producer's):
-        one that pipelines (does not wait for its outcome, outside a transaction), while
-        fewer than ``_MAX_PIPELINED`` messages are queued."""
-        mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        return not (
-            self._waits(mode)
-            or self._context.transaction is not None
-            or len(self._posted) >= _MAX_PIPELINED
-        )
+    async def send_encoded(self, encoded: Encoded, deadline: float) -> None:
+        """``send()`` of a message encoded in another thread, waiting at the gate until
+        ``deadline`` (``anyio.current_time()``; F4) for a connection.
 
-    def _posted_at_once(self, destination: Destination, message: Message) -> bool:
-        """``_pipelined_at_once`` for a posted send, after forgetting the settled sends at the
-        head of the pipeline (their refusals are raised by the producer's next call)."""
+        Raises:
+            As ``send``; an earlier pipelined send's refusal is raised first, as ``send``
+            raises it.
+        """
+        self._check_open()
+        self._raise_pipelined_failure()
+        tracing = self._context.tracing
+        if tracing is not None and self._context.transaction is not None:
+            tracing.enlisted(self._context)  # the send's span, carried from its caller
+        destination = encoded.destination
+        if self._buffered(lambda: BufferedSend(self._committed_send(destination, encoded))):
+            return  # emulated transaction (E3): sent by commit()
+        if self._pipelined_at_once(destination, encoded):
+            return
+        await self._send_until_done(destination, encoded, wait=None, deadline=deadline)
+
+    def take_failure(self) -> HAClientError | None:
+        """The first refusal of a pipelined send not reported yet, taken (not raised)."""
         try:
             self._raise_pipelined_failure()
         except HAClientError as exc:
-            self._posted.note_failure(exc)
-        return self._pipelined_at_once(destination, message)
+            return exc
+        return None
 
-    async def _after_posted(self) -> None:
-        """Wait for the posted sends, then raise the first refusal of a pipelined send."""
-        await self._posted.wait_drained()
-        self._posted.raise_failure()
-        self._raise_pipelined_failure()
+    def report_lost(self, error: BaseException, message_id: str | None = None) -> None:
+        """A send's failure that no call of the application can raise any more (C9): counted
+        in ``statistics().sends_failed`` and told to the connection's listeners
+        (``send_failed(destination, message_id, error)``)."""
+        connection = self._context.connection
+        connection.counters.sends_failed += 1
+        log.warning("a send to %s failed and no call was left to raise it: %s", self, error)
+        connection.listeners.notify("send_failed", self._destination, message_id, error)
 
     def _buffered(self, send: Callable[[], BufferedSend]) -> bool:
         """Hold ``send()`` until commit when the transaction holds sends (emulated, E3); False
@@ -353,7 +364,7 @@ class MessageProducer:
         transaction.buffer(send())
         return True
 
-    def _pipelined_at_once(self, destination: Destination, message: Message) -> bool:
+    def _pipelined_at_once(self, destination: Destination, message: Sent) -> bool:
         """The common pipelined send, without a wait: a NON_PERSISTENT message outside a
         transaction, while connected, on an attached link with credit, with room in the
         pipeline. True once it is queued for the socket, as ``_send_until_done`` would have
@@ -379,7 +390,7 @@ class MessageProducer:
         return True
 
     def _committed_send(
-        self, destination: Destination, message: Message
+        self, destination: Destination, message: Sent
     ) -> Callable[[], Awaitable[None]]:
         """The send an emulated transaction's commit makes: confirmed, re-sent on failover."""
 
@@ -392,7 +403,7 @@ class MessageProducer:
     async def _send_until_done(
         self,
         destination: Destination,
-        message: Message,
+        message: Sent,
         *,
         wait: bool | None,
         in_transaction: bool | None = None,
@@ -424,8 +435,10 @@ class MessageProducer:
                 )
             sent = (at, delivery)
             if wait:
-                outcome = await at.amqp.wait_settled(delivery)
-                self._unconfirmed.pop(delivery, None)
+                try:
+                    outcome = await at.amqp.wait_settled(delivery)
+                finally:  # settled, or failed here: this call reports it, no later one
+                    self._unconfirmed.pop(delivery, None)
                 self._check_outcome(outcome, message)
             elif len(self._unconfirmed) > _MAX_PIPELINED:
                 await self._confirm_oldest()
@@ -460,17 +473,50 @@ class MessageProducer:
         connection's ``send_timeout``).
         """
         self._check_open()
-        await self._after_posted()
+        self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
+        sent = message
+        await self._send_then_complete(
+            destination,
+            sent,
+            deadline_after(self._send_timeout(timeout)),
+            lambda error: self._complete(on_completion, sent, error),
+        )
+
+    async def send_encoded_async(
+        self,
+        encoded: Encoded,
+        deadline: float,
+        completed: Callable[[BaseException | None], None],
+    ) -> None:
+        """``send_async()`` of a message encoded in another thread: returns once it is queued
+        for the socket; ``completed(error)`` is called exactly once, on the loop, with its
+        outcome (None: accepted).
+
+        Raises:
+            As ``send_async``, for what is found before anything was sent.
+        """
+        self._check_open()
+        self._raise_pipelined_failure()
+        await self._send_then_complete(encoded.destination, encoded, deadline, completed)
+
+    async def _send_then_complete(
+        self,
+        destination: Destination,
+        message: Sent,
+        deadline: float,
+        completed: Callable[[BaseException | None], None],
+    ) -> None:
+        """Queue ``message`` for the socket (waiting at the gate until ``deadline``), then tell
+        ``completed`` its outcome from a task of the connection (re-sent on loss, F11)."""
         buffered = lambda: BufferedSend(  # noqa: E731 - built only in an emulated transaction
-            self._committed_send(destination, message),
-            completed=lambda error: self._complete(on_completion, message, error),
+            self._committed_send(destination, message), completed=completed
         )
         if self._buffered(buffered):
             return  # emulated transaction (E3): sent, and completed, by commit()
         in_transaction = self._context.transaction is not None
-        at = await self._context.gate.wait(deadline_after(self._send_timeout(timeout)))
+        at = await self._context.gate.wait(deadline)
         sent = (at, await self._transfer(at, destination, message, in_transaction))
 
         async def complete() -> None:
@@ -481,10 +527,10 @@ class MessageProducer:
                 )
             except Exception as exc:
                 error = exc
-            self._complete(on_completion, message, error)
+            completed(error)
 
         if self._presettled:  # no outcome will come: done once queued (M5)
-            self._complete(on_completion, message, None)
+            completed(None)
             return
         self._context.start_soon(complete)
 
@@ -516,7 +562,7 @@ class MessageProducer:
         self,
         at: Connected,
         destination: Destination,
-        message: Message,
+        message: Sent,
         in_transaction: bool,
         *,
         wake_writer: bool = True,
@@ -536,24 +582,33 @@ class MessageProducer:
         )
         return self._booked(delivery, message)
 
-    def _encode(self, at: Connected, message: Message) -> bytes:
+    def _encode(self, at: Connected, message: Sent) -> bytes:
         """``message``'s payload for ``at``'s broker. Its JMSXUserID is the logged-in user's
         with ``jms.populateJMSXUserID``, else none: an application's own is cleared, as Qpid
         JMS clears it (a user id the client did not check would let a sender pose as
-        another, M7)."""
+        another, M7). A message encoded in another thread keeps its bytes while the
+        connection it was encoded for is in use, and is encoded again from them on another."""
+        if type(message) is Encoded:
+            if message.terms.epoch == at.epoch:
+                return message.payload
+            return self._encoder.again(message, self._terms(at))
+        assert isinstance(message, Message)
         physical = at.physical
         user_id = physical.user_id if physical.populate_user_id else None
         return self._encoder.encode(message, physical.prefixes, user_id, stamp_user_id=True)
 
-    def _booked(self, delivery: Delivery, message: Message) -> Delivery:
+    def _booked(self, delivery: Delivery, message: Sent) -> Delivery:
         """``delivery`` (of ``message``, just handed to proton) counted as sent, unconfirmed
         (unless presettled: no outcome will come)."""
         if not self._presettled:
             self._unconfirmed[delivery] = message
-        self._context.connection.counters.sent += 1
+        connection = self._context.connection
+        connection.counters.sent += 1
+        if self._uuid_ids and type(message) is Encoded:
+            connection.note_sent(message.message_id)
         return delivery
 
-    def _check_outcome(self, outcome: Outcome | None, message: Message) -> None:
+    def _check_outcome(self, outcome: Outcome | None, message: Sent) -> None:
         if isinstance(outcome, TransactionalState):
             outcome = outcome.outcome or Accepted()
         if isinstance(outcome, Accepted):
@@ -601,8 +656,6 @@ class MessageProducer:
 
     async def flush(self) -> None:
         """Wait until the broker settled every message sent so far; raise the first refusal."""
-        await self._posted.wait_drained()
-        self._posted.raise_failure()
         while self._unconfirmed:
             await self._confirm_oldest()
         self._raise_pipelined_failure()

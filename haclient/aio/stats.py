@@ -268,6 +268,7 @@ class Counters:
     temporaries_restored: int = 0  # F6
     duplicates_suppressed: int = 0
     dead_lettered: int = 0  # E6: past max_redeliveries, settled and never handed out
+    sends_failed: int = 0  # C9: failures of sends that no call of the application raised
     committed: int = 0
     rolled_back: int = 0
     rolled_back_by_failover: int = 0  # F7

@@ -4,7 +4,7 @@ How this works: a connection asked to trace (``jms.tracing=opentelemetry`` or
 ``connect(tracer_provider=...)``) gets one ``Tracing``, shared by its gate, sessions, producers
 and consumers (``ConnectionContext.tracing``); without it every hook is one ``is None`` check.
 Its producers and consumers are instrumented as they are made (``instrument_producer`` wraps
-their ``send``, ``send_async`` and ``post``, ``instrument_consumer`` their ``receive``), so that
+their ``send`` and ``send_async``, ``instrument_consumer`` their ``receive``), so that
 those of a connection that does not trace carry no tracing code on their path at all.
 This is the only module of the client that imports ``opentelemetry`` (the ``tracing`` extra);
 the failover layer knows nothing of it: what a trace says about failover comes from a failover
@@ -16,8 +16,9 @@ Spans follow OpenTelemetry's messaging semantic conventions:
 - ``send <destination>`` (PRODUCER) per send; it injects the W3C trace context (``traceparent``,
   ``tracestate``) into the message's application properties, so that any AMQP consumer that
   reads them (another language's, a Java one's) continues the trace. A ``send`` span ends when
-  the send returns; a ``send_async`` one when its outcome is known; a blocking send queued from
-  the caller's thread (``post``) is made in that thread and ends once the message is queued;
+  the send returns; a ``send_async`` one when its outcome is known; a blocking send's is made in
+  the caller's thread before the message is encoded there (``posted``) and ends once the send
+  returns (queued, or done);
 - ``receive <destination>`` (CONSUMER) per message ``receive()`` returns, ``process
   <destination>`` (CONSUMER) around a message listener (current while it runs), each a child of
   the producer's span and linked to it (one message, one trace): its context comes from the
@@ -74,6 +75,7 @@ from haclient.aio.tracing_spans import (
 from haclient.destination import Destination
 from haclient.errors import TransactionRolledBackError
 from haclient.message import Message
+from haclient.outgoing import Encoded
 
 if TYPE_CHECKING:
     from haclient.aio.physical import PhysicalConnection
@@ -169,14 +171,18 @@ class Tracing:
             if len(spans) < _MAX_LINKS:
                 spans.append(span.get_span_context())
 
+    def enlisted(self, session: Any) -> None:
+        """On the loop: the current span (a blocking send's, carried from its caller's thread)
+        is a send of ``session``'s transaction, linked from its commit or rollback."""
+        self._note_transaction(session, trace.get_current_span())
+
     # Producers and consumers -------------------------------------------------------------------
 
     def instrument_producer(self, producer: Any) -> None:
         """Trace ``producer``'s sends, so that a producer of a connection without tracing is
         not touched at all: ``send`` runs in a ``send`` span, ``send_async``'s span lasts
-        until its outcome, and ``post`` (a blocking NON_PERSISTENT send, queued from the
-        caller's thread) makes its span in that thread and ends it once the message is queued."""
-        send, post = producer.send, producer.post
+        until its outcome. (A blocking send makes its span in the caller's thread: ``posted``.)"""
+        send = producer.send
         send_async: Callable[..., Awaitable[None]] = producer.send_async
         context = producer._context
 
@@ -196,18 +202,8 @@ class Tracing:
 
             await self.send_async(destination, resolved, context, on_completion, sending)
 
-        def traced_post(first: Any, message: Message | None = None, **options: Any) -> bool:
-            producer._check_open()
-            if not producer._posts(options.get("delivery_mode")):
-                return False  # sent on the loop instead, by ``send``, which makes the span
-            destination, resolved = producer._resolve(first, message)
-            return self.posted(
-                destination, resolved, context, lambda: post(first, message, **options)
-            )
-
         producer.send = traced_send
         producer.send_async = traced_send_async
-        producer.post = traced_post
 
     def instrument_consumer(self, consumer: Any) -> None:
         """Trace ``consumer``'s ``receive``: a ``receive`` span per message it returns."""
@@ -297,21 +293,52 @@ class Tracing:
                 raise
 
     def posted(
-        self, destination: Destination, message: Message, session: Any, post: Callable[[], bool]
-    ) -> bool:
-        """Run ``post()`` (a blocking send queued from the caller's thread, in that thread) in
-        a ``send`` span, a child of the caller's current span, ended once the message is
-        queued: what ``post()`` returns."""
+        self, destination: Destination, message: Message, session: Any, post: Callable[[], T]
+    ) -> T:
+        """Run ``post()`` (a blocking send, in the caller's thread, which encodes the message
+        after this put the trace context in its properties) in a ``send`` span, a child of
+        the caller's current span, ended once ``post()`` returned (the message queued, or
+        its outcome known): what ``post()`` returns. ``session`` is None for a blocking send:
+        its transaction is noted on the loop (``enlisted``), not from the caller's thread."""
         span = self._start_send(destination, message, session)
         try:
-            return post()
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                return post()  # current: the loop's part of the send carries it (resent, waited)
         except BaseException as exc:
             failed(span, exc)
             raise
         finally:
             self._end_send(span, message)
 
-    def resent(self, message: Message) -> None:
+    def posted_async(
+        self,
+        destination: Destination,
+        message: Message,
+        post: Callable[[Callable[[BaseException | None], None]], T],
+    ) -> T:
+        """Run ``post(ended)`` (a blocking ``send_async``, in the caller's thread) in a ``send``
+        span, a child of the caller's current span, that lasts until ``ended(error)`` is
+        called with the send's outcome (on the loop: a re-send after a failover is recorded on
+        it meanwhile), or until ``post`` raises."""
+        span = self._start_send(destination, message, None)
+        attributes = message_attributes(message)  # stamped: read here, not on the loop
+
+        def ended(error: BaseException | None) -> None:
+            if error is not None:
+                failed(span, error)
+            if span.is_recording():  # once
+                span.set_attributes(attributes)
+                self._finish(span)
+                span.end()
+
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                return post(ended)
+        except BaseException as exc:
+            ended(exc)
+            raise
+
+    def resent(self, message: Message | Encoded) -> None:
         """A send cut off by a failover goes again on the new connection (F11)."""
         span = trace.get_current_span()
         if span.is_recording():
@@ -487,6 +514,21 @@ class Tracing:
                 otel_context.detach(token)
 
         return in_callers_context()
+
+    @staticmethod
+    def context_now() -> object:
+        """The calling thread's OpenTelemetry context: a value for ``carried_from`` (a blocking
+        send hands it to the loop with its snapshot)."""
+        return otel_context.get_current()
+
+    @staticmethod
+    async def carried_from(context: object, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the event loop in ``context`` (from ``context_now``)."""
+        token = otel_context.attach(context)  # type: ignore[arg-type]
+        try:
+            return await coro
+        finally:
+            otel_context.detach(token)
 
     @staticmethod
     def bound(fn: Callable[..., T]) -> Callable[..., T]:

@@ -7,11 +7,15 @@ so they never hold (or import) the session: the blocking classes import downward
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from haclient.modes import AckMode
 from haclient.sync._dispatch import Dispatcher
 from haclient.sync._loop import EventLoop
+
+if TYPE_CHECKING:
+    from haclient.sync._outbox import Outbox
 
 __all__ = ["SessionContext"]
 
@@ -25,8 +29,10 @@ class SessionContext:
         dispatcher: The session's dispatcher thread, where listeners and completion callbacks
             run.
         ack_mode: The session's acknowledge mode (fixed for the session's life).
+        outboxes: The outboxes of its open producers, which its close settles (C9).
     """
 
     loop: EventLoop
     dispatcher: Dispatcher
     ack_mode: AckMode
+    outboxes: list[Outbox] = field(default_factory=list)

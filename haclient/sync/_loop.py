@@ -8,16 +8,28 @@ cancel scope, ``concurrent.futures.Future`` or ``Condition`` per call: a blockin
 wake-up of the loop and one of the caller.
 
 While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C) cancels the task, waits briefly
-until it ended, and is raised again. The main thread waits in short slices, because an
+until it ended, and is raised again; one that comes while the task is being started cancels it
+too (it never runs on as an orphan). The main thread waits in short slices, because an
 interrupt (``_thread.interrupt_main``, or a SIGINT delivered to another thread) does not wake a
-thread blocked on a lock; other threads never get ``KeyboardInterrupt`` and simply block. A
+thread blocked on a lock; other threads never get ``KeyboardInterrupt`` and simply block. What
+a SIGINT does is the process's SIGINT handler's choice: Python's default raises
+``KeyboardInterrupt`` in the main thread, but a handler installed by someone else may take it
+(trio's, while a trio run or guest run is alive, hands it to that run: the blocking call never
+sees it). A
 call from the loop thread itself raises ``IllegalStateError`` at once (it would wait for itself
 forever).
+
+``spawn(fn)`` starts a task of the connection's calls the same way without waiting for it (a
+producer's outbox drain, ``haclient.sync._outbox``); ``stop()`` cancels it like a call's.
 
 ``open(open_in, close)`` opens what a connection holds (its ``aio`` connection) with its tasks
 in the loop thread's host task group, so that none is free-standing, and keeps ``close`` for
 ``stop()``. ``stop()`` closes it, cancels this connection's calls still running (they raise
 ``ClosedError``) and, for a private loop, ends the loop thread.
+
+In a process forked from the one that opened the connection, its loop thread does not run
+(``LoopThread.forked``): every call raises ``IllegalStateError`` naming the fork, and
+``stop()`` only marks it stopped, touching nothing the parent still uses.
 """
 
 from __future__ import annotations
@@ -180,9 +192,16 @@ class EventLoop:
 
         Raises:
             ClosedError: the connection is closed.
-            IllegalStateError: this is the loop thread.
+            IllegalStateError: this is the loop thread, or a process forked after the
+                connection was opened.
         """
-        if self._stopped:  # first: a closed connection is closed, whichever thread asks
+        if self._thread.forked:  # first: closed or not, it is the parent's
+            raise IllegalStateError(
+                "this connection was opened before the process forked: its event-loop thread "
+                "and its sockets belong to the parent process; open a new connection in the "
+                "child (multiprocessing: in each worker, or use the 'spawn' start method)"
+            )
+        if self._stopped:  # a closed connection is closed, whichever thread asks
             raise ClosedError("the connection is closed")
         if self._thread.in_thread():
             raise IllegalStateError(
@@ -206,13 +225,13 @@ class EventLoop:
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         call = _Call(self, coro)
-        try:
-            if not call.start_from_caller(self._thread):
-                self._thread.submit(call.start)
-        except RuntimeError:  # the loop stopped meanwhile
-            coro.close()
-            raise ClosedError("the connection is closed") from None
-        try:
+        try:  # an interrupt from here on cancels the call, started or not (never an orphan)
+            try:
+                if not call.start_from_caller(self._thread):
+                    self._thread.submit(call.start)
+            except RuntimeError:  # the loop stopped meanwhile
+                coro.close()
+                raise ClosedError("the connection is closed") from None
             call.wait()
         except KeyboardInterrupt:
             try:
@@ -225,17 +244,20 @@ class EventLoop:
         return call.outcome()
 
     def run_close(
-        self, fn: Callable[P, Awaitable[None]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> None:
-        """``run`` for a ``close()``: nothing to do (no error) once the connection is closed,
-        before or during the call, because it closed everything with it."""
-        if self._stopped:
-            return
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """``run`` for a ``close()`` (what ``fn`` returns, or None): nothing to do (no error)
+        once the connection is closed,
+        before or during the call, because it closed everything with it; nothing either in a
+        process forked after the connection was opened (the parent's to close)."""
+        if self._stopped or self._thread.forked:
+            return None
         try:
-            self.run(fn, *args, **kwargs)
+            return self.run(fn, *args, **kwargs)
         except ClosedError:
             if not self._stopped:
                 raise
+            return None
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.
@@ -248,6 +270,34 @@ class EventLoop:
             return fn(*args, **kwargs)
 
         return self.run(task)
+
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """From any thread but the loop's: run ``fn()`` as a task of this connection's calls
+        (``stop()`` cancels it, as it cancels a blocking call's), made in the calling thread
+        so that it runs in the loop's next turn (``LoopThread.start_task``: one wake-up).
+
+        Raises:
+            ClosedError: the connection is closed.
+        """
+        if self._stopped:
+            raise ClosedError("the connection is closed")
+        try:
+            if self._thread.start_task(functools.partial(self._tracked, fn)) is None:
+                self._thread.submit(self._spawn_here, fn)  # asyncio's debug mode
+        except RuntimeError:
+            raise ClosedError("the connection is closed") from None
+
+    def _spawn_here(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        asyncio.get_running_loop().create_task(self._tracked(fn))
+
+    async def _tracked(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await fn()
+        finally:
+            self._tasks.discard(task)
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run the plain function ``callback()`` on the loop thread soon; never waits.
@@ -267,6 +317,7 @@ class EventLoop:
         (nothing of it runs on the loop any more) or when this is the loop thread."""
         if self._stopped or self._thread.in_thread():
             return fn()
+        self.check_caller()  # a forked child's inherited connection
         try:
             return self.call(fn)
         except ClosedError:
@@ -316,7 +367,7 @@ class EventLoop:
             raise IllegalStateError(
                 "the connection cannot be closed from its own event-loop thread"
             )
-        if not self._begin_stop():
+        if not self._begin_stop() or self._thread.forked:
             return
         call = _Call(self, self._shut_down())
         try:
@@ -333,7 +384,7 @@ class EventLoop:
 
     def stop_soon(self) -> None:
         """``stop()`` without waiting, from any thread (the garbage collector's ``__del__``)."""
-        if not self._begin_stop():
+        if not self._begin_stop() or self._thread.forked:
             return
         call = _Call(self, self._shut_down(end_private_loop=True))
         try:

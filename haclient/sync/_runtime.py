@@ -20,6 +20,14 @@ the JVM alive: ``keep_alive`` starts a non-daemon *keeper* thread that holds the
 ends when it is closed. The interpreter joins that thread before it exits, so the exit hook
 leaves such connections (and the shared loop they run on) alone; when the last keeper ends after
 the hook ran, it runs the hook again for what is left.
+
+A process forked after connections were used (``os.fork``, ``multiprocessing``'s 'fork' start
+method) inherits the loop objects but none of their threads. ``os.register_at_fork`` marks
+every inherited ``LoopThread`` as forked in the child (``forked``: it runs nothing there, and
+nothing is ever submitted to it, whose wake-up would write to the parent's loop's socket) and
+forgets the shared one, so that the child's first connection starts a fresh loop thread;
+connections inherited from the parent raise ``IllegalStateError`` there (``EventLoop``) and are
+neither closed at the child's exit nor kept alive by it.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import atexit
 import contextvars
 import itertools
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -65,7 +74,10 @@ class LoopThread:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._context = contextvars.Context()
+        self.forked = False
+        """True in a process forked after this loop thread started: it does not run there."""
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        _loop_threads.add(self)
 
     @classmethod
     def start(cls, name: str | None = None) -> LoopThread:
@@ -101,8 +113,22 @@ class LoopThread:
 
     @property
     def running(self) -> bool:
-        """True while the loop runs (False once ``stop()`` was called or the thread ended)."""
-        return self.loop is not None and self._stop is not None and not self._stop.is_set()
+        """True while the loop runs (False once ``stop()`` was called, the thread ended, or in
+        a forked child)."""
+        return (
+            not self.forked
+            and self.loop is not None
+            and self._stop is not None
+            and not self._stop.is_set()
+        )
+
+    def _forked(self) -> None:
+        """In a forked child: the thread did not come along; drop the loop, whose wake-up
+        socket is the parent's, so that nothing can be submitted to it."""
+        self.forked = True
+        self.loop = None
+        self._host = None
+        self._stop = None
 
     def in_thread(self) -> bool:
         """True when called from the loop thread (an ident the OS reused for a new thread
@@ -170,6 +196,7 @@ def _nothing() -> None:
     """A callback that only wakes the loop."""
 
 
+_loop_threads: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 _shared: LoopThread | None = None
 _shared_lock = threading.Lock()
 
@@ -268,6 +295,23 @@ def _at_exit() -> None:
         kept = bool(_keepers)
     if shared is not None and not kept:
         shared.stop()
+
+
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork``'s hook in the child: what the parent's threads held is gone
+    (their locks may have been held at the fork), and the inherited loops run nothing."""
+    global _shared, _shared_lock, _keepers_lock, _exit_hook_ran
+    _shared_lock = threading.Lock()
+    _keepers_lock = threading.Lock()
+    for loop_thread in list(_loop_threads):
+        loop_thread._forked()
+    _shared = None
+    _open.clear()  # the parent's connections: the parent closes them, not the child's exit
+    _keepers.clear()
+    _exit_hook_ran = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def warn_unclosed(connection: object, source: object = None) -> None:

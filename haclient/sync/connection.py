@@ -33,6 +33,7 @@ from haclient.modes import AckMode
 from haclient.sync._dispatch import Dispatcher
 from haclient.sync._forward import Forwarded
 from haclient.sync._loop import EventLoop
+from haclient.sync._outbox import Outbox, settle_all
 from haclient.sync._runtime import (
     keep_alive,
     register_for_exit,
@@ -86,6 +87,9 @@ class _ThreadedFailoverListener:
     ) -> None:
         self._forward("message_dead_lettered", destination, message_id, delivery_count, outcome)
 
+    def send_failed(self, destination: Any, message_id: str | None, error: BaseException) -> None:
+        self._forward("send_failed", destination, message_id, error)
+
 
 def _notifier() -> Dispatcher:
     """The thread a connection's failover listeners are called on (started by the first)."""
@@ -97,11 +101,13 @@ _ENDED = (ConnectionState.FAILED, ConnectionState.CLOSED)
 
 
 async def _close_from_listener(
-    running: AsyncMessageConsumer | None, connection: AsyncConnection
-) -> None:
+    running: AsyncMessageConsumer | None, connection: AsyncConnection, outboxes: list[Outbox]
+) -> BaseException | None:
     if running is not None:  # C4: the listener calling this must not be waited for
         await running.close(from_listener=True)
+    failure = await settle_all(outboxes)  # C9: the first failure is raised by close()
     await connection.close()
+    return failure
 
 
 class Connection:
@@ -255,6 +261,8 @@ class Connection:
 
         Raises:
             IllegalStateError: called from the event-loop thread.
+            The broker's refusal, or the failure, of a producer's queued send not reported
+                yet, once closed (C9).
         """
         if self._loop.stopped:
             if self._kept is not None:
@@ -268,10 +276,14 @@ class Connection:
         # progress waits for this listener to return.
         if not self._closing.acquire(blocking=running is None):
             return
+        failure: BaseException | None = None
         try:
             if self._loop.stopped:
                 return
-            self._loop.run_close(_close_from_listener, running, self._connection)
+            outboxes = [outbox for session in sessions for outbox in session._context.outboxes]
+            failure = self._loop.run_close(
+                _close_from_listener, running, self._connection, outboxes
+            )
         finally:
             try:
                 self._loop.stop()
@@ -283,6 +295,8 @@ class Connection:
                 if self._kept is not None:
                     self._kept.set()
                 self._closing.release()
+        if failure is not None:
+            raise failure
 
     def _close_at_exit(self) -> None:
         """At interpreter exit, for a connection still open: close it within ``close_timeout``

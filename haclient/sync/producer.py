@@ -1,19 +1,71 @@
-"""The blocking ``MessageProducer``: ``haclient.aio.MessageProducer`` through the connection's loop.
+"""The blocking ``MessageProducer``: sends cross into the event loop through its ``Outbox``.
 
-The producer's defaults (``delivery_mode``, ``priority`` ...) are properties that read and write
-the async producer's attributes; they are read by the loop when a message is sent.
+Where the thread boundary is: ``send()`` runs in the application's thread up to a snapshot of the
+message. It resolves the destination, stamps the headers on the application's message (JMS: they
+are visible on it afterwards), and encodes it there, with this producer's own encoder, ids and
+defaults (``delivery_mode``, ``priority`` ...: kept here, read by no other thread). What crosses
+to the loop is that snapshot (``haclient.outgoing.Encoded``: bytes, destination, message id),
+the send's deadline and where its outcome goes (``haclient.sync._outbox.Sending``), put into the
+producer's outbox; never the message object. The other calls (``send_async``, ``flush``,
+``close``) are blocking calls into the loop (``EventLoop.run``) after the sends queued before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from haclient.aio.producer import CompletionListener
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
-from haclient.destination import Destination
+from haclient.destination import NO_PREFIXES, Destination
+from haclient.errors import ClosedError
 from haclient.message import DeliveryMode, Message
+from haclient.outgoing import EncodingTerms, OutgoingEncoder, resolve_send, stamp
 from haclient.sync._context import SessionContext
 from haclient.sync._forward import Forwarded
+from haclient.sync._outbox import Completion, Outbox, Sending, deadline_after
 
-__all__ = ["CompletionListener", "MessageProducer"]
+__all__ = ["CompletionListener", "MessageProducer", "ProducerTerms", "producer_terms"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerTerms:
+    """What a blocking producer learns of its async producer once, on the loop, when made:
+    nothing of it is read from another thread afterwards."""
+
+    encoding: EncodingTerms
+    pipelined: frozenset[DeliveryMode]
+    ids: Callable[[], str]
+    validate_names: bool
+    send_timeout: float | None
+    close_timeout: float
+
+
+def producer_terms(producer: AsyncMessageProducer) -> ProducerTerms:
+    """On the loop: ``producer``'s terms for the blocking producer that wraps it."""
+    encoding = producer.encoding_terms() or EncodingTerms(-1, NO_PREFIXES, None)
+    return ProducerTerms(
+        encoding,
+        producer.pipelined_modes(),
+        producer.message_ids(),
+        producer.validate_names,
+        producer.send_timeout(),
+        producer.close_timeout(),
+    )
+
+
+@dataclass(slots=True)
+class _Defaults:
+    """A blocking producer's send defaults (JMS), read and written in the application's
+    threads only."""
+
+    delivery_mode: DeliveryMode = DeliveryMode.PERSISTENT
+    priority: int = 4
+    time_to_live: float = 0.0
+    delivery_delay: float = 0.0
+    disable_message_id: bool = False
+    preserve_message_id: bool = False
+    disable_message_timestamp: bool = False
 
 
 class MessageProducer:
@@ -22,43 +74,55 @@ class MessageProducer:
     Every method may be called from any thread (JMS allows one thread at a time per session).
     """
 
-    def __init__(self, producer: AsyncMessageProducer, context: SessionContext) -> None:
+    def __init__(
+        self, producer: AsyncMessageProducer, terms: ProducerTerms, context: SessionContext
+    ) -> None:
         self._producer = producer
         self._context = context
         self._loop = context.loop
+        self._destination = producer.destination  # fixed for its life
+        self._defaults = _Defaults()
+        self._ids = terms.ids
+        self._pipelined = terms.pipelined
+        self._send_timeout = terms.send_timeout
+        self._encoder = OutgoingEncoder(validate_names=terms.validate_names)
+        self._outbox = Outbox(producer, context.loop, terms.encoding, terms.close_timeout)
+        context.outboxes.append(self._outbox)
 
     # Properties --------------------------------------------------------------------------------
 
-    destination = Forwarded[Destination | None](
-        "_producer", "The destination, or None for an anonymous producer."
-    )
+    @property
+    def destination(self) -> Destination | None:
+        """The destination, or None for an anonymous producer."""
+        return self._destination
+
     is_closed = Forwarded[bool](
         "_producer", "True once closed (or its session or connection closed)."
     )
     delivery_mode = Forwarded[DeliveryMode](
-        "_producer", "Default delivery mode of ``send`` (PERSISTENT).", settable=True
+        "_defaults", "Default delivery mode of ``send`` (PERSISTENT).", settable=True
     )
-    priority = Forwarded[int]("_producer", "Default priority, 0-9 (4).", settable=True)
+    priority = Forwarded[int]("_defaults", "Default priority, 0-9 (4).", settable=True)
     time_to_live = Forwarded[float](
-        "_producer", "Default time to live in seconds (0: never expires).", settable=True
+        "_defaults", "Default time to live in seconds (0: never expires).", settable=True
     )
     delivery_delay = Forwarded[float](
-        "_producer",
+        "_defaults",
         "Default delay in seconds before the broker delivers a message (0).",
         settable=True,
     )
     disable_message_id = Forwarded[bool](
-        "_producer",
+        "_defaults",
         "A JMS hint; ids are always set (a re-sent message is recognised by its id, F11).",
         settable=True,
     )
     preserve_message_id = Forwarded[bool](
-        "_producer",
+        "_defaults",
         "Keep the id a message already carries (see ``haclient.aio.MessageProducer``).",
         settable=True,
     )
     disable_message_timestamp = Forwarded[bool](
-        "_producer", "A JMS hint; timestamps are always set.", settable=True
+        "_defaults", "A JMS hint; timestamps are always set.", settable=True
     )
 
     # Sending -----------------------------------------------------------------------------------
@@ -76,46 +140,96 @@ class MessageProducer:
     ) -> None:
         """Send ``message`` (``send(message)``, or ``send(destination, message)`` when anonymous).
 
-        The message's headers are set as JMS says (id, timestamp, destination ...). A
-        PERSISTENT message returns once the broker accepted it (F11: re-sent after a failover,
-        same id). A NON_PERSISTENT one outside a transaction returns once queued, without
-        waiting for the event loop: the loop sends the queued messages in order, waiting out
-        a failover, and a refusal is raised by a later call of this producer; at most 10,000
-        wait in that queue, after which ``send`` waits for room. In a transacted session the
-        message becomes visible on commit. ``timeout`` bounds the wait while the connection
-        fails over (None: the connection's ``send_timeout``, ``jms.sendTimeout``;
-        ``failover.timeout`` bounds it too).
+        The message's headers are set as JMS says (id, timestamp, destination ...), and it is
+        encoded in this thread: what is sent is the message as it is now, and the object may be
+        changed and sent again once this returned (M11). A PERSISTENT message returns once the
+        broker accepted it (F11: re-sent after a failover, same id). A NON_PERSISTENT one
+        outside a transaction returns once queued, without waiting for the event loop: the
+        loop sends the queued messages in order, waiting out a failover within each one's
+        deadline, and a refusal or ``FailoverTimeoutError`` is raised by a later call of this
+        producer (C9); at most 10,000 wait in that queue, after which ``send`` waits for room
+        until its deadline. In a transacted session the message becomes visible on commit.
+        ``timeout`` bounds the wait while the connection fails over (None: the connection's
+        ``send_timeout``, ``jms.sendTimeout``; ``failover.timeout`` bounds it too).
 
         Raises:
             MessageFormatError: a property or header cannot be sent.
             InvalidDestinationError: no destination, or the broker refused it.
-            ResourceLimitError, AMQPError ...: the broker rejected the message.
+            ResourceLimitError, AMQPError ...: the broker rejected the message (this one, or
+                an earlier queued one not reported yet).
             ClosedError: the producer, session or connection is closed.
-            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
+            FailoverTimeoutError: still failing over after ``timeout`` seconds (F4), for this
+                send or an earlier queued one.
+            IllegalStateError: the event-loop thread, or a process forked after the
+                connection was opened (C8).
             KeyboardInterrupt: Ctrl-C while waiting (the send is cancelled; it may have
                 reached the broker).
         """
-        self._loop.check_caller()
-        if self._producer.post(
+        destination, message, deadline = self._prepare(
             destination_or_message,
             message,
-            delivery_mode=delivery_mode,
-            priority=priority,
-            time_to_live=time_to_live,
-            delivery_delay=delivery_delay,
-            schedule=self._loop.call_soon,
-        ):
-            return
-        self._loop.run(
-            self._producer.send,
-            destination_or_message,
-            message,
-            delivery_mode=delivery_mode,
-            priority=priority,
-            time_to_live=time_to_live,
-            delivery_delay=delivery_delay,
-            timeout=timeout,
+            delivery_mode,
+            priority,
+            time_to_live,
+            delivery_delay,
+            timeout,
         )
+        tracing = self._loop.tracing
+        if tracing is None:
+            self._hand_over(message, deadline)
+        else:  # the trace context goes into the properties before the message is encoded
+            tracing.posted(destination, message, None, lambda: self._hand_over(message, deadline))
+
+    def _prepare(
+        self,
+        destination_or_message: Destination | Message,
+        message: Message | None,
+        delivery_mode: DeliveryMode | None,
+        priority: int | None,
+        time_to_live: float | None,
+        delivery_delay: float | None,
+        timeout: float | None,
+    ) -> tuple[Destination, Message, float]:
+        """In the caller's thread: check, resolve and stamp a send; its deadline."""
+        self._loop.check_caller()
+        self._outbox.raise_failure()
+        if self._outbox.closed:
+            raise ClosedError("the producer is closed")
+        deadline = deadline_after(self._send_timeout if timeout is None else timeout)
+        destination, message = resolve_send(self._destination, destination_or_message, message)
+        defaults = self._defaults
+        stamp(
+            message,
+            destination,
+            delivery_mode=defaults.delivery_mode if delivery_mode is None else delivery_mode,
+            priority=defaults.priority if priority is None else priority,
+            time_to_live=defaults.time_to_live if time_to_live is None else time_to_live,
+            delivery_delay=defaults.delivery_delay if delivery_delay is None else delivery_delay,
+            message_id=(
+                message.message_id
+                if defaults.preserve_message_id and message.message_id
+                else self._ids()
+            ),
+        )
+        return destination, message, deadline
+
+    def _hand_over(
+        self, message: Message, deadline: float, completion: Completion | None = None
+    ) -> None:
+        """Encode ``message`` here and put the snapshot into the outbox; for a send that waits
+        (PERSISTENT, in a transaction ..., or a ``send_async`` until queued for the socket),
+        wait for the loop's outcome."""
+        tracing = self._loop.tracing
+        sending = Sending(
+            self._encoder.snapshot(message, self._outbox.terms),
+            deadline,
+            waits=completion is not None or message.delivery_mode not in self._pipelined,
+            trace=None if tracing is None else tracing.context_now(),
+            completion=completion,
+        )
+        self._outbox.put(sending)
+        if sending.waits:
+            self._outbox.wait(sending)
 
     def send_async(
         self,
@@ -134,25 +248,33 @@ class MessageProducer:
         Returns once the message is queued for the socket. ``on_completion`` is called exactly
         once, on the session's dispatcher thread (not the caller's, not the event loop's), with
         ``error=None`` when the broker accepted the message (JMS 2.0 ``CompletionListener``).
+        The message crosses to the event loop as ``send()``'s does, encoded here; what goes
+        with it is where its outcome goes (``haclient.sync._outbox.Completion``), and the
+        message object given to ``on_completion`` never leaves this side.
 
         Raises:
             As ``send()``, for errors found before anything was sent.
         """
-        dispatcher = self._context.dispatcher
-
-        def complete(sent: Message, error: BaseException | None) -> None:
-            dispatcher.submit(lambda: on_completion(sent, error))
-
-        self._loop.run(
-            self._producer.send_async,
+        destination, message, deadline = self._prepare(
             destination_or_message,
             message,
-            on_completion=complete,
-            delivery_mode=delivery_mode,
-            priority=priority,
-            time_to_live=time_to_live,
-            delivery_delay=delivery_delay,
-            timeout=timeout,
+            delivery_mode,
+            priority,
+            time_to_live,
+            delivery_delay,
+            timeout,
+        )
+        dispatcher, sent = self._context.dispatcher, message
+        tracing = self._loop.tracing
+        if tracing is None:
+            self._hand_over(sent, deadline, Completion(on_completion, sent, dispatcher))
+            return
+        tracing.posted_async(  # the span lasts until the outcome (``ended``)
+            destination,
+            sent,
+            lambda ended: self._hand_over(
+                sent, deadline, Completion(on_completion, sent, dispatcher, ended)
+            ),
         )
 
     def flush(self) -> None:
@@ -161,15 +283,23 @@ class MessageProducer:
         Raises:
             The first refusal of a pipelined (NON_PERSISTENT) send not reported yet.
         """
-        self._loop.run(self._producer.flush)
+        self._outbox.raise_failure()
+        self._loop.run(self._outbox.flush)
+        self._outbox.raise_failure()  # a queued send's, found while flushing
 
     def close(self) -> None:
         """Wait for the outcome of pipelined sends, then detach. Idempotent; any thread.
 
         Raises:
-            The broker's refusal of a pipelined (NON_PERSISTENT) send not reported yet.
+            The broker's refusal, or the failure, of a queued (NON_PERSISTENT) send not
+            reported yet, once closed (C9).
         """
-        self._loop.run_close(self._producer.close)
+        try:
+            self._loop.run_close(self._outbox.settle)
+        finally:
+            if self._outbox in self._context.outboxes:
+                self._context.outboxes.remove(self._outbox)
+        self._outbox.raise_failure()
 
     def __repr__(self) -> str:
         return f"<blocking {self._producer!r}>"

@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Callable
 
 from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
+from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.aio.session import Session as AsyncSession
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from haclient.modes import AckConfirmation, AckMode
@@ -15,21 +16,36 @@ from haclient.sync._context import SessionContext
 from haclient.sync._dispatch import Dispatcher
 from haclient.sync._forward import Forwarded
 from haclient.sync._loop import EventLoop
+from haclient.sync._outbox import Outbox, settle_all
 from haclient.sync.browser import QueueBrowser
 from haclient.sync.consumer import MessageConsumer
-from haclient.sync.producer import MessageProducer
+from haclient.sync.producer import MessageProducer, ProducerTerms, producer_terms
 
 __all__ = ["Session"]
 
 _session_numbers = itertools.count(1)
 
 
-async def close_from_listener(running: AsyncMessageConsumer | None, session: AsyncSession) -> None:
+async def close_from_listener(
+    running: AsyncMessageConsumer | None, session: AsyncSession, outboxes: list[Outbox]
+) -> BaseException | None:
     """Close ``session`` from inside the listener of ``running`` (one of its consumers): that
-    consumer first, without waiting for its own listener (C4), then the rest."""
+    consumer first, without waiting for its own listener (C4), then its blocking producers'
+    queued sends (their outcomes: the first failure is returned, for ``close()`` to raise, C9),
+    then the rest."""
     if running is not None:
         await running.close(from_listener=True)
+    failure = await settle_all(outboxes)
     await session.close()
+    return failure
+
+
+async def _open_producer(
+    session: AsyncSession, destination: Destination | None, timeout: float | None
+) -> tuple[AsyncMessageProducer, ProducerTerms]:
+    """On the loop: a producer, and what its blocking producer learns of it once."""
+    producer = await session.create_producer(destination, timeout=timeout)
+    return producer, producer_terms(producer)
 
 
 class Session:
@@ -79,10 +95,8 @@ class Session:
             InvalidDestinationError: the broker refused the destination.
             ClosedError: the session is closed.
         """
-        return MessageProducer(
-            self._loop.run(self._session.create_producer, destination, timeout=timeout),
-            self._context,
-        )
+        producer, terms = self._loop.run(_open_producer, self._session, destination, timeout)
+        return MessageProducer(producer, terms, self._context)
 
     def create_consumer(
         self,
@@ -232,12 +246,20 @@ class Session:
 
         Raises:
             IllegalStateError: called from the event-loop thread.
+            The broker's refusal, or the failure, of a producer's queued send not reported
+                yet, once closed (C9).
         """
+        outboxes = self._context.outboxes
         try:
-            self._loop.run_close(close_from_listener, self._running_consumer(), self._session)
+            failure = self._loop.run_close(
+                close_from_listener, self._running_consumer(), self._session, list(outboxes)
+            )
         finally:
+            outboxes.clear()
             self._forget(self)
             self._dispatcher.stop()
+        if failure is not None:
+            raise failure
 
     def _connection_closed(self) -> None:
         self._dispatcher.stop()

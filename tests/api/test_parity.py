@@ -34,9 +34,26 @@ RENAMED = {
     "__anext__": "__next__",
 }
 
-NOT_API = {"restore", "begin_restore", "connection_lost", "restore_order", "post"}
+NOT_API = {
+    "restore",
+    "begin_restore",
+    "connection_lost",
+    "restore_order",
+    "encoding_terms",
+    "message_ids",
+    "validate_names",
+    "send_timeout",
+    "close_timeout",
+    "pipelined_modes",
+    "send_encoded_nowait",
+    "send_encoded",
+    "send_encoded_async",
+    "take_failure",
+    "report_lost",
+}
 """The async objects' hooks for the failover manager, which the application never calls, and
-the async producer's ``post`` (a send from another thread: what the blocking ``send`` uses)."""
+the async producer's side of the thread boundary, which the blocking producer's outbox calls on
+the loop (``haclient.sync._outbox``)."""
 
 
 def api(cls: type) -> dict[str, object]:

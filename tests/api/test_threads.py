@@ -8,10 +8,13 @@ upper bounds that catch hangs.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import itertools
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from queue import SimpleQueue
 
 import anyio
 import pytest
@@ -197,25 +200,122 @@ def test_close_from_inside_a_listener_does_not_deadlock(
     assert not session._dispatcher.thread.is_alive()
 
 
+@contextlib.contextmanager
+def trio_guest_run() -> Iterator[None]:
+    """A trio guest run alive meanwhile, its host the main thread, as anyio's pytest plugin
+    keeps one between the tests of a trio-backed module: while it lives its SIGINT handler
+    hands an interrupt to the run whenever the main thread runs no trio code."""
+    import trio
+
+    steps: SimpleQueue[Callable[[], object]] = SimpleQueue()
+    ended: list[object] = []
+    stop = trio.Event()
+    tokens: list[trio.lowlevel.TrioToken] = []
+
+    async def guest() -> None:
+        tokens.append(trio.lowlevel.current_trio_token())
+        await stop.wait()
+
+    def host_until(done: Callable[[], bool]) -> None:  # the host loop, in the main thread
+        while not done():
+            steps.get(timeout=HANG)()
+
+    trio.lowlevel.start_guest_run(
+        guest, run_sync_soon_threadsafe=steps.put, done_callback=ended.append
+    )
+    host_until(lambda: bool(tokens))
+    try:
+        yield  # the run idles meanwhile, as between two tests
+    finally:
+        tokens[0].run_sync_soon(stop.set)
+        host_until(lambda: bool(ended))
+
+
+@contextlib.contextmanager
+def python_sigint_handler() -> Iterator[None]:
+    """Python's own SIGINT handler (KeyboardInterrupt in the main thread) meanwhile, whatever
+    was installed before; then that again."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_once_receiving(conn: haclient.Connection, consumer: haclient.MessageConsumer) -> None:
+    """Ctrl-C for the main thread once ``consumer``'s receive waits on the loop (asked of the
+    loop, not guessed with a sleep)."""
+
+    def waiting() -> bool:
+        return bool(consumer._consumer._waits)
+
+    deadline = time.monotonic() + HANG
+    while not conn._loop.call(waiting):
+        assert time.monotonic() < deadline, "the receive never waited"
+        time.sleep(0.005)
+    _thread.interrupt_main()
+
+
+@pytest.mark.parametrize("beside", ["alone", "a trio guest run"])
 def test_ctrl_c_during_receive_cancels_it_and_the_connection_stays_usable(
-    conn: haclient.Connection, queue: Queue
+    conn: haclient.Connection, queue: Queue, beside: str
 ) -> None:
     assert threading.current_thread() is threading.main_thread()
     consumer = conn.create_session().create_consumer(queue)
-    timer = threading.Timer(0.3, _thread.interrupt_main)
-    timer.start()
-    started = time.monotonic()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            consumer.receive(timeout=60)
-    finally:
-        timer.cancel()
+    with contextlib.ExitStack() as stack:
+        if beside != "alone":  # what made the old test flake in a full run: trio's handler
+            stack.enter_context(trio_guest_run())
+        stack.enter_context(python_sigint_handler())
+        interrupter = threading.Thread(target=interrupt_once_receiving, args=(conn, consumer))
+        started = time.monotonic()
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                consumer.receive(timeout=60)
+        finally:
+            interrupter.join(HANG)
     assert time.monotonic() - started < HANG
     # The receive task on the loop is gone: it does not swallow the next message.
     send(conn, queue, "after ctrl-c")
     message = consumer.receive(timeout=HANG)
     assert message is not None
     assert message.body == "after ctrl-c"
+
+
+def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
+    broker: BrokerThread, conn: haclient.Connection, queue: Queue
+) -> None:
+    """A PERSISTENT blocking send waits on the loop for the broker's outcome (through the
+    producer's outbox); Ctrl-C cancels that wait and the producer goes on afterwards."""
+    assert threading.current_thread() is threading.main_thread()
+    session = conn.create_session()
+    producer = session.create_producer(queue)
+    consumer = session.create_consumer(queue)
+
+    def interrupt_once_sending() -> None:
+        deadline = time.monotonic() + HANG
+        while not conn._loop.call(lambda: producer._outbox._sending is not None):
+            assert time.monotonic() < deadline, "the send never waited"
+            time.sleep(0.005)
+        _thread.interrupt_main()
+
+    broker.pause()  # the broker reads nothing: the send waits for its outcome
+    try:
+        with python_sigint_handler():
+            interrupter = threading.Thread(target=interrupt_once_sending)
+            interrupter.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    producer.send(TextMessage("interrupted"))
+            finally:
+                interrupter.join(HANG)
+    finally:
+        broker.resume()
+    producer.send(TextMessage("after ctrl-c"))  # the outbox goes on
+    bodies = []
+    while (message := consumer.receive(timeout=2)) is not None:
+        bodies.append(message.body)  # type: ignore[attr-defined]
+    assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one may have reached the broker
 
 
 def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(

@@ -1,0 +1,303 @@
+"""What crosses from the application's thread to the event loop, and what comes back: M11 (a
+message reused after ``send()`` returned), F4 (a queued blocking send keeps its deadline), C9
+(no outcome lost at close).
+
+On the reference broker and on RabbitMQ (the ``bed`` fixture); M11 also through the async API on
+asyncio and trio. "The broker goes away" is a TCP relay in front of the broker that drops every
+connection and refuses new ones (``Relay.cut``), so that the same test runs on both.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from urllib.parse import urlsplit
+
+import pytest
+from apikit import Api, Bed
+from rulekit import TIMEOUT, started
+
+import haclient
+from chaos.broker import BrokerThread
+from haclient import DeliveryMode, Queue, TextMessage
+from haclient.errors import ConnectionFailedError, FailoverTimeoutError
+from haclient.modes import AckMode
+
+HANG = 15.0
+"""Upper bound, in seconds, for what must end well before failover gives up (20 s here)."""
+
+
+class Relay:
+    """A TCP relay from a free loopback port to ``host:port``; ``cut()`` drops every connection
+    it carries and refuses new ones, as a broker that went away."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._upstream = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._cut = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self._upstream, timeout=TIMEOUT)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._cut:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            sockets, self._sockets = self._sockets, []
+        self._listener.close()
+        for end in sockets:
+            with suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+
+@contextmanager
+def relayed(bed: Bed, **options: str) -> Iterator[tuple[Relay, str]]:
+    """A relay to ``bed``'s broker and a failover URL through it with ``options``."""
+    parts = urlsplit(bed.url)
+    assert parts.hostname is not None and parts.port is not None
+    relay = Relay(parts.hostname, parts.port)
+    login = f"{parts.username}:{parts.password}@" if parts.username else ""
+    query = "&".join(f"{name}={value}" for name, value in options.items())
+    try:
+        yield relay, f"failover:(amqp://{login}127.0.0.1:{relay.port})?{query}"
+    finally:
+        relay.cut()
+
+
+class Failures:
+    """A connection listener that keeps what ``send_failed`` and failover tell it."""
+
+    def __init__(self) -> None:
+        self.lost: list[BaseException] = []
+        self.told = threading.Event()
+        self.failing_over = threading.Event()
+
+    def send_failed(
+        self, destination: object, message_id: str | None, error: BaseException
+    ) -> None:
+        self.lost.append(error)
+        self.told.set()
+
+    def failover_started(self, cause: BaseException) -> None:
+        self.failing_over.set()
+
+
+# M11 ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", [DeliveryMode.NON_PERSISTENT, DeliveryMode.PERSISTENT])
+async def test_M11_a_message_changed_after_each_send_arrives_as_it_was_at_each_send(
+    api: Api, bed: Bed, mode: DeliveryMode
+) -> None:
+    queue = Queue(bed.unique("m11"))
+    count = 200
+    async with await started(api, bed) as connection:
+        session = await connection.create_session(AckMode.AUTO)
+        producer = await session.create_producer(queue)
+        message = TextMessage("")
+        ids = []
+        for n in range(count):  # one message object, reused as JMS allows once send() returned
+            message.text = str(n)
+            message.properties["n"] = n
+            message.correlation_id = f"c-{n}"
+            await producer.send(message, delivery_mode=mode)
+            ids.append(message.message_id)
+        await producer.flush()
+        consumer = await session.create_consumer(queue)
+        received = []
+        for _ in range(count):
+            got = await consumer.receive(TIMEOUT)
+            assert got is not None, f"only {len(received)} of {count} arrived"
+            received.append(got)
+        assert await consumer.receive(0.2) is None
+    assert [m.text for m in received] == [str(n) for n in range(count)]
+    assert [m.properties["n"] for m in received] == list(range(count))
+    assert [m.correlation_id for m in received] == [f"c-{n}" for n in range(count)]
+    assert [m.message_id for m in received] == ids
+    assert len(set(ids)) == count
+
+
+def test_M11_a_message_reused_once_its_send_async_completed_arrives_as_it_was(bed: Bed) -> None:
+    """A blocking ``send_async`` crosses to the loop as ``send`` does (encoded in the caller's
+    thread); JMS lets the message be reused once its completion was called."""
+    queue = Queue(bed.unique("m11-async"))
+    count = 50
+    with haclient.connect(bed.url, **bed.options()) as conn:
+        conn.start()
+        session = conn.create_session()
+        producer = session.create_producer(queue)
+        message = TextMessage("")
+        completions: list[BaseException | None] = []
+        threads: set[str] = set()
+        for n in range(count):
+            message.text = str(n)
+            done = threading.Event()
+
+            def completed(
+                sent: object, error: BaseException | None, done: threading.Event = done
+            ) -> None:
+                assert sent is message
+                completions.append(error)
+                threads.add(threading.current_thread().name)
+                done.set()
+
+            producer.send_async(message, on_completion=completed)
+            assert done.wait(TIMEOUT)
+        consumer = session.create_consumer(queue)
+        texts = []
+        for _ in range(count):
+            got = consumer.receive(TIMEOUT)
+            assert got is not None, f"only {len(texts)} of {count} arrived"
+            texts.append(got.text)  # type: ignore[attr-defined]
+    assert completions == [None] * count
+    assert texts == [str(n) for n in range(count)]
+    assert all("dispatcher" in name for name in threads), threads
+
+
+# F4 ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bound", ["timeout=1", "jms.sendTimeout=1000"])
+def test_F4_queued_blocking_sends_keep_their_deadline_while_the_broker_is_gone(
+    bed: Bed, bound: str
+) -> None:
+    """NON_PERSISTENT blocking sends are queued without waiting; with the broker gone the one
+    whose deadline passed raises ``FailoverTimeoutError`` from the producer's next call (or a
+    send waiting for room in a full queue raises it), long before failover gives up."""
+    options = {"failover.giveupafter": "20000"}
+    timeout: float | None = 1.0
+    if bound.startswith("jms."):
+        options["jms.sendTimeout"] = "1000"
+        timeout = None
+    with relayed(bed, **options) as (relay, url):
+        listener = Failures()
+        conn = haclient.connect(url, **bed.options())
+        try:
+            conn.add_listener(listener)
+            producer = conn.create_session().create_producer(Queue(bed.unique("f4")))
+            producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+            producer.send(TextMessage("before"))
+            relay.cut()
+            assert listener.failing_over.wait(HANG)
+            started_at = time.monotonic()
+            sent = 0
+            with pytest.raises(FailoverTimeoutError):
+                while time.monotonic() - started_at < HANG:
+                    producer.send(TextMessage(f"m-{sent}"), timeout=timeout)
+                    sent += 1
+            assert time.monotonic() - started_at < HANG
+        finally:
+            with suppress(FailoverTimeoutError, ConnectionFailedError):
+                conn.close()  # the other queued sends' failures (C9)
+
+
+def test_F4_a_send_waiting_for_room_in_a_full_queue_is_bounded_by_its_timeout(bed: Bed) -> None:
+    with relayed(bed, **{"failover.giveupafter": "20000"}) as (relay, url):
+        listener = Failures()
+        conn = haclient.connect(url, **bed.options())
+        try:
+            conn.add_listener(listener)
+            producer = conn.create_session().create_producer(Queue(bed.unique("f4-room")))
+            producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+            relay.cut()
+            assert listener.failing_over.wait(HANG)
+            started_at = time.monotonic()
+            with pytest.raises(FailoverTimeoutError) as raised:
+                for n in range(20_000):
+                    producer.send(TextMessage(f"m-{n}"), timeout=8)
+            assert time.monotonic() - started_at < HANG
+            assert "room" in str(raised.value) or "failing over" in str(raised.value)
+        finally:
+            with suppress(FailoverTimeoutError, ConnectionFailedError):
+                conn.close()
+
+
+# C9 ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("closing", ["producer", "session", "connection"])
+def test_C9_a_queued_send_that_failed_is_raised_by_the_close_that_found_it(
+    bed: Bed, closing: str
+) -> None:
+    """Two queued sends fail while the broker is gone; the close right after raises the first
+    (after closing); the second goes to the listener's ``send_failed`` and the statistics."""
+    with relayed(bed, **{"failover.giveupafter": "20000"}) as (relay, url):
+        listener = Failures()
+        conn = haclient.connect(url, **bed.options())
+        conn.add_listener(listener)
+        session = conn.create_session()
+        producer = session.create_producer(Queue(bed.unique("c9")))
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+        relay.cut()
+        assert listener.failing_over.wait(HANG)
+        producer.send(TextMessage("first"), timeout=0.5)  # queued: returns at once
+        producer.send(TextMessage("second"), timeout=0.5)
+        closer = {"producer": producer, "session": session, "connection": conn}[closing]
+        started_at = time.monotonic()
+        try:
+            with pytest.raises(FailoverTimeoutError):
+                closer.close()
+            assert time.monotonic() - started_at < HANG
+            assert producer.is_closed
+            closer.close()  # closed: idempotent, nothing left to raise
+            assert listener.told.wait(HANG)
+            assert len(listener.lost) == 1 and isinstance(listener.lost[0], FailoverTimeoutError)
+            assert conn.statistics().sends_failed == 1
+        finally:
+            conn.close()
+
+
+def test_C9_a_refusal_found_by_close_is_raised_by_it(reference_broker: BrokerThread) -> None:
+    """The broker refuses a queued send (its queue was deleted under the producer: a refusal
+    per message, which the reference broker makes on demand); nothing else is called before
+    the session's close, which raises the refusal after closing."""
+    queue = Queue(Bed.unique("c9-refused"))
+    with haclient.connect(reference_broker.url) as conn:
+        session = conn.create_session()
+        producer = session.create_producer(queue)
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+        producer.send(TextMessage("accepted"))
+        producer.flush()
+        assert reference_broker.delete_node(queue.name)
+        producer.send(TextMessage("refused"))  # queued: returns before the broker answers
+        with pytest.raises(haclient.HAClientError, match="deleted"):
+            session.close()
+        assert session.is_closed
+        session.close()  # idempotent
