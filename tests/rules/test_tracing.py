@@ -360,7 +360,9 @@ async def test_O3_a_receive_that_waited_out_a_failover_says_so_on_its_span(
 
         async with anyio.create_task_group() as group:
             group.start_soon(take)
-            await anyio.sleep(0.2)  # the receive waits on the link
+            # the receive waits on the link: nothing outside tells when it began (its span starts
+            # when it returns), and a blocking one first crosses a thread, so a wide margin
+            await anyio.sleep(1.0)
             lost = pair.master
             pair.kill_master()
             await recorder.wait_for("completed")
