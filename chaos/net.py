@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import random
 import socket
 import threading
@@ -27,7 +28,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     The port is drawn at random from outside the kernel's ephemeral range (``_server_ports``),
     where no outgoing connection takes its local port: a broker killed and started again on its
     port finds it free even while clients (of this process or of another test worker) keep
-    connecting elsewhere. The socket is closed again before returning, so another process could
+    connecting elsewhere. Under pytest-xdist each worker draws from a slice of its own
+    (``_worker_slice``). The socket is closed again before returning, so another process could
     still take the port in between; callers that start a server on it should be ready to retry.
 
     Args:
@@ -36,7 +38,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     Returns:
         The port number.
     """
-    low, high = _server_ports()
+    low, high = _worker_slice(*_server_ports())
     for _ in range(100):
         port = _random.randint(low, high)
         if port in _handed_out:
@@ -53,6 +55,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         kernel_port: int = sock.getsockname()[1]
         return kernel_port
+
+
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """The part of ``low..high`` this process draws from: under pytest-xdist, worker ``gwN`` of
+    ``PYTEST_XDIST_WORKER_COUNT`` gets the N-th of that many equal slices, so that two workers
+    never hand out the same port (one may pick a port while the other's server, picked before,
+    is still starting); any other process, the whole range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return low, high
+    index, slices = int(worker[2:]), int(count)
+    if not 0 <= index < slices:
+        return low, high
+    size = (high - low + 1) // slices
+    return low + index * size, low + (index + 1) * size - 1
 
 
 _random = random.Random()

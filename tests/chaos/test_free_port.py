@@ -3,10 +3,13 @@ while clients of this and other test workers keep connecting."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 from pathlib import Path
 
-from chaos.net import free_port
+import pytest
+
+from chaos.net import _worker_slice, free_port
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -29,3 +32,18 @@ def test_a_server_can_listen_on_a_free_port() -> None:
     port = free_port()
     with socket.create_server(("127.0.0.1", port)) as listener:
         assert listener.getsockname()[1] == port
+
+
+def test_each_pytest_xdist_worker_draws_from_a_slice_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    slices = []
+    for index in range(4):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+        slices.append(_worker_slice(10000, 32767))
+    assert slices[0][0] == 10000 and slices[-1][1] <= 32767
+    assert all(low <= high for low, high in slices)
+    assert all(earlier[1] < later[0] for earlier, later in itertools.pairwise(slices))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert _worker_slice(10000, 32767) == (10000, 32767)  # not a worker: the whole range
