@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
 import ipaddress
 import socket
 from collections.abc import Callable
@@ -32,6 +33,7 @@ __all__ = [
     "connect_tcp",
     "own_socket",
     "read_socket",
+    "refuse_self_connection",
     "send_some",
 ]
 
@@ -205,6 +207,8 @@ async def connect_tcp(host: str, port: int) -> SocketStream:
     fail over at once, live long enough for the garbage collector to walk them again and
     again. A host name, or another event loop, goes through ``anyio.connect_tcp``.
 
+    A connection that met itself is refused (``refuse_self_connection``).
+
     Raises:
         OSError: the connection could not be made.
     """
@@ -214,13 +218,44 @@ async def connect_tcp(host: str, port: int) -> SocketStream:
     except RuntimeError:  # not asyncio (trio)
         loop = None
     if family is None or loop is None:
-        return await anyio.connect_tcp(host, port)
+        stream = await anyio.connect_tcp(host, port)
+        try:
+            refuse_self_connection(stream.extra(SocketAttribute.raw_socket))
+        except OSError:
+            await stream.aclose()
+            raise
+        return stream
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await loop.sock_connect(sock, (host, port))
+        refuse_self_connection(sock)
     except BaseException:
         sock.close()
         raise
     return PlainSocketStream(sock)
+
+
+def refuse_self_connection(sock: socket.socket) -> None:
+    """Raise unless ``sock`` is connected to another socket than itself.
+
+    A connect to a port of this machine on which nothing listens may meet itself: when the
+    kernel picks that very port as the connection's own (the port is free, and in the range it
+    picks from), TCP's simultaneous open connects the socket to itself. A client failing over to
+    a local broker that is down would then read its own AMQP header and Open frame back as the
+    broker's, and take the echo for a connection. Such a connection is refused as the broker
+    being down is.
+
+    Raises:
+        ConnectionRefusedError: the socket's own address is its peer's.
+    """
+    try:
+        own, peer = sock.getsockname(), sock.getpeername()
+    except OSError:
+        return  # not connected (any more): the first read or write will say so
+    if own == peer:
+        where = f"{peer[0]}:{peer[1]}"
+        raise ConnectionRefusedError(
+            errno.ECONNREFUSED, f"connection to {where} met itself (nothing listens there)"
+        )

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-from anyio.abc import SocketStream
+from anyio.abc import SocketAttribute, SocketStream
 
 from chaos.broker.server import Gate, GatedStream
 from haclient.amqp.rawsocket import (
@@ -19,6 +19,7 @@ from haclient.amqp.rawsocket import (
     connect_tcp,
     own_socket,
     read_socket,
+    refuse_self_connection,
     send_some,
 )
 
@@ -178,3 +179,24 @@ async def test_connect_tcp_gives_a_plain_socket_on_asyncio_and_anyios_stream_els
             await stream.aclose()
     with pytest.raises(OSError), anyio.fail_after(TIMEOUT):
         await connect_tcp("127.0.0.1", port)  # nobody listens there now
+
+
+def _self_connected() -> socket.socket:
+    """A TCP socket connected to itself, as a connect to a free port of this machine ends when
+    the kernel picks that very port for the connection's own end (simultaneous open)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.connect(sock.getsockname())
+    return sock
+
+
+def test_F1_a_connection_that_met_itself_is_refused_as_a_broker_that_is_down() -> None:
+    with _self_connected() as sock:
+        assert sock.getsockname() == sock.getpeername()  # the situation, for real
+        with pytest.raises(ConnectionRefusedError, match="met itself"):
+            refuse_self_connection(sock)
+
+
+async def test_a_connection_to_a_listener_is_not_refused() -> None:
+    async with connected() as (stream, _):
+        refuse_self_connection(stream.extra(SocketAttribute.raw_socket))
