@@ -43,9 +43,12 @@ __all__ = ["Connected", "Gate", "StaleDeliveryError", "deadline_after"]
 T = TypeVar("T")
 
 
-def deadline_after(timeout: float | None) -> float:
-    """The ``anyio.current_time()`` at which a call given ``timeout`` seconds stops waiting at
-    the gate (``math.inf`` for None).
+def deadline_after(
+    timeout: float | None, *, now: Callable[[], float] = anyio.current_time
+) -> float:
+    """The time on ``now``'s clock (the event loop's, ``anyio.current_time()``) at which a call
+    given ``timeout`` seconds stops waiting at the gate (``math.inf`` for None). Outside the loop,
+    ``now=time.monotonic`` is the same clock on asyncio.
 
     Raises:
         ConfigurationError: ``timeout`` is not a number >= 0 (or None).
@@ -56,7 +59,7 @@ def deadline_after(timeout: float | None) -> float:
         raise ConfigurationError(
             f"timeout must be a number of seconds >= 0 or None, not {timeout!r}", option="timeout"
         )
-    return anyio.current_time() + timeout
+    return now() + timeout
 
 
 class StaleDeliveryError(ConnectionLostError):

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
 from _thread import allocate_lock, get_ident
@@ -45,9 +44,10 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
+from haclient.aio import gate
 from haclient.aio.producer import CompletionListener
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
-from haclient.errors import ClosedError, ConfigurationError, FailoverTimeoutError
+from haclient.errors import ClosedError, FailoverTimeoutError
 from haclient.message import Message
 from haclient.outgoing import Encoded, EncodingTerms
 from haclient.sync._dispatch import Dispatcher
@@ -70,18 +70,13 @@ _NOBODY_WAITS = allocate_lock()
 
 def deadline_after(timeout: float | None) -> float:
     """The ``time.monotonic()`` (the event loop's clock) at which a send given ``timeout``
-    seconds stops waiting (``math.inf`` for None).
+    seconds stops waiting (``math.inf`` for None); from the caller's thread, where the loop's
+    ``anyio.current_time()`` cannot be asked.
 
     Raises:
         ConfigurationError: ``timeout`` is not a number >= 0 (or None).
     """
-    if timeout is None:
-        return math.inf
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise ConfigurationError(
-            f"timeout must be a number of seconds >= 0 or None, not {timeout!r}", option="timeout"
-        )
-    return time.monotonic() + timeout
+    return gate.deadline_after(timeout, now=time.monotonic)
 
 
 class Completion:
