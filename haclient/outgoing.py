@@ -26,8 +26,9 @@ message.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from failover.errors import MessageFormatError
 from haclient.amqp.codec import MessageView, formats
@@ -72,7 +73,15 @@ from haclient.mapping import (
 )
 from haclient.message import DeliveryMode, Message, checked_properties
 
-__all__ = ["Encoded", "EncodingTerms", "OutgoingEncoder", "resolve_send", "stamp"]
+__all__ = [
+    "Encoded",
+    "EncodingTerms",
+    "OutgoingEncoder",
+    "SendDefaults",
+    "resolve_send",
+    "stamp",
+    "stamp_send",
+]
 
 _Address = tuple[bytes, int]  # the encoded address, the type annotation's value
 _NO_ADDRESS: Final[_Address] = (NULL_BYTES, -1)
@@ -137,6 +146,47 @@ def stamp(
     message.delivery_time = now + delivery_delay if delivery_delay and delivery_delay > 0 else now
     message.redelivered = False
     message.delivery_count = 1
+
+
+class SendDefaults(Protocol):
+    """A producer's defaults for what a send leaves out."""
+
+    @property
+    def delivery_mode(self) -> DeliveryMode: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def time_to_live(self) -> float: ...
+    @property
+    def delivery_delay(self) -> float: ...
+    @property
+    def preserve_message_id(self) -> bool: ...
+
+
+def stamp_send(
+    message: Message,
+    destination: Destination,
+    defaults: SendDefaults,
+    new_id: Callable[[], str],
+    *,
+    delivery_mode: DeliveryMode | None,
+    priority: int | None,
+    time_to_live: float | None,
+    delivery_delay: float | None,
+) -> None:
+    """``stamp`` for one send: each header the send leaves out (None) from ``defaults``, and the
+    message's own id kept when ``defaults.preserve_message_id`` says so, else ``new_id()``."""
+    stamp(
+        message,
+        destination,
+        delivery_mode=defaults.delivery_mode if delivery_mode is None else delivery_mode,
+        priority=defaults.priority if priority is None else priority,
+        time_to_live=defaults.time_to_live if time_to_live is None else time_to_live,
+        delivery_delay=defaults.delivery_delay if delivery_delay is None else delivery_delay,
+        message_id=(
+            message.message_id if defaults.preserve_message_id and message.message_id else new_id()
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ from haclient.errors import (
     error_from_condition,
 )
 from haclient.message import DeliveryMode, Message
-from haclient.outgoing import Encoded, EncodingTerms, OutgoingEncoder, resolve_send, stamp
+from haclient.outgoing import Encoded, EncodingTerms, OutgoingEncoder, resolve_send, stamp_send
 
 if TYPE_CHECKING:
     from haclient.aio.context import SessionContext
@@ -208,18 +208,15 @@ class MessageProducer:
         delivery_delay: float | None,
     ) -> None:
         """Set the headers a send sets (JMS: visible on the message object afterwards)."""
-        stamp(
+        stamp_send(
             message,
             destination,
-            delivery_mode=self.delivery_mode if delivery_mode is None else delivery_mode,
-            priority=self.priority if priority is None else priority,
-            time_to_live=self.time_to_live if time_to_live is None else time_to_live,
-            delivery_delay=self.delivery_delay if delivery_delay is None else delivery_delay,
-            message_id=(
-                message.message_id
-                if self.preserve_message_id and message.message_id
-                else self._ids()
-            ),
+            self,
+            self._ids,
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+            delivery_delay=delivery_delay,
         )
 
     async def send(

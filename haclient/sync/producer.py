@@ -20,7 +20,7 @@ from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.destination import NO_PREFIXES, Destination
 from haclient.errors import ClosedError
 from haclient.message import DeliveryMode, Message
-from haclient.outgoing import EncodingTerms, OutgoingEncoder, resolve_send, stamp
+from haclient.outgoing import EncodingTerms, OutgoingEncoder, resolve_send, stamp_send
 from haclient.sync._context import SessionContext
 from haclient.sync._forward import Forwarded
 from haclient.sync._outbox import Completion, Outbox, Sending, deadline_after
@@ -197,19 +197,15 @@ class MessageProducer:
             raise ClosedError("the producer is closed")
         deadline = deadline_after(self._send_timeout if timeout is None else timeout)
         destination, message = resolve_send(self._destination, destination_or_message, message)
-        defaults = self._defaults
-        stamp(
+        stamp_send(
             message,
             destination,
-            delivery_mode=defaults.delivery_mode if delivery_mode is None else delivery_mode,
-            priority=defaults.priority if priority is None else priority,
-            time_to_live=defaults.time_to_live if time_to_live is None else time_to_live,
-            delivery_delay=defaults.delivery_delay if delivery_delay is None else delivery_delay,
-            message_id=(
-                message.message_id
-                if defaults.preserve_message_id and message.message_id
-                else self._ids()
-            ),
+            self._defaults,
+            self._ids,
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+            delivery_delay=delivery_delay,
         )
         return destination, message, deadline
 
