@@ -214,6 +214,8 @@ class ClientIdInUseError(IllegalStateError):
 
     Brokers refuse the connection with a condition that names the client id as the invalid
     field (the condition table knows it). Use another client id, or close the other connection.
+    It is ``retriable``: after a network fault the holder is mostly this client's own dead
+    connection, which the broker has not noticed yet, so a failover tries again (F4).
     """
 
 

@@ -41,7 +41,7 @@ Rules it keeps:
    that raises a retriable ``TimeoutError`` (the broker stopped answering, e.g. a Begin left
    unanswered) is such a loss, not a resource that cannot be restored.
 4. A failure that no reconnect can fix (an ``HAClientError`` whose ``retriable`` is False, e.g.
-   ``ClientIdInUseError``), or any loss under ``nofailover``, goes to FAILED at once. A
+   ``InvalidDestinationError``), or any loss under ``nofailover``, goes to FAILED at once. A
    broker's refusal of trust at a connection attempt (``AuthenticationError``: credentials or
    TLS) moves on to the next broker at once instead; when every broker of a pass refused, it
    goes to FAILED at once with an ``AuthenticationError`` naming each (F15,

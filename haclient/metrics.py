@@ -104,6 +104,9 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "Seconds from the loss of the connection to reconnected and restored, per failover"),
     _m("connection_attempts", "counter", "broker outcome",
        "Attempts to open a connection to a broker (host:port): succeeded or failed"),
+    _m("client_id_refusals", "counter", "",
+       "Connection attempts refused because the broker held the client id (mostly this "
+       "connection's own previous one, not yet noticed dead); failover tries again"),
     _m("calls_blocked", "gauge", "",
        "Calls waiting now for a failover to end before they can use the network"),
     _m("call_blocked_duration_seconds", "histogram", "",
@@ -164,6 +167,7 @@ def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...]
         failed = stats.connection_attempts_failed.get(broker, 0)
         yield "connection_attempts", (broker, "succeeded"), attempts - failed
         yield "connection_attempts", (broker, "failed"), failed
+    yield "client_id_refusals", (), stats.client_id_refusals
     yield "calls_blocked", (), stats.calls_blocked
     yield "call_blocked_duration_seconds", (), stats.blocked_durations
     yield "messages_sent", (), stats.messages_sent

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from chaos.amqp_server import TlsServerLayer
-from chaos.args import LOG_LEVELS, log_level, port, positive_seconds, store
+from chaos.args import LOG_LEVELS, log_level, non_negative_seconds, port, store
 from chaos.broker.accounts import MECHANISMS, parse_mechanisms
 from chaos.broker.readiness import NotReady, ReadinessDelay
 from chaos.broker.server import Broker
@@ -115,7 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="offer only these SASL mechanisms, comma-separated, in this order; each must be "
         f"enabled by the other options (known: {', '.join(MECHANISMS)})",
     )
-    parser.add_argument("--idle-timeout", type=positive_seconds, default=None, metavar="SECONDS")
+    parser.add_argument(
+        "--idle-timeout",
+        type=non_negative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="advertised to clients; a connection silent for twice this is dropped (default: "
+        "none; with --activemq, 15 as ActiveMQ; 0: none)",
+    )
     parser.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES")
     parser.add_argument("--tls-cert", default=None, help="certificate chain file (PEM)")
     parser.add_argument("--tls-key", default=None, help="private key file (PEM)")

@@ -20,7 +20,7 @@ from chaos.broker.subscriptions import SubscriptionInfo
 from chaos.broker.topology import FAILOVER_TOPIC, Topology
 from chaos.broker.transactions import TransactionManager
 
-__all__ = ["ACTIVEMQ_PREFIXES", "BrokerMode", "BrokerState", "NodeInfo"]
+__all__ = ["ACTIVEMQ_IDLE_TIMEOUT", "ACTIVEMQ_PREFIXES", "BrokerMode", "BrokerState", "NodeInfo"]
 
 
 class BrokerMode(enum.Enum):
@@ -31,12 +31,19 @@ class BrokerMode(enum.Enum):
     ``second`` is silently granted as ``first``; the Open frame announces the address prefixes
     (``ACTIVEMQ_PREFIXES``); a second connection with a connected container id is refused at
     open (an Open carrying ``amqp:connection-establishment-failed``, then a Close with
-    ``amqp:invalid-field`` and info ``{invalid-field: container-id}``).
+    ``amqp:invalid-field`` and info ``{invalid-field: container-id}``); and a dead connection is
+    noticed only by its silence: ActiveMQ's AMQP transport advertises a 15 s idle timeout and
+    drops a connection silent for 30 s (``ACTIVEMQ_IDLE_TIMEOUT``), so a client that left
+    without a word still holds its container id on the broker until then.
     """
 
     REFERENCE = "reference"
     ACTIVEMQ = "activemq"
 
+
+ACTIVEMQ_IDLE_TIMEOUT = 15.0
+"""The idle timeout (seconds) ActiveMQ 5.x's AMQP transport advertises: it drops a connection
+after twice this without a frame (``AmqpWireFormat.DEFAULT_IDLE_TIMEOUT``, 30 s)."""
 
 ACTIVEMQ_PREFIXES = {"queue-prefix": "queue://", "topic-prefix": "topic://"}
 """The address prefixes ActiveMQ announces in its Open frame's properties."""

@@ -115,6 +115,9 @@ class ConnectionStatistics:
             password masked), None when there is none.
         sends_failed: Failures of blocking sends queued without waiting that no call could
             raise any more (C9), each also told to the listeners' ``send_failed``.
+        client_id_refusals: Connection attempts a broker refused because it held the client
+            id (``ClientIdInUseError``), mostly our own dead connection; a failover tries
+            again (F4).
     """
 
     state: ConnectionState
@@ -154,6 +157,7 @@ class ConnectionStatistics:
     standby_broker: str | None = None
     connection_id: str = ""
     sends_failed: int = 0
+    client_id_refusals: int = 0
 
     def __repr__(self) -> str:
         """A summary: where the connection is, its traffic, and the counters that are not 0
@@ -181,6 +185,7 @@ class ConnectionStatistics:
 
 _SUMMED: Final = (
     "sends_failed",
+    "client_id_refusals",
     "failovers_returned",
     "failovers_failed",
     "failover_durations",
@@ -302,11 +307,31 @@ class Connection:
         counted as an attempt."""
         try:
             physical = await self._open_standby(broker)
+        except ClientIdInUseError:
+            self._context.counters.attempt(broker, succeeded=False)
+            self._client_id_refused(broker)
+            raise
         except Exception:
             self._context.counters.attempt(broker, succeeded=False)
             raise
         self._context.counters.attempt(broker, succeeded=True)
         return physical
+
+    def _client_id_refused(self, broker: BrokerURL) -> None:
+        """Count a refusal of the client id as in use; the first of each failover is a warning
+        (F4: it is tried again, the holder mostly being our own dead connection)."""
+        counters = self._context.counters
+        counters.client_id_refusals += 1
+        epoch = self._manager.epoch
+        if counters.client_id_warned_epoch == epoch:
+            return
+        counters.client_id_warned_epoch = epoch
+        log.warning(
+            "%s refused client id %r as in use (mostly our own previous connection, which the "
+            "broker has not yet noticed is dead): trying again within the failover budget",
+            broker,
+            self._container_id,
+        )
 
     async def _open_standby(self, broker: BrokerURL) -> PhysicalConnection:
         """One physical connection to ``broker``, counted nowhere: the manager's connector of
@@ -508,6 +533,7 @@ class Connection:
             failovers_returned=manager.returns,
             standby_broker=None if manager.standby is None else str(manager.standby),
             sends_failed=counters.sends_failed,
+            client_id_refusals=counters.client_id_refusals,
             connection_id=self._connection_id,
         )
 

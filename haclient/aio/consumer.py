@@ -64,6 +64,7 @@ from haclient.amqp.types import (
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, address_of
 from haclient.errors import (
     ClosedError,
+    ConnectionFailedError,
     ConnectionLostError,
     FailoverTimeoutError,
     HAClientError,
@@ -282,7 +283,9 @@ class MessageConsumer:
         In AUTO mode the message is acknowledged, and the broker confirmed it, before it is
         returned (A1). One whose acknowledgement a failover cut off in flight is returned once
         the connection is back (F2), flagged ``ack_in_doubt`` (F9); its copy from the next
-        broker is suppressed by the session's duplicate window.
+        broker is suppressed by the session's duplicate window. Should the failover give up
+        instead, or the consumer be closed meanwhile, that message is returned all the same
+        (the broker may have applied its acknowledgement); the next call raises (F4).
 
         Raises:
             ClosedError: the consumer, its session or its connection was closed before the call.
@@ -344,9 +347,15 @@ class MessageConsumer:
     async def _release_held(self, deadline: float) -> Message | None:
         """The oldest message held for its failover to end: acknowledged (in doubt), it waits
         at the gate like any call (F2) and is not given up when that wait ends early (a
-        deadline, a cancellation): the next ``receive()`` returns it."""
-        waited = await self._waiting(deadline, lambda: self._context.gate.wait(deadline))
-        if waited is _Skip.ENDED or self._closed:
+        deadline, a cancellation): the next ``receive()`` returns it. When the failover gives
+        up, or the consumer is closed meanwhile, it is returned all the same: the broker may
+        have applied its acknowledgement, so nobody else will ever get it (F4); the next call
+        raises."""
+        try:
+            waited = await self._waiting(deadline, lambda: self._context.gate.wait(deadline))
+        except (ConnectionFailedError, ClosedError):
+            return self._held.popleft()
+        if waited is _Skip.ENDED and not self._closed:
             return None
         return self._held.popleft()
 

@@ -278,6 +278,8 @@ class Counters:
     acks: dict[AckMode, AckStats] = field(default_factory=_ack_stats)
     attempts: dict[str, int] = field(default_factory=dict)  # host:port -> connection attempts
     attempts_failed: dict[str, int] = field(default_factory=dict)  # host:port -> failed ones
+    client_id_refusals: int = 0  # F4: attempts refused as the client id in use
+    client_id_warned_epoch: int = -1  # not a statistic: the failover whose refusal was logged
 
     def attempt(self, broker: BrokerURL, *, succeeded: bool) -> None:
         """A connection attempt to ``broker`` ended (the first connect's included)."""

@@ -10,6 +10,7 @@ import pytest
 from brokerkit import TIMEOUT, body_of, connect, message, receive, receiver, sender
 
 from chaos.broker import Broker
+from chaos.broker.state import ACTIVEMQ_IDLE_TIMEOUT
 from haclient.amqp.config import ClientAuth
 from haclient.amqp.types import CONNECTION_LOST, Accepted
 from haclient.errors import AuthenticationError, ClientIdInUseError, ConnectionLostError
@@ -161,3 +162,21 @@ async def test_broker_advertises_and_enforces_its_idle_timeout() -> None:
             answer = await anyio.to_thread.run_sync(_raw_exchange, broker.port, AMQP_HEADER)
             assert answer.startswith(AMQP_HEADER)
             assert b"amqp:resource-limit-exceeded" in answer
+
+
+async def test_activemq_mode_advertises_activemqs_idle_timeout_unless_told_otherwise() -> None:
+    """ActiveMQ 5.x advertises 15 s and drops a connection silent for 30 s: a client that
+    vanished without a word keeps its container id on the broker that long (issue 43)."""
+    expected = {
+        ("activemq", None): ACTIVEMQ_IDLE_TIMEOUT,
+        ("activemq", 0.0): None,  # 0 turns it off
+        ("activemq", 2.0): 2.0,
+        ("reference", None): None,
+    }
+    for (mode, asked), advertised in expected.items():
+        async with Broker(mode=mode, idle_timeout=asked) as broker:
+            with anyio.fail_after(TIMEOUT):
+                async with connect(broker) as conn:
+                    assert conn.remote_open is not None
+                    got = conn.remote_open.idle_timeout or None
+                    assert got == (pytest.approx(advertised) if advertised else None), (mode, asked)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--port", "99999"], "argument --port: a port is 0 to 65535, not 99999"),
         (["--port", "-1"], "argument --port: a port is 0 to 65535, not -1"),
         (["--port", "x"], "argument --port: expected a port number, got 'x'"),
-        (["--idle-timeout", "-1"], "argument --idle-timeout: expected more than 0 seconds"),
+        (["--idle-timeout", "-1"], "argument --idle-timeout: expected 0 seconds or more"),
         (["--idle-timeout", "nan"], "argument --idle-timeout: expected a finite number"),
         (["--max-frame-size", "10"], "argument --max-frame-size: at least 512 bytes"),
         (["--log-level", "BOGUS"], "argument --log-level: unknown log level 'BOGUS' (known: "),

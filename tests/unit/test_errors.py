@@ -393,7 +393,7 @@ def test_client_id_in_use_is_refined_from_info() -> None:
     )
     assert type(exc) is ClientIdInUseError
     assert isinstance(exc, IllegalStateError)
-    assert exc.retriable is False
+    assert exc.retriable is True  # mostly our own dead connection: a failover tries again (F4)
     assert exc.condition == "amqp:invalid-field"
     # Any other invalid field stays a plain AMQPError.
     other = error_from_condition("amqp:invalid-field", "bad", {"invalid-field": "source"})
