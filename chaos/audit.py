@@ -79,8 +79,10 @@ class Event:
 
     ``kind`` is one of: sent, accepted, received, acknowledged, ack_failed, committed,
     rolled_back, error, call, failover_started, failover_completed, fault, reply, unanswered,
-    hung, left (taken off the stream's queue by the drain at the end of the run). ``actor``
-    is producer, consumer, requester, server or drain; ``mode`` the session's acknowledge mode
+    hung, stopped (an actor whose connection or consumer closed for good: it stopped for the
+    rest of the round), left (taken off the stream's queue by the drain at the end of the
+    run). ``actor`` is producer, consumer, requester, server or drain; ``mode`` the session's
+    acknowledge mode
     (AUTO, CLIENT, DUPS_OK, NO_ACK, INDIVIDUAL, TRANSACTED). ``t`` is when it ended;
     ``duration`` how long its call took; ``deadline`` the longest it was allowed.
     """

@@ -26,7 +26,7 @@ import itertools
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -37,6 +37,7 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from chaos.broker import Broker
+from chaos.broker.state import ACTIVEMQ_IDLE_TIMEOUT, BrokerMode
 from chaos.net import free_port
 from chaos.toxiproxy.client import ToxiproxyClient, ToxiproxyNotFound, open_toxiproxy
 from failover.url import BrokerURL, parse_url
@@ -107,10 +108,14 @@ class Bed:
         password: That user's password.
         toxiproxy_url: An external Toxiproxy; default ``$TOXIPROXY_URL`` or the embedded one.
         poll_interval: How often a standby tries the store's lock (seconds).
+        broker_mode: The embedded brokers' ``BrokerMode``: ``"reference"``, or ``"activemq"``
+            to behave as ActiveMQ 5.x does where a client can tell (a client id held by a
+            connection not yet noticed dead is refused, and that takes 30 s to notice).
         broker_idle_timeout: The embedded brokers' idle timeout (seconds): a broker drops a
             connection silent for twice this, as real brokers do with heartbeats. Without it, a
             connection whose client left while a proxy held its data (a blackhole, a silent
-            broker) would keep its unacknowledged deliveries from redelivery for good.
+            broker) would keep its unacknowledged deliveries from redelivery for good. None:
+            the mode's, 1 s in the reference mode, ActiveMQ's 15 s in ActiveMQ mode.
     """
 
     def __init__(
@@ -121,18 +126,31 @@ class Bed:
         broker_urls: list[str] | None = None,
         toxiproxy_url: str | None = None,
         poll_interval: float = 0.02,
-        broker_idle_timeout: float | None = 1.0,
+        broker_mode: str = "reference",
+        broker_idle_timeout: float | None = None,
         username: str | None = None,
         password: str | None = None,
     ) -> None:
         """Check the arguments (no I/O).
 
         Raises:
-            ConfigurationError: A broker URL that is not one ``amqp[s]://`` broker, or a
-                password without a user name.
+            ConfigurationError: A broker URL that is not one ``amqp[s]://`` broker, a password
+                without a user name, an unknown broker mode, or an idle timeout below 0.
         """
         if password is not None and username is None:
             raise ConfigurationError("a password without a user name", option="username")
+        try:
+            self.broker_mode = BrokerMode(broker_mode)
+        except ValueError:
+            known = ", ".join(mode.value for mode in BrokerMode)
+            raise ConfigurationError(
+                f"unknown broker mode {broker_mode!r} (known: {known})", option="broker_mode"
+            ) from None
+        if broker_idle_timeout is not None and not broker_idle_timeout >= 0:
+            raise ConfigurationError(
+                f"the brokers' idle timeout must be 0 s or more, not {broker_idle_timeout!r}",
+                option="broker_idle_timeout",
+            )
         self.username = username
         self.password = password
         self._prefix = f"bed-{uuid.uuid4().hex[:6]}"
@@ -142,6 +160,10 @@ class Bed:
         self.ha = ha and not broker_urls
         self.external = bool(broker_urls)
         self.poll_interval = poll_interval
+        if broker_idle_timeout is None:
+            broker_idle_timeout = (
+                ACTIVEMQ_IDLE_TIMEOUT if self.broker_mode is BrokerMode.ACTIVEMQ else 1.0
+            )
         self.broker_idle_timeout = broker_idle_timeout
         self._count = 2 if self.ha else (len(broker_urls) if broker_urls else brokers)
         self._toxiproxy_url = toxiproxy_url
@@ -206,6 +228,7 @@ class Bed:
                 store=store,
                 ha_poll_interval=self.poll_interval,
                 idle_timeout=self.broker_idle_timeout,
+                mode=self.broker_mode,
             )
             member = Member(
                 f"broker-{i}",
@@ -231,6 +254,23 @@ class Bed:
         for member in self.members:
             with suppress(ToxiproxyNotFound):
                 self.client.delete_proxy(member.proxy)
+
+    @property
+    def stale_after(self) -> float:
+        """Seconds an embedded broker may still hold a connection whose client is gone
+        without a word (twice its idle timeout; 0 for external brokers, unknown here): its
+        unsettled deliveries come back, and its client id is free, only then."""
+        return 0.0 if self.external else 2 * self.broker_idle_timeout
+
+    def unsettled(self, queues: Iterable[str]) -> int:
+        """Messages of ``queues`` the serving broker delivered and has not had settled
+        (embedded beds; 0 for external ones)."""
+        if self.external:
+            return 0
+        broker = self.master().broker
+        assert broker is not None
+        names = list(queues)
+        return self.call(_unsettled, broker, names)
 
     @property
     def portal(self) -> BlockingPortal:
@@ -424,6 +464,15 @@ class Bed:
                 self._all_down(period_ms / 1000)
                 time.sleep(period_ms / 1000)
         return record
+
+
+def _unsettled(broker: Broker, queues: list[str]) -> int:
+    """The unsettled deliveries of ``queues`` on ``broker`` (a queue it never had counts 0)."""
+    total = 0
+    for name in queues:
+        with suppress(KeyError):
+            total += broker.unacked_count(name)
+    return total
 
 
 def _running(broker: Broker) -> Callable[[], bool]:

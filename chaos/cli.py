@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import haclient
-from chaos.args import positive_seconds
+from chaos.args import non_negative_seconds, positive_seconds
 from chaos.audit import audit
 from chaos.bed import Bed, FaultRecord
 from chaos.faults import FAULTS
@@ -35,7 +36,7 @@ from chaos.report import write_report
 from chaos.scenarios.runner import MatrixRun, Schedule, run_matrix
 from chaos.scenarios.workloads import WORKLOADS
 from chaos.toxiproxy.client import TOXIPROXY_URL, ToxiproxyClient, ToxiproxyError
-from haclient.errors import HAClientError
+from haclient.errors import AuthenticationError, ClientIdInUseError, HAClientError
 
 __all__ = ["main"]
 
@@ -51,6 +52,8 @@ Without --broker: a shared-store HA pair of reference brokers behind an embedded
 Exit status: 0 every promise held, 1 a promise broke, 2 a bad argument or a failed set-up.
 """
 PREFLIGHT_ATTACH_TIMEOUT = 10.0
+SETUP_TIMEOUT = 60.0
+"""How long the set-up waits for brokers that do not answer yet (seconds)."""
 
 
 class SetupFailed(Exception):
@@ -66,6 +69,7 @@ class _Plan:
     bed: Bed
     out: Path
     trace: bool = False
+    setup_timeout: float = 60.0
 
 
 def _names(text: str, known: Mapping[str, object], what: str) -> list[str]:
@@ -143,6 +147,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--password", metavar="SECRET", help="that user's password")
     run.add_argument(
+        "--broker-mode",
+        choices=("reference", "activemq"),
+        default="reference",
+        help="the embedded brokers behave as the reference broker, or as ActiveMQ 5.x where a "
+        "client can tell (a dead connection noticed only after twice the idle timeout, its "
+        "client id refused meanwhile) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--broker-idle-timeout",
+        type=non_negative_seconds,
+        metavar="SECONDS",
+        help="the embedded brokers' idle timeout: a connection silent for twice this is "
+        "dropped (default: 1, or ActiveMQ's 15 with --broker-mode activemq; 0: never)",
+    )
+    run.add_argument(
+        "--setup-timeout",
+        type=positive_seconds,
+        default=SETUP_TIMEOUT,
+        metavar="SECONDS",
+        help="how long to wait for brokers that are starting up (default: %(default)s)",
+    )
+    run.add_argument(
         "--toxiproxy",
         metavar="URL",
         help=f"an external Toxiproxy API (default: ${TOXIPROXY_URL}, else an embedded one)",
@@ -179,16 +205,27 @@ def _plan(args: argparse.Namespace) -> _Plan:
     toxiproxy = args.toxiproxy or os.environ.get(TOXIPROXY_URL, "").strip() or None
     if toxiproxy is not None:
         _check_toxiproxy(toxiproxy, "--toxiproxy" if args.toxiproxy else f"${TOXIPROXY_URL}")
+    if args.broker and (args.broker_mode != "reference" or args.broker_idle_timeout is not None):
+        given = "--broker-mode" if args.broker_mode != "reference" else "--broker-idle-timeout"
+        raise ValueError(f"{given} sets up the embedded brokers: not with --broker")
     try:
         bed = Bed(
             broker_urls=args.broker,
             toxiproxy_url=toxiproxy,
             username=args.username,
             password=args.password,
+            broker_mode=args.broker_mode,
+            broker_idle_timeout=args.broker_idle_timeout,
         )
     except HAClientError as exc:
         raise ValueError(f"--broker: {exc}") from None
-    return _Plan(schedule, bed, _out_directory(args.out), trace=args.trace)
+    return _Plan(
+        schedule,
+        bed,
+        _out_directory(args.out),
+        trace=args.trace,
+        setup_timeout=args.setup_timeout,
+    )
 
 
 def _check_toxiproxy(url: str, given_by: str) -> None:
@@ -219,22 +256,46 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[0] if first else '(no detail)'}"
 
 
-def _preflight(bed: Bed) -> None:
-    """Connect once through the proxies, as the workloads will (one pass over the brokers).
+def _preflight(bed: Bed, *, setup_timeout: float = SETUP_TIMEOUT) -> None:
+    """Connect once through the proxies, as the workloads will: one pass over the brokers,
+    then, when none answered (brokers starting up: through a proxy, one that is not ready
+    looks the same as one that is down), again and again for up to ``setup_timeout`` seconds,
+    saying so on standard error. A refused login ends the wait at once.
 
     Raises:
-        SetupFailed: no broker answered, or it refused the login.
+        SetupFailed: no broker answered in time, or they refused the login.
     """
     try:
-        with haclient.connect(
-            bed.url(**{"startup.cyclecount": 1}),
-            attach_timeout=PREFLIGHT_ATTACH_TIMEOUT,
-            close_timeout=1.0,
-        ):
-            pass
+        _connect_once(bed.url(**{"startup.cyclecount": 1}))
+        return
+    except (AuthenticationError, ClientIdInUseError) as exc:
+        raise SetupFailed(f"the brokers refused the connection: {_one_line(exc)}") from exc
     except HAClientError as exc:
-        reason = f"cannot connect to the brokers through the proxies: {_one_line(exc)}"
+        first = exc
+    print(
+        f"haclient-chaos: no broker answered through the proxies yet ({_one_line(first)}); "
+        f"waiting up to {setup_timeout:.0f} s for them to start",
+        file=sys.stderr,
+    )
+    started = time.monotonic()
+    budget = {"startup.cyclecount": -1, "giveupafter": max(1, round(setup_timeout * 1000))}
+    try:
+        _connect_once(bed.url(**budget))
+    except HAClientError as exc:
+        reason = (
+            f"cannot connect to the brokers through the proxies within {setup_timeout:.0f} s: "
+            f"{_one_line(exc)}"
+        )
         raise SetupFailed(reason) from exc
+    print(
+        f"haclient-chaos: the brokers answered after {time.monotonic() - started:.1f} s",
+        file=sys.stderr,
+    )
+
+
+def _connect_once(url: str) -> None:
+    with haclient.connect(url, attach_timeout=PREFLIGHT_ATTACH_TIMEOUT, close_timeout=1.0):
+        pass
 
 
 def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
@@ -251,7 +312,7 @@ def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
             bed = stack.enter_context(plan.bed)
         except (ToxiproxyError, OSError, TimeoutError) as exc:
             raise SetupFailed(f"cannot start the bed: {_one_line(exc)}") from exc
-        _preflight(bed)
+        _preflight(bed, setup_timeout=plan.setup_timeout)
         progress = stack.enter_context(Progress(*columns, TimeElapsedColumn()))
         task = progress.add_task("injecting faults", total=total)
 

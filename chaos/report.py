@@ -13,6 +13,7 @@ tables), the plots, the final scrape (``metrics.txt``) and ``ledger.jsonl`` into
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from markdown_it import MarkdownIt
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from chaos.audit import PROMISES, AuditResult, Event, StreamSummary
+from chaos.audit import PROMISES, AuditResult, Event, StreamSummary, Violation
 from chaos.bed import FaultRecord
 from chaos.scenarios.runner import MatrixRun
 
@@ -183,12 +184,33 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
         "|---|---|---:|",
         *(f"| {p} | {PROMISES[p]} | {n} |" for p, n in result.by_promise().items()),
     ]
-    if result.violations:
-        lines += ["", "## Broken promises (first 50)", ""]
-        lines += [
-            f"- `{v.stream}` {v.promise} ({v.rule}): {v.detail}" for v in result.violations[:50]
-        ]
+    lines += _violation_lines(result)
     return "\n".join(lines) + "\n"
+
+
+_VARYING = re.compile(r"ID:\S+|\b[0-9a-f]{8,}\b|\d+(?:\.\d+)?")
+"""What differs between repeats of one violation: message ids, hex ids, numbers."""
+
+
+def _violation_lines(result: AuditResult) -> list[str]:
+    """The broken promises, repeats of one (same stream, promise and text but for ids and
+    numbers) summarised as one line with their count and the first one's text, most
+    frequent first (the first 50)."""
+    if not result.violations:
+        return []
+    groups: dict[tuple[str, str, str], list[Violation]] = defaultdict(list)
+    for violation in result.violations:
+        gist = _VARYING.sub("#", violation.detail)
+        groups[(violation.stream, violation.promise, gist)].append(violation)
+    ranked = sorted(groups.values(), key=len, reverse=True)
+    lines = ["", f"## Broken promises ({len(result.violations)}, {len(groups)} kinds)", ""]
+    for same in ranked[:50]:
+        first = same[0]
+        times = f" ({len(same)} times; the first:)" if len(same) > 1 else ""
+        lines.append(f"- `{first.stream}` {first.promise} ({first.rule}){times} {first.detail}")
+    if len(ranked) > 50:
+        lines.append(f"- ... and {len(ranked) - 50} more kinds")
+    return lines
 
 
 def _drain_lines(run: MatrixRun) -> list[str]:

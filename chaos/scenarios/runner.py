@@ -22,7 +22,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +45,7 @@ log = logging.getLogger("chaos.runner")
 WARM_UP = 0.5
 GAP = 0.3
 HANG_AFTER = 60.0
+SETTLE_SLACK = 5.0
 
 
 @dataclass
@@ -198,7 +199,9 @@ class _Rounds:
                 self.run.ledger,
                 stop,
                 idle_timeout=IDLE_TIMEOUT,
-                drain=self.schedule.drain,
+                # A broker that notices a dead connection late (ActiveMQ: 30 s) gives its
+                # unsettled deliveries back only then: wait that long for them.
+                drain=max(self.schedule.drain, self.bed.stale_after + 1.0),
                 on_connect=self.on_connect,
                 queue=f"chaos-{self.run.run_id}-{name}-r{number}",
                 tracer_provider=self.tracer_provider,
@@ -236,14 +239,34 @@ class _Rounds:
 
 
 def _drain(bed: Bed, run: MatrixRun) -> None:
-    """Empty every queue of the run into its ledger; a failure is kept in ``drain_error``
-    (the report says the leftovers are not accounted for), not raised."""
+    """Empty every queue of the run into its ledger, once the brokers gave back what dead
+    connections held (``_wait_settled``); a failure is kept in ``drain_error`` (the report says
+    the leftovers are not accounted for), not raised."""
     try:
+        _wait_settled(bed, run.queues)
         anyio.run(drain, bed.url(), run.queues, run.ledger)
     except Exception as exc:
         log.error("the drain failed", exc_info=exc)
         leaves = _leaves(exc)
         run.drain_error = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves)[:200]
+
+
+def _wait_settled(bed: Bed, queues: Iterable[str]) -> None:
+    """Wait (at most the time a broker takes to notice a dead connection, and a little) until
+    no message of ``queues`` is delivered and unsettled: every workload has closed, so such a
+    message is held by a connection the broker has not yet noticed is dead, and comes back to
+    its queue when it does. Embedded beds only (an external broker's are not visible)."""
+    deadline = time.monotonic() + bed.stale_after + SETTLE_SLACK
+    held = bed.unsettled(queues)
+    if held:
+        log.info(
+            "waiting up to %.0f s for %d messages held by dead connections", bed.stale_after, held
+        )
+    while held and time.monotonic() < deadline:
+        time.sleep(0.1)
+        held = bed.unsettled(queues)
+    if held:
+        log.warning("%d messages still held by connections after %.0f s", held, bed.stale_after)
 
 
 async def _run_all(contexts: list[WorkloadContext], stop: threading.Event) -> None:

@@ -27,7 +27,12 @@ import anyio
 import haclient.aio as aio
 from chaos.audit import Ledger
 from haclient import AckMode, Message, Queue, TextMessage
-from haclient.errors import AcknowledgeFailedError, TransactionRolledBackError
+from haclient.errors import (
+    AcknowledgeFailedError,
+    ClosedError,
+    ConnectionFailedError,
+    TransactionRolledBackError,
+)
 
 __all__ = ["WORKLOADS", "Workload", "WorkloadContext"]
 
@@ -65,6 +70,9 @@ class WorkloadContext:
     tracer_provider: Any = None
     """An OpenTelemetry ``TracerProvider``: the connections trace (rules O1-O4) and the ledger
     notes each message's trace id (the report's table of the messages a fault hit)."""
+    gone: set[str] = field(default_factory=set)
+    """The actors whose connection (or consumer) is closed for good: failover gave up, or the
+    object was closed. They stop for the rest of the round instead of calling on in a loop."""
 
     def __post_init__(self) -> None:
         self.queue = self.queue or self.stream
@@ -114,15 +122,27 @@ class WorkloadContext:
                 error=type(exc).__name__,
                 message=str(exc)[:200],
             )
+            if isinstance(exc, (ConnectionFailedError, ClosedError)) and actor not in self.gone:
+                self.gone.add(actor)
+                self.record(
+                    "stopped", actor, mode, call=call, message=f"closed for good: {exc}"[:200]
+                )
             raise
         duration = time.time() - start
         if duration > 0.05:
             self.record("call", actor, mode, call=call, duration=duration, deadline=deadline)
         return result
 
-    def draining_done(self, last_progress: float) -> bool:
-        """True when the consumer may stop: the producer is done and everything it promised
-        was consumed, or nothing came for ``drain`` seconds."""
+    def running(self, actor: str) -> bool:
+        """Whether ``actor`` (a producing side) goes on: not stopped, its connection alive."""
+        return not self.stop.is_set() and actor not in self.gone
+
+    def draining_done(self, last_progress: float, actor: str = "consumer") -> bool:
+        """True when the consumer may stop: its connection is closed for good, or the producer
+        is done and everything it promised was consumed, or nothing came for ``drain``
+        seconds."""
+        if actor in self.gone:
+            return True
         if not (self.stop.is_set() and self.producer_done):
             return False
         return self.expected <= self.consumed or time.time() - last_progress > self.drain
@@ -173,7 +193,7 @@ async def produce(context: WorkloadContext) -> None:
     async with await context.connect("producer") as connection:
         session = await connection.create_session(AckMode.AUTO)
         producer = await session.create_producer(Queue(context.queue))
-        while not context.stop.is_set():
+        while context.running("producer"):
             message = TextMessage("payload")
             start = time.time()
             try:
@@ -201,7 +221,7 @@ async def produce_transacted(context: WorkloadContext) -> None:
     async with await context.connect("producer") as connection:
         session = await connection.create_session(AckMode.TRANSACTED)
         producer = await session.create_producer(Queue(context.queue))
-        while not context.stop.is_set():
+        while context.running("producer"):
             ids: list[str] = []
             try:
                 for _ in range(BATCH):
@@ -346,7 +366,7 @@ async def serve(context: WorkloadContext) -> None:
         requests = await session.create_consumer(Queue(context.queue))
         replies = await session.create_producer()
         last_progress = time.time()
-        while not context.draining_done(last_progress):
+        while not context.draining_done(last_progress, "server"):
             request = await _receive(context, requests, "server", "AUTO")
             if request is None:
                 continue
@@ -371,7 +391,7 @@ async def ask(context: WorkloadContext) -> None:
         answers = await session.create_consumer(inbox)
         producer = await session.create_producer(Queue(context.queue))
         question = 0
-        while not context.stop.is_set():
+        while context.running("requester"):
             question += 1
             await _ask_one(context, producer, answers, inbox, question)
             await anyio.sleep(context.pace)
@@ -386,6 +406,8 @@ async def _ask_one(
 ) -> None:
     asked: list[str] = []
     for _ in range(REQUEST_RETRIES):
+        if "requester" in context.gone:
+            return
         request = TextMessage(f"question {question}")
         request.reply_to = inbox
         start = time.time()
@@ -401,7 +423,7 @@ async def _ask_one(
         )
         context.expected.add(asked[-1])
         deadline = time.time() + REPLY_TIMEOUT
-        while time.time() < deadline:
+        while time.time() < deadline and "requester" not in context.gone:
             reply = await _receive(context, answers, "requester", "AUTO")
             if reply is None:
                 continue
