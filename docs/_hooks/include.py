@@ -8,15 +8,12 @@ Markdown, as a Python code block). Links are rewritten
 for the page: a link into ``docs/`` points at that page of the site, any other file of the
 repository at its source (``repo_url``). A missing file or section fails the build.
 
-It also lets a docstring's ``Raises:`` entry be prose, such as "As ``connect()``." (it raises
-what that call raises) or "The broker's refusal of a pipelined send": griffe wants
-``Error: description`` pairs there and warns, which ``--strict`` would make fatal; those warnings
-are logged as INFO. Every other warning stays one.
+Every warning stays one: a docstring's ``Raises:`` entry is an ``Error: description`` pair, as
+griffe reads it (``make docs-check`` fails on any warning of the build).
 """
 
 from __future__ import annotations
 
-import logging
 import posixpath
 import re
 from pathlib import Path
@@ -28,23 +25,6 @@ _INCLUDE = re.compile(r'^<!-- include (\S+)(?: "([^"]+)")? -->$', re.M)
 _HEADING = re.compile(r"^(#{1,6}) (.+)$")
 _LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")
 _FENCE = re.compile(r"^```")
-
-
-class _ProseRaises(logging.Filter):
-    """Logs griffe's complaint about a ``Raises:`` entry without an exception name as INFO."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "Failed to get 'exception: description' pair from" in record.getMessage():
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
-
-
-def on_config(config: Any) -> Any:
-    """Install the filter on griffe's logger (as mkdocs names it)."""
-    griffe = logging.getLogger("mkdocs.plugins.griffe")
-    if not any(isinstance(f, _ProseRaises) for f in griffe.filters):
-        griffe.addFilter(_ProseRaises())
-    return config
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
