@@ -62,7 +62,7 @@ MEASURE = """() => {
       .split('\\n')[0].slice(0, 70);
   const boxes = [];
   for (const el of inner.querySelectorAll(
-      'pre > code, .md-typeset__scrollwrap, .md-typeset__table, table, img')) {
+      'pre > code, .md-typeset__scrollwrap, table:not(.md-typeset__scrollwrap table), img')) {
     const rect = el.getBoundingClientRect();
     if (rect.width === 0 && rect.height === 0) continue;  // not shown (a closed <details>)
     const kind = el.tagName === 'CODE' ? 'code block' : el.tagName === 'IMG' ? 'image' : 'table';
