@@ -56,7 +56,10 @@ def secrets(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="Secrets come from the environment and files, never from the command line.",
+    )
     parser.add_argument("url", help="a broker URL or a failover:(...) URL, usually amqps")
     parser.add_argument("--username", help="the user to log in as (none: the certificate)")
     parser.add_argument("--password-env", metavar="VAR", help="the password's variable")

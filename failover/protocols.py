@@ -115,7 +115,8 @@ class StagedResource(Resource[P_contra], Protocol):
         and return what is left (awaiting the answer), or None when nothing is. Must not block.
 
         Raises:
-            The same as ``restore``, from this call or from the one it returns.
+            ConnectionLostError: as ``restore``, from this call or from the one it returns
+                (and any other exception, as there).
         """
         ...
 

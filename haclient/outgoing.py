@@ -255,10 +255,11 @@ class OutgoingEncoder:
         Args:
             message: The message; its headers are read, never changed.
             prefixes: The broker's address prefixes (``queue://`` ...).
-            user_id / stamp_user_id: With ``stamp_user_id``, ``user_id`` is the message's
-                ``user-id`` (JMSXUserID), whatever the message says (``jms.populateJMSXUserID``:
-                the authenticated user's name; None clears it, as Qpid JMS does); without, the
-                message's own JMSXUserID property is sent.
+            user_id: With ``stamp_user_id``, the message's ``user-id`` (JMSXUserID), whatever
+                the message says (``jms.populateJMSXUserID``: the authenticated user's name;
+                None clears it, as Qpid JMS does).
+            stamp_user_id: Whether ``user_id`` is stamped; without, the message's own
+                JMSXUserID property is sent.
 
         Raises:
             MessageFormatError: a property, the body, a header or an id is not allowed.
@@ -313,7 +314,9 @@ class OutgoingEncoder:
         event loop needs beside the bytes; nothing of ``message`` is kept.
 
         Raises:
-            As ``encode``.
+            MessageFormatError: a property, the body, a header or an id is not allowed (as
+                ``encode``).
+            InvalidDestinationError: the destination or reply-to is not a destination.
         """
         destination = message.destination
         if destination is None:

@@ -6,17 +6,19 @@ up to the next heading of the same or a higher level, its subheadings raised one
 own title stands for the section's). Without a title the whole file is taken (a file that is not
 Markdown, as a Python code block). Links are rewritten
 for the page: a link into ``docs/`` points at that page of the site, any other file of the
-repository at its source (``repo_url``). A missing file or section fails the build.
+repository at its source (``repo_url``). A missing file or section fails the build. A chaos
+run's report (``docs/chaos-runs/``) gets its plot of failover durations at its end.
 
-It also lets a docstring's ``Raises:`` entry be prose, such as "As ``connect()``." (it raises
-what that call raises) or "The broker's refusal of a pipelined send": griffe wants
-``Error: description`` pairs there and warns, which ``--strict`` would make fatal; those warnings
-are logged as INFO. Every other warning stays one.
+In a table, inline code may break after a dot, a slash or an underscore only (``<wbr>``), so
+that a dotted name (``jms.prefetchPolicy.all``) wraps where it reads well and a package name
+(``haclient[metrics]``) never breaks; the site's CSS allows no other break in code.
+
+Every warning stays one: a docstring's ``Raises:`` entry is an ``Error: description`` pair, as
+griffe reads it (``make docs-check`` fails on any warning of the build).
 """
 
 from __future__ import annotations
 
-import logging
 import posixpath
 import re
 from pathlib import Path
@@ -28,23 +30,8 @@ _INCLUDE = re.compile(r'^<!-- include (\S+)(?: "([^"]+)")? -->$', re.M)
 _HEADING = re.compile(r"^(#{1,6}) (.+)$")
 _LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")
 _FENCE = re.compile(r"^```")
-
-
-class _ProseRaises(logging.Filter):
-    """Logs griffe's complaint about a ``Raises:`` entry without an exception name as INFO."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "Failed to get 'exception: description' pair from" in record.getMessage():
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
-
-
-def on_config(config: Any) -> Any:
-    """Install the filter on griffe's logger (as mkdocs names it)."""
-    griffe = logging.getLogger("mkdocs.plugins.griffe")
-    if not any(isinstance(f, _ProseRaises) for f in griffe.filters):
-        griffe.addFilter(_ProseRaises())
-    return config
+_CELL = re.compile(r"<td>.*?</td>", re.S)
+_CELL_CODE = re.compile(r"<code>([^<]*)</code>")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -59,7 +46,27 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         text = section(source, title) if title else (ROOT / source).read_text()
         return relink(text, source, page_dir, repo_url)
 
-    return _INCLUDE.sub(include, markdown)
+    return with_plot(_INCLUDE.sub(include, markdown), page.file.src_uri)
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Inline code in table cells gets a break opportunity after each dot, slash and underscore."""
+    return _CELL.sub(lambda cell: _CELL_CODE.sub(_breakable, cell.group(0)), html)
+
+
+def _breakable(code: re.Match[str]) -> str:
+    return "<code>" + re.sub(r"([./_])(?=\w)", r"\1<wbr>", code.group(1)) + "</code>"
+
+
+def with_plot(markdown: str, src_uri: str) -> str:
+    """A chaos run's report (``chaos-runs/NAME.md``) with its failover-duration plot
+    (``NAME-failovers.png``, written beside it by the same run) shown at its end."""
+    folder, name = posixpath.split(src_uri)
+    plot = f"{posixpath.splitext(name)[0]}-failovers.png"
+    if folder != "chaos-runs" or not (ROOT / DOCS / folder / plot).is_file():
+        return markdown
+    image = f"![Failover durations of this run]({plot})"
+    return f"{markdown.rstrip()}\n\n## Failover durations\n\n{image}\n"
 
 
 def section(source: str, title: str) -> str:

@@ -148,8 +148,8 @@ class Gate:
                 work that belongs to the connection a message came on).
 
         Raises:
-            What ``operation`` raised for any reason but the loss of its connection, what
-            ``on_lost`` raised, and what ``wait`` raises.
+            Exception: what ``operation`` raised for any reason but the loss of its
+                connection, what ``on_lost`` raised, and what ``wait`` raises.
         """
         while True:
             at, on = on or self.connected_nowait() or await self.wait(deadline), None

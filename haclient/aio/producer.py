@@ -320,8 +320,12 @@ class MessageProducer:
         ``deadline`` (``anyio.current_time()``; F4) for a connection.
 
         Raises:
-            As ``send``; an earlier pipelined send's refusal is raised first, as ``send``
-            raises it.
+            MessageFormatError: a property or header cannot be sent (as ``send``).
+            InvalidDestinationError: no destination, or the broker refused it.
+            ResourceLimitError, AMQPError ...: the broker rejected the message; an earlier
+                pipelined send's refusal is raised first, as ``send`` raises it.
+            ClosedError: the producer, session or connection is closed.
+            FailoverTimeoutError: still failing over past ``deadline`` (F4).
         """
         self._check_open()
         self._raise_pipelined_failure()
@@ -492,7 +496,10 @@ class MessageProducer:
         outcome (None: accepted).
 
         Raises:
-            As ``send_async``, for what is found before anything was sent.
+            MessageFormatError: a property or header cannot be sent (found before anything
+                was sent, as ``send_async``).
+            InvalidDestinationError: no destination.
+            ClosedError: the producer, session or connection is closed.
         """
         self._check_open()
         self._raise_pipelined_failure()
@@ -663,7 +670,8 @@ class MessageProducer:
         """Wait for the outcome of pipelined sends, then detach. Idempotent.
 
         Raises:
-            The broker's refusal of a pipelined (NON_PERSISTENT) send not reported yet.
+            AMQPError: the broker's refusal of a pipelined (NON_PERSISTENT) send not reported
+                yet (``ResourceLimitError`` ... as ``send`` raises it).
         """
         if self._closed:
             return

@@ -50,7 +50,7 @@ async def drain(at: Connected, receiver: Receiver) -> bool | None:
     ``amqp.drainTimeout`` passed first.
 
     Raises:
-        The link's error when the broker closed it (its reason).
+        AMQPError: the link's error when the broker closed it (its reason).
     """
     limit = at.physical.drain_timeout
     with anyio.move_on_after(math.inf if limit is None else limit):

@@ -561,8 +561,9 @@ class AmqpConnection:
             The message; None after ``timeout`` seconds or once this end closed the link.
 
         Raises:
-            The peer's reason (e.g. ``InvalidDestinationError``) when the peer closed the link,
-            its session or the connection; messages that arrived before are returned first.
+            AMQPError: the peer's reason (e.g. ``InvalidDestinationError``) when the peer closed
+                the link, its session or the connection; messages that arrived before are
+                returned first.
         """
         inbox = self._inboxes.get(receiver)
         if inbox is None:  # closed at both ends and forgotten
@@ -942,7 +943,12 @@ async def open_connection(
     connection is closed (Close frames exchanged) when the block exits.
 
     Raises:
-        As ``connect_amqp``.
+        ConnectionLostError: the TCP connection could not be made or dropped during the open
+            (as ``connect_amqp``).
+        BrokerNotReadyError: the TCP connection was closed before the peer sent a byte.
+        AuthenticationError: the SASL login was refused.
+        ProtocolError: the peer does not speak AMQP 1.0.
+        OpenTimeoutError: the peer did not answer the Open within ``connect_timeout``.
     """
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:

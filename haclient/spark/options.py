@@ -232,7 +232,9 @@ class SparkOptions:
         a user's dead URL, and one failed task fails a whole local job.
 
         Raises:
-            As ``haclient.connect``.
+            ConfigurationError: the URL or an option is invalid (as ``haclient.connect``).
+            ConnectionFailedError: no broker could be reached within the URL's time budget.
+            AuthenticationError: the broker refused the login.
         """
         for option in SPARK_OPTIONS:
             if option.layer == _CONNECTION and option.keyword is not None:

@@ -144,7 +144,7 @@ async def wait_for_job(
     daemons: one stuck on a hung listener would keep the process from exiting).
 
     Raises:
-        Whatever the job raised.
+        Exception: whatever the job raised.
     """
     abandoned = threading.Event()
 

@@ -217,7 +217,7 @@ class EventLoop:
             IllegalStateError: called from the loop thread.
             ClosedError: the connection is closed, before or during the call.
             KeyboardInterrupt: Ctrl-C while waiting; the task was cancelled first.
-            Whatever ``fn`` raised.
+            Exception: whatever ``fn`` raised.
         """
         self.check_caller()
         coro = _as_coroutine(fn(*args, **kwargs))
@@ -263,7 +263,10 @@ class EventLoop:
         """Run the plain function ``fn(*args, **kwargs)`` on the loop thread; return its result.
 
         Raises:
-            As ``run``.
+            IllegalStateError: called from the loop thread (as ``run``).
+            ClosedError: the connection is closed, before or during the call.
+            KeyboardInterrupt: Ctrl-C while waiting; the task was cancelled first.
+            Exception: whatever ``fn`` raised.
         """
 
         async def task() -> T:
@@ -335,7 +338,9 @@ class EventLoop:
         which ``stop()`` closes with ``close(value)``.
 
         Raises:
-            As ``run``; a Ctrl-C while opening cancels the opening and is raised.
+            IllegalStateError: called from the loop thread (as ``run``).
+            ClosedError: the connection is closed, before or during the call.
+            KeyboardInterrupt: Ctrl-C while opening; the opening is cancelled first.
         """
         self.check_caller()
         return self._run(self._open(open_in, close))

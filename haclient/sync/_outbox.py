@@ -220,7 +220,7 @@ class Outbox:
         """Block until the loop is done with ``sending`` (put, with ``waits``); raise its error.
 
         Raises:
-            Whatever the send raised on the loop.
+            Exception: whatever the send raised on the loop.
             KeyboardInterrupt: Ctrl-C while waiting; the send is cancelled first (it may have
                 reached the broker).
         """

@@ -261,8 +261,9 @@ class Connection:
 
         Raises:
             IllegalStateError: called from the event-loop thread.
-            The broker's refusal, or the failure, of a producer's queued send not reported
-                yet, once closed (C9).
+            AMQPError: the broker's refusal, or the failure, of a producer's queued send not
+                reported yet, once closed (C9; ``FailoverTimeoutError`` ... as ``send`` raises
+                it).
         """
         if self._loop.stopped:
             if self._kept is not None:
@@ -367,7 +368,11 @@ class ConnectionFactory:
         event-loop thread, or on one of its own with ``private_loop``.
 
         Raises:
-            As ``connect()``.
+            ConfigurationError: the URL or an option is invalid (as ``connect()``).
+            ConnectionFailedError: no broker could be reached (``.cause`` says why).
+            AuthenticationError: the broker refused the login.
+            ClientIdInUseError: another connection uses ``client_id``.
+            KeyboardInterrupt: Ctrl-C while connecting (the attempt is cancelled).
         """
         notifier = _notifier()
         wrapper = None if listener is None else _ThreadedFailoverListener(listener, notifier)

@@ -126,7 +126,10 @@ class MessageConsumer:
         trip: M9); else None.
 
         Raises:
-            As ``receive()``.
+            ClosedError: the consumer, its session or its connection was closed before the
+                call (as ``receive()``).
+            IllegalStateError: the consumer has a message listener, or this is the loop thread.
+            InvalidDestinationError ...: the broker closed the link, with its reason.
         """
         return self.receive(timeout=0)
 

@@ -249,7 +249,12 @@ class MessageProducer:
         message object given to ``on_completion`` never leaves this side.
 
         Raises:
-            As ``send()``, for errors found before anything was sent.
+            MessageFormatError: a property or header cannot be sent (found before anything
+                was sent, as ``send()``).
+            InvalidDestinationError: no destination.
+            ClosedError: the producer, session or connection is closed.
+            IllegalStateError: the event-loop thread, or a process forked after the
+                connection was opened (C8).
         """
         destination, message, deadline = self._prepare(
             destination_or_message,
@@ -277,7 +282,8 @@ class MessageProducer:
         """Wait until the broker settled every message sent so far.
 
         Raises:
-            The first refusal of a pipelined (NON_PERSISTENT) send not reported yet.
+            AMQPError: the first refusal of a pipelined (NON_PERSISTENT) send not reported
+                yet (``ResourceLimitError`` ... as ``send()`` raises it).
         """
         self._outbox.raise_failure()
         self._loop.run(self._outbox.flush)
@@ -287,8 +293,9 @@ class MessageProducer:
         """Wait for the outcome of pipelined sends, then detach. Idempotent; any thread.
 
         Raises:
-            The broker's refusal, or the failure, of a queued (NON_PERSISTENT) send not
-            reported yet, once closed (C9).
+            AMQPError: the broker's refusal, or the failure, of a queued (NON_PERSISTENT)
+                send not reported yet, once closed (C9; ``FailoverTimeoutError`` ... as
+                ``send()`` raises it).
         """
         try:
             self._loop.run_close(self._outbox.settle)

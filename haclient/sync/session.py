@@ -246,8 +246,9 @@ class Session:
 
         Raises:
             IllegalStateError: called from the event-loop thread.
-            The broker's refusal, or the failure, of a producer's queued send not reported
-                yet, once closed (C9).
+            AMQPError: the broker's refusal, or the failure, of a producer's queued send not
+                reported yet, once closed (C9; ``FailoverTimeoutError`` ... as ``send`` raises
+                it).
         """
         outboxes = self._context.outboxes
         try:

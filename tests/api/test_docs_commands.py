@@ -36,12 +36,17 @@ TIMEOUT = 60.0
 
 # A pattern of command lines -> the test that runs them.
 RUNNERS = {
-    r"make (demo|test|docs|test-quick|test-under-load)": (
+    r"make (demo|test|docs|docs-check|test-quick|test-under-load)": (
         "test_the_make_targets_run_what_the_docs_say (here)"
     ),
-    r"pip install .+": "tests/packaging/test_distributions.py (the built wheels)",
-    r"\.venv/bin/haclient-broker --port \d+ --user .+": "tests/api/test_readme_commands.py",
-    r"\.venv/bin/python examples/.+": "tests/api/test_readme_commands.py",
+    r"python3 -m venv \.venv": "tests/packaging/test_distributions.py (fresh virtualenvs)",
+    r"\.venv/bin/pip install .+": "tests/packaging/test_distributions.py (the built wheels)",
+    r"\.venv/bin/haclient-broker --port \d+ --user .+": "tests/api/test_getting_started.py",
+    r"\.venv/bin/python examples/.+": "tests/api/test_getting_started.py",
+    r"curl -s http://127\.0\.0\.1:\d+/metrics \| grep \w+": "tests/api/test_getting_started.py",
+    r"openssl req .+|cat app\.crt app\.key > app\.pem|echo token-1 > token\.txt": (
+        "tests/api/test_security_guide.py"
+    ),
     r"\.venv/bin/haclient-toxiproxy .+": "test_the_toxiproxy_command_line_serves_the_api (here)",
     r"\.venv/bin/haclient-chaos run.*": "test_the_chaos_run_command_lines_are_valid (here)",
     r"rabbitmq-plugins enable rabbitmq_(amqp1_0|auth_mechanism_ssl)": (
@@ -102,11 +107,14 @@ def test_the_make_targets_run_what_the_docs_say() -> None:
     expected = {
         "demo": ["pip install", "-e . -e ./chaos", "python -m chaos.demo"],
         "test": ["mypy", "mkdocs build --strict", "pytest"],
-        "docs": ["mkdocs serve --dev-addr 127.0.0.1:8000"],
+        "docs": ["'.[docs]'", "mkdocs serve --dev-addr 127.0.0.1:8000"],
+        "docs-check": ["'.[docs]'", "chromium", "python -m tools.docs_check"],
         "test-quick": ["pytest -n 6", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
         "test-under-load": [".ci/under-load"],
     }
-    targets = [line.split()[1] for line in command_lines(r"make (demo|test|docs|test-[a-z-]+)")]
+    targets = [
+        line.split()[1] for line in command_lines(r"make (demo|test|docs|docs-check|test-[a-z-]+)")
+    ]
     assert sorted(targets) == sorted(expected)
     for target in targets:
         env = {**os.environ, "MAKEFLAGS": ""}
@@ -116,8 +124,11 @@ def test_the_make_targets_run_what_the_docs_say() -> None:
         assert done.returncode == 0, done.stderr
         for text in expected[target]:
             assert text in done.stdout, (target, text, done.stdout)
-    demo = subprocess.run(["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True)
-    assert "spark" not in demo.stdout  # the demo installs no Spark
+    for target in ("demo", "docs", "docs-check"):  # no Spark, no test tools
+        done = subprocess.run(
+            ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True
+        )
+        assert "spark" not in done.stdout and "[dev" not in done.stdout, (target, done.stdout)
 
 
 def test_the_toxiproxy_command_line_serves_the_api() -> None:

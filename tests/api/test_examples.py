@@ -35,10 +35,28 @@ def run_example(name: str, *args: str) -> str:
 
 def test_resilient_orders_sends_and_receives_every_order(broker: BrokerThread) -> None:
     url = f"failover:({broker.url})?failover.method=roundrobin"
-    out = run_example("resilient_orders.py", url, "--count", "30", "--queue", "ex-orders")
-    assert "sent 30 orders" in out
-    assert "received 30 distinct orders" in out
+    out = run_example("resilient_orders.py", url, "--count", "300", "--queue", "ex-orders")
+    summary = out.splitlines()[-1]
+    assert summary.startswith("sent 300 orders, received 300 distinct (0 redelivered"), out
+    assert ", lost 0, in " in summary
     assert broker.queue_depth("ex-orders") == 0
+
+
+def test_hello_and_hello_async_send_and_receive_one_order(broker: BrokerThread) -> None:
+    """The getting-started programs, pointed at this broker (they name 127.0.0.1:5672)."""
+    for name, order in (("hello.py", "order 1"), ("hello_async.py", "order 2")):
+        source = (EXAMPLES / name).read_text()
+        assert 'URL = "failover:(amqp://app:secret@127.0.0.1:5672)"' in source
+        program = source.replace("amqp://app:secret@127.0.0.1:5672", broker.url)
+        done = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [f"sent: {order}", f"received: {order}"]
 
 
 def test_request_reply_answers_each_request(broker: BrokerThread) -> None:

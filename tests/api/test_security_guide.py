@@ -1,8 +1,9 @@
 """docs/guide/security.md, run as written: the reference broker with TLS, client certificates,
 a SCRAM user and an OAuth token, from the guide's command line, and examples/secure_orders.py
 logging in each of the guide's three ways (SCRAM with the password from the environment,
-EXTERNAL with a client certificate, XOAUTH2 with a token read from a file). Certificates come
-from trustme; the broker runs on a free port and is stopped by its pid."""
+EXTERNAL with a client certificate, XOAUTH2 with a token read from a file). The certificates
+are made by the guide's own OpenSSL commands; the brokers run on free ports and are stopped by
+their pids."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-import trustme
 
 from chaos.net import free_port
 
@@ -35,15 +35,19 @@ def guide_commands() -> list[str]:
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     """ca.pem, server.pem and server.key (localhost), app.pem (user app's certificate and key)
-    and token.txt, as the guide describes them."""
-    ca = trustme.CA()
-    server = ca.issue_cert("localhost")
-    server.cert_chain_pems[0].write_to_path(tmp_path / "server.pem")
-    server.private_key_pem.write_to_path(tmp_path / "server.key")
-    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
-    app = ca.issue_cert("app@clients.example", common_name="app")
-    (tmp_path / "app.pem").write_bytes(app.cert_chain_pems[0].bytes() + app.private_key_pem.bytes())
-    (tmp_path / "token.txt").write_text("token-1\n")
+    and token.txt, made by the guide's commands (the lines before its first broker's)."""
+    lines = guide_commands()
+    first_broker = next(i for i, line in enumerate(lines) if "haclient-broker" in line)
+    setup = lines[:first_broker]
+    assert [line.split()[0] for line in setup] == ["openssl"] * 3 + ["cat", "echo"], setup
+    for line in setup:
+        done = subprocess.run(
+            line, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
+        )
+        assert done.returncode == 0, f"{line}\n{done.stderr}"
+    for name in ("ca.pem", "server.pem", "server.key", "app.pem"):
+        assert "-----BEGIN" in (tmp_path / name).read_text(), name
+    assert (tmp_path / "token.txt").read_text() == "token-1\n"
     return tmp_path
 
 

@@ -1,4 +1,4 @@
-"""The README's RabbitMQ section, checked on a private RabbitMQ node: a
+"""The RabbitMQ guide (docs/guide/brokers.md), checked on a private RabbitMQ node: a
 TRANSACTED session needs ``jms.transactions=emulate`` there, and with it in the URL the session
 commits, emulated and saying so; selectors are applied by the client."""
 
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.rabbitmq
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_names_the_plugin_and_the_option() -> None:
-    section = (ROOT / "README.md").read_text().split("## RabbitMQ and ActiveMQ", 1)[1]
+def test_the_guide_names_the_plugin_and_the_option() -> None:
+    section = (ROOT / "docs" / "guide" / "brokers.md").read_text()
     section = section.split("\n## ", 1)[0]
     assert "rabbitmq-plugins enable rabbitmq_amqp1_0" in section
     assert re.search(r"`jms\.transactions=emulate`", section)

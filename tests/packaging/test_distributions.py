@@ -149,7 +149,7 @@ def client_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bed_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv with both wheels: the client with its metrics extra, and the test bed (as
-    ``pip install 'haclient[metrics]'`` and ``pip install haclient-chaos`` in the README)."""
+    ``pip install '.[metrics]'`` and ``pip install . ./chaos`` in docs/install.md)."""
     wheels = [f"{_wheel(dist, 'haclient')}[metrics]", _wheel(dist, "haclient_chaos")]
     return _venv(tmp_path_factory.mktemp("bed") / "venv", *wheels)
 
@@ -316,8 +316,9 @@ def test_item1_the_test_bed_brings_its_fixtures_and_changes_no_other_run(
 
 
 def test_item3_the_docs_install_lines_are_the_ones_these_venvs_mirror() -> None:
-    """The ``pip install`` lines of the docs install what the virtualenvs above install from
-    the built wheels: the client alone, the client with ``metrics``, the test bed."""
+    """The ``pip install`` lines of the docs (from a checkout, into ``.venv``) install what the
+    virtualenvs above install from the built wheels: the client alone, the client with
+    ``metrics``, the client and the test bed."""
     blocks = [
         block
         for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
@@ -327,10 +328,10 @@ def test_item3_the_docs_install_lines_are_the_ones_these_venvs_mirror() -> None:
         shlex.join(shlex.split(line, comments=True))
         for block in blocks
         for line in block.splitlines()
-        if line.startswith("pip install")
+        if line.startswith(".venv/bin/pip install")
     }
     assert lines == {
-        "pip install haclient",
-        "pip install 'haclient[metrics]'",
-        "pip install haclient-chaos",
+        ".venv/bin/pip install .",
+        ".venv/bin/pip install '.[metrics]'",
+        ".venv/bin/pip install . ./chaos",
     }

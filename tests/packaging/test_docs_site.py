@@ -1,6 +1,7 @@
 """The documentation site's include hook (docs/_hooks/include.py): guide pages take sections of
-the README and docs/api.md, with links that work on the site. The strict
-build itself runs in ``make test`` (``mkdocs build --strict``)."""
+docs/api.md and whole programs of examples/, with links that work on the site; a chaos run's
+page shows its plot. The strict build itself runs in ``make test`` (``mkdocs build --strict``),
+and every page is opened in a browser by ``make docs-check``."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_item4_every_include_of_the_guide_finds_its_section() -> None:
         for page in (ROOT / "docs").rglob("*.md")
         for match in re.finditer(r'^<!-- include (\S+)(?: "([^"]+)")? -->$', page.read_text(), re.M)
     ]
-    assert len(includes) >= 15
+    assert len(includes) >= 5
     for source, title in includes:
         assert (ROOT / source).is_file(), source
         if title:
@@ -39,12 +40,29 @@ def test_item4_every_include_of_the_guide_finds_its_section() -> None:
 
 
 def test_item4_a_section_ends_at_its_next_sibling_and_its_subheadings_rise(tmp_path: Path) -> None:
-    body = hook.section("README.md", "Chaos testing")
-    assert body.startswith("`chaos.bed.Bed` puts brokers")
-    assert "\n## A long run: 1,000 faults\n" in body  # was ###
-    assert "\n## Benchmarks" not in body and "python -m bench.throughput" not in body
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Title\n\n## Chaos testing\n\nThe bed.\n\n```sh\n# not a heading\n```\n\n"
+        "### A long run\n\nRuns.\n\n## Benchmarks\n\nbench\n"
+    )
+    body = hook.section(str(page), "Chaos testing")
+    assert body.startswith("The bed.")
+    assert "\n## A long run\n" in body  # was ###
+    assert "# not a heading" in body  # a code block's line is no heading
+    assert "Benchmarks" not in body and "bench" not in body
     with pytest.raises(ValueError, match="no section headed 'Nowhere'"):
-        hook.section("README.md", "Nowhere")
+        hook.section(str(page), "Nowhere")
+
+
+def test_a_chaos_run_page_shows_its_plot() -> None:
+    runs = sorted((ROOT / "docs" / "chaos-runs").glob("20*.md"))
+    assert runs
+    for run in runs:
+        shown = hook.with_plot("# report\n", f"chaos-runs/{run.name}")
+        plot = f"{run.stem}-failovers.png"
+        assert (run.parent / plot).is_file()
+        assert shown.endswith(f"![Failover durations of this run]({plot})\n")
+    assert hook.with_plot("# api\n", "api.md") == "# api\n"
 
 
 def test_item4_links_are_rewritten_for_the_page() -> None:

@@ -1,0 +1,1 @@
+"""Tools for working on haclient (not part of any distribution)."""
