@@ -95,6 +95,7 @@ def test_item14_a_broker_that_does_not_answer_is_a_set_up_failure_not_a_broken_p
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     argv = ["run", "--broker", f"amqp://127.0.0.1:{free_port()}", "--count", "1"]
+    argv += ["--setup-timeout", "1"]  # how long it waits for brokers starting up
     assert main([*argv, "--out", str(tmp_path / "report")]) == 2
     out, err = capsys.readouterr()
     assert "haclient-chaos: set-up failed, nothing was run: cannot connect" in err
