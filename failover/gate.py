@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic
 
 import anyio
+import anyio.lowlevel
 
 from failover.errors import (
     ClosedError,
@@ -37,6 +38,8 @@ from failover.policy import Attempt
 from failover.protocols import P
 from failover.states import IN_TRANSIT, ConnectionState, ManagerEvent, state_after
 from failover.url import BrokerURL
+
+_ENDED = frozenset({ConnectionState.FAILED, ConnectionState.CLOSED})
 
 __all__ = ["ConnectionGate"]
 
@@ -152,9 +155,13 @@ class ConnectionGate(Generic[P]):
             connected = self.connected_nowait()
             if connected is not None:
                 return connected
-            if self._state is ConnectionState.FAILED:
-                raise ConnectionFailedError(cause=self._cause, failures=self._failures)
-            if self._state is ConnectionState.CLOSED:
+            if self._state in _ENDED:
+                # A checkpoint first, as every async call makes one: an application that calls
+                # again and again on a connection that is gone must not starve the event loop
+                # (the deadlines of every other task on it overran by seconds).
+                await anyio.lowlevel.checkpoint()
+                if self._state is ConnectionState.FAILED:
+                    raise ConnectionFailedError(cause=self._cause, failures=self._failures)
                 raise ClosedError("the connection is closed")
             settled = self._settled
             if settled is None:

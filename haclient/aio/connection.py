@@ -32,7 +32,7 @@ from failover.policy import FailoverMethod
 from failover.schedule import Stop, Wait, checked_strategies
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
-from haclient.aio.context import ConnectionContext
+from haclient.aio.context import ConnectionContext, ensure_open
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id
@@ -445,13 +445,13 @@ class Connection:
         Raises:
             ClosedError: the connection is closed.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._context.switch.set(True)
 
     async def stop(self) -> None:
         """Pause delivery: ``receive()`` waits and listeners are not called until ``start()``.
         Sending is not affected."""
-        self._check_open()
+        await ensure_open(self._check_open)
         self._context.switch.set(False)
 
     async def create_session(
@@ -465,7 +465,7 @@ class Connection:
             ClosedError: the connection is closed.
             NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         if not isinstance(ack_mode, AckMode):
             try:
                 ack_mode = AckMode(ack_mode)

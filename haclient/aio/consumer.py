@@ -37,6 +37,7 @@ import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from failover.manager import RestoreOrder
+from haclient.aio.context import ensure_open
 from haclient.aio.decoding import Decoder
 from haclient.aio.emulation import (
     client_no_local,
@@ -293,7 +294,7 @@ class MessageConsumer:
             InvalidDestinationError ...: the broker closed the link, with its reason.
             ClosedError: the broker left a drain unanswered past ``drain_timeout`` (M9).
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         if self._listener is not None:
             raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
@@ -651,7 +652,7 @@ class MessageConsumer:
         Raises:
             ClosedError: the consumer is closed.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._listener = listener
         if listener is not None and not self._listener_task_active:
             self._listener_task_active = True

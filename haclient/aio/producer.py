@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from failover.manager import RestoreOrder
+from haclient.aio.context import ensure_open
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.termini import producer_target
 from haclient.aio.transaction import BufferedSend
@@ -249,7 +250,7 @@ class MessageProducer:
             ClosedError: the producer, session or connection is closed.
             FailoverTimeoutError: still failing over after ``timeout`` seconds (F4).
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._raise_pipelined_failure()
         deadline = deadline_after(self._send_timeout(timeout))
         destination, message = self._resolve(destination_or_message, message)
@@ -327,7 +328,7 @@ class MessageProducer:
             ClosedError: the producer, session or connection is closed.
             FailoverTimeoutError: still failing over past ``deadline`` (F4).
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._raise_pipelined_failure()
         tracing = self._context.tracing
         if tracing is not None and self._context.transaction is not None:
@@ -473,7 +474,7 @@ class MessageProducer:
         among them ``FailoverTimeoutError`` after ``timeout`` seconds of failover (None: the
         connection's ``send_timeout``).
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._raise_pipelined_failure()
         destination, message = self._resolve(destination_or_message, message)
         self._stamp(destination, message, delivery_mode, priority, time_to_live, delivery_delay)
@@ -501,7 +502,7 @@ class MessageProducer:
             InvalidDestinationError: no destination.
             ClosedError: the producer, session or connection is closed.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._raise_pipelined_failure()
         await self._send_then_complete(encoded.destination, encoded, deadline, completed)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from failover.manager import RestoreOrder
 from haclient.aio.browser import QueueBrowser
 from haclient.aio.consumer import MessageConsumer
-from haclient.aio.context import ConnectionContext, SessionContext
+from haclient.aio.context import ConnectionContext, SessionContext, ensure_open
 from haclient.aio.emulation import broker_selector
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.producer import MessageProducer
@@ -191,7 +191,7 @@ class Session:
             InvalidDestinationError: the broker refused the destination.
             ClosedError: the session is closed.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         if destination is not None:
             _require_destination(destination)
 
@@ -267,7 +267,7 @@ class Session:
             InvalidSelectorError: the selector is not valid JMS (the column is given).
             InvalidDestinationError: the destination does not exist or was refused.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         destination = _require_destination(destination)
         selector = self._check_selector(selector)
         link_selector = self._broker_selector(selector)
@@ -314,7 +314,7 @@ class Session:
             ResourceLockedError: another consumer is active on the subscription.
             InvalidSelectorError: the selector is not valid JMS.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._check_topic(topic)
         self._check_name(name)
         is_global = self._connection.client_id is None
@@ -341,7 +341,7 @@ class Session:
     async def _shared(
         self, topic: Topic, name: str, selector: str | None, *, durable: bool, timeout: float | None
     ) -> MessageConsumer:
-        self._check_open()
+        await ensure_open(self._check_open)
         self._check_topic(topic)
         self._check_name(name)
         selector = self._check_selector(selector)
@@ -395,7 +395,7 @@ class Session:
             ResourceLockedError: a consumer is active on it (this connection's or another's).
             InvalidDestinationError: there is no such subscription.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         self._check_name(name)
         if any(c.subscription_name == name and not c.is_closed for c in self._consumers):
             raise ResourceLockedError(
@@ -429,7 +429,7 @@ class Session:
             InvalidDestinationError: not a queue, or the broker refused it.
             InvalidSelectorError: the selector is not valid JMS.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         if not isinstance(queue, Queue | TemporaryQueue):
             raise InvalidDestinationError(f"a browser needs a queue, not {queue!r}")
         selector = self._check_selector(selector)
@@ -452,14 +452,14 @@ class Session:
 
     async def create_temporary_queue(self, *, timeout: float | None = None) -> TemporaryQueue:
         """A temporary queue, deleted when the connection closes."""
-        self._check_open()
+        await ensure_open(self._check_open)
         created = await self._connection.create_temporary(queue=True, timeout=timeout)
         assert isinstance(created, TemporaryQueue)
         return created
 
     async def create_temporary_topic(self, *, timeout: float | None = None) -> TemporaryTopic:
         """A temporary topic, deleted when the connection closes."""
-        self._check_open()
+        await ensure_open(self._check_open)
         created = await self._connection.create_temporary(queue=False, timeout=timeout)
         assert isinstance(created, TemporaryTopic)
         return created
@@ -490,7 +490,7 @@ class Session:
             AcknowledgeFailedError: CLIENT: a failover came after messages were delivered and
                 before an acknowledge (F8); the session is recovered all the same.
         """
-        self._check_open()
+        await ensure_open(self._check_open)
         if not self._context.acks.allows_recover:
             raise IllegalStateError(
                 "recover() is not allowed in a transacted session: use rollback()"

@@ -59,6 +59,7 @@ except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lo
         name="haclient.aio.tracing",
     ) from missing
 
+from haclient.aio.context import ensure_open
 from haclient.aio.tracing_spans import (
     QPID_JMS_ANNOTATION,
     SYSTEM,
@@ -187,14 +188,14 @@ class Tracing:
         context = producer._context
 
         async def traced_send(first: Any, message: Message | None = None, **options: Any) -> None:
-            producer._check_open()  # first, as an untraced send does
+            await ensure_open(producer._check_open)  # first, as an untraced send does
             destination, resolved = producer._resolve(first, message)
             await self.send(destination, resolved, context, send(first, message, **options))
 
         async def traced_send_async(
             first: Any, message: Message | None = None, *, on_completion: Any, **options: Any
         ) -> None:
-            producer._check_open()
+            await ensure_open(producer._check_open)
             destination, resolved = producer._resolve(first, message)
 
             def sending(completed: _Completion) -> Awaitable[None]:

@@ -13,8 +13,10 @@ idle timeout notices the silence (``STALE`` seconds advertised, twice that to no
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ from haclient.destination import Queue
 from haclient.errors import (
     AcknowledgeFailedError,
     ConnectionFailedError,
+    HAClientError,
     TransactionRolledBackError,
 )
 from haclient.message import TextMessage
@@ -189,3 +192,58 @@ async def test_F4_an_acknowledgement_in_doubt_when_failover_gives_up_loses_no_me
     # The broker applied it: had the client said nothing, the message would be lost.
     assert activemq.queue_depth(queue.name) == 0
     assert activemq.unacked_count(queue.name) == 0
+
+
+SPIN = 2.0
+"""How long the application keeps calling on its dead connection (seconds)."""
+
+
+async def _call_on_a_dead_connection_until(api: Api, producer: Any, until: float) -> int:
+    """Send again and again on ``producer`` (its failover gave up) until ``until`` (of
+    ``time.monotonic``): an application that retries in a loop. The number of calls."""
+
+    def spin_blocking() -> int:
+        calls = 0
+        while time.monotonic() < until:
+            with contextlib.suppress(HAClientError):
+                producer.target.send(TextMessage("again"))
+            calls += 1
+        return calls
+
+    if api.name == "blocking":
+        return await anyio.to_thread.run_sync(spin_blocking)
+    calls = 0
+    while time.monotonic() < until:
+        with contextlib.suppress(HAClientError):
+            await producer.target.send(TextMessage("again"))
+        calls += 1
+    return calls
+
+
+async def test_F4_calls_on_a_connection_that_is_gone_never_hold_up_other_calls(
+    api: Api, activemq: BrokerThread, toxiproxy: ToxiproxyClient
+) -> None:
+    """A failover gives up; the application calls on that connection again and again. Each
+    such call raises at once, and is a checkpoint all the same: a ``receive(timeout)`` on
+    another connection of the same application keeps its own deadline (on a real ActiveMQ
+    broker, such a loop made every receive(0.5) of its event loop take 7 s)."""
+    with proxies(toxiproxy, activemq, 1) as names, anyio.fail_after(TIMEOUT):
+        url = url_over(toxiproxy, names, giveupafter=300, connectdelay=50, maxdelay=50)
+        doomed = await api.connect(url, idle_timeout=CLIENT_IDLE)
+        producer = await (await doomed.create_session()).create_producer(Queue("gone"))
+        recorder = Recorder()
+        await doomed.add_listener(recorder)
+        await anyio.to_thread.run_sync(toxiproxy.disable, names[0])
+        await recorder.wait_for("failed", timeout=TIMEOUT)
+        async with await api.connect(activemq.url) as healthy:
+            await healthy.start()
+            session = await healthy.create_session()
+            consumer = await session.create_consumer(Queue(f"quiet-{uuid.uuid4().hex[:8]}"))
+            until = time.monotonic() + SPIN
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_call_on_a_dead_connection_until, api, producer, until)
+                started = time.monotonic()
+                assert await consumer.receive(0.2) is None
+                took = time.monotonic() - started
+        await doomed.close()
+    assert took < SPIN / 2, f"receive(0.2) took {took:.2f} s beside the calls on the dead one"
