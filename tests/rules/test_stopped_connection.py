@@ -1,5 +1,6 @@
-"""A receive on a connection never started (issue 39, item 7): JMS lets it wait, silently, for
-``start()``; haclient warns once per connection, the first time a receive waits so."""
+"""What a new user gets wrong in a first hour (issue 39, items 7 and 8): a receive on a
+connection never started (JMS lets it wait, silently, for ``start()``; haclient warns once per
+connection, the first time a receive waits so), and a session asked for by a mode's name."""
 
 from __future__ import annotations
 
@@ -48,3 +49,14 @@ async def test_item7_a_receive_waiting_on_a_stopped_connection_warns_once_per_co
         consumer = await (await other.create_session()).create_consumer(queue)
         assert await consumer.receive(WAIT) is None
     assert len(_warnings(caplog)) == 2  # and once for the next
+
+
+async def test_item8_a_session_asked_for_by_name_says_which_ack_mode_is_meant(
+    api: Api, reference_broker: BrokerThread
+) -> None:
+    from haclient.errors import ConfigurationError
+
+    async with await api.connect(reference_broker.url) as connection:
+        with pytest.raises(ConfigurationError, match=r"did you mean AckMode\.CLIENT\?"):
+            await connection.create_session("client")
+        await connection.create_session(2)  # the JMS number is taken
