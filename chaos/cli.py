@@ -2,8 +2,8 @@
 
     haclient-chaos run --count 50 --seed 7 --out chaos-report
     haclient-chaos run --duration 600 --faults kill,blackhole --workloads client,transacted
-    haclient-chaos run --broker amqp://10.0.0.1:5672 --broker amqp://10.0.0.2:5672 \\
-        --username app --password secret --toxiproxy http://127.0.0.1:8474
+    HACLIENT_CHAOS_PASSWORD=... haclient-chaos run --broker amqp://10.0.0.1:5672 \\
+        --broker amqp://10.0.0.2:5672 --username app --toxiproxy http://127.0.0.1:8474
 
 Embedded by default: a shared-store HA pair of reference brokers behind an embedded Toxiproxy
 (``chaos.bed``); ``--broker`` (twice or more) and ``--toxiproxy`` (or ``$TOXIPROXY_URL``) use
@@ -38,16 +38,21 @@ from chaos.scenarios.workloads import WORKLOADS
 from chaos.toxiproxy.client import TOXIPROXY_URL, ToxiproxyClient, ToxiproxyError
 from haclient.errors import AuthenticationError, ClientIdInUseError, HAClientError
 
-__all__ = ["main"]
+__all__ = ["PASSWORD_ENV", "main"]
+
+#: The environment variable the password of ``--username`` is read from (see ``_password``).
+PASSWORD_ENV = "HACLIENT_CHAOS_PASSWORD"
 
 DESCRIPTION = "Run a matrix of faults x workloads, write a report, and judge every promise."
 EPILOG = """\
 examples:
   haclient-chaos run --count 50 --seed 7 --out chaos-report
   haclient-chaos run --duration 600 --faults kill,blackhole --workloads client,transacted
-  haclient-chaos run --broker amqp://10.0.0.1:5672 --broker amqp://10.0.0.2:5672 \\
-      --username app --password secret --toxiproxy http://127.0.0.1:8474
+  HACLIENT_CHAOS_PASSWORD=... haclient-chaos run --broker amqp://10.0.0.1:5672 \\
+      --broker amqp://10.0.0.2:5672 --username app --toxiproxy http://127.0.0.1:8474
 
+The password: $HACLIENT_CHAOS_PASSWORD or --password-file (--password works, with a warning:
+other users of the machine can read a command line).
 Without --broker: a shared-store HA pair of reference brokers behind an embedded Toxiproxy.
 Exit status: 0 every promise held, 1 a promise broke, 2 a bad argument or a failed set-up.
 """
@@ -145,7 +150,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the user to log in as where a --broker URL names none (default: none)",
     )
-    run.add_argument("--password", metavar="SECRET", help="that user's password")
+    run.add_argument(
+        "--password",
+        metavar="SECRET",
+        help=f"that user's password; other users can read a command line: prefer "
+        f"${PASSWORD_ENV} or --password-file",
+    )
+    run.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="FILE",
+        help="read that user's password from the first line of FILE",
+    )
     run.add_argument(
         "--broker-mode",
         choices=("reference", "activemq"),
@@ -189,7 +205,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _plan(args: argparse.Namespace) -> _Plan:
+def _password(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The password of ``--username`` and where it came from: ``--password`` (with a warning
+    on stderr: ``ps`` and shell histories show a command line), ``--password-file`` (its first
+    line), else ``$HACLIENT_CHAOS_PASSWORD``; ``(None, None)`` without one.
+
+    Raises:
+        ValueError: Naming the argument: both given, or a file that cannot be read or is empty.
+    """
+    if args.password is not None and args.password_file is not None:
+        raise ValueError("--password and --password-file: give one")
+    if args.password is not None:
+        print(
+            "haclient-chaos: warning: a --password on the command line can be read by other "
+            f"users of this machine (ps, shell history); use ${PASSWORD_ENV} or "
+            "--password-file FILE",
+            file=sys.stderr,
+        )
+        return args.password, "--password"
+    if args.password_file is not None:
+        path: Path = args.password_file
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"--password-file: cannot read {str(path)!r}: {reason}") from None
+        if not lines or not lines[0]:
+            raise ValueError(f"--password-file: {str(path)!r} is empty")
+        return lines[0], "--password-file"
+    from_env = os.environ.get(PASSWORD_ENV)
+    return (from_env, f"${PASSWORD_ENV}") if from_env else (None, None)
+
+
+def _plan(args: argparse.Namespace, password: str | None) -> _Plan:
     """Check every argument, without starting anything.
 
     Raises:
@@ -213,7 +261,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             broker_urls=args.broker,
             toxiproxy_url=toxiproxy,
             username=args.username,
-            password=args.password,
+            password=password,
             broker_mode=args.broker_mode,
             broker_idle_timeout=args.broker_idle_timeout,
         )
@@ -338,10 +386,14 @@ def main(argv: list[str] | None = None) -> int:
     docstring)."""
     args = _parser().parse_args(argv)
     parser: argparse.ArgumentParser = args.command_parser
-    if args.password is not None and args.username is None:
-        parser.error("--password needs --username")
     try:
-        plan = _plan(args)
+        password, source = _password(args)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits with status 2
+    if password is not None and args.username is None:
+        parser.error(f"{source} needs --username")
+    try:
+        plan = _plan(args, password)
     except ValueError as exc:
         parser.error(str(exc))  # exits with status 2
     try:

@@ -30,7 +30,7 @@ from pathlib import Path
 import haclient.metrics
 from chaos.audit import AuditResult, Event, audit
 from chaos.bed import Bed, FaultRecord
-from chaos.report import figures, ms, write_report
+from chaos.report import PROMISE_NAMES, figures, ms, write_report
 from chaos.scenarios.runner import MatrixRun, Schedule, run_matrix
 from chaos.scrape import Scrape
 
@@ -96,7 +96,8 @@ def _tell(run: MatrixRun, result: AuditResult) -> None:
         _say("messages acknowledged", f"{tx.consumed} distinct")
     _say("committed but lost", str(result.lost()))
     for violation in result.violations[:20]:
-        _say("BROKEN", f"{violation.promise} ({violation.rule}): {violation.detail}")
+        promise = PROMISE_NAMES.get(violation.promise, violation.promise)
+        _say("BROKEN", f"{promise} ({violation.rule}): {violation.detail}")
 
 
 def _committed(events: list[Event]) -> int:

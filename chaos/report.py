@@ -154,6 +154,40 @@ def _stream_rows(streams: list[StreamSummary]) -> list[str]:
     return lines
 
 
+PROMISE_NAMES: dict[str, str] = {
+    "lost": "no accepted message is lost",
+    "duplicate": "no message is consumed twice",
+    "phantom": "no message arrives that nobody sent",
+    "rolled_back_seen": "a transaction reported rolled back sends nothing",
+    "in_doubt_partial": "a transaction in doubt is applied whole or not at all",
+    "ack_after_failover": "an acknowledge across a failover is refused",
+    "old_broker": "no message from the old broker after a failover",
+    "blocked": "no call outlasts its deadline",
+    "unexpected_error": "no call raises what its rule does not allow",
+    "unanswered": "every request is answered",
+    "hung": "every workload finishes",
+}
+"""Each promise of the audit (``chaos.audit.PROMISES``), as the report's reader says it."""
+
+PROMISE_WORKLOADS: dict[str, frozenset[str]] = {
+    "rolled_back_seen": frozenset({"transacted", "tx_to_client"}),
+    "in_doubt_partial": frozenset({"transacted", "tx_to_client"}),
+    "ack_after_failover": frozenset({"client", "individual", "tx_to_client"}),
+    "unanswered": frozenset({"request_reply"}),
+}
+"""The workloads that can break a promise, where not every workload can: a run without any
+of them has no row for it (a row of 0 would claim a check that never ran)."""
+
+
+def _promise_rows(run: MatrixRun, result: AuditResult) -> list[str]:
+    ran = set(run.workloads)
+    return [
+        f"| {PROMISE_NAMES.get(p, p)} | {PROMISES[p]} | {n} |"
+        for p, n in result.by_promise().items()
+        if n or p not in PROMISE_WORKLOADS or PROMISE_WORKLOADS[p] & ran
+    ]
+
+
 def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
     """The Markdown summary: verdict, faults, streams, failovers, transactions, promises."""
     events = run.ledger.snapshot()
@@ -182,7 +216,7 @@ def summary_markdown(run: MatrixRun, result: AuditResult) -> str:
         "",
         "| promise | rules (docs/semantics.md) | broken |",
         "|---|---|---:|",
-        *(f"| {p} | {PROMISES[p]} | {n} |" for p, n in result.by_promise().items()),
+        *_promise_rows(run, result),
     ]
     lines += _violation_lines(result)
     return "\n".join(lines) + "\n"
@@ -207,7 +241,8 @@ def _violation_lines(result: AuditResult) -> list[str]:
     for same in ranked[:50]:
         first = same[0]
         times = f" ({len(same)} times; the first:)" if len(same) > 1 else ""
-        lines.append(f"- `{first.stream}` {first.promise} ({first.rule}){times} {first.detail}")
+        promise = PROMISE_NAMES.get(first.promise, first.promise)
+        lines.append(f"- `{first.stream}` {promise} ({first.rule}){times} {first.detail}")
     if len(ranked) > 50:
         lines.append(f"- ... and {len(ranked) - 50} more kinds")
     return lines
@@ -240,19 +275,29 @@ def _figure_lines(run: MatrixRun, f: Figures) -> list[str]:
             f"- Counted by the metrics endpoint (`{FAILOVERS}`): {completed:g} completed "
             f"({agree} the listeners), {failed:g} failed"
         )
-    return [
-        *lines,
-        "",
-        "## Transactions, acknowledges, requests",
-        "",
-        f"- Producer transactions: {f.committed} committed, {f.rolled_back} rolled back "
-        f"(F7: commit() said so, nothing applied), {f.in_doubt} in doubt (F7: perhaps applied, "
-        "all or nothing)",
-        f"- Acknowledges refused after a failover: {f.acknowledges_refused} (F8: the consumer "
-        "called recover() and got the messages again)",
-        f"- Questions answered: {f.questions_answered}; asked again: "
-        f"{f.questions_asked_again} (F6: a reply to a temporary queue a failover replaced)",
+    ran = set(run.workloads)
+    told = [
+        (
+            PROMISE_WORKLOADS["rolled_back_seen"],
+            f"- Producer transactions: {f.committed} committed, {f.rolled_back} rolled back "
+            f"(F7: commit() said so, nothing applied), {f.in_doubt} in doubt (F7: perhaps "
+            "applied, all or nothing)",
+        ),
+        (
+            PROMISE_WORKLOADS["ack_after_failover"],
+            f"- Acknowledges refused after a failover: {f.acknowledges_refused} (F8: the "
+            "consumer called recover() and got the messages again)",
+        ),
+        (
+            PROMISE_WORKLOADS["unanswered"],
+            f"- Questions answered: {f.questions_answered}; asked again: "
+            f"{f.questions_asked_again} (F6: a reply to a temporary queue a failover replaced)",
+        ),
     ]
+    shown = [line for workloads, line in told if workloads & ran]  # none of 0 for no workload
+    if not shown:
+        return lines
+    return [*lines, "", "## Transactions, acknowledges, requests", "", *shown]
 
 
 TRACES_SHOWN = 50

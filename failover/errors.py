@@ -88,21 +88,26 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
-def _printable(text: str) -> str:
+def _printable(text: str, *, whole: bool = False) -> str:
     """``text`` as it may appear in an exception message: unprintable characters escaped
-    (``\\x1b``), quoted junk bytes cut to a short excerpt, the whole cut to a few lines."""
+    (``\\x1b``), quoted junk bytes cut to a short excerpt, the whole cut to a few lines unless
+    ``whole`` (the client's own words, which the cut would rob of their advice)."""
     text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
     text = _QUOTED.sub(lambda m: f"['{_cut(m.group(1), _QUOTE_LIMIT)}']", text)
-    return _cut(text, _DESCRIPTION_LIMIT)
+    return text if whole else _cut(text, _DESCRIPTION_LIMIT)
 
 
-def condition_text(condition: str, description: str | None, context: str | None = None) -> str:
+def condition_text(
+    condition: str, description: str | None, context: str | None = None, *, whole: bool = False
+) -> str:
     """The message of an error the peer reported: the condition, the peer's description made
-    printable and cut short (rule 6), and what haclient was doing, in parentheses.
+    printable and cut short (rule 6), and what haclient was doing, in parentheses. With
+    ``whole``, the description is the client's own (a verdict of its SASL layer, say) and is
+    not cut: the cut bounds what a peer may put into an exception, not the client's advice.
 
     ``"amqp:not-found: no queue 'x' (while attaching receiver to 'x')"``.
     """
-    text = f"{condition}: {_printable(description)}" if description else condition
+    text = f"{condition}: {_printable(description, whole=whole)}" if description else condition
     return f"{text} ({context})" if context else text
 
 

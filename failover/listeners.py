@@ -128,17 +128,21 @@ class Listeners:
         calls = [(name, tuple(facts[fact] for fact in takes)) for name, takes in CALLS[event]]
         for listener in list(self._listeners):
             for name, args in calls:
-                method = getattr(listener, name, None)
-                if method is not None:
-                    call_quietly(method, *args)
+                call_quietly(_call_if_present, listener, name, *args)
 
     def notify(self, name: str, *args: object) -> None:
         """Call ``name`` on every listener that has it, in order; one that raises is logged.
         A listener added or removed by a callback counts from the next event on."""
         for listener in list(self._listeners):
-            method = getattr(listener, name, None)
-            if method is not None:
-                call_quietly(method, *args)
+            call_quietly(_call_if_present, listener, name, *args)
+
+
+def _call_if_present(listener: object, name: str, *args: object) -> None:
+    """Call ``listener.name(*args)`` if it has that name; looking it up is the listener's code
+    too (a property, a proxy's ``__getattr__``), so what it raises is treated alike."""
+    method = getattr(listener, name, None)
+    if method is not None:
+        method(*args)
 
 
 def call_quietly(callback: Callable[..., object], *args: Any) -> None:
@@ -146,4 +150,8 @@ def call_quietly(callback: Callable[..., object], *args: Any) -> None:
     try:
         callback(*args)
     except Exception:
-        _log.exception("a failover callback raised (ignored): %r", callback)
+        if callback is _call_if_present:  # the listener's repr may raise too: its type's name
+            kind, name = type(args[0]).__qualname__, args[1]
+            _log.exception("a failover listener raised (ignored): %s of a %s", name, kind)
+        else:
+            _log.exception("a failover callback raised (ignored): %r", callback)

@@ -249,6 +249,29 @@ class OptionTable:
             raise whole_connection_error(name)
         return option.parse(raw, as_named=name)
 
+    def check_one_value_each(self, options: Mapping[str, str]) -> None:
+        """Check that no two names of one option (a URL name and its alias, say
+        ``transport.trustStoreLocation`` and ``transport.caFile``) give different values in
+        ``options`` (URL names, assumed known): otherwise one would silently win.
+
+        Raises:
+            ConfigurationError: Naming both (``option`` the later one); never their values,
+                which may be secret.
+        """
+        seen: dict[int, tuple[str, Any]] = {}
+        for name, raw in options.items():
+            option = self._by_name.get(name)
+            if option is None:
+                continue
+            value = option.parse(raw, as_named=name)
+            first = seen.setdefault(id(option), (name, value))
+            if first[0] != name and first[1] != value:
+                raise ConfigurationError(
+                    f"{first[0]} and {name} are two names of one option and give it different "
+                    "values: give one of them",
+                    option=name,
+                )
+
     def values(self, options: Mapping[str, str]) -> dict[str, Any]:
         """Keyword name -> value of URL options (assumed known), for ``Option.keyword``s."""
         out: dict[str, Any] = {}

@@ -88,13 +88,12 @@ from typing import Final
 
 from failover.errors import (
     AuthenticationError,
-    ConfigurationError,
     ConnectionLostError,
     HAClientError,
     IllegalStateError,
 )
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
-from failover.url import BrokerURL, merge_broker_lists
+from failover.url import BrokerURL, brokers_named, merge_broker_lists
 
 __all__ = [
     "IN_TRANSIT",
@@ -384,33 +383,8 @@ def preferred_brokers(
         return tuple(brokers[:1])
     preferred: list[BrokerURL] = []
     for text in policy.priority_uris:
-        host, port = _host_and_port(text)
-        match = [b for b in brokers if b.host.lower() == host and (port is None or b.port == port)]
-        if not match:
-            raise ConfigurationError(
-                f"failover.priorityURIs names {text!r}, which is no broker of the list",
-                option="failover.priorityURIs",
-            )
-        preferred.extend(b for b in match if b not in preferred)
+        preferred.extend(b for b in brokers_named(text, brokers) if b not in preferred)
     return tuple(preferred)
-
-
-def _host_and_port(text: str) -> tuple[str, int | None]:
-    """The host (lower case) and port a priority URI names: ``amqp://host:port``, or any
-    other scheme (an ActiveMQ ``tcp://`` URI), or ``host:port``."""
-    rest = text.split("://", 1)[-1].split("?", 1)[0].split("/", 1)[0].rsplit("@", 1)[-1]
-    if rest.startswith("["):  # [IPv6]:port
-        host, _, tail = rest[1:].partition("]")
-        port_text = tail.removeprefix(":")
-    else:
-        host, _, port_text = rest.partition(":")
-    try:
-        port = int(port_text) if port_text else None
-    except ValueError:
-        raise ConfigurationError(
-            f"failover.priorityURIs: {text!r} has no valid port", option="failover.priorityURIs"
-        ) from None
-    return host.lower(), port
 
 
 def return_due(

@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_PORTS",
     "BrokerURL",
     "FailoverURL",
+    "brokers_named",
     "mask_secrets",
     "merge_broker_lists",
     "parse_url",
@@ -157,6 +158,7 @@ class BrokerURL:
             if name.startswith("failover."):
                 raise whole_connection_error(name)
             table.check_url_option(name, raw, on_broker=True)
+        table.check_one_value_each(options)
         object.__setattr__(self, "options", MappingProxyType(options))
 
     def __reduce__(self) -> tuple[Callable[..., BrokerURL], tuple[object, ...]]:
@@ -212,7 +214,9 @@ class FailoverURL:
             for the layers above. ``failover.nested.X`` appears here as ``X``.
 
     Raises:
-        ConfigurationError: From the constructor: no broker, or ``singlebroker`` with several.
+        ConfigurationError: From the constructor: no broker, ``singlebroker`` with several,
+            two names of one option with different values, or a ``failover.priorityURIs``
+            entry that names no broker of the list.
     """
 
     brokers: tuple[BrokerURL, ...]
@@ -236,6 +240,9 @@ class FailoverURL:
             if table.named(name) is None:  # the nearest name may be a failover.* one
                 raise unknown_option_error(name, (*table.url_names, *FAILOVER_OPTIONS.url_names))
             table.check_url_option(name, raw)
+        table.check_one_value_each(options)
+        for text in self.policy.priority_uris or ():
+            brokers_named(text, brokers)  # raises for one that names no broker of the list
         object.__setattr__(self, "brokers", brokers)
         object.__setattr__(self, "connection_options", MappingProxyType(options))
 
@@ -350,9 +357,10 @@ def mask_secrets(url: str) -> str:
         return _mask_malformed(url.strip() if isinstance(url, str) else repr(url))
 
 
-# ``user:`` at the start, after ``//``, ``(`` or ``,``, then anything up to the last ``@``; a
-# scheme (``amqp:`` before ``//``, ``failover:`` before ``(``) is not a user.
-_USERINFO_SECRET = re.compile(r"((?:^|//|[(,])[^:/@?#,()]*:)(?!//|\().*@", re.DOTALL)
+# ``user:`` at the start, after ``//``, ``(`` or ``,`` (an unencoded '@' in the user included),
+# then anything up to the last ``@``; a scheme (``amqp:`` before ``//``, ``failover:`` before
+# ``(``) is not a user.
+_USERINFO_SECRET = re.compile(r"((?:^|//|[(,])[^:/?#,()]*:)(?!//|\().*@", re.DOTALL)
 
 
 def _mask_malformed(text: str) -> str:
@@ -469,6 +477,13 @@ def _split_broker(text: str) -> tuple[BrokerURL, dict[str, str]]:
     userinfo, at, hostport = authority.rpartition("@")
     if at:
         user, colon, secret = userinfo.partition(":")
+        for part, named in ((user, "username"), (secret, "password")):
+            if "@" in part:  # amqp://u:pw@@host: never read as the password 'pw@'
+                raise ConfigurationError(
+                    f"invalid URL {_mask_malformed(text)!r}: write an '@' in a {named} "
+                    "percent-encoded (%40)",
+                    option=named,
+                )
         username = _unquote(user, "username")
         password = _unquote(secret, "password") if colon else None
     host, port = _split_host_port(hostport)
@@ -534,7 +549,15 @@ def _parse_query(query: str) -> dict[str, str]:
     return out
 
 
+# A '%' that does not start an escape (``%zz``, ``%4`` at the end): unquote would keep it as it is.
+_BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _unquote(text: str, option: str) -> str:
+    if _BAD_ESCAPE.search(text):
+        raise ConfigurationError(
+            f"{option}: invalid percent-encoding (write a '%' as %25)", option=option
+        )
     try:
         return unquote(text, errors="strict")
     except UnicodeDecodeError:
@@ -547,6 +570,45 @@ def _query(options: Mapping[str, str]) -> str:
         return ""
     pairs = (f"{quote(k, safe='.')}={quote(v, safe=_SAFE_VALUE)}" for k, v in options.items())
     return "?" + "&".join(pairs)
+
+
+# --- The preferred brokers (F16) ---------------------------------------------------------------
+
+
+def brokers_named(text: str, brokers: Sequence[BrokerURL]) -> tuple[BrokerURL, ...]:
+    """The brokers of ``brokers`` a ``failover.priorityURIs`` entry names, matched by host and
+    port: ``amqp://host:port``, any other scheme (an ActiveMQ ``tcp://`` URI), or
+    ``host:port``; without a port, every broker of that host.
+
+    Raises:
+        ConfigurationError: Naming ``failover.priorityURIs``: the entry has no valid port, or
+            names no broker of the list.
+    """
+    host, port = _host_and_port(text)
+    match = [b for b in brokers if b.host.lower() == host and (port is None or b.port == port)]
+    if not match:
+        raise ConfigurationError(
+            f"failover.priorityURIs names {text!r}, which is no broker of the list",
+            option="failover.priorityURIs",
+        )
+    return tuple(match)
+
+
+def _host_and_port(text: str) -> tuple[str, int | None]:
+    """The host (lower case) and port a priority URI names."""
+    rest = text.split("://", 1)[-1].split("?", 1)[0].split("/", 1)[0].rsplit("@", 1)[-1]
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, tail = rest[1:].partition("]")
+        port_text = tail.removeprefix(":")
+    else:
+        host, _, port_text = rest.partition(":")
+    try:
+        port = int(port_text) if port_text else None
+    except ValueError:
+        raise ConfigurationError(
+            f"failover.priorityURIs: {text!r} has no valid port", option="failover.priorityURIs"
+        ) from None
+    return host.lower(), port
 
 
 # --- The exchange method's list (F12) ----------------------------------------------------------

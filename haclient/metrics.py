@@ -123,12 +123,12 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "Messages redelivered more often than the redelivery policy allows: settled with its "
        "outcome (for the broker to dead-letter) and not handed to the application"),
     _m("acknowledgements", "counter", "mode",
-       "Messages acknowledged to the broker, by acknowledge mode (modes in use only)"),
+       "Messages acknowledged to the broker, by acknowledge mode"),
     _m("ack_confirmation_duration_seconds", "histogram", "mode",
        "Seconds the broker took to confirm an acknowledgement, by mode (modes in use only)"),
     _m("transactions", "counter", "outcome",
        "Transactions by outcome: committed, rolled_back, rolled_back_by_failover, in_doubt "
-       "(commit cut off: check before replaying); once the connection used transactions"),
+       "(commit cut off: check before replaying)"),
     _m("temporary_destinations_restored", "counter", "",
        "Temporary queues and topics made again on a new connection after a failover"),
     _m("resources_not_restored", "counter", "",
@@ -148,9 +148,10 @@ _FAMILIES: Final = {
 
 def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...], object]]:
     """``(metric name, extra label values, value)`` for one connection's snapshot; a value is
-    a number, or a ``HistogramSnapshot`` for histograms. Modes and transaction outcomes of a
-    feature the connection never used are left out (no flat or NaN lines on dashboards);
-    failover outcomes are always there, so ``increase()`` sees the first."""
+    a number, or a ``HistogramSnapshot`` for histograms. Every labelled counter has each of
+    its known label values (outcomes, modes; the brokers attempted) from the start, at 0, so
+    that a dashboard has series and ``increase()`` sees the first event; a histogram of a mode
+    that never acknowledged is left out (no NaN lines on dashboards)."""
     yield "connection_info", (stats.method, __version__), 1
     for state in ConnectionState:
         yield "connection_state", (state.name.lower(),), int(state is stats.state)
@@ -176,10 +177,9 @@ def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...]
     yield "messages_resent", (), stats.messages_resent
     yield "duplicates_suppressed", (), stats.duplicates_suppressed
     yield "messages_dead_lettered", (), stats.messages_dead_lettered
-    yield from _used_modes(stats)
-    if any(stats.transactions.values()):
-        for outcome, count in stats.transactions.items():
-            yield "transactions", (outcome,), count
+    yield from _modes(stats)
+    for outcome, count in stats.transactions.items():
+        yield "transactions", (outcome,), count
     yield "temporary_destinations_restored", (), stats.temporaries_restored
     yield "resources_not_restored", (), stats.resources_not_restored
     yield "sessions", (), stats.sessions
@@ -187,14 +187,15 @@ def _samples(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...]
     yield "consumers", (), stats.consumers
 
 
-def _used_modes(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...], object]]:
-    """Acknowledgements and their confirmation times, for the modes that acknowledged."""
+def _modes(stats: ConnectionStatistics) -> Iterator[tuple[str, tuple[str, ...], object]]:
+    """Acknowledgements by mode, every mode at 0 from the start (a counter's known label
+    values, as Prometheus advises); their confirmation times only for the modes that
+    acknowledged (an empty histogram is a NaN line on a dashboard)."""
     for mode, count in stats.acknowledgements.items():
-        if count:
-            yield "acknowledgements", (mode,), count
-            latency = stats.ack_latency.get(mode)
-            if latency is not None:
-                yield "ack_confirmation_duration_seconds", (mode,), latency
+        yield "acknowledgements", (mode,), count
+        latency = stats.ack_latency.get(mode)
+        if count and latency is not None:
+            yield "ack_confirmation_duration_seconds", (mode,), latency
 
 
 def _families(snapshots: Iterable[ConnectionStatistics]) -> list[Metric]:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["AckConfirmation", "AckMode"]
+from failover.errors import ConfigurationError
+from failover.options import nearest
+
+__all__ = ["AckConfirmation", "AckMode", "ack_mode_of"]
 
 
 class AckMode(enum.IntEnum):
@@ -57,3 +60,33 @@ class AckConfirmation(enum.Enum):
     NONE = "none"
     """Nothing to confirm: DUPS_OK (lazy), NO_ACK (pre-settled), or TRANSACTED (the commit's
     answer is the confirmation)."""
+
+
+def ack_mode_of(value: object) -> AckMode:
+    """``value`` as an ``AckMode``: an ``AckMode``, or its JMS number (``2`` is CLIENT).
+
+    A name is not taken (``create_session("client")``): the error says which ``AckMode`` it
+    names, also as JMS spells it (``CLIENT_ACKNOWLEDGE``, ``Session.AUTO_ACKNOWLEDGE``,
+    ``SESSION_TRANSACTED``).
+
+    Raises:
+        ConfigurationError: ``option`` is ``ack_mode``; for a str, the message suggests the mode.
+    """
+    if isinstance(value, AckMode):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return AckMode(value)
+        except ValueError:
+            pass
+    hint = ""
+    if isinstance(value, str):
+        name = value.strip().upper().removeprefix("SESSION.").removeprefix("ACKMODE.")
+        name = name.removeprefix("SESSION_").removesuffix("_ACKNOWLEDGE").replace("-", "_")
+        close = nearest(name, AckMode.__members__)
+        if close is not None:
+            hint = f" (did you mean AckMode.{close}?)"
+    known = ", ".join(f"AckMode.{m.name}" for m in AckMode)
+    raise ConfigurationError(
+        f"unknown acknowledge mode {value!r}{hint}; the modes are {known}", option="ack_mode"
+    )

@@ -268,8 +268,9 @@ CLIENT_OPTIONS: Final = OptionTable(
             "A callable (plain or async) returning an OAuth 2 access token, called before "
             "every connect (each failover logs in with a fresh token). The token is the SASL "
             "password and goes with XOAUTH2 (`amqp.saslMechanisms=PLAIN` for a broker that "
-            "takes it as a PLAIN password); needs `username`. A provider that raises fails the "
-            "connect with `AuthenticationError`.",
+            "takes it as a PLAIN password); needs `username`. A provider that raises, or has "
+            "not answered within `jms.connectTimeout` (then abandoned), fails the connect with "
+            "`AuthenticationError`.",
             keyword="token_provider",
             optional=True,
             secret=True,
@@ -564,7 +565,8 @@ CLIENT_OPTIONS: Final = OptionTable(
             "jms.connectTimeout",
             Duration(),
             10.0,
-            "How long to wait for a broker's TCP connection, protocol header, login and Open; "
+            "How long to wait for a broker's TCP connection, protocol header, login (the "
+            "`token_provider`'s token included) and Open; "
             "a port that accepts and says nothing fails after this, the error naming what was "
             "awaited.",
             keyword="connect_timeout",

@@ -163,7 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
         "once ready), drop (closed without a byte) or either, evenly at random (default: "
         "either with --activemq, as ActiveMQ 5.17 was seen to do; wait otherwise)",
     )
-    parser.add_argument("--dead-letter-queue", default="DLQ")
+    parser.add_argument(
+        "--dead-letter-queue",
+        metavar="QUEUE",
+        help="where rejected and poisoned messages go (default: DLQ; ActiveMQ.DLQ with --activemq)",
+    )
     parser.add_argument(
         "--expiry-address",
         default=None,

@@ -373,7 +373,12 @@ class Queue:
             self._persistence.removed(self.ref(message))
 
     def modify(self, message: StoredMessage, consumer_id: int, *, failed: bool, here: bool) -> None:
-        """Modified: back in its place, count + 1 if ``failed``, never again to the consumer."""
+        """Modified: back in its place, count + 1 if ``failed``, never again to the consumer;
+        with ``here`` under ``NodePolicy.poison_undeliverable`` (ActiveMQ mode), dead-lettered
+        as rejected."""
+        if here and self.policy.poison_undeliverable:
+            self.reject(message)
+            return
         if here:
             if message.excluded is None:
                 message.excluded = set()

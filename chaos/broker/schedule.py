@@ -102,6 +102,9 @@ class NodePolicy:
             ``queue_policies`` names it).
         max_delivery_count: Default redelivery limit (None: unlimited); see ``max_deliveries``.
         queue_policies: Per-queue limits, by queue name, overriding ``max_delivery_count``.
+        poison_undeliverable: A ``modified`` outcome with undeliverable-here dead-letters the
+            message, as ActiveMQ 5.x takes it (a poison ack); otherwise the message stays,
+            never again for that consumer.
     """
 
     scheduler: Scheduler | None = None
@@ -111,6 +114,7 @@ class NodePolicy:
     dead_letter_queue: str | None = None
     max_delivery_count: int | None = None
     queue_policies: Mapping[str, int | None] = field(default_factory=dict)
+    poison_undeliverable: bool = False
 
     def max_deliveries(self, queue: str) -> int | None:
         """The redelivery limit of ``queue``: a message whose delivery failed is dead-lettered
@@ -129,6 +133,7 @@ def broker_policy(
     expiry_address: str | None = None,
     max_delivery_count: int | None = None,
     queue_policies: Mapping[str, int | None] | None = None,
+    poison_undeliverable: bool = False,
 ) -> NodePolicy:
     """A new policy with its own scheduler, for a new router (the broker calls it at every start,
     before its router exists, and passes it as ``Router(policy=...)``; set ``expire`` with
@@ -150,5 +155,6 @@ def broker_policy(
         dead_letter_queue=dead_letter_queue,
         max_delivery_count=max_delivery_count,
         queue_policies=dict(queue_policies or {}),
+        poison_undeliverable=poison_undeliverable,
     )
     return policy

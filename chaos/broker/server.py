@@ -158,7 +158,8 @@ class Broker:
         max_frame_size: Largest frame accepted.
         refuse_duplicate_container_id: Refuse a second connection with a container id already
             connected (``amqp:invalid-field``, as ActiveMQ does).
-        dead_letter_queue: Where rejected messages go.
+        dead_letter_queue: Where rejected messages go (None: ``DLQ``, ``ActiveMQ.DLQ`` in
+            ActiveMQ mode, ActiveMQ's own name).
         container_id: The broker's container id.
         persistence: Where durable messages are recorded (default: nowhere): an instance, or a
             factory called at every start. Either way ``recover()`` is called at every start
@@ -184,7 +185,9 @@ class Broker:
             transport where a client can tell (see ``BrokerMode``): mode ``second`` granted as
             ``first``, the address prefixes announced in the Open frame, a duplicate container
             id refused (implies ``refuse_duplicate_container_id``), ActiveMQ's slow detection
-            of a dead connection (``idle_timeout``), and a readiness delay (below).
+            of a dead connection (``idle_timeout``), a ``modified`` outcome with
+            undeliverable-here taken as a poison ack (the message dead-lettered, to
+            ``ActiveMQ.DLQ`` by default), and a readiness delay (below).
         readiness_delay: How long after its port opens each start answers the AMQP protocol
             header (``chaos.broker.readiness``): seconds, or a ``ReadinessDelay`` range drawn
             from at every start. None: the mode's, 60-80 ms in ActiveMQ mode (as ActiveMQ 5.17
@@ -208,7 +211,7 @@ class Broker:
         idle_timeout: float | None = None,
         max_frame_size: int | None = None,
         refuse_duplicate_container_id: bool = False,
-        dead_letter_queue: str = "DLQ",
+        dead_letter_queue: str | None = None,
         container_id: str = "haclient-broker",
         persistence: Persistence | Callable[[], Persistence] | None = None,
         store: str | Path | None = None,
@@ -242,7 +245,8 @@ class Broker:
         self.tls = tls
         self._persistence_source = persistence
         self.persistence: Persistence = MemoryPersistence()
-        self.dead_letter_queue = dead_letter_queue
+        activemq = self.mode is BrokerMode.ACTIVEMQ
+        self.dead_letter_queue = dead_letter_queue or ("ActiveMQ.DLQ" if activemq else "DLQ")
         self.expiry_address = expiry_address
         self.max_delivery_count = max_delivery_count
         self.queue_policies = dict(queue_policies or {})
@@ -418,6 +422,7 @@ class Broker:
             expiry_address=self.expiry_address,
             max_delivery_count=self.max_delivery_count,
             queue_policies=self.queue_policies,
+            poison_undeliverable=self.mode is BrokerMode.ACTIVEMQ,
         )
         router = Router(
             self.persistence,

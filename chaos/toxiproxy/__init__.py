@@ -23,9 +23,11 @@ How it works:
 
 What differs from the real server (everything a client can observe is otherwise the same):
     - Loopback only: a ``listen`` (or ``--host``) that is not 127.0.0.0/8, ``::1`` or
-      ``localhost`` is refused with a 500 naming the rule, for a disabled proxy too (``:PORT``
-      included); an empty or missing ``listen``, which the real server binds on every
-      interface, binds ``127.0.0.1:0``.
+      ``localhost`` (``:PORT`` included) is never bound: enabling such a proxy (creating it
+      enabled, a ``PATCH``, ``/reset``) is refused with a 500 naming the rule. A disabled
+      one is stored as the real server stores it (201), since it binds nothing. An empty or
+      missing ``listen``, which the real server binds on every interface, binds
+      ``127.0.0.1:0``.
     - Input that crashes the real server gets 400: a negative bandwidth ``rate``, a slicer
       ``average_size`` of 0 or less. Request bodies are limited to 16 MiB (400 beyond).
     - Go-specific texts differ in detail: JSON syntax errors say ``bad request body: invalid

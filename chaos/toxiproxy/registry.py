@@ -83,10 +83,13 @@ class Registry:
         stays (stopped) if the new one cannot listen, as in the real server.
 
         Raises:
-            ApiError: 500 for a listen address this server refuses (checked even when the
-                proxy is disabled: ``/reset`` would bind it), or that cannot be bound.
+            ApiError: 500 for a listen address this server refuses, or that cannot be bound,
+                when the proxy is to be enabled. A disabled proxy is stored whatever its
+                ``listen``, as the real server stores it: it binds nothing until enabled,
+                and enabling it (a ``PATCH``, ``/reset``) refuses a non-loopback address.
         """
-        loopback_address(fields["listen"])
+        if fields["enabled"]:
+            loopback_address(fields["listen"])
         if replacing is not None:
             await replacing.stop()
         proxy = Proxy(fields["name"], fields["listen"], fields["upstream"], self._task_group)
@@ -108,7 +111,8 @@ class Registry:
     async def _update(self, proxy: Proxy, body: Any) -> Proxy:
         fields = proxy_fields(body, proxy.to_json())
         if _differs(proxy, fields):
-            loopback_address(fields["listen"])
+            if fields["enabled"]:  # refused before anything stops; a disabled one binds nothing
+                loopback_address(fields["listen"])
             await proxy.stop()
             proxy.listen, proxy.upstream = fields["listen"], fields["upstream"]
         if fields["enabled"] and not proxy.enabled:

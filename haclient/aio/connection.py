@@ -47,7 +47,7 @@ from haclient.errors import (
     ConnectionFailedError,
     HAClientError,
 )
-from haclient.modes import AckMode
+from haclient.modes import AckMode, ack_mode_of
 
 if TYPE_CHECKING:
     from haclient.aio.tracing import Tracing
@@ -463,16 +463,12 @@ class Connection:
 
         Raises:
             ClosedError: the connection is closed.
+            ConfigurationError: ``ack_mode`` is no ``AckMode`` (a name such as ``"client"``:
+                the message names the ``AckMode`` meant).
             NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
         """
         await ensure_open(self._check_open)
-        if not isinstance(ack_mode, AckMode):
-            try:
-                ack_mode = AckMode(ack_mode)
-            except ValueError:
-                raise ConfigurationError(
-                    f"unknown acknowledge mode {ack_mode!r}", option="ack_mode"
-                ) from None
+        ack_mode = ack_mode_of(ack_mode)
 
         async def create(at: Connected) -> Session:
             session = Session(self._context, ack_mode)

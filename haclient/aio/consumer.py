@@ -464,7 +464,16 @@ class MessageConsumer:
             if ready is _Skip.AGAIN:
                 continue
             remaining = deadline - anyio.current_time()
-            if not await self._context.connection.switch.wait_started(remaining):
+            switch = self._context.connection.switch
+            if remaining > 0 and switch.first_wait_while_stopped():
+                log.warning(
+                    "a receive on %s of connection %s waits because the connection is stopped: "
+                    "no message is delivered until connection.start() is called (JMS allows "
+                    "this; said once per connection)",
+                    self.destination,
+                    self._context.connection.container_id,
+                )
+            if not await switch.wait_started(remaining):
                 return None
             taken = await self._waiting(
                 deadline,

@@ -88,6 +88,15 @@ class StartSwitch:
     def __init__(self) -> None:
         self.started = False
         self._changed = anyio.Event()
+        self._waited_stopped = False
+
+    def first_wait_while_stopped(self) -> bool:
+        """True the first time it is asked while stopped (a receive is about to wait for
+        ``start()``), then never again: what warns once per connection."""
+        if self.started or self._waited_stopped:
+            return False
+        self._waited_stopped = True
+        return True
 
     def set(self, started: bool) -> None:
         if started != self.started:

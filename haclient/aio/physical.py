@@ -142,27 +142,39 @@ async def fresh_token(options: ConnectionOptions) -> str | None:
 
     An async provider is awaited; a plain one runs in a worker thread, since it may block (a
     file, an HTTP call to the identity provider) and the event loop serves other connections.
+    Fetching the token is part of the login, so ``connect_timeout`` bounds it: a provider
+    still busy then is abandoned (an async one cancelled, a plain one's thread left to end on
+    its own) and the connect fails.
 
     Raises:
-        AuthenticationError: The provider raised, or returned something that is not a
-            non-empty str (the message names the failure, never a token).
+        AuthenticationError: The provider raised, did not answer within ``connect_timeout``,
+            or returned something that is not a non-empty str (the message names the failure,
+            never a token).
     """
     provider = options.token_provider
     if provider is None:
         return None
+    token: Any = None
     try:
-        call = type(provider).__call__  # an object with an async __call__ counts too
-        if inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(call):
-            token: Any = provider()
-        else:
-            token = await anyio.to_thread.run_sync(provider)
-        if inspect.isawaitable(token):
-            token = await token
+        with anyio.move_on_after(options.connect_timeout) as scope:
+            call = type(provider).__call__  # an object with an async __call__ counts too
+            if inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(call):
+                token = provider()
+            else:
+                token = await anyio.to_thread.run_sync(provider, abandon_on_cancel=True)
+            if inspect.isawaitable(token):
+                token = await token
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}"
         raise AuthenticationError(
             f"the token_provider failed: {reason[:200]}", retriable=False
         ) from exc
+    if scope.cancelled_caught:
+        raise AuthenticationError(
+            f"the token_provider returned no token within connect_timeout "
+            f"({options.connect_timeout:g} s, jms.connectTimeout): it was abandoned",
+            retriable=False,
+        )
     if not isinstance(token, str) or not token:
         what = "an empty str" if isinstance(token, str) else type(token).__name__
         raise AuthenticationError(f"the token_provider returned {what}, not a token (a str)")

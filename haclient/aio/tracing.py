@@ -60,6 +60,7 @@ except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lo
     ) from missing
 
 from haclient.aio.context import ensure_open
+from haclient.aio.tracing_guard import TelemetryGuard, guarded_tracer
 from haclient.aio.tracing_spans import (
     QPID_JMS_ANNOTATION,
     SYSTEM,
@@ -102,6 +103,7 @@ class TracedConnection(Protocol):
     """What tracing reads of its connection (``haclient.aio.context.ConnectionContext``)."""
 
     client_id: str | None
+    container_id: str
     current: PhysicalConnection | None
     counters: Counters
 
@@ -140,7 +142,9 @@ class Tracing:
     """The spans of one connection's sends, receives and settlements (see the module doc)."""
 
     def __init__(self, tracer_provider: Any, connection: TracedConnection) -> None:
-        self._tracer = trace.get_tracer("haclient", _version(), tracer_provider=tracer_provider)
+        # The application's tracer, and its exporters, may raise: never into a call (O5).
+        self.guard = TelemetryGuard(lambda: connection.container_id)
+        self._tracer = guarded_tracer(tracer_provider, _version(), self.guard)
         self._connection = connection
         self.failover = FailoverRecord(self._tracer)
         # The span contexts of each transacted session's open transaction: its commit's links.
@@ -229,7 +233,11 @@ class Tracing:
             attributes={**self._common("send", "send"), **destination_attributes(destination)},
         )
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        self.guard.run(
+            "propagate.inject",
+            lambda: propagate.inject(carrier, context=trace.set_span_in_context(span)),
+            None,
+        )
         for key in TRACE_PROPERTIES:
             if key in carrier:
                 message.properties[key] = carrier[key]
@@ -361,14 +369,15 @@ class Tracing:
                     if isinstance(qpid.get(key), str):
                         message.properties[key] = qpid[key]
 
-    @staticmethod
-    def _producer(message: Message) -> tuple[otel_context.Context | None, list[Link]]:
+    def _producer(self, message: Message) -> tuple[otel_context.Context | None, list[Link]]:
         """The parent of a consumer span of ``message`` and its links: the producer's span,
         so that the message's spans make one trace; and, for a receive made inside a span of
         the application, a link to that span. Without a producer context: the ambient one."""
         ambient = trace.get_current_span().get_span_context()
         caller = [Link(ambient, {"haclient.link": "caller"})] if ambient.is_valid else []
-        parent = context_of(message)
+        parent = self.guard.run("propagate.extract", lambda: context_of(message), None)
+        if parent is None:
+            return None, []
         producer = trace.get_current_span(parent).get_span_context()
         if not producer.is_valid:
             return None, []

@@ -277,6 +277,7 @@ def error_from_condition(
     info: Mapping[str, Any] | None = None,
     *,
     context: str | None = None,
+    local: bool = False,
 ) -> HAClientError:
     """Build the exception for an AMQP error condition the peer (or the transport) reported.
 
@@ -286,6 +287,8 @@ def error_from_condition(
         info: The condition's info map, if any.
         context: What haclient was doing, put in parentheses at the end of the message, e.g.
             ``"while attaching receiver to 'x'"``.
+        local: The condition is the client's own verdict (``ErrorCondition.local``): its
+            description is shown whole, not cut as a peer's is.
 
     Returns:
         An instance of the class ``CONDITIONS`` names (``AMQPError``, not retriable, for a
@@ -296,7 +299,7 @@ def error_from_condition(
     error = AMQPError if rule is None else rule.error
     text = description or (rule.summary if rule is not None else None)
     return error(
-        condition_text(condition, text, context),
+        condition_text(condition, text, context, whole=local),
         condition=condition,
         description=description,
         info=info,

@@ -808,7 +808,9 @@ class AmqpConnection:
     def _error(self, error: ErrorCondition | None, context: str) -> HAClientError:
         if error is None:
             return ClosedError(context)
-        return error_from_condition(error.name, error.description, error.info, context=context)
+        return error_from_condition(
+            error.name, error.description, error.info, context=context, local=error.local
+        )
 
     def _on_transport_closed(self, error: ErrorCondition | None) -> None:
         if error is not None and self._end_error is None:

@@ -117,6 +117,7 @@ class Engine:
         """The first 8 bytes of the peer's protocol stream (its protocol header: the SASL one
         when the client logs in), fewer until they came."""
         self._eof_pending = False  # the peer's EOF, delivered once the backlog is in
+        self._layer_error: ErrorCondition | None = None  # a byte layer's verdict, as it gave it
         self._connection = Connection()
         self._connection.container = config.container_id
         if config.hostname:
@@ -283,6 +284,7 @@ class Engine:
 
     def _fail_layer(self, error: ErrorCondition) -> None:
         log.info("connection refused below AMQP: %s", error)
+        self._layer_error = error  # proton's copy of it would lose ``local``
         self._transport.condition = _convert.condition_to_pn(error)
         self._transport.close_tail()
         self._transport.close_head()
@@ -461,7 +463,7 @@ class Engine:
         if self._finished:
             return
         self._finished = True
-        error = _convert.condition_from_pn(self._transport.condition)
+        error = self._layer_error or _convert.condition_from_pn(self._transport.condition)
         remote_closed = bool(self._connection.state & proton.Endpoint.REMOTE_CLOSED)
         ending = _other_protocol(self.head) or _ending_condition(error, remote_closed)
         self._events.append(TransportClosed(ending))

@@ -79,7 +79,7 @@ class SaslFailure(Exception):
 
     def __init__(self, name: str, description: str) -> None:
         super().__init__(description)
-        self.condition = ErrorCondition(name, description)
+        self.condition = ErrorCondition(name, description, local=True)
 
 
 # --- Mechanisms ----------------------------------------------------------------------------------

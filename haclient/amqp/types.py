@@ -109,11 +109,14 @@ class ErrorCondition:
         name: The condition symbol, e.g. ``amqp:not-found``.
         description: Free text from the peer, if any.
         info: The condition's info map, if any.
+        local: The client's own verdict (the SASL layer's, say), not the peer's: its
+            description is the client's own words, shown whole (``condition_text``).
     """
 
     name: str
     description: str | None = None
     info: Mapping[str, Any] | None = None
+    local: bool = False
 
     def __str__(self) -> str:
         return f"{self.name}: {self.description}" if self.description else self.name

@@ -120,3 +120,23 @@ async def test_scram_over_a_socket_carries_the_login_to_the_amqp_header() -> Non
         with anyio.fail_after(10), pytest.raises(Exception) as raised:
             await aio.connect(peer.url, username="app", password=PASSWORD, connect_timeout=1.5)
     assert "awaited: its login outcome and Open" in str(raised.value), raised.value
+
+
+async def test_T6_the_clients_own_advice_is_never_cut_short() -> None:
+    """Issue 39, item 5: the 200-character cut is for a broker's text; a login without
+    credentials to a broker that wants them gets the client's whole advice."""
+    from chaos.broker import Broker
+
+    async with Broker(users={"app": PASSWORD}) as broker:
+        with anyio.fail_after(BOUND * 5), pytest.raises(AuthenticationError) as raised:
+            await aio.connect(broker.url)
+    text = str(raised.value)
+    assert "more characters" not in text, text
+    assert "no SASL mechanism in common" in text and "needs a username and password" in text
+
+
+def test_T6_a_brokers_long_description_is_still_cut() -> None:
+    from haclient.amqp.conditions import error_from_condition
+
+    error = error_from_condition("amqp:unauthorized-access", "x" * 1000)
+    assert "(800 more characters)" in str(error)

@@ -110,3 +110,57 @@ async def test_a_plain_provider_runs_off_the_event_loop_thread() -> None:
             )
             await connection.close()
     assert threads and threading.get_ident() not in threads
+
+
+# --- Issue 39, item 1: a provider that hangs is bounded by connect_timeout --------------------
+
+HANG_URL = "{url}?jms.connectTimeout=1000&failover.giveupafter=3000"
+
+
+async def test_T4_a_plain_provider_that_hangs_fails_the_connect_after_connect_timeout() -> None:
+    release = threading.Event()
+
+    def provider() -> str:
+        release.wait(60)  # a stuck call to the identity provider
+        return TOKEN
+
+    try:
+        async with Broker(users={"app": TOKEN}) as broker:
+            started = anyio.current_time()
+            with anyio.fail_after(TIMEOUT), pytest.raises(AuthenticationError) as raised:
+                await aio.connect(
+                    HANG_URL.format(url=broker.url), username="app", token_provider=provider
+                )
+            assert anyio.current_time() - started < 10  # not the provider's 60 s
+    finally:
+        release.set()  # the abandoned worker thread ends
+    assert "token_provider" in str(raised.value) and "1 s" in str(raised.value), raised.value
+
+
+async def test_T4_an_async_provider_that_never_returns_fails_the_connect_likewise() -> None:
+    async def provider() -> str:
+        await anyio.sleep_forever()
+        raise AssertionError("not reached")
+
+    async with Broker(users={"app": TOKEN}) as broker:
+        with anyio.fail_after(TIMEOUT), pytest.raises(AuthenticationError) as raised:
+            await aio.connect(
+                HANG_URL.format(url=broker.url), username="app", token_provider=provider
+            )
+    assert "connect_timeout" in str(raised.value), raised.value
+
+
+def test_T4_a_hanging_provider_fails_a_blocking_connect_too() -> None:
+    release = threading.Event()
+    try:
+        with (
+            BrokerThread(users={"app": TOKEN}) as broker,
+            pytest.raises(AuthenticationError, match="token_provider"),
+        ):
+            haclient.connect(
+                HANG_URL.format(url=broker.url),
+                username="app",
+                token_provider=lambda: (release.wait(60), TOKEN)[1],
+            )
+    finally:
+        release.set()

@@ -144,3 +144,32 @@ async def test_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         async with Broker(max_delivery_count=0):
             pass
+
+
+async def test_E6_in_activemq_mode_undeliverable_here_moves_the_message_to_activemq_dlq() -> None:
+    """Issue 39, item 11: E6's default outcome past max_redeliveries, modified(delivery-failed,
+    undeliverable-here), is a poison ack to ActiveMQ 5.x: the message goes to ActiveMQ.DLQ
+    (verified on 5.17), where the reference broker kept it on the queue."""
+    async with Broker(mode="activemq") as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with connect(broker) as conn:
+                await put(conn, "q", "poison")
+                link = await receiver(conn, "q", credit=1)
+                got = await receive(conn, link)
+                conn.settle(got, Modified(delivery_failed=True, undeliverable_here=True))
+                await sync(conn)
+                assert broker.queue_depth("q") == 0 and broker.unacked_count("q") == 0
+                dead = await receive(conn, await receiver(conn, "ActiveMQ.DLQ"))
+                assert body_of(dead) == "poison"
+
+
+async def test_E6_outside_activemq_mode_undeliverable_here_keeps_the_message() -> None:
+    async with Broker() as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with connect(broker) as conn:
+                await put(conn, "q", "kept")
+                link = await receiver(conn, "q", credit=1)
+                got = await receive(conn, link)
+                conn.settle(got, Modified(delivery_failed=True, undeliverable_here=True))
+                await sync(conn)
+                assert broker.queue_depth("q") == 1  # not to this consumer again, still there

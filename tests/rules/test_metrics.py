@@ -171,9 +171,57 @@ async def test_item17_attempts_by_outcome_and_when_the_last_failover_and_change_
     began = value(after, "haclient_last_failover_timestamp_seconds")
     assert killed <= began <= value(after, "haclient_last_state_change_timestamp_seconds")
     assert value(after, "haclient_last_state_change_timestamp_seconds") <= time.time()
-    # Nothing was acknowledged and no transaction made: no series for them (no NaN lines).
-    unused = ("haclient_acknowledgements_total", "haclient_transactions_total")
-    assert not any(name in unused for name, _ in after)
+    # Nothing was acknowledged and no transaction made: their counters are there at 0 (issue
+    # 39, item 13), their confirmation-time histogram absent (no NaN lines).
+    assert value(after, "haclient_transactions_total", outcome="committed") == 0
+    assert value(after, "haclient_acknowledgements_total", mode="client") == 0
+    assert not any(name.startswith("haclient_ack_confirmation_duration") for name, _ in after)
     assert value(
         after, "haclient_connection_info", method="roundrobin", version=haclient.__version__
     )
+
+
+async def test_item13_every_labelled_counter_the_dashboard_uses_starts_at_0(
+    api: Api, tmp_path: Any
+) -> None:
+    """Prometheus advises to export a counter's known label values at 0 from the start: a
+    dashboard panel then has series before the first event, and ``increase()`` sees it."""
+    from pathlib import Path
+
+    dashboard = (Path(__file__).parents[2] / "docs" / "grafana-haclient.json").read_text()
+    queried = set(dashboard.split("haclient_"))
+    counters = [
+        spec
+        for spec in METRICS
+        if spec.kind == "counter"
+        and len(spec.labels) > 1
+        and any(q.startswith(spec.name.removeprefix("haclient_") + "_total") for q in queried)
+    ]
+    assert {c.name for c in counters} >= {"haclient_transactions", "haclient_acknowledgements"}
+    known = {
+        "outcome": {
+            "haclient_transactions": {
+                "committed",
+                "rolled_back",
+                "rolled_back_by_failover",
+                "in_doubt",
+            },
+            "haclient_failovers": {"completed", "returned", "failed"},
+        },
+        "mode": {m.name.lower() for m in AckMode},
+    }
+    with brokers(1) as (only,):
+        async with await api.connect(only.url, client_id="metrics-1") as connection:
+            _, samples = scrape(connection.target)
+    for spec in counters:
+        series = [dict(labels) for name, labels in samples if name == f"{spec.name}_total"]
+        assert series, f"{spec.name}_total has no series before its first event"
+        assert all(
+            samples[(f"{spec.name}_total", frozenset(s.items()))] == 0
+            for s in series
+            if spec.name != "haclient_connection_attempts"
+        )
+        if "mode" in spec.labels:
+            assert {s["mode"] for s in series} == known["mode"]
+        elif spec.name in known["outcome"]:
+            assert {s["outcome"] for s in series} == known["outcome"][spec.name]

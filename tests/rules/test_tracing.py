@@ -476,3 +476,121 @@ async def test_O3_a_send_async_span_lasts_until_its_outcome_and_shows_its_resend
     assert len(resent) == 1 and resent[0].attributes is not None
     assert resent[0].attributes["messaging.message.id"] == message.message_id
     assert send.status.status_code is not StatusCode.ERROR
+
+
+# --- O5: telemetry never breaks messaging ----------------------------------------------------
+
+
+class _Broken(RuntimeError):
+    """What the broken telemetry below raises."""
+
+
+class _BrokenSpan(trace.NonRecordingSpan):
+    """A span whose every method raises (an exporter or processor that fails)."""
+
+    def __init__(self) -> None:
+        super().__init__(trace.INVALID_SPAN_CONTEXT)
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Broken("span broken")
+
+    end = set_attributes = set_attribute = add_event = add_link = _fail
+    update_name = set_status = record_exception = is_recording = _fail
+
+
+class _BrokenTracer(trace.NoOpTracer):
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        if self.where == "start_span":
+            raise _Broken("start_span broken")
+        return _BrokenSpan()
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        if self.where == "start_span":
+            raise _Broken("start_as_current_span broken")
+        return trace.use_span(_BrokenSpan(), end_on_exit=True)
+
+
+class _BrokenProvider(trace.NoOpTracerProvider):
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        if self.where == "get_tracer":
+            raise _Broken("get_tracer broken")
+        return _BrokenTracer(self.where)
+
+
+@pytest.mark.parametrize("where", ["get_tracer", "start_span", "span"])
+async def test_O5_tracing_that_raises_never_breaks_a_call_and_is_logged_once(
+    api: Api, reference_broker: BrokerThread, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = _queue(f"broken.{where}.{api.name}")
+    done = Signal()
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message.text)
+        done.set()
+
+    provider = _BrokenProvider(where)
+    with caplog.at_level("WARNING"):
+        async with await api.connect(reference_broker.url, tracer_provider=provider) as connection:
+            await connection.start()
+            transacted = await connection.create_session(AckMode.TRANSACTED)
+            await (await transacted.create_producer(queue)).send(TextMessage("one"))
+            await transacted.commit()
+            session = await connection.create_session(AckMode.CLIENT)
+            producer = await session.create_producer(queue)
+            await producer.send(TextMessage("two"))
+            consumer = await session.create_consumer(queue)
+            received = [await consumer.receive(TIMEOUT), await consumer.receive(TIMEOUT)]
+            assert [m.text for m in received if m is not None] == ["one", "two"]
+            await api.acknowledge(received[1])
+            await consumer.close()
+            listened = await (await connection.create_session()).create_consumer(queue)
+            await listened.set_message_listener(api.listener(on_message))
+            await producer.send(TextMessage("three"))
+            assert await done.wait()
+    assert heard == ["three"]
+    warnings = [r for r in caplog.records if "tracing" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert warnings[0].levelname == "WARNING" and "broken" in warnings[0].getMessage()
+
+
+async def test_O5_a_metrics_registry_that_raises_fails_its_scrape_never_a_call(
+    reference_broker: BrokerThread,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from haclient.metrics import HAClientCollector
+
+    class Raising:
+        def collect(self) -> Any:
+            raise _Broken("registry broken")
+
+    queue = _queue("broken.metrics")
+    async with await aio.connect(reference_broker.url) as connection:
+        collector = HAClientCollector([connection])
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        registry.register(Raising())  # type: ignore[arg-type]
+        session = await connection.create_session()
+        producer = await session.create_producer(queue)
+        with pytest.raises(_Broken):
+            generate_latest(registry)
+        await producer.send(TextMessage("still sent"))
+        await connection.start()
+        received = await (await session.create_consumer(queue)).receive(TIMEOUT)
+        assert received is not None and received.text == "still sent"
+        assert b"haclient_messages_sent_total" in generate_latest(_only(collector))
+
+
+def _only(collector: Any) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry

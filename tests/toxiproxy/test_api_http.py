@@ -336,20 +336,36 @@ def test_item10_browsers_get_plain_text_403_on_known_routes_only(api: Http) -> N
     assert api.call("PUT", "/proxies", headers=browser).status == 405
 
 
-@deliberate("the real server stores a disabled proxy with any listen (and /reset then fails)")
-def test_item11_a_non_loopback_listen_is_refused_even_disabled(api: Http) -> None:
+def test_item12_a_disabled_proxy_is_stored_whatever_its_listen_as_the_real_server_does(
+    api: Http,
+) -> None:
+    """Toxiproxy 2.12 answers 201 and stores a disabled proxy on ``0.0.0.0:0``: a disabled
+    proxy does not listen, so nothing is bound."""
     body = {"name": "p", "upstream": UP, "listen": "0.0.0.0:0", "enabled": False}
-    response = api.call("POST", "/proxies", body)
-    assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
+    created = api.json("POST", "/proxies", body, expect=201)
+    assert (created["listen"], created["enabled"]) == ("0.0.0.0:0", False)
+    assert api.json("GET", "/proxies/p")["listen"] == "0.0.0.0:0"
     make(api, "q", enabled=False)
+    assert api.json("PATCH", "/proxies/q", {"listen": "0.0.0.0:0"})["listen"] == "0.0.0.0:0"
+    populated = api.json("POST", "/populate", [{**body, "name": "r"}], expect=201)
+    assert [p["name"] for p in populated["proxies"]] == ["r"]
+    assert sorted(api.json("GET", "/proxies")) == ["p", "q", "r"]
+
+
+@deliberate("the real server binds any address; this one binds loopback only")
+def test_item12_a_stored_non_loopback_proxy_is_never_bound(api: Http) -> None:
+    body = {"name": "p", "upstream": UP, "listen": "0.0.0.0:0", "enabled": False}
+    api.json("POST", "/proxies", body, expect=201)
+    response = api.call("PATCH", "/proxies/p", {"enabled": True})
+    assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
+    assert api.json("GET", "/proxies/p")["enabled"] is False
+    make(api, "q")  # enabled, on loopback
     response = api.call("PATCH", "/proxies/q", {"listen": "0.0.0.0:0"})
     assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
-    response = api.call("POST", "/populate", [body])
+    assert api.json("GET", "/proxies/q")["enabled"] is True  # left as it was
+    response = api.call("POST", "/reset")  # would enable p: refused, as a bind error is
     assert response.status == 500 and b"loopback addresses only" in response.data  # type: ignore[attr-defined]
-    assert list(api.json("GET", "/proxies")) == ["q"]
-    assert api.json("GET", "/proxies/q")["listen"] == "127.0.0.1:0"
-    assert api.call("POST", "/reset").status == 204
-    assert api.json("GET", "/proxies/q")["enabled"] is True
+    assert api.json("GET", "/proxies/p")["enabled"] is False
 
 
 def strict_json(data: bytes) -> object:

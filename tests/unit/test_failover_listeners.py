@@ -131,6 +131,23 @@ def test_F14_a_raising_qpid_jms_callback_is_logged_and_the_rest_are_called(
     assert "listener bug: interrupted" in caplog.text
 
 
+def test_F14_a_listener_whose_attributes_raise_is_logged_and_the_rest_are_called(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Odd:  # a proxy or mock whose lookup of a name raises something else than AttributeError
+        def __getattr__(self, name: str) -> object:
+            raise RuntimeError(f"listener bug: no {name}")
+
+    after = JavaPort()
+    listeners = Listeners()
+    listeners.add(Odd())
+    listeners.add(after)
+    listeners.tell(FailoverEvent.INTERRUPTED, broker=A, cause=OSError("x"))
+    listeners.notify("send_failed", None, "ID:1", OSError("y"))
+    assert after.log == [("interrupted", A)]
+    assert "listener bug: no on_connection_interrupted" in caplog.text
+
+
 def test_F14_every_qpid_jms_name_is_in_the_table_and_the_protocol() -> None:
     names = {name for calls in CALLS.values() for name, _ in calls}
     assert set(JMS_NAMES) <= names

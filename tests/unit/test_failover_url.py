@@ -463,3 +463,100 @@ def test_item4_spark_options_repr_masks_as_parse_url_does(password: str) -> None
         shown = f"{exc} {exc!r}"
     assert "QQ" not in shown and "ZZ" not in shown, shown
     assert mask_secrets(url) in shown
+
+
+# --- Issue 39: two names of one option, and what a URL cannot mean -----------------------------
+
+_ALIAS_PAIRS = [
+    ("transport.trustStoreLocation", "transport.caFile", "/a.pem", "/b.pem"),
+    ("jms.prefetch", "jms.prefetchPolicy.all", "10", "20"),
+    ("transport.certFile", "transport.keyStoreLocation", "/c.pem", "/k.pem"),
+    ("transport.keyPassword", "transport.keyStorePassword", "pw1", "pw2"),
+]
+
+
+@pytest.mark.parametrize(("first", "second", "one", "other"), _ALIAS_PAIRS)
+def test_item2_two_names_of_one_option_with_different_values_raise_naming_both(
+    first: str, second: str, one: str, other: str
+) -> None:
+    for text in (
+        f"amqp://h:5672?{first}={one}&{second}={other}",
+        f"failover:(amqp://h:5672)?{second}={other}&{first}={one}",
+    ):
+        with pytest.raises(ConfigurationError) as caught:
+            parse_url(text)
+        assert first in str(caught.value) and second in str(caught.value), caught.value
+        assert "pw1" not in str(caught.value) and "pw2" not in str(caught.value)
+    if "transport." in first:  # per-broker options: on one broker URL too
+        with pytest.raises(ConfigurationError, match=first):
+            parse_url(f"failover:(amqp://h:5672?{first}={one}&{second}={other})")
+
+
+@pytest.mark.parametrize(("first", "second", "one", "other"), _ALIAS_PAIRS)
+def test_item2_two_names_of_one_option_that_agree_are_one_value(
+    first: str, second: str, one: str, other: str
+) -> None:
+    url = parse_url(f"amqp://h:5672?{first}={one}&{second}={one}")
+    assert url.connection_options == {first: one, second: one}
+
+
+def test_item2_a_broker_option_still_overrides_the_connections_under_another_name() -> None:
+    url = parse_url(
+        "failover:(amqps://h:5671?transport.caFile=/b.pem)?transport.trustStoreLocation=/a.pem"
+    )
+    assert url.broker_options(0)["transport.caFile"] == "/b.pem"
+
+
+def test_F16_priority_uris_naming_no_broker_of_the_list_are_refused_when_parsed() -> None:
+    with pytest.raises(ConfigurationError, match="priorityURIs") as caught:
+        parse_url(
+            "failover:(amqp://a:5672,amqp://b:5672)"
+            "?failover.priorityBackup=true&failover.priorityURIs=amqp://c:5672"
+        )
+    assert caught.value.option == "failover.priorityURIs"
+    with pytest.raises(ConfigurationError, match="priorityURIs"):
+        parse_url("failover:(amqp://a:5672)?failover.priorityURIs=amqp://a:x")
+    ok = parse_url("failover:(amqp://a:5672,amqp://b:5672)?failover.priorityURIs=tcp://b:5672")
+    assert ok.policy.priority_uris == ("tcp://b:5672",)
+
+
+def test_F16_a_connection_factory_refuses_them_before_any_connect() -> None:
+    import haclient
+    import haclient.aio
+
+    url = "failover:(amqp://a:5672)?failover.priorityBackup=true&failover.priorityURIs=c:1"
+    for factory in (haclient.ConnectionFactory, haclient.aio.ConnectionFactory):
+        with pytest.raises(ConfigurationError, match="priorityURIs"):
+            factory(url)
+
+
+@pytest.mark.parametrize(
+    ("text", "option"),
+    [
+        ("amqp://u:pw@@host:5672", "password"),
+        ("amqp://u@x:pw@host:5672", "username"),
+        ("failover:(amqp://u:pw@@host:5672)", "password"),
+        ("amqp://u:p%zzw@host:5672", "password"),
+        ("amqp://u%zz:pw@host:5672", "username"),
+        ("amqp://u:pw%4@host:5672", "password"),
+        ("amqp://h:5672?jms.clientID=a%zz", "jms.clientID"),
+    ],
+)
+def test_item4_an_at_sign_or_a_bad_escape_in_the_user_info_is_refused(
+    text: str, option: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_url(text)
+    assert caught.value.option == option
+    shown = f"{caught.value} {caught.value!r}"
+    assert "pw" not in shown.replace("password", ""), shown
+
+
+def test_item4_an_encoded_at_sign_and_percent_are_still_read() -> None:
+    broker = parse_url("amqp://u%40x:p%40w%25@host:5672").brokers[0]
+    assert (broker.username, broker.password, broker.host) == ("u@x", "p@w%", "host")
+
+
+@pytest.mark.parametrize("text", ["amqp://u@x:QQpwZZ@host:5672", "amqp://u:QQpw@@host:5672"])
+def test_item4_the_masker_hides_a_password_after_an_unencoded_at_sign(text: str) -> None:
+    assert "QQ" not in mask_secrets(text) and "ZZ" not in mask_secrets(text)
