@@ -242,7 +242,9 @@ def _violation_lines(result: AuditResult) -> list[str]:
         first = same[0]
         times = f" ({len(same)} times; the first:)" if len(same) > 1 else ""
         promise = PROMISE_NAMES.get(first.promise, first.promise)
-        lines.append(f"- `{first.stream}` {promise} ({first.rule}){times} {first.detail}")
+        lines.append(
+            f"- `{first.stream}` {promise} ({first.rule}; `{first.promise}`){times} {first.detail}"
+        )
     if len(ranked) > 50:
         lines.append(f"- ... and {len(ranked) - 50} more kinds")
     return lines

@@ -32,7 +32,8 @@ from failover.policy import FailoverMethod
 from failover.schedule import Stop, Wait, checked_strategies
 from failover.url import BrokerURL, FailoverURL, parse_url
 from haclient.aio._host import TaskHost
-from haclient.aio.context import ConnectionContext, ensure_open
+from haclient.aio.checks import ensure_open
+from haclient.aio.context import ConnectionContext
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.membership import advertised_brokers, follow_membership
 from haclient.aio.options import ConnectionOptions, generated_client_id

@@ -37,7 +37,7 @@ import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from failover.manager import RestoreOrder
-from haclient.aio.context import ensure_open
+from haclient.aio.checks import ensure_open
 from haclient.aio.decoding import Decoder
 from haclient.aio.emulation import (
     client_no_local,

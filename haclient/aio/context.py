@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 
 from failover.listeners import Listeners
 from failover.manager import ConnectionState
@@ -41,7 +40,7 @@ from haclient.aio.termini import SubscriptionNames
 from haclient.aio.transaction import NativeTransaction, SessionTransaction
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
 from haclient.destination import TemporaryQueue, TemporaryTopic
-from haclient.errors import ClosedError, ConnectionFailedError, HAClientError
+from haclient.errors import ClosedError, ConnectionFailedError
 from haclient.message import MessageIdGenerator, uuid_message_ids
 from haclient.modes import AckConfirmation, AckMode
 
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
     from haclient.amqp.endpoints import Receiver
     from haclient.amqp.endpoints import Session as AmqpSession
 
-__all__ = ["ConnectionContext", "Counters", "SessionContext", "ensure_open"]
+__all__ = ["ConnectionContext", "Counters", "SessionContext"]
 
 # UUID message ids carry nothing of their connection: no-local (E2) remembers the ids it made,
 # the newest this many, for this long (seconds).
@@ -67,19 +66,6 @@ _link_numbers = itertools.count(1)
 
 StartSoon = Callable[..., None]
 """``start_soon(fn, *args, name=None)``: run ``fn`` in the connection's task group."""
-
-
-async def ensure_open(check: Callable[[], None]) -> None:
-    """``check()``, the first step of an async call (an object's ``_check_open``). When it
-    raises (the object or its connection is closed, or failover gave up: F4), the call is a
-    checkpoint first, as every async call that waits is: an application that calls again and
-    again on what is gone must not starve the other tasks of its event loop (on a real broker,
-    a producer retrying a dead connection made every ``receive(0.5)`` beside it take 7 s)."""
-    try:
-        check()
-    except HAClientError:
-        await anyio.lowlevel.checkpoint()
-        raise
 
 
 class StartSwitch:

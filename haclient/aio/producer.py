@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from failover.manager import RestoreOrder
-from haclient.aio.context import ensure_open
+from haclient.aio.checks import ensure_open
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.termini import producer_target
 from haclient.aio.transaction import BufferedSend

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from failover.manager import RestoreOrder
 from haclient.aio.browser import QueueBrowser
+from haclient.aio.checks import ensure_open
 from haclient.aio.consumer import MessageConsumer
-from haclient.aio.context import ConnectionContext, SessionContext, ensure_open
+from haclient.aio.context import ConnectionContext, SessionContext
 from haclient.aio.emulation import broker_selector
 from haclient.aio.gate import Connected, deadline_after
 from haclient.aio.producer import MessageProducer

@@ -59,7 +59,7 @@ except ModuleNotFoundError as missing:  # as haclient._extras says it, from a lo
         name="haclient.aio.tracing",
     ) from missing
 
-from haclient.aio.context import ensure_open
+from haclient.aio.checks import ensure_open
 from haclient.aio.tracing_guard import TelemetryGuard, guarded_tracer
 from haclient.aio.tracing_spans import (
     QPID_JMS_ANNOTATION,

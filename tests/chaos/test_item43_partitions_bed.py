@@ -114,7 +114,7 @@ def test_item4_the_report_summarises_repeats_of_one_violation() -> None:
     lines = _violation_lines(result)
     assert lines[1] == "## Broken promises (201, 2 kinds)"
     repeated = [line for line in lines if "unexpected_error" in line]
-    assert len(repeated) == 1 and "(200 times; the first:)" in repeated[0]
+    assert len(repeated) == 1 and "(200 times; the first:)" in repeated[0], lines
     assert "closed 0" in repeated[0]
     assert any("lost" in line and "ID:abc:1:1:1" in line for line in lines)
 
