@@ -24,8 +24,15 @@ __all__ = [
     "typed",
 ]
 
+
+def examples(count: int) -> int:
+    """``count`` property examples, scaled by ``$HACLIENT_PROPERTY_SCALE`` (``make test-quick``
+    runs a quarter of them; ``make test`` all)."""
+    return max(10, round(count * float(os.environ.get("HACLIENT_PROPERTY_SCALE", "1"))))
+
+
 CODEC = settings(
-    max_examples=int(os.environ.get("HACLIENT_CODEC_EXAMPLES", "200")),
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

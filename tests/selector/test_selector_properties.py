@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +20,16 @@ from haclient.selector import compile_selector
 from haclient.selector import nodes as n
 from haclient.selector.parser import parse
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+def examples(count: int) -> int:
+    """``count`` property examples, scaled by ``$HACLIENT_PROPERTY_SCALE`` (``make test-quick``
+    runs a quarter of them; ``make test`` all)."""
+    return max(10, round(count * float(os.environ.get("HACLIENT_PROPERTY_SCALE", "1"))))
+
+
+SETTINGS = settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 NAMES = ["a", "b", "s", "JMSPriority", "JMSType", "JMSXGroupSeq"]
 ALPHABET = "ab%_!'"
@@ -380,7 +390,7 @@ def test_numeric_literals_render_and_parse_exactly(name: str, value: float) -> N
     assert math.copysign(1, got) == math.copysign(1, value) or value == 0
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(likes(), st.text(ALPHABET, max_size=6))
 def test_like_agrees_with_reference(like: n.Like, value: str) -> None:
     # Every pattern shape (the string-method fast paths and the regex) against the matcher.
