@@ -43,13 +43,17 @@ SCRIPTS = [
 ]
 
 
+CONNECT_TIMEOUT = 1.0
+"""What a peer that answers nothing (or half) costs each test: it is waited for this long."""
+
+
 async def _connect(api: str, url: str) -> None:
     """Connect through ``api`` and close again (the peers make sure it does not get that far)."""
     if api == "aio":
-        connection = await aio.connect(url, connect_timeout=2)
+        connection = await aio.connect(url, connect_timeout=CONNECT_TIMEOUT)
         await connection.close()
         return
-    connect = functools.partial(haclient.connect, url, connect_timeout=2)
+    connect = functools.partial(haclient.connect, url, connect_timeout=CONNECT_TIMEOUT)
     connection: Any = await anyio.to_thread.run_sync(connect, abandon_on_cancel=True)
     await anyio.to_thread.run_sync(connection.close)
 
