@@ -249,6 +249,8 @@ class Connection:
             standby_connector=self._open_standby,
             adopt=self._adopt,
             may_return=lambda: self._context.counters.commits_in_flight == 0,
+            # a broker starting up is tried again for as long as one attempt may take (F1)
+            startup_patience=options.connect_timeout,
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._sessions: set[Session] = set()
