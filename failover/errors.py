@@ -34,8 +34,11 @@ Rules this module keeps:
    table's word.
 4. Exceptions of other libraries (proton, anyio, ssl, socket) never cross the public API: they
    are translated where they are caught, ``raise SomeHAClientError(...) from exc``.
-5. Errors pickle with their attributes (PySpark ships them between processes). A class keeps
-   the ``__module__`` it is defined in (``failover.errors`` here), which unpickling imports: it
+5. A class shows its public name: its ``__module__`` is ``haclient.errors`` (``PUBLIC_MODULE``,
+   set by ``publish`` where the class is defined, as the logger is ``haclient.failover``), the
+   module applications import it from, so a traceback says ``haclient.errors.ClosedError``.
+   Errors pickle with their attributes (PySpark ships them between processes) through the
+   module that defines the class (``HAClientError.__reduce__``): unpickling one of this module
    loads nothing but the standard library.
 6. A peer's words reach a message only escaped and cut short: a description may quote bytes of
    a peer that does not speak the protocol (terminal escapes, NULs), which never go into the
@@ -44,11 +47,13 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Mapping
 from typing import Any, Final, TypedDict, Unpack
 
 __all__ = [
+    "PUBLIC_MODULE",
     "AMQPError",
     "AcknowledgeFailedError",
     "AuthenticationError",
@@ -71,7 +76,12 @@ __all__ = [
     "ResourceLockedError",
     "TransactionRolledBackError",
     "condition_text",
+    "publish",
+    "without_frames",
 ]
+
+PUBLIC_MODULE: Final = "haclient.errors"
+"""Where applications import every error from: the ``__module__`` a published class shows."""
 
 
 # A peer's description goes into exception text: at most this many characters of it, and of
@@ -158,6 +168,46 @@ class HAClientError(Exception):
             return condition_text(self.condition, self.description)
         return self.description or ""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle a published class (``publish``) through the module that defines it, not its
+        public one, so that unpickling imports no more than that module (rule 5)."""
+        reduced = super().__reduce__()
+        home = type(self).__dict__.get("_defined_in")
+        if home is None:  # an application's own subclass: pickled as Python does
+            return reduced  # type: ignore[return-value]
+        return (_rebuild, (home, type(self).__qualname__, self.args), *reduced[2:])
+
+
+def _rebuild(home: str, qualname: str, args: tuple[Any, ...]) -> HAClientError:
+    """An error of class ``qualname`` of module ``home`` made from its ``args`` (its other
+    attributes are restored from the pickle's state afterwards)."""
+    cls: type[HAClientError] = getattr(importlib.import_module(home), qualname)
+    return cls(*args)
+
+
+def without_frames(error: BaseException | None) -> None:
+    """Drop the tracebacks of ``error`` and of the errors it was raised from, when ``error``
+    is one of this tree: its message says what failed (a translated error quotes the one it
+    was raised from), and the frames deep in the client that raised it would only bury that
+    in what an application prints. Any other error (a bug) keeps them."""
+    if not isinstance(error, HAClientError):
+        return
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__traceback__ = None
+        current = current.__cause__ or current.__context__
+
+
+def publish(*classes: type[HAClientError]) -> None:
+    """Give ``classes``, defined in the calling module, their public name (``PUBLIC_MODULE``,
+    rule 5); pickle still goes through the module that defines them."""
+    for cls in classes:
+        if "_defined_in" not in cls.__dict__:
+            cls._defined_in = cls.__module__  # type: ignore[attr-defined]
+            cls.__module__ = PUBLIC_MODULE
+
 
 # --- Usage errors: fix the code or the configuration --------------------------------------------
 
@@ -237,6 +287,8 @@ class ConnectionFailedError(HAClientError):
         cause: The last failure that failover saw (also set as ``__cause__``), if any.
         failures: The last failure of each broker that the last connect or failover tried,
             by broker (as text, password masked); the message names each.
+        first_connect: True when the first connect failed (no connection was ever made):
+            the message says "could not connect", naming the broker when there was one.
     """
 
     def __init__(
@@ -245,27 +297,37 @@ class ConnectionFailedError(HAClientError):
         *,
         cause: BaseException | None = None,
         failures: Mapping[str, BaseException] | None = None,
+        first_connect: bool = False,
         **fields: Unpack[_ConditionFields],
     ) -> None:
         self.cause = cause
         self.failures: dict[str, BaseException] = dict(failures or {})
+        self.first_connect = first_connect
         super().__init__(message, **fields)
         if cause is not None:
             self.__cause__ = cause
 
     def _default_message(self) -> str:
+        gave_up = "could not connect" if self.first_connect else "failover gave up"
+        if len(self.failures) == 1 and self.first_connect:
+            ((broker, error),) = self.failures.items()
+            return self._with_cause(f"could not connect to {broker}: {error}")
         if len(self.failures) > 1:
             each = "; ".join(f"{broker}: {error}" for broker, error in self.failures.items())
-            text = f"failover gave up; the last failure of each broker: {each}"
-            if self.cause is not None and all(
-                e is not self.cause and e is not self.cause.__cause__
-                for e in self.failures.values()
-            ):  # a cause that is one of the failures, or was raised from one, is told already
-                text += f"; last failure: {self.cause}"
-            return text
+            return self._with_cause(f"{gave_up}; the last failure of each broker: {each}")
         if self.cause is not None:
-            return f"failover gave up; last failure: {self.cause}"
-        return "failover gave up"
+            return f"{gave_up}{':' if self.first_connect else '; last failure:'} {self.cause}"
+        return gave_up
+
+    def _with_cause(self, text: str) -> str:
+        """``text`` (which names the failures), and the cause unless it is one of them or
+        was raised from one (then it is told already)."""
+        cause = self.cause
+        if cause is not None and all(
+            e is not cause and e is not cause.__cause__ for e in self.failures.values()
+        ):
+            text += f"; last failure: {cause}"
+        return text
 
 
 class FailoverTimeoutError(HAClientError, TimeoutError):
@@ -489,3 +551,28 @@ class BrokerNotReadyError(ConnectionLostError):
     The reconnect schedule comes back to such a broker sooner than to one that refused the
     connection (``failover.schedule``); otherwise it is a lost connection like any other.
     """
+
+
+publish(
+    HAClientError,
+    ConfigurationError,
+    InvalidSelectorError,
+    IllegalStateError,
+    ClosedError,
+    ClientIdInUseError,
+    ConnectionFailedError,
+    FailoverTimeoutError,
+    TransactionRolledBackError,
+    AcknowledgeFailedError,
+    BrowserFailoverError,
+    InvalidDestinationError,
+    MessageFormatError,
+    ResourceLockedError,
+    ResourceLimitError,
+    AuthenticationError,
+    NotImplementedByBrokerError,
+    AMQPError,
+    ConnectionLostError,
+    PreferredBrokerAvailable,
+    BrokerNotReadyError,
+)

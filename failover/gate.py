@@ -33,6 +33,7 @@ from failover.errors import (
     ConnectionFailedError,
     FailoverTimeoutError,
     IllegalStateError,
+    without_frames,
 )
 from failover.policy import Attempt
 from failover.protocols import P
@@ -59,6 +60,7 @@ class ConnectionGate(Generic[P]):
         "_clock",
         "_connected",
         "_failures",
+        "_first_connect",
         "_on_change",
         "_settled",
         "_sleep",
@@ -80,6 +82,7 @@ class ConnectionGate(Generic[P]):
         self._connected: tuple[P, int] | None = None  # from OPENED until the loss
         self._cause: BaseException | None = None  # what FAILED raises (F4)
         self._failures: Mapping[str, BaseException] = {}
+        self._first_connect = False  # FAILED before any connection was made
         self._trying: Attempt[BrokerURL] | None = None
         self._settled: anyio.Event | None = None  # set while not IN_TRANSIT; see activate
 
@@ -122,8 +125,12 @@ class ConnectionGate(Generic[P]):
 
     def fail(self, cause: BaseException | None, failures: Mapping[str, BaseException]) -> None:
         """Give up (GAVE_UP): waiters and later callers raise ``ConnectionFailedError`` with
-        ``cause`` and ``failures``."""
+        ``cause`` and ``failures`` (saying "could not connect" when the first connect is
+        what failed). The cause is shown as its words, without its frames (``without_frames``):
+        it is what every caller's error was raised from."""
+        without_frames(cause)
         self._cause, self._failures = cause, dict(failures)
+        self._first_connect = self._state is ConnectionState.CONNECTING
         self.apply(ManagerEvent.GAVE_UP)
 
     def attempting(self, attempt: Attempt[BrokerURL] | None) -> None:
@@ -161,7 +168,11 @@ class ConnectionGate(Generic[P]):
                 # (the deadlines of every other task on it overran by seconds).
                 await anyio.lowlevel.checkpoint()
                 if self._state is ConnectionState.FAILED:
-                    raise ConnectionFailedError(cause=self._cause, failures=self._failures)
+                    raise ConnectionFailedError(
+                        cause=self._cause,
+                        failures=self._failures,
+                        first_connect=self._first_connect,
+                    )
                 raise ClosedError("the connection is closed")
             settled = self._settled
             if settled is None:

@@ -162,6 +162,10 @@ class ConnectionManager(Generic[P]):
         may_return: Whether a return to a preferred broker (F16) may start now, asked
             (synchronously) right before it starts: a client says no while a commit is on its
             way, whose outcome the return would put in doubt (default: always).
+        startup_patience: Seconds the first connect keeps trying a broker that accepts the
+            TCP connection and closes it before answering (one starting up), every 5-10 ms,
+            once the startup budget's attempts are spent (``failover.schedule``; default 0:
+            not at all). A protocol client passes its connect timeout.
 
     Raises:
         ConfigurationError: An empty list, ``singlebroker`` with several brokers, a
@@ -184,6 +188,7 @@ class ConnectionManager(Generic[P]):
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
+        startup_patience: float = 0.0,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
@@ -206,6 +211,7 @@ class ConnectionManager(Generic[P]):
             standby_connector=standby_connector,
             adopt=adopt,
             may_return=may_return,
+            startup_patience=startup_patience,
         )
         self._started = False
         # Made in __aenter__: anyio objects need the running event loop.
@@ -227,6 +233,7 @@ class ConnectionManager(Generic[P]):
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
+        startup_patience: float = 0.0,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(
@@ -242,6 +249,7 @@ class ConnectionManager(Generic[P]):
             standby_connector=standby_connector,
             adopt=adopt,
             may_return=may_return,
+            startup_patience=startup_patience,
         )
 
     # --- Lifetime -------------------------------------------------------------------------

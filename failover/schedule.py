@@ -34,6 +34,16 @@ for ``patience`` after the first such drop in the plan; a broker that keeps drop
 (a proxy with nothing behind it) gets the fast delay again. The broker order and the attempt
 count do not change, only that wait.
 
+The first connect meets such a broker too: applications start together with their brokers
+(compose files, pods), and a broker that accepts TCP is not dead. A first connect's plan given
+a ``startup_patience`` (seconds; the client passes its connect timeout) does not end while a
+broker of its list is starting up: once its own attempts are spent (one pass by default, or the
+one try of ``nofailover``), it tries again, every ``NOT_READY_RETRY`` delay (5-10 ms), each
+broker whose last attempt it dropped before answering, round the list, for ``startup_patience``
+after that broker's first drop, within the time budget. A broker that refused the TCP
+connection, or answered with a failure, gets no such retry: a dead URL still fails at once.
+Only the policy's own stop allows these attempts; a stop given to the manager is the end.
+
 The policy's own schedule is one such pair: ``PolicyWait`` (the delays of the module docstring
 of ``failover.policy``, jitter drawn from the injected ``random.Random``, so a seed makes the
 plan exact) and ``policy_stop`` (the pass count as ``stop_after_attempt``, the time budget
@@ -154,6 +164,9 @@ class ReconnectPlan:
         rng: Draws the ``randomize`` shuffle and the policy's jitter.
         wait: A tenacity wait replacing the policy's delays (but the first).
         stop: A tenacity stop replacing the policy's pass count and time budget.
+        startup_patience: For the first connect, how long (seconds) after its first drop a
+            broker starting up is tried again once the plan's own attempts are spent (0: not
+            at all; see the module docstring).
     """
 
     def __init__(
@@ -167,6 +180,7 @@ class ReconnectPlan:
         rng: random.Random,
         wait: Wait | None = None,
         stop: Stop | None = None,
+        startup_patience: float = 0.0,
     ) -> None:
         start = None if lost is None else index_of(brokers, lost)
         order = policy.broker_order(len(brokers), start_index=start, rng=rng)
@@ -183,6 +197,8 @@ class ReconnectPlan:
         self._last: int | None = None  # the broker index of the last attempt handed out
         self._quick = NOT_READY_RETRY if wait is None else None  # only the policy's own wait
         self._not_ready_since: dict[int, float] = {}  # broker index -> its first drop
+        # The first connect's retry of a broker starting up: only with the policy's own stop.
+        self._startup_patience = startup_patience if startup and stop is None else 0.0
 
     @property
     def made(self) -> int:
@@ -194,9 +210,12 @@ class ReconnectPlan:
         this plan: a ``BrokerNotReadyError`` within the quick retry's patience of that broker's
         first such drop (recorded now, as ``next`` records it)."""
         self._note_not_ready(now, failure)
-        quick = self._quick
         since = None if self._last is None else self._not_ready_since.get(self._last)
-        return quick is not None and since is not None and now - since <= quick.patience
+        if since is None:
+            return False
+        quick = self._quick
+        patience = max(self._startup_patience, 0.0 if quick is None else quick.patience)
+        return patience > 0.0 and now - since <= patience
 
     @property
     def brokers_of_a_pass(self) -> tuple[BrokerURL, ...]:
@@ -212,6 +231,8 @@ class ReconnectPlan:
         is tried at once); None when the plan ends (give up, F4)."""
         self._note_not_ready(now, failure)
         attempt = self._first(now) if self._made == 0 else self._after(now, failure, refused)
+        if attempt is None and self._made > 0:
+            attempt = self._starting_broker(now)
         if attempt is not None:
             self._made += 1
             self._slept += attempt.delay
@@ -242,6 +263,29 @@ class ReconnectPlan:
             delay = delay if cut is None else cut  # None: spent, and the stop says so
         state.upcoming_sleep = delay
         if self._stop(state):
+            return None
+        return Attempt(index, self._brokers[index], delay, self._made + 1)
+
+    def _starting_broker(self, now: float) -> Attempt[BrokerURL] | None:
+        """After the first connect's own attempts, the next attempt on a broker starting up:
+        the next after the last one tried, round the list, of the brokers whose last attempt
+        dropped before answering within ``startup_patience`` of their first drop; None when
+        there is none, or the time budget is spent (see the module docstring)."""
+        patience = self._startup_patience
+        if patience <= 0.0:
+            return None
+        waiting = sorted(
+            index for index, since in self._not_ready_since.items() if now - since <= patience
+        )
+        if not waiting:
+            return None
+        last = -1 if self._last is None else self._last
+        index = next((i for i in waiting if i > last), waiting[0])
+        quick = NOT_READY_RETRY or NotReadyRetry()
+        delay = budget_delay(
+            self._policy, quick.delay + quick.jitter * self._rng.random(), now - self._began
+        )
+        if delay is None:
             return None
         return Attempt(index, self._brokers[index], delay, self._made + 1)
 

@@ -74,6 +74,8 @@ class Supervisor(Generic[P]):
         adopt: Called with each physical connection when it becomes the one in use (the
             first connect, each failover), before anything is restored on it.
         may_return: Whether a return (F16) may start now (``failover.standby``).
+        startup_patience: How long the first connect keeps trying a broker starting up
+            (``failover.schedule``; 0: not at all).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Supervisor(Generic[P]):
         standby_connector: Connector[P] | None = None,
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
+        startup_patience: float = 0.0,
     ) -> None:
         self._gate = gate
         self._listeners = listeners
@@ -103,6 +106,7 @@ class Supervisor(Generic[P]):
         self._clock = clock
         self._wait_strategy = reconnect_wait
         self._stop_strategy = reconnect_stop
+        self._startup_patience = startup_patience
         self._walker: Walker[P] = Walker(
             gate,
             connector,
@@ -297,6 +301,7 @@ class Supervisor(Generic[P]):
             rng=self._rng,
             wait=self._wait_strategy,
             stop=self._stop_strategy,
+            startup_patience=self._startup_patience if startup else 0.0,
         )
 
     async def _walk(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:

@@ -197,6 +197,8 @@ class Walker(Generic[P]):
         try:
             return await self._connector(attempt.broker)
         except Exception as exc:  # the connector's failure is the cause F4 reports
+            # where it came from, for whoever debugs it (the cause F4 reports keeps its words)
+            _log.debug("attempt %d to %s raised", attempt.number, attempt.broker, exc_info=exc)
             _drop_locals(exc)
             self.failure = self.failures[str(attempt.broker)] = exc
             return None

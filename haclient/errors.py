@@ -8,7 +8,7 @@ The tree (builtin mixins in parentheses)::
       IllegalStateError (RuntimeError)      not allowed in the object's current state
         ClosedError                         the object (or its session, connection) is closed
         ClientIdInUseError                  another connection holds this client id
-      ConnectionFailedError                 failover gave up (F4); ``.cause`` is the last failure
+      ConnectionFailedError                 could not connect, or failover gave up (F4); ``.cause``
       FailoverTimeoutError (TimeoutError)   blocked past ``failover.timeout``; failover goes on
       TransactionRolledBackError            rolled back: replay it; ``.in_doubt``: check first (F7)
       AcknowledgeFailedError                acknowledge lost to a failover; redelivered (F8)
@@ -42,8 +42,9 @@ lives in the lowest layer that raises it, so that the failover layer needs nothi
 client: the root and every class that knows no protocol in ``failover.errors``, the
 protocol's errors and the condition table beside the AMQP engine, in
 ``haclient.amqp.conditions``. A class is the same object under every name
-(``haclient.ClosedError is failover.errors.ClosedError``); its ``__module__`` is where it is
-defined, which is what a traceback and pickle name. The rules the tree keeps are in those two
+(``haclient.ClosedError is failover.errors.ClosedError``); its ``__module__`` is this module,
+the name a traceback shows (the defining module sets it: ``failover.errors.publish``), while
+pickle goes through the module that defines it. The rules the tree keeps are in those two
 modules' docstrings.
 """
 

@@ -568,7 +568,8 @@ CLIENT_OPTIONS: Final = OptionTable(
             "How long to wait for a broker's TCP connection, protocol header, login (the "
             "`token_provider`'s token included) and Open; "
             "a port that accepts and says nothing fails after this, the error naming what was "
-            "awaited.",
+            "awaited. The first connect also tries a broker starting up (it accepts and closes "
+            "before answering) again for this long (F1).",
             keyword="connect_timeout",
         ),
         Option(

@@ -250,6 +250,8 @@ class Connection:
             standby_connector=self._open_standby,
             adopt=self._adopt,
             may_return=lambda: self._context.counters.commits_in_flight == 0,
+            # a broker starting up is tried again for as long as one attempt may take (F1)
+            startup_patience=options.connect_timeout,
         )
         self._closing: anyio.Event | None = None  # set once the first close() has finished
         self._sessions: set[Session] = set()
@@ -295,11 +297,14 @@ class Connection:
             inner = _only_exception(exc)
             # a refused login or client id: say so, not "gave up"; and ours, not anyio's group
             failure = _refusal(inner) or inner
-            if failure is exc:
+            if failure is exc and not isinstance(exc, HAClientError):
                 raise
         if failure is not None:
             # Raised outside the handler, so that Python does not chain the group it came in
             # (or the error that wrapped it) as its context: a cycle that loops chain walkers.
+            # One of the tree says what failed: raised without the failover manager's frames.
+            if isinstance(failure, HAClientError):
+                raise failure.with_traceback(None)
             raise failure
         self._manager.register(self._context.temporaries)
 

@@ -389,7 +389,7 @@ class MessageConsumer:
         Shielded from cancellation: once a message is taken from the link, a cancelled
         ``receive()`` must not leave it acknowledged and never returned."""
         raw, message, at = taken
-        pending = self._pending(raw, message)
+        pending = self._handing_out(raw, message, at)
 
         async def acknowledge(at: Connected) -> bool:
             await self._acks.delivered(pending, message, listener=False)
@@ -411,10 +411,12 @@ class MessageConsumer:
         if self._acks.confirms and self._receiver is not None:
             self._decoder.decode_ahead(at.amqp, self._receiver, at.physical.prefixes)
 
-    def _pending(self, raw: ReceivedMessage, message: Message) -> PendingAck:
-        return PendingAck(
-            raw, self._confirmation, self._source.address, self._window_key(message.message_id)
-        )
+    def _handing_out(self, raw: ReceivedMessage, message: Message, at: Connected) -> PendingAck:
+        """The pending acknowledgement of ``message``, about to be handed out, which the
+        session records as handed out on ``at`` until it is consumed (F8's mark)."""
+        key = self._window_key(message.message_id)
+        self._context.handed_out.add(key, at.epoch)
+        return PendingAck(raw, self._confirmation, self._source.address, key)
 
     def _window_key(self, message_id: str | None) -> str | None:
         """The message's key in the session's duplicate window: its id, scoped to the queue
@@ -532,6 +534,9 @@ class MessageConsumer:
             return _Skip.AGAIN
         if self._context.tracing is not None:
             self._context.tracing.adopt(message, raw)
+        self._context.mark_if_delivered_before(
+            message, self._window_key(message.message_id), at.epoch
+        )
         self._context.connection.counters.received += 1
         self._context.connection.counters.redelivered += message.redelivered
         return raw, message, at
@@ -694,7 +699,7 @@ class MessageConsumer:
             at.amqp.settle(raw, Released())
             return
         acks = self._acks
-        pending = self._pending(raw, message)
+        pending = self._handing_out(raw, message, at)
         if self._context.tracing is not None:  # run in a process span
             listener = self._context.tracing.processing(self, listener)
         self._listener_running = True

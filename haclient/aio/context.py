@@ -30,7 +30,7 @@ from failover.listeners import Listeners
 from failover.manager import ConnectionState
 from haclient.aio.acks import AckStrategy, ack_strategy, settle
 from haclient.aio.confirm import Confirmer
-from haclient.aio.dedup import DuplicateWindow
+from haclient.aio.dedup import DuplicateWindow, HandedOut
 from haclient.aio.emulated_transaction import EmulatedTransaction
 from haclient.aio.gate import Gate, deadline_after
 from haclient.aio.pending import PendingAck
@@ -41,7 +41,7 @@ from haclient.aio.transaction import NativeTransaction, SessionTransaction
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
 from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import ClosedError, ConnectionFailedError
-from haclient.message import MessageIdGenerator, uuid_message_ids
+from haclient.message import Message, MessageIdGenerator, uuid_message_ids
 from haclient.modes import AckConfirmation, AckMode
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ __all__ = ["ConnectionContext", "Counters", "SessionContext"]
 # the newest this many, for this long (seconds).
 _SENT_IDS_KEPT = 10_000
 _SENT_IDS_AGE = 600.0
+# The messages a session handed out and has not seen consumed, for F8's redelivered mark: at
+# least this many of the newest (more with a larger duplicate window).
+_HANDED_OUT_KEPT = 10_000
 
 log = logging.getLogger("haclient.session")
 
@@ -242,6 +245,9 @@ class SessionContext:
             if options.dedup_window > 0
             else None
         )
+        # what it handed out and has not seen consumed: marked redelivered if it comes again
+        # after a failover (F8)
+        self.handed_out = HandedOut(max(options.dedup_window, _HANDED_OUT_KEPT))
         # fast_acquire: an uncontended acknowledgement (AUTO: one per message) takes the lock
         # without a loop turn; contended, it waits in order as before.
         self._ack_lock = anyio.Lock(fast_acquire=True)
@@ -381,8 +387,22 @@ class SessionContext:
 
     def consumed(self, acks: Iterable[PendingAck]) -> None:
         """These messages count as consumed: the duplicate window suppresses their copies."""
+        keys = [ack.window_key for ack in acks]
+        self.handed_out.discard(keys)
         if self.window is not None:
-            self.window.add(ack.window_key for ack in acks)
+            self.window.add(keys)
+
+    def mark_if_delivered_before(
+        self, message: Message, window_key: str | None, epoch: int
+    ) -> None:
+        """Mark ``message``, just received on connection ``epoch``, redelivered when this
+        session handed it out on an earlier connection and has not seen it consumed (F8): the
+        broker that delivers it now may have kept no count. Its ``delivery_count`` is then at
+        least one more than the times it was handed out."""
+        times = self.handed_out.deliveries_before(window_key, epoch)
+        if times:
+            message.redelivered = True
+            message.delivery_count = max(message.delivery_count, times + 1)
 
     def is_duplicate(self, window_key: str | None) -> bool:
         """Whether a message with this key was consumed in this session within the window."""

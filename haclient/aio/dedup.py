@@ -16,7 +16,8 @@ What it cannot catch, by design:
 - messages without an id (a non-JMS sender's): they are always handed out.
 
 A message that was handed out but not consumed (CLIENT mode before ``acknowledge()``, a rolled
-back transaction) is not in the window: its redelivery must be handed out again.
+back transaction) is not in the window: its redelivery must be handed out again. ``HandedOut``
+keeps those instead, so that one that comes again after a failover is marked redelivered (F8).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-__all__ = ["DuplicateWindow"]
+__all__ = ["DuplicateWindow", "HandedOut"]
 
 
 class DuplicateWindow:
@@ -69,3 +70,46 @@ class DuplicateWindow:
             if ids[first] >= oldest:
                 break
             del ids[first]
+
+
+class HandedOut:
+    """The keys of the messages a session handed out and has not seen consumed, each with the
+    connection (epoch) that first delivered it and how often it was handed out: at most
+    ``size``, the oldest forgotten first.
+
+    A message that comes again on a later connection than the one that first delivered it was
+    delivered before (F8), whatever the broker says: a new master of a shared-store pair, or
+    RabbitMQ requeueing what a lost connection held, delivers it with a count of its own (not
+    persisted, as in ActiveMQ 5.17 by default). Within one connection the broker's word stands
+    (E4). Pure bookkeeping: the consumer marks the message (``deliveries_before``).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._keys: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (epoch, times)
+
+    def add(self, key: str | None, epoch: int) -> None:
+        """The message of ``key`` (None: no id, ignored) is being handed out on ``epoch``."""
+        if key is None:
+            return
+        first, times = self._keys.pop(key, (epoch, 0))
+        self._keys[key] = (first, times + 1)
+        while len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+
+    def discard(self, keys: Iterable[str | None]) -> None:
+        """These messages were consumed (acknowledged, committed): not outstanding any more."""
+        for key in keys:
+            if key is not None:
+                self._keys.pop(key, None)
+
+    def deliveries_before(self, key: str | None, epoch: int) -> int:
+        """How often the message of ``key``, arriving on ``epoch``, was handed out since a
+        connection before ``epoch`` first delivered it (0: it was not, or only on ``epoch``)."""
+        entry = None if key is None else self._keys.get(key)
+        if entry is None or entry[0] >= epoch:
+            return 0
+        return entry[1]
+
+    def __len__(self) -> int:
+        return len(self._keys)

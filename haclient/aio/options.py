@@ -99,7 +99,8 @@ class ConnectionOptions:
         send_timeout: Seconds a ``send`` or ``send_async`` given no ``timeout`` waits while
             the connection fails over (F4); None: no limit of its own.
         connect_timeout: Seconds to wait for a broker's TCP connection, protocol header, login
-            and Open: a port that accepts and says nothing fails after this (F4).
+            and Open: a port that accepts and says nothing fails after this (F4); also how
+            long the first connect tries a broker starting up again (F1).
         dups_ok_batch: DUPS_OK flushes acknowledgements after this many messages ...
         dups_ok_interval: ... or this many seconds after the oldest unflushed one (A3).
         close_timeout: Seconds ``close()`` waits for the broker's answer before dropping the socket.

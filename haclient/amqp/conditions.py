@@ -39,6 +39,7 @@ from failover.errors import (
     ResourceLockedError,
     TransactionRolledBackError,
     condition_text,
+    publish,
 )
 
 __all__ = [
@@ -129,6 +130,10 @@ class AttachTimeoutError(AMQPError, TimeoutError):
     RabbitMQ leaves an attach it cannot grant (e.g. receiver settle mode ``second``)
     unanswered; haclient then falls back to a mode the broker supports and remembers.
     """
+
+
+# their public name, haclient.errors (rule 5 of failover.errors)
+publish(ProtocolError, RedirectError, LinkDetachedError, OpenTimeoutError, AttachTimeoutError)
 
 
 # --- The one table: AMQP error condition -> exception class, and whether retrying may help ----

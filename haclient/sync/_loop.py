@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from anyio.abc import TaskGroup
 
-from haclient.errors import ClosedError, IllegalStateError
+from haclient.errors import ClosedError, HAClientError, IllegalStateError
 from haclient.sync._runtime import LoopThread, log, shared_loop
 
 if TYPE_CHECKING:
@@ -127,16 +127,22 @@ class _Call(Generic[T]):
         """Block at most ``seconds`` for the outcome; True when it is stored."""
         return self._done.acquire(timeout=seconds)
 
-    def outcome(self) -> T:
-        """The coroutine's result, or raise what it raised (``ClosedError`` for a call that
-        the connection's close cancelled)."""
+    def outcome(self) -> tuple[T | None, BaseException | None]:
+        """The coroutine's result and None, or None and the error the caller raises: what it
+        raised (``ClosedError`` for a call that the connection's close cancelled). An
+        ``HAClientError`` comes without the loop thread's frames: it says what failed, and
+        the async core's frames would only bury that in what the application prints (the
+        caller raises it, so its traceback starts again there); anything else (a bug) keeps
+        them."""
         error = self._error
         if error is None:
-            return self._value  # type: ignore[return-value]
+            return self._value, None
         self._error = None  # no cycle through the traceback
         if isinstance(error, asyncio.CancelledError):
-            raise ClosedError("the connection was closed while the call was waiting") from None
-        raise error
+            return None, ClosedError("the connection was closed while the call was waiting")
+        if isinstance(error, HAClientError):
+            return None, error.with_traceback(None)
+        return None, error
 
 
 class EventLoop:
@@ -241,7 +247,10 @@ class EventLoop:
             else:
                 call.wait_briefly(_CANCEL_GRACE)
             raise
-        return call.outcome()
+        value, error = call.outcome()
+        if error is not None:  # raised here: one frame fewer in the caller's traceback
+            raise error
+        return value  # type: ignore[return-value]
 
     def run_close(
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs

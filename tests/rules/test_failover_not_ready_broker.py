@@ -93,14 +93,66 @@ async def test_F5_a_connect_attempt_a_broker_holds_waits_for_its_header(api: Api
 async def test_F5_a_broker_that_drops_the_connection_before_answering_is_not_ready(
     api: Api,
 ) -> None:
+    """A broker that keeps dropping the first connect longer than ``jms.connectTimeout`` is
+    not ready: ``connect()`` fails with ``BrokerNotReadyError`` naming it, after trying it
+    again and again for that long."""
+    broker = BrokerThread(port=free_port(), readiness_delay=4 * WINDOW, not_ready="drop")
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, broker.start)
+            await anyio.to_thread.run_sync(_port_open, broker.port)
+            url = f"failover:({broker.url})?failover.method=nofailover&jms.connectTimeout=300"
+            began = time.monotonic()
+            with pytest.raises(ConnectionFailedError) as failed, anyio.fail_after(TIMEOUT):
+                await api.connect(url)
+            took = time.monotonic() - began
+        assert isinstance(failed.value.cause, BrokerNotReadyError)
+        assert "closed it before answering" in str(failed.value.cause)
+        assert _address(broker) in str(failed.value.cause)
+        assert took >= 0.3  # retried for connect_timeout, not one attempt
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "{url}",
+        "failover:({url})",
+        "failover:({url},amqp://127.0.0.1:{refused})",
+        "failover:({url})?failover.method=nofailover",
+    ],
+)
+async def test_F1_the_first_connect_waits_for_a_broker_starting_up(api: Api, form: str) -> None:
+    """A broker that accepts TCP and drops the connection until it is ready (a new broker in
+    its first milliseconds, started together with the application) is tried again quickly by
+    the first connect, within ``jms.connectTimeout``: the connect succeeds once it is ready."""
     broker = BrokerThread(port=free_port(), readiness_delay=WINDOW, not_ready="drop")
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, broker.start)
             await anyio.to_thread.run_sync(_port_open, broker.port)
-            with pytest.raises(ConnectionFailedError) as failed, anyio.fail_after(TIMEOUT):
-                await api.connect(f"failover:({broker.url})?failover.method=nofailover")
-        assert isinstance(failed.value.cause, BrokerNotReadyError)
-        assert "closed it before answering" in str(failed.value.cause)
+            assert not broker.broker.ready
+            url = form.format(url=broker.url, refused=free_port())
+            with anyio.fail_after(TIMEOUT):
+                connection = await api.connect(url)
+            async with connection:
+                assert broker.broker.ready
+                stats = await connection.statistics()
+        assert stats.connection_attempts[_address(broker)] > 1
+        assert stats.connection_attempts_failed[_address(broker)] >= 1
     finally:
         broker.close()
+
+
+@pytest.mark.parametrize("form", ["{url}", "failover:({url})?failover.method=nofailover"])
+async def test_F1_a_refused_port_still_fails_the_first_connect_at_once(api: Api, form: str) -> None:
+    url = (
+        form.format(url=f"amqp://127.0.0.1:{free_port()}")
+        + ("&" if "?" in form else "?")
+        + "jms.connectTimeout=5000"
+    )
+    began = time.monotonic()
+    with pytest.raises(ConnectionFailedError), anyio.fail_after(TIMEOUT):
+        await api.connect(url)
+    assert time.monotonic() - began < 2.5  # not connect_timeout's 5 s of retries

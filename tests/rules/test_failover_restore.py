@@ -125,6 +125,37 @@ async def test_F8_dropping_the_batch_after_the_error_loses_nothing_delivered_sin
     assert pair.call(lambda: pair.master.unacked_count("f8b")) == 0
 
 
+async def test_F8_a_message_delivered_before_the_failover_comes_again_marked_redelivered(
+    api: Api, pair: HaPair
+) -> None:
+    """After a kill -9 the new master of a shared-store pair delivers the unacknowledged
+    messages with a delivery count of its own (not persisted, as in ActiveMQ 5.17): the
+    session knows which it handed out before the failover, and marks those redelivered."""
+    await send_to(pair.master.url, "f8r", "one", "two")
+    recorder = Recorder()
+    async with await connected(api, failover_url(*pair.members), recorder) as connection:
+        session = await connection.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(Queue("f8r"))
+        first = await consumer.receive(TIMEOUT)
+        assert text_of(first) == "one" and not first.redelivered  # type: ignore[union-attr]
+        pair.kill_master()
+        await recorder.wait_for("completed")
+        batch = [await consumer.receive(TIMEOUT) for _ in range(2)]  # on the new connection
+        assert [text_of(m) for m in batch] == ["one", "two"]
+        one, two = batch
+        assert one is not None and one.message_id == first.message_id  # type: ignore[union-attr]
+        assert one.redelivered and one.delivery_count >= 2
+        assert two is not None and not two.redelivered and two.delivery_count == 1
+        stats = await connection.statistics()
+        assert stats.messages_redelivered >= 1
+        with pytest.raises(AcknowledgeFailedError):
+            await api.acknowledge(two)
+        again = [await consumer.receive(TIMEOUT) for _ in range(2)]
+        assert all(m is not None and m.redelivered for m in again)
+        await api.acknowledge(again[1])  # type: ignore[arg-type]
+    assert pair.queue_depth("f8r") == 0
+
+
 async def test_F5_roundrobin_makes_retries_attempts_per_broker_for_cyclecount_passes(
     api: Api,
 ) -> None:

@@ -132,7 +132,9 @@ def where_defined(dotted: str) -> str | None:
 
 def _defined_in_module(module: Any, name: str, value: Any) -> bool:
     if inspect.isclass(value) or inspect.isfunction(value):
-        return bool(value.__module__ == module.__name__)
+        # an error class shows its public module; it records the one defining it (publish)
+        defined_in = vars(value).get("_defined_in", value.__module__)
+        return bool(defined_in == module.__name__)
     tree = ast.parse(inspect.getsource(module))
     for node in tree.body:
         targets: list[ast.expr] = []

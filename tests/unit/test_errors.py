@@ -139,7 +139,7 @@ def test_every_public_exception_is_listed_in_all(home: ModuleType) -> None:
         for name, obj in vars(home).items()
         if inspect.isclass(obj)
         and issubclass(obj, BaseException)
-        and obj.__module__ == home.__name__
+        and obj.__dict__.get("_defined_in") == home.__name__
         and not name.startswith("_")
     }
     assert defined
@@ -149,10 +149,24 @@ def test_every_public_exception_is_listed_in_all(home: ModuleType) -> None:
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
 def test_a_class_is_found_where_its_module_says(cls: type[BaseException]) -> None:
-    # What pickle and a traceback name: the module the class is defined in, which has it.
-    assert cls.__module__ in {"failover.errors", "haclient.amqp.conditions"}
-    assert getattr(sys.modules[cls.__module__], cls.__qualname__) is cls
+    # What a traceback names: the public module, which has it; pickle goes through the module
+    # the class is defined in, which has it too.
+    assert cls.__module__ == "haclient.errors"
+    assert getattr(errors, cls.__qualname__) is cls
+    home = cls.__dict__["_defined_in"]
+    assert home in {"failover.errors", "haclient.amqp.conditions"}
+    assert getattr(sys.modules[home], cls.__qualname__) is cls
     assert repr(cls("x")) == f"{cls.__name__}('x')"
+
+
+def test_an_applications_own_subclass_keeps_its_module_and_pickles() -> None:
+    copy = pickle.loads(pickle.dumps(OwnError("mine", condition="x:y")))
+    assert type(copy) is OwnError and OwnError.__module__ == __name__
+    assert str(copy) == "mine" and copy.condition == "x:y"
+
+
+class OwnError(errors.HAClientError):
+    """An application's own error, under the root."""
 
 
 def test_the_generic_tree_knows_no_protocol() -> None:

@@ -438,19 +438,43 @@ async def test_a_failed_attempt_is_kept_with_its_traceback_but_not_what_its_fram
 
     async def connect(broker: BrokerURL) -> FakeConnection:
         built = held  # a local of a frame the failure's traceback holds
-        try:
-            raise OSError(f"connection refused by {broker.host} ({len(built)})")
-        except OSError as exc:
-            raise ConnectionLostError("cannot connect") from exc
+        raise RuntimeError(f"a bug behind {broker.host} ({len(built)})")
 
     with anyio.fail_after(HANG):
         async with make(Network(), [A], connect=connect) as manager:
             with pytest.raises(ConnectionFailedError) as info:
                 await manager.start()
     cause = info.value.cause
-    assert isinstance(cause, ConnectionLostError) and cause.__traceback__ is not None
-    frames = [tb.tb_frame for error in (cause, cause.__cause__) for tb in _tracebacks(error)]
+    assert isinstance(cause, RuntimeError) and cause.__traceback__ is not None
+    frames = [tb.tb_frame for tb in _tracebacks(cause)]
     assert frames and all("built" not in frame.f_locals for frame in frames)
+
+
+@pytest.mark.anyio
+async def test_F4_a_cause_of_the_tree_is_kept_with_its_words_not_its_frames() -> None:
+    """The failure ``ConnectionFailedError`` is raised from says what failed (a translated one
+    quotes what it was raised from): its frames, deep in the client, would only bury that in
+    what an application prints."""
+
+    async def connect(broker: BrokerURL) -> FakeConnection:
+        try:
+            raise OSError(f"connection refused by {broker.host}")
+        except OSError as exc:
+            raise ConnectionLostError(f"cannot connect: {exc}") from exc
+
+    with anyio.fail_after(HANG):
+        async with make(Network(), [A], connect=connect) as manager:
+            with pytest.raises(ConnectionFailedError) as info:
+                await manager.start()
+    error = info.value
+    cause = error.cause
+    assert isinstance(cause, ConnectionLostError) and error.__cause__ is cause
+    assert isinstance(cause.__cause__, OSError)
+    assert cause.__traceback__ is None and cause.__cause__.__traceback__ is None
+    assert (
+        str(error) == "could not connect to amqp://a:5672: cannot connect: connection refused by a"
+    )
+    assert error.first_connect
 
 
 def _tracebacks(error: BaseException | None) -> list[Any]:

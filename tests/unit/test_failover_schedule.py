@@ -265,6 +265,59 @@ def test_F5_the_quick_retry_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -
     assert 0.025 <= got[2][1] <= 0.050
 
 
+def _first_connect(
+    policy: FailoverPolicy, brokers: list[BrokerURL], failures: list[BaseException], **plan: object
+) -> list[tuple[str, float]]:
+    """The attempts of a first connect to ``brokers``, each failing with the next of
+    ``failures`` (then refused) 10 ms after it starts: (broker, delay) of each."""
+    schedule = ReconnectPlan(
+        policy,
+        brokers,
+        None,
+        startup=True,
+        began=0.0,
+        rng=random.Random(1),
+        **plan,  # type: ignore[arg-type]
+    )
+    got, now, failure = [], 0.0, None
+    pending = iter(failures)
+    while (attempt := schedule.next(now, failure)) is not None and len(got) < 1000:
+        got.append((attempt.broker.host, attempt.delay))
+        now += attempt.delay + 0.010
+        failure = next(pending, REFUSED)
+    return got
+
+
+def test_F1_the_first_connect_retries_a_broker_starting_up_within_its_patience() -> None:
+    not_ready = BrokerNotReadyError("accepted, then closed before answering")
+    plain = FailoverPolicy(method=FailoverMethod.SINGLEBROKER)
+    got = _first_connect(plain, [A], [not_ready] * 5, startup_patience=1.0)
+    assert [host for host, _ in got] == ["a"] * 6  # five drops, then refused: the end
+    assert all(0.005 <= delay <= 0.010 for _, delay in got[1:])
+    dropping = _first_connect(plain, [A], [not_ready] * 1000, startup_patience=1.0)
+    assert 40 <= len(dropping) <= 70  # tried every 15-20 ms for the patience after its first drop
+    for policy in (FailoverPolicy(), FailoverPolicy(method=FailoverMethod.NOFAILOVER)):
+        assert len(_first_connect(policy, [A], [not_ready] * 3, startup_patience=1.0)) == 4
+    # a list: the pass as it was, then only the broker that is starting up
+    listed = _first_connect(FailoverPolicy(), [A, B], [not_ready, REFUSED, not_ready])
+    assert [host for host, _ in listed] == ["a", "b"]  # no patience given: no quick retry
+    listed = _first_connect(
+        FailoverPolicy(), [A, B], [not_ready, REFUSED, not_ready], startup_patience=1.0
+    )
+    assert [host for host, _ in listed] == ["a", "b", "a", "a"]
+
+
+def test_F1_the_first_connect_gives_a_dead_or_refusing_broker_one_attempt() -> None:
+    for policy in (FailoverPolicy(), FailoverPolicy(method=FailoverMethod.NOFAILOVER)):
+        assert _first_connect(policy, [A], [REFUSED], startup_patience=10.0) == [("a", 0.0)]
+        refusal = AuthenticationError("refused")
+        assert len(_first_connect(policy, [A], [refusal], startup_patience=10.0)) == 1
+    budget = FailoverPolicy(give_up_after=0.1)
+    not_ready = BrokerNotReadyError("accepted, then closed before answering")
+    short = _first_connect(budget, [A], [not_ready] * 1000, startup_patience=10.0)
+    assert 4 <= len(short) <= 8  # the time budget still ends it
+
+
 def test_F15_the_brokers_of_a_pass() -> None:
     policy = FailoverPolicy()
     after_b = ReconnectPlan(policy, [A, B, C], B, startup=False, began=0.0, rng=random.Random(1))
