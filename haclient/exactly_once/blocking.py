@@ -76,6 +76,11 @@ class Relay:
         """
         self._loop.run(self._relay.wait_empty, timeout)
 
+    @property
+    def database(self) -> str:
+        """The database file the relay reads."""
+        return self._relay.database
+
     def statistics(self) -> RelayStatistics:
         """A snapshot of the relay's counters; never blocks."""
         return self._relay.statistics()

@@ -193,6 +193,11 @@ class Relay:
             with anyio.move_on_after(self._close_timeout):
                 await self._finished.wait()
 
+    async def wait_stopped(self) -> None:
+        """Wait until the relay stopped: closed, or stopped on its own (``statistics().error``
+        says why)."""
+        await self._finished.wait()
+
     def wake(self) -> None:
         """Look at the outbox now instead of after ``poll_interval`` (from the relay's loop)."""
         self._wake.set()
@@ -212,6 +217,11 @@ class Relay:
                 if self._finished.is_set() or (self._stopping and not self._running):
                     raise ClosedError("the relay is not running") from self._error
                 await anyio.sleep(0.005)
+
+    @property
+    def database(self) -> str:
+        """The database file the relay reads."""
+        return self._database
 
     def statistics(self) -> RelayStatistics:
         """A snapshot of the relay's counters (plain reads; safe from any thread)."""
