@@ -25,6 +25,7 @@ from haclient.exactly_once.relay import Relay, RelayStatistics
 from haclient.message import Message
 
 __all__ = [
+    "Effect",
     "Inbox",
     "InboxStatistics",
     "Outbox",
