@@ -5,8 +5,9 @@
 How this works: an embedded shared-store pair of reference brokers behind proxies
 (``chaos.bed.Bed``), a producer process and a consumer process (``chaos.scenarios.apps``: an
 outbox with its relay, an inbox) on one queue. The main thread SIGKILLs one of the two, chosen
-at random, every 50-400 ms, and starts it again (each by its pid); a second thread plays
-broker faults (``kill``, ``stop``, ``reset_peer``, ``latency``, ``blackhole``) all along. After
+at random, 0-400 ms after it said it is at work (connected), and starts it again (each by its
+pid); a second thread plays broker faults (``kill``, ``stop``, ``reset_peer``, ``latency``,
+``blackhole``) all along. After
 the last kill the producer finishes its changes and the consumer applies what is left; both
 are then stopped by their pids. The audit reads the two databases (``effects_check``): every
 committed business change must have been applied exactly once (none lost, none twice, none
@@ -83,10 +84,23 @@ class _App:
         self.args = [sys.executable, "-m", "chaos.scenarios.apps", role, *args]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
+        self.readies = 0
 
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=out)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until this start said ``ready`` (connected, at work), so that a kill lands
+        in the work, not in the interpreter's start-up."""
+        deadline = time.monotonic() + timeout
+        said = self.log.read_bytes().count(b"ready\n") if self.log.exists() else 0
+        while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
+            if self.log.read_bytes().count(b"ready\n") > self.readies:
+                self.readies += 1
+                return
+            time.sleep(0.02)
+        self.readies = said
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -121,8 +135,9 @@ def run_app_kills(kills: int, seed: int, count: int, out: Path) -> AppKillRun:
                 app.start()
             faults.start()
             for _ in range(kills):
-                time.sleep(rng.uniform(0.05, 0.4))
                 app = rng.choice(apps)
+                app.wait_ready()
+                time.sleep(rng.uniform(0.0, 0.4))
                 app.kill()
                 run.kills[app.role] = run.kills.get(app.role, 0) + 1
                 app.start()
