@@ -79,6 +79,7 @@ bench: setup
 	$(BIN)/python -m bench.metrics
 	$(BIN)/python -m bench.tracing --rounds 7
 	$(BIN)/python -m bench.spark --rows 10000 --rounds 2
+	$(BIN)/python -m bench.outbox --count 5000 --rounds 3
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -27,7 +27,10 @@ PACKAGES = ("haclient", "failover", "chaos", "bench")
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks (entry points)", ("bench",)),
     ("the test bed, beside the library: it may use all of it", ("chaos",)),
-    ("entry points", ("haclient.metrics", "haclient.spark", "haclient._extras")),
+    (
+        "entry points",
+        ("haclient.metrics", "haclient.spark", "haclient.exactly_once", "haclient._extras"),
+    ),
     ("blocking API", ("haclient", "haclient.sync")),
     ("async API", ("haclient.aio",)),
     (

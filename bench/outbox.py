@@ -1,0 +1,182 @@
+"""The outbox relay against plain pipelined sends, and the inbox against a plain acknowledge.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.outbox --count 5000 --rounds 3
+
+One run starts the reference broker in its own process (``python -m chaos.broker.cli``, a free
+loopback port, stopped by its pid at the end) and, in each round, measures with the async API:
+
+1. ``pipelined send``: ``count`` NON_PERSISTENT sends then ``producer.flush()`` (bench.jms's
+   pipelined send), and ``send_async``: PERSISTENT sends pipelined, all outcomes awaited.
+2. ``relay``: ``count`` rows written beforehand (not timed) into a SQLite outbox (WAL), then a
+   ``Relay`` from its start until the outbox is empty (every row accepted and deleted).
+   Goal: >= 0.8x the pipelined send.
+3. ``receive CLIENT each``: receive and ``message.acknowledge()`` per message; ``inbox``: the
+   same with ``Inbox.handle`` (an effect row and the id in one SQLite transaction, synchronous
+   NORMAL, then the acknowledgement). Goal: inbox cost per message <= 2x the plain one.
+
+Every phase checks its count; the median of the rounds is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+import haclient.aio as aio
+from chaos.net import free_port
+from haclient import AckMode, DeliveryMode, Message, Queue, TextMessage
+from haclient.exactly_once import Outbox, install
+from haclient.exactly_once import aio as xaio
+
+GOAL_RELAY = 0.8
+GOAL_INBOX = 2.0
+
+
+class BenchError(Exception):
+    """A phase did not do what it should."""
+
+
+async def pipelined(url: str, queue: str, count: int) -> float:
+    async with await aio.connect(url) as conn:
+        session = await conn.create_session()
+        producer = await session.create_producer(Queue(queue))
+        start = time.perf_counter()
+        for n in range(count):
+            await producer.send(TextMessage(f"m{n}"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+        await producer.flush()
+        return time.perf_counter() - start
+
+
+async def send_async(url: str, queue: str, count: int) -> float:
+    async with await aio.connect(url) as conn:
+        session = await conn.create_session()
+        producer = await session.create_producer(Queue(queue))
+        done = anyio.Event()
+        left = count
+
+        def completed(_m: Message, error: BaseException | None) -> None:
+            nonlocal left
+            if error is not None:
+                raise BenchError(f"refused: {error}")
+            left -= 1
+            if left == 0:
+                done.set()
+
+        start = time.perf_counter()
+        for n in range(count):
+            await producer.send_async(TextMessage(f"m{n}"), on_completion=completed)
+        await done.wait()
+        return time.perf_counter() - start
+
+
+async def relay(url: str, queue: str, count: int, path: Path) -> float:
+    db = sqlite3.connect(path)
+    install(db)
+    with Outbox().transaction(db) as tx:
+        for n in range(count):
+            tx.send(Queue(queue), TextMessage(f"m{n}"))
+    db.close()
+    async with await aio.connect(url) as conn:
+        start = time.perf_counter()
+        async with xaio.Relay(conn, path) as running:
+            await running.wait_empty(120)
+            elapsed = time.perf_counter() - start
+            if running.statistics().relayed != count:
+                raise BenchError(f"relayed {running.statistics().relayed} of {count}")
+        return elapsed
+
+
+async def receive(url: str, queue: str, count: int, path: Path | None) -> float:
+    """Receive ``count`` messages acknowledging each, through an inbox when ``path``."""
+    async with await aio.connect(url) as conn:
+        await conn.start()
+        session = await conn.create_session(AckMode.CLIENT)
+        consumer = await session.create_consumer(Queue(queue))
+        inbox = xaio.Inbox("bench")
+        db = None
+        if path is not None:
+            db = sqlite3.connect(path, check_same_thread=False)
+            install(db)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS effects (body TEXT)")
+            db.commit()
+        start = time.perf_counter()
+        for _ in range(count):
+            message = await consumer.receive(10)
+            if message is None:
+                raise BenchError("a message is missing")
+            if db is None:
+                await message.acknowledge()
+            else:
+                await inbox.handle(db, message, _effect(db))
+        return time.perf_counter() - start
+
+
+def _effect(db: sqlite3.Connection) -> xaio.Effect:
+    return lambda m: db.execute("INSERT INTO effects VALUES (?)", (m.text,))
+
+
+async def fill(url: str, queue: str, count: int) -> None:
+    async with await aio.connect(url) as conn:
+        session = await conn.create_session()
+        producer = await session.create_producer(Queue(queue))
+        for n in range(count):
+            await producer.send(TextMessage(f"m{n}"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+        await producer.flush()
+
+
+async def one_round(url: str, count: int, rnd: int, tmp: Path) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    rates["pipelined send"] = count / await pipelined(url, f"p-{rnd}", count)
+    rates["send_async"] = count / await send_async(url, f"a-{rnd}", count)
+    rates["relay"] = count / await relay(url, f"r-{rnd}", count, tmp / f"relay-{rnd}.db")
+    await fill(url, f"c-{rnd}", count)
+    await fill(url, f"i-{rnd}", count)
+    rates["receive CLIENT each"] = count / await receive(url, f"c-{rnd}", count, None)
+    rates["inbox"] = count / await receive(url, f"i-{rnd}", count, tmp / f"inbox-{rnd}.db")
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the rounds and print the table; exit 1 when a goal is missed."""
+    parser = argparse.ArgumentParser(prog="python -m bench.outbox")
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    port = free_port()
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "chaos.broker.cli", "--port", str(port), "--log-level", "WARNING"]
+    )
+    try:
+        time.sleep(1.0)
+        url = f"amqp://127.0.0.1:{port}"
+        rounds = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for rnd in range(args.rounds):
+                rounds.append(anyio.run(one_round, url, args.count, rnd, Path(tmp)))
+    finally:
+        broker.terminate()
+        broker.wait(timeout=10)
+    median = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+    for name, rate in median.items():
+        print(f"{name:22} {rate:10.0f} msg/s  {1e6 / rate:8.1f} us/msg")
+    relay_ratio = median["relay"] / median["pipelined send"]
+    inbox_ratio = median["receive CLIENT each"] / median["inbox"]
+    print(f"relay / pipelined send: {relay_ratio:.2f}x (goal >= {GOAL_RELAY})")
+    print(f"relay / send_async:     {median['relay'] / median['send_async']:.2f}x")
+    print(f"inbox cost / plain ack: {inbox_ratio:.2f}x (goal <= {GOAL_INBOX})")
+    return 0 if relay_ratio >= GOAL_RELAY and inbox_ratio <= GOAL_INBOX else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Application processes with an outbox and an inbox, for tests and chaos runs to kill.
+
+    python -m chaos.scenarios.apps producer --url URL --database P.db --queue Q --count N
+    python -m chaos.scenarios.apps consumer --url URL --database C.db --queue Q
+
+The **producer** makes business changes: each is one row of ``business(n, message_id)`` and,
+in the same transaction, one outbox message (``haclient.exactly_once.Outbox``) to ``Q``
+carrying ``n``; a relay in the same process (``haclient.exactly_once.Relay``) sends them. It
+goes on from the highest ``n`` committed, so a producer killed and started again continues
+where it stopped, until ``n`` reaches ``--count``; then it waits for its relay to empty the
+outbox and says ``done``. The **consumer** receives in a CLIENT session and applies each
+message with ``haclient.exactly_once.Inbox.handle``: the effect is one row of ``effects(n,
+message_id)`` (no unique key: a second application would show as a second row).
+
+Each prints ``ready`` once connected, and flushes every line, so that a test can wait for it.
+``--pause-before-ack`` makes the consumer print ``applied <id>`` after its first commit and
+wait there without acknowledging (a test kills it at that point). ``effects_of`` and
+``business_of`` read the two databases for an audit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import haclient
+from haclient import AckMode, Queue, TextMessage
+from haclient.exactly_once import Inbox, Outbox, Relay, install
+
+__all__ = ["business_of", "effects_of", "main", "open_database"]
+
+
+def open_database(path: str) -> sqlite3.Connection:
+    """The application's database at ``path``, with its tables and the outbox/inbox's."""
+    db = sqlite3.connect(path, timeout=30.0)
+    install(db)
+    db.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses no commit
+    db.execute("CREATE TABLE IF NOT EXISTS business (n INTEGER PRIMARY KEY, message_id TEXT)")
+    db.execute("CREATE TABLE IF NOT EXISTS effects (n INTEGER, message_id TEXT)")
+    db.commit()
+    return db
+
+
+def business_of(path: str) -> dict[int, str]:
+    """The producer's committed business changes: n -> the id of the message it wrote."""
+    with sqlite3.connect(path, timeout=30.0) as db:
+        return dict(db.execute("SELECT n, message_id FROM business"))
+
+
+def effects_of(path: str) -> list[tuple[int, str]]:
+    """The consumer's applied effects, one (n, message id) per application."""
+    with sqlite3.connect(path, timeout=30.0) as db:
+        return list(db.execute("SELECT n, message_id FROM effects ORDER BY rowid"))
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def produce(url: str, database: str, queue: str, count: int, pace: float) -> None:
+    """Make business changes ``n`` (from the last committed one + 1) up to ``count``."""
+    db = open_database(database)
+    outbox = Outbox()
+    with haclient.connect(url) as connection, Relay(connection, database) as relay:
+        _say("ready")
+        (last,) = db.execute("SELECT coalesce(max(n), 0) FROM business").fetchone()
+        for n in range(last + 1, count + 1):
+            with outbox.transaction(db) as tx:
+                message_id = tx.send(Queue(queue), TextMessage(str(n), properties={"n": n}))
+                db.execute("INSERT INTO business (n, message_id) VALUES (?, ?)", (n, message_id))
+            if pace:
+                time.sleep(pace)
+        relay.wait_empty(timeout=120)
+        _say("done")
+
+
+def consume(url: str, database: str, queue: str, pause_before_ack: bool) -> None:
+    """Apply every message of ``queue`` once, until killed."""
+    db = open_database(database)
+    inbox = Inbox("chaos")
+
+    def effect(message: haclient.Message) -> None:
+        db.execute(
+            "INSERT INTO effects (n, message_id) VALUES (?, ?)",
+            (message.properties.get("n"), message.message_id),
+        )
+
+    with haclient.connect(url) as connection:
+        connection.start()
+        session = connection.create_session(AckMode.CLIENT)
+        consumer = session.create_consumer(Queue(queue))
+        _say("ready")
+        while True:
+            message = consumer.receive(timeout=1.0)
+            if message is None:
+                continue
+            if pause_before_ack:
+                inbox.apply(db, message, effect)
+                _say(f"applied {message.message_id}")
+                threading.Event().wait()  # killed here, before the acknowledgement
+            try:
+                inbox.handle(db, message, effect)
+            except haclient.AcknowledgeFailedError:
+                session.recover()  # F8: the messages come again; the inbox skips the applied
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one application (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m chaos.scenarios.apps")
+    parser.add_argument("role", choices=("producer", "consumer"))
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--pace", type=float, default=0.0)
+    parser.add_argument("--pause-before-ack", action="store_true")
+    args = parser.parse_args(argv)
+    if args.role == "producer":
+        produce(args.url, args.database, args.queue, args.count, args.pace)
+    else:
+        consume(args.url, args.database, args.queue, args.pause_before_ack)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Exactly-once effects through application crashes: a transactional outbox and an idempotent
+inbox (rules X1-X5 of docs/semantics.md; the guide is docs/guide/outbox-inbox.md).
+
+How this works, in one picture::
+
+    application transaction                relay (task or process)           consumer
+    ------------------------               -----------------------           --------
+    UPDATE orders ...           ─┐         read oldest rows                  receive (CLIENT)
+    outbox: INSERT row (id fixed)├ COMMIT  send_async each (same id) ──────► inbox.handle:
+                                 ┘         wait for the broker's accept        BEGIN
+                                           DELETE the accepted rows            id seen? skip
+                                                                               effect + INSERT id
+                                                                               COMMIT
+                                                                             acknowledge
+
+Modules, one job each: ``schema`` (the tables, their version and upgrades), ``rows`` (a message
+as a row), ``outbox`` (the writer), ``relay`` (the async relay), ``blocking`` (the blocking
+relay), ``inbox`` (the idempotent consumer), ``aio`` (the async twins), ``cli`` (the
+``haclient-relay`` command). SQLite (stdlib, WAL) is the database.
+
+The blocking API is here; the async one is ``haclient.exactly_once.aio``.
+"""
+
+from __future__ import annotations
+
+from haclient.exactly_once.blocking import Relay
+from haclient.exactly_once.inbox import DEFAULT_RETENTION, Inbox, InboxStatistics
+from haclient.exactly_once.outbox import Outbox, OutboxStatistics, OutboxTransaction, outbox_depth
+from haclient.exactly_once.relay import RelayStatistics
+from haclient.exactly_once.schema import SCHEMA_VERSION, install, require, version
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "SCHEMA_VERSION",
+    "Inbox",
+    "InboxStatistics",
+    "Outbox",
+    "OutboxStatistics",
+    "OutboxTransaction",
+    "Relay",
+    "RelayStatistics",
+    "install",
+    "outbox_depth",
+    "require",
+    "version",
+]

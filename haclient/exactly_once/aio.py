@@ -1,0 +1,138 @@
+"""The async twins of the outbox writer and the inbox, for asyncio and trio (``haclient.aio``'s
+world); the relay is async already (``haclient.exactly_once.relay.Relay``).
+
+How this works: SQLite calls block, so each database transaction runs in a worker thread
+(``anyio.to_thread``), one at a time per object (a limiter of one): the event loop never waits
+on the disk. The application's ``db`` connection is therefore used from a thread other than the
+one that made it: open it with ``sqlite3.connect(path, check_same_thread=False)`` and use it
+from one task at a time. The rules are those of the blocking objects (X1-X4).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+from haclient.exactly_once.inbox import DEFAULT_RETENTION, Effect, InboxStatistics
+from haclient.exactly_once.inbox import Inbox as BlockingInbox
+from haclient.exactly_once.outbox import Outbox as BlockingOutbox
+from haclient.exactly_once.outbox import OutboxStatistics, OutboxTransaction
+from haclient.exactly_once.relay import Relay, RelayStatistics
+from haclient.message import Message
+
+__all__ = [
+    "Effect",
+    "Inbox",
+    "InboxStatistics",
+    "Outbox",
+    "OutboxStatistics",
+    "OutboxTransaction",
+    "Relay",
+    "RelayStatistics",
+]
+
+T = TypeVar("T")
+
+
+class Outbox:
+    """Writes messages into the application's database in its transactions (X1), async."""
+
+    def __init__(self) -> None:
+        self._outbox = BlockingOutbox()
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def run(self, db: sqlite3.Connection, work: Callable[[OutboxTransaction], T]) -> T:
+        """Run ``work(tx)`` in a worker thread inside ``Outbox.transaction(db)`` (blocking
+        ``haclient.exactly_once.Outbox``): what it writes on ``db`` and sends with
+        ``tx.send`` commits together when it returns, or rolls back when it raises. Returns
+        what ``work`` returned.
+
+        A cancelled caller does not stop ``work`` half way: the transaction ends in the thread
+        as ``work`` ends (committed or rolled back), and the cancellation is raised then.
+
+        Raises:
+            As ``haclient.exactly_once.Outbox.transaction``, and what ``work`` raised.
+        """
+
+        def transact() -> T:
+            with self._outbox.transaction(db) as tx:
+                return work(tx)
+
+        return await anyio.to_thread.run_sync(transact, limiter=self._limiter)
+
+    def statistics(self) -> OutboxStatistics:
+        """A snapshot of the writer's counters."""
+        return self._outbox.statistics()
+
+
+class Inbox:
+    """Applies each message's effect once (X3, X4), async: the database work in a worker
+    thread, listeners and the acknowledgement on the event loop. Arguments as the blocking
+    ``haclient.exactly_once.Inbox``."""
+
+    def __init__(
+        self,
+        name: str = "default",
+        *,
+        retention: float = DEFAULT_RETENTION,
+        prune_every: int = 1000,
+    ) -> None:
+        self._inbox = BlockingInbox(name, retention=retention, prune_every=prune_every)
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @property
+    def name(self) -> str:
+        """Which inbox of the database this is."""
+        return self._inbox.name
+
+    async def apply(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+        """The blocking ``Inbox.apply``, its transaction (and ``effect``) in a worker thread;
+        listeners are told of a duplicate on the event loop. A cancelled caller does not stop
+        the transaction half way: it commits or rolls back in its thread first.
+
+        Raises:
+            As ``haclient.exactly_once.Inbox.apply``.
+        """
+        applied = await anyio.to_thread.run_sync(
+            self._inbox.apply_quietly, db, message, effect, limiter=self._limiter
+        )
+        if not applied:
+            self._inbox.tell_duplicate(message)
+        return applied
+
+    async def handle(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+        """``apply``, then ``await message.acknowledge()``; True when applied.
+
+        Raises:
+            As ``haclient.exactly_once.Inbox.handle``.
+        """
+        applied = await self.apply(db, message, effect)
+        await message.acknowledge()
+        return applied
+
+    async def prune(self, db: sqlite3.Connection) -> int:
+        """The blocking ``Inbox.prune`` in a worker thread."""
+        return await anyio.to_thread.run_sync(self._inbox.prune, db, limiter=self._limiter)
+
+    async def seen(self, db: sqlite3.Connection, message_id: str) -> bool:
+        """The blocking ``Inbox.seen`` in a worker thread."""
+        return await anyio.to_thread.run_sync(
+            self._inbox.seen, db, message_id, limiter=self._limiter
+        )
+
+    def add_listener(self, listener: object) -> None:
+        """Be told of skipped duplicates (``duplicate_skipped(inbox, message_id)``, called on
+        the event loop: it must not block)."""
+        self._inbox.add_listener(listener)
+
+    def remove_listener(self, listener: object) -> None:
+        """Stop telling ``listener``."""
+        self._inbox.remove_listener(listener)
+
+    def statistics(self) -> InboxStatistics:
+        """A snapshot of the counters."""
+        return self._inbox.statistics()

@@ -1,0 +1,261 @@
+"""The inbox: an idempotent consumer that applies each message's effect once.
+
+How this works: ``Inbox.apply(db, message, effect)`` opens a transaction on the application's
+SQLite connection (``BEGIN IMMEDIATE``), looks the message's id up in ``haclient_inbox``, and
+either skips it (a duplicate: counted, logged, told to listeners) or calls ``effect(message)``
+and records the id; both commit together. ``handle`` then acknowledges the message. A process
+killed after the commit and before the acknowledgement gets the message again from the broker:
+its id is recorded, so the copy is acknowledged and skipped (rule X3). Killed before the
+commit, nothing of the effect was kept, and the redelivered message is applied then.
+
+Ids are kept for ``retention`` seconds after they were applied (default 7 days: far past a
+broker's redelivery of an unacknowledged message, and past a relay's re-send of a row whose
+acceptance it had not recorded when it died, unless that relay stays dead longer). Every
+``prune_every`` applied messages, the rows past it are deleted in the same transaction.
+
+Thread-safety: an ``Inbox`` may be shared by threads, each with its own ``db`` connection (or
+serialising its use of a shared one). The async twin is ``haclient.exactly_once.aio.Inbox``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from haclient.errors import ConfigurationError, IllegalStateError, MessageFormatError
+from haclient.exactly_once.schema import translated
+from haclient.message import Message
+
+__all__ = ["DEFAULT_RETENTION", "Inbox", "InboxStatistics"]
+
+log = logging.getLogger("haclient.exactly_once")
+
+DEFAULT_RETENTION: Final = 7 * 24 * 3600.0
+"""Seconds an applied message's id is remembered (7 days)."""
+
+Effect = Callable[[Message], object]
+"""What the application does for a message: writes on the same ``db`` connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class InboxStatistics:
+    """An inbox's counters: messages applied, duplicates skipped, ids pruned."""
+
+    name: str
+    applied: int
+    duplicates: int
+    pruned: int
+
+
+class Inbox:
+    """Applies each message's effect once, in the application's database (X3, X4).
+
+    Args:
+        name: Which inbox of the database this is: ids are remembered per name, so two
+            consumers of different queues may share one database (and even see one id).
+        retention: Seconds an applied id is remembered (> 0).
+        prune_every: Applied messages between two prunes of expired ids (>= 1).
+
+    Raises:
+        ConfigurationError: a bad argument.
+    """
+
+    def __init__(
+        self,
+        name: str = "default",
+        *,
+        retention: float = DEFAULT_RETENTION,
+        prune_every: int = 1000,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"an inbox name is a non-empty str, not {name!r}")
+        if not isinstance(retention, int | float) or retention <= 0:
+            raise ConfigurationError(f"retention must be seconds > 0, not {retention!r}")
+        if not isinstance(prune_every, int) or prune_every < 1:
+            raise ConfigurationError(f"prune_every must be an int >= 1, not {prune_every!r}")
+        self.name = name
+        self.retention = float(retention)
+        self.prune_every = prune_every
+        self._lock = threading.Lock()
+        self._applied = 0
+        self._duplicates = 0
+        self._pruned = 0
+        self._listeners: list[Any] = []
+
+    # The blocking API ---------------------------------------------------------------------------
+
+    def apply(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+        """Apply ``message``'s effect unless its id was applied before; True when applied.
+
+        ``effect(message)`` runs inside a transaction of ``db`` (it writes on ``db``), which
+        commits together with the record of the id; if it raises, the transaction rolls back,
+        nothing is recorded, and the exception is raised (acknowledge nothing: the message will
+        come again). A duplicate is skipped, counted, logged at INFO and told to listeners
+        (``duplicate_skipped(inbox, message_id)``, in the calling thread). It does not
+        acknowledge: ``handle`` does both.
+
+        Raises:
+            MessageFormatError: the message has no id (nothing to recognise a copy by).
+            IllegalStateError: ``db`` already has an open transaction; the tables are missing.
+            ConfigurationError: ``db`` is not a ``sqlite3.Connection``.
+            Exception: what ``effect`` raised.
+        """
+        applied = self.apply_quietly(db, message, effect)
+        if not applied:
+            self.tell_duplicate(message)
+        return applied
+
+    def handle(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+        """``apply``, then acknowledge the message (a duplicate too); True when applied.
+
+        Receive from a CLIENT or INDIVIDUAL session: in AUTO mode a message is acknowledged
+        when received, before its effect, so a crash in between loses it.
+
+        Raises:
+            AcknowledgeFailedError: a failover cut the acknowledgement off (F8): the message
+                comes again and is then skipped as a duplicate.
+            As ``apply``.
+        """
+        applied = self.apply(db, message, effect)
+        message.acknowledge()
+        return applied
+
+    def add_listener(self, listener: object) -> None:
+        """Be told of skipped duplicates: ``listener.duplicate_skipped(inbox, message_id)``
+        (``inbox`` is this inbox's name), if it has that method. A listener that raises is
+        logged and changes nothing."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: object) -> None:
+        """Stop telling ``listener``."""
+        with self._lock:
+            self._listeners = [known for known in self._listeners if known is not listener]
+
+    def statistics(self) -> InboxStatistics:
+        """A snapshot of the counters (no database access)."""
+        with self._lock:
+            return InboxStatistics(self.name, self._applied, self._duplicates, self._pruned)
+
+    def seen(self, db: sqlite3.Connection, message_id: str) -> bool:
+        """Whether ``message_id`` was applied by this inbox (and is still remembered).
+
+        Raises:
+            IllegalStateError: the tables are missing.
+        """
+        try:
+            row = db.execute(
+                "SELECT 1 FROM haclient_inbox WHERE inbox = ? AND message_id = ?",
+                (self.name, message_id),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise translated(exc) from exc
+        return row is not None
+
+    # Shared by both APIs ------------------------------------------------------------------------
+
+    def apply_quietly(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+        """``apply`` without telling listeners (the async twin tells them on its loop)."""
+        message_id = _id_of(message)
+        _check_db(db)
+        if db.in_transaction:
+            raise IllegalStateError(
+                "the inbox's transaction must be its own: this connection has one open"
+            )
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            if self.seen(db, message_id):
+                db.commit()
+                self._count(duplicates=1)
+                log.info("inbox %s skipped %s: applied before", self.name, message_id)
+                return False
+            effect(message)
+            now = time.time()
+            db.execute(
+                "INSERT INTO haclient_inbox (inbox, message_id, applied) VALUES (?, ?, ?)",
+                (self.name, message_id, now),
+            )
+            pruned = self._prune_if_due(db, now)
+        except BaseException as exc:
+            if db.in_transaction:
+                db.rollback()
+            if isinstance(exc, sqlite3.Error):
+                raise translated(exc) from exc
+            raise
+        db.commit()
+        self._count(applied=1, pruned=pruned)
+        return True
+
+    def tell_duplicate(self, message: Message) -> None:
+        """Call ``duplicate_skipped`` on each listener, in the calling thread."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                method = getattr(listener, "duplicate_skipped", None)
+                if method is not None:
+                    method(self.name, message.message_id)
+            except Exception:
+                log.exception("an inbox listener raised; ignored")
+
+    def prune(self, db: sqlite3.Connection, now: float | None = None) -> int:
+        """Forget the ids applied more than ``retention`` seconds before ``now`` (default:
+        the time of the call), in a transaction of its own; return how many.
+
+        Raises:
+            IllegalStateError: ``db`` has an open transaction; the tables are missing.
+        """
+        _check_db(db)
+        if db.in_transaction:
+            raise IllegalStateError("prune() needs a connection without an open transaction")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            count = self._delete_expired(db, time.time() if now is None else now)
+        except BaseException as exc:
+            if db.in_transaction:
+                db.rollback()
+            if isinstance(exc, sqlite3.Error):
+                raise translated(exc) from exc
+            raise
+        db.commit()
+        self._count(pruned=count)
+        return count
+
+    def _prune_if_due(self, db: sqlite3.Connection, now: float) -> int:
+        with self._lock:
+            due = (self._applied + 1) % self.prune_every == 0
+        return self._delete_expired(db, now) if due else 0
+
+    def _delete_expired(self, db: sqlite3.Connection, now: float) -> int:
+        cursor = db.execute(
+            "DELETE FROM haclient_inbox WHERE inbox = ? AND applied < ?",
+            (self.name, now - self.retention),
+        )
+        return max(cursor.rowcount, 0)
+
+    def _count(self, *, applied: int = 0, duplicates: int = 0, pruned: int = 0) -> None:
+        with self._lock:
+            self._applied += applied
+            self._duplicates += duplicates
+            self._pruned += pruned
+
+    def __repr__(self) -> str:
+        return f"<Inbox {self.name!r} retention={self.retention:g}s>"
+
+
+def _id_of(message: Message) -> str:
+    if not isinstance(message, Message):
+        raise MessageFormatError(f"not a message: {type(message).__name__}")
+    if not message.message_id:
+        raise MessageFormatError("the message has no message id: an inbox cannot recognise it")
+    return message.message_id
+
+
+def _check_db(db: object) -> None:
+    if not isinstance(db, sqlite3.Connection):
+        raise ConfigurationError(f"expected a sqlite3.Connection, not {type(db).__name__}")

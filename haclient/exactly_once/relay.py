@@ -1,0 +1,419 @@
+"""The relay: sends what the outbox holds through a failover connection, then deletes it.
+
+How this works: one task reads the oldest rows (``batch_size``, in write order), sends each
+with ``send_async`` on one anonymous producer (pipelined; each message keeps the id its row
+fixed, ``preserve_message_id``), waits for every outcome, and deletes the rows the broker
+accepted (and those that expired unsent) in one statement. Then the next batch; an empty
+outbox is looked at again every ``poll_interval``. A send the broker refused leaves its row,
+which is tried again after ``retry_delay``. SQLite runs in worker threads, one call at a time
+(``anyio.to_thread`` with a limiter of one), so the event loop never waits on the disk.
+
+What this promises (docs/semantics.md, X2): a row is deleted only after a broker accepted its
+message, so a relay killed at any point sends, once restarted, every row not known accepted,
+again with the same id; a consumer may see a message twice (recognised by its id, X3), never
+zero times. Rows for one destination are sent in write order; after a loss the connection's own
+re-send (F11) keeps that order. While the connection fails over, the sends wait (F2) and are
+sent again (F11): the relay rides out broker failures without a row lost or reordered.
+A refused message is the exception: the rows after it may be accepted before its next try.
+
+The blocking twin (``haclient.exactly_once.Relay``) runs this task on a blocking connection's
+event loop; the ``haclient-relay`` command runs one in a process of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from haclient.aio.connection import Connection
+from haclient.aio.producer import MessageProducer
+from haclient.aio.session import Session
+from haclient.errors import ClosedError, ConfigurationError, HAClientError
+from haclient.exactly_once.rows import Row, message_of, parse_destination
+from haclient.exactly_once.schema import require
+from haclient.message import Message
+
+__all__ = ["Relay", "RelayStatistics"]
+
+log = logging.getLogger("haclient.exactly_once")
+
+T = TypeVar("T")
+
+_DEPTH_EVERY: Final = 1.0
+"""Seconds between two counts of the outbox's depth (a statistic; never on each batch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayStatistics:
+    """A relay's state and counters.
+
+    Attributes:
+        relayed: Messages a broker accepted and whose rows were deleted (a counter).
+        expired: Rows deleted unsent because their time to live had passed.
+        refused: Sends a broker refused (their rows wait for the next try).
+        batches: Batches sent.
+        depth: Rows waiting at the last count (counted at most once a second).
+        oldest_created: Write time (epoch seconds) of the oldest waiting row then; None: none.
+        running: Whether the relay's task runs.
+        error: Why the relay stopped, if it stopped on its own (say, failover gave up).
+    """
+
+    relayed: int
+    expired: int
+    refused: int
+    batches: int
+    depth: int
+    oldest_created: float | None
+    running: bool
+    error: BaseException | None
+
+    def oldest_age(self, now: float | None = None) -> float:
+        """Seconds the oldest waiting row has waited (0 when none)."""
+        if self.oldest_created is None:
+            return 0.0
+        return max(0.0, (time.time() if now is None else now) - self.oldest_created)
+
+
+class Relay:
+    """Relays the outbox of the SQLite database at ``database`` through ``connection`` (X2).
+
+    Use it as an async context manager (the relay runs in a task it owns until the block
+    ends), or await ``run()`` in a task of your own and ``close()`` it from another.
+
+    Args:
+        connection: A connection (``haclient.aio.connect``); the relay makes its own session.
+        database: The database file the application's outbox writes to.
+        batch_size: Rows read and sent at a time (>= 1).
+        poll_interval: Seconds between two looks at an empty outbox (> 0).
+        retry_delay: Seconds before a row the broker refused is sent again (>= 0).
+        close_timeout: Seconds ``close()`` waits for the batch in flight.
+
+    Raises:
+        ConfigurationError: a bad argument.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        database: str | os.PathLike[str],
+        *,
+        batch_size: int = 500,
+        poll_interval: float = 0.05,
+        retry_delay: float = 1.0,
+        close_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(connection, Connection):
+            raise ConfigurationError(
+                f"a Relay needs a haclient.aio.Connection, not {type(connection).__name__}"
+            )
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(f"batch_size must be an int >= 1, not {batch_size!r}")
+        if not isinstance(poll_interval, int | float) or poll_interval <= 0:
+            raise ConfigurationError(f"poll_interval must be seconds > 0, not {poll_interval!r}")
+        if not isinstance(retry_delay, int | float) or retry_delay < 0:
+            raise ConfigurationError(f"retry_delay must be seconds >= 0, not {retry_delay!r}")
+        self._connection = connection
+        self._database = os.fspath(database)
+        self._batch_size = batch_size
+        self._poll_interval = float(poll_interval)
+        self._retry_delay = float(retry_delay)
+        self._close_timeout = float(close_timeout)
+        self._limiter = anyio.CapacityLimiter(1)
+        self._stopping = False
+        self._running = False
+        self._used = False
+        self._finished = anyio.Event()
+        self._ready = anyio.Event()
+        self._wake = anyio.Event()
+        self._group: anyio.abc.TaskGroup | None = None
+        self._empty_reads = 0
+        self._relayed = 0
+        self._expired = 0
+        self._refused = 0
+        self._batches = 0
+        self._depth = 0
+        self._oldest: float | None = None
+        self._counted_at = 0.0
+        self._error: BaseException | None = None
+
+    # Lifetime -----------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Relay:
+        """Start the relay in a task of its own; returns once it is ready to send.
+
+        Raises:
+            IllegalStateError: the database has no outbox tables (or a schema to upgrade).
+            ClosedError: the connection is closed; the relay was used before.
+            sqlite3.Error: the database cannot be opened.
+        """
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        try:
+            await group.start(self._serve)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await group.__aexit__(None, None, None)
+            raise
+        self._group = group
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+        group, self._group = self._group, None
+        if group is not None:
+            await group.__aexit__(None, None, None)
+
+    async def run(self) -> None:
+        """Relay until ``close()``; then return.
+
+        Raises:
+            ConnectionFailedError: failover gave up (the rows not sent stay for the next run).
+            IllegalStateError: the database has no outbox tables.
+            ClosedError: the connection was closed under the relay; the relay was used before.
+            sqlite3.Error: the database failed.
+        """
+        await self._serve(anyio.TASK_STATUS_IGNORED, before=True, after=True)
+
+    async def close(self) -> None:
+        """Stop relaying: the batch in flight finishes first (its outcomes come, its rows are
+        deleted), within ``close_timeout``; what is left waits for the next
+        relay. Idempotent; callable from any task of the relay's loop."""
+        self._stopping = True
+        self._wake.set()
+        if self._used:
+            with anyio.move_on_after(self._close_timeout):
+                await self._finished.wait()
+
+    async def wait_stopped(self) -> None:
+        """Wait until the relay stopped: closed, or stopped on its own (``statistics().error``
+        says why)."""
+        await self._finished.wait()
+
+    def wake(self) -> None:
+        """Look at the outbox now instead of after ``poll_interval`` (from the relay's loop)."""
+        self._wake.set()
+
+    async def wait_empty(self, timeout: float | None = None) -> None:
+        """Wait until the relay found the outbox empty after this call began: every row
+        committed before the call was relayed (or expired).
+
+        Raises:
+            TimeoutError: not so within ``timeout`` seconds.
+            ClosedError: the relay is closed or stopped (``statistics().error`` says why).
+        """
+        seen = self._empty_reads
+        self._wake.set()
+        with anyio.fail_after(timeout):
+            while self._empty_reads < seen + 2:  # one read may have begun before the call
+                if self._finished.is_set() or (self._stopping and not self._running):
+                    raise ClosedError("the relay is not running") from self._error
+                await anyio.sleep(0.005)
+
+    @property
+    def database(self) -> str:
+        """The database file the relay reads."""
+        return self._database
+
+    def statistics(self) -> RelayStatistics:
+        """A snapshot of the relay's counters (plain reads; safe from any thread)."""
+        return RelayStatistics(
+            relayed=self._relayed,
+            expired=self._expired,
+            refused=self._refused,
+            batches=self._batches,
+            depth=self._depth,
+            oldest_created=self._oldest,
+            running=self._running,
+            error=self._error,
+        )
+
+    # The task -----------------------------------------------------------------------------------
+
+    async def serve_in_background(self) -> None:
+        """``run()`` for a task nobody awaits (the blocking relay's): it never raises; what
+        stopped it is in ``statistics().error`` and raised by ``wait_ready``."""
+        await self._serve(anyio.TASK_STATUS_IGNORED, before=False, after=False)
+
+    async def wait_ready(self) -> None:
+        """Wait until the relay is ready to send, or has stopped.
+
+        Raises:
+            Exception: what stopped it before it was ready (as ``run()`` raises it).
+        """
+        await self._ready.wait()
+        if not self._running and self._error is not None:
+            raise self._error
+
+    async def _serve(
+        self,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+        *,
+        before: bool = True,
+        after: bool = False,
+    ) -> None:
+        """Relay until closed; raise what stopped it ``before`` it was ready, or ``after``."""
+        if self._used:
+            raise ClosedError("a Relay runs once; make a new one")
+        self._used = True
+        db: sqlite3.Connection | None = None
+        session: Session | None = None
+        try:
+            db = await self._db(_open, self._database)
+            session = await self._connection.create_session()
+            producer = await session.create_producer(None)
+            producer.preserve_message_id = True
+            self._running = True
+            self._ready.set()
+            task_status.started()
+            await self._loop(db, producer)
+        except Exception as exc:
+            self._error = exc
+            if (before and not self._running) or (after and self._running):
+                raise
+            log.error("the outbox relay stopped: %s", exc)
+        finally:
+            self._running = False
+            self._ready.set()
+            with anyio.CancelScope(shield=True):
+                await self._cleanup(db, session)
+            self._finished.set()
+
+    async def _cleanup(self, db: sqlite3.Connection | None, session: Session | None) -> None:
+        if session is not None:
+            try:
+                with anyio.move_on_after(self._close_timeout):
+                    await session.close()
+            except HAClientError:
+                pass  # the connection is gone: nothing to close
+        if db is not None:
+            await self._db(db.close)
+
+    async def _loop(self, db: sqlite3.Connection, producer: MessageProducer) -> None:
+        while not self._stopping:
+            rows = await self._db(_read, db, self._batch_size)
+            if not rows:
+                self._empty_reads += 1
+                self._depth, self._oldest = 0, None
+                await self._idle(self._poll_interval)
+                continue
+            done, refused = await self._send(producer, rows)
+            if done:
+                await self._db(_delete, db, done)
+            self._batches += 1
+            if time.monotonic() - self._counted_at >= _DEPTH_EVERY:
+                self._depth, self._oldest = await self._db(_depth, db)
+                self._counted_at = time.monotonic()
+            if refused:
+                await self._idle(self._retry_delay)
+
+    async def _idle(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+        if self._wake.is_set():
+            self._wake = anyio.Event()
+
+    async def _send(self, producer: MessageProducer, rows: Sequence[Row]) -> tuple[list[int], int]:
+        """Send ``rows``; return the seqs to delete (accepted or expired) and how many a
+        broker refused. A loss of the connection is waited out by the sends themselves (F2,
+        F11); only its end (failover gave up, closed) raises."""
+        done: list[int] = []
+        pending = len(rows)
+        all_in = anyio.Event()
+        refused = 0
+        now = time.time()
+
+        def completed(seq: int, error: BaseException | None) -> None:
+            nonlocal pending, refused
+            if error is None:
+                done.append(seq)
+                self._relayed += 1
+            else:
+                refused += 1
+                self._refused += 1
+                log.warning("the broker refused outbox row %d, tried again later: %s", seq, error)
+            pending -= 1
+            if pending == 0:
+                all_in.set()
+
+        for row in rows:
+            if row.expires is not None and row.expires <= now:
+                done.append(row.seq)
+                self._expired += 1
+                pending -= 1
+                continue
+            message = message_of(row.payload)
+            ttl = 0.0 if row.expires is None else row.expires - now
+            await producer.send_async(
+                parse_destination(row.destination),
+                message,
+                on_completion=_completion(completed, row.seq),
+                priority=message.priority,
+                time_to_live=ttl,
+            )
+        if pending > 0:
+            await all_in.wait()
+        return done, refused
+
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "stopped"
+        return f"<Relay {self._database} {state} relayed={self._relayed}>"
+
+
+def _completion(
+    completed: Callable[[int, BaseException | None], None], seq: int
+) -> Callable[[Message, BaseException | None], None]:
+    return lambda _message, error: completed(seq, error)
+
+
+# SQL, run in the relay's worker thread -----------------------------------------------------------
+
+
+def _open(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
+    try:
+        require(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _read(db: sqlite3.Connection, limit: int) -> list[Row]:
+    return [
+        Row(*values)
+        for values in db.execute(
+            "SELECT seq, destination, message_id, payload, created, expires"
+            " FROM haclient_outbox ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+    ]
+
+
+def _delete(db: sqlite3.Connection, seqs: list[int]) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for start in range(0, len(seqs), 500):
+            chunk = seqs[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            db.execute(f"DELETE FROM haclient_outbox WHERE seq IN ({marks})", chunk)
+    except BaseException:
+        db.rollback()
+        raise
+    db.commit()
+
+
+def _depth(db: sqlite3.Connection) -> tuple[int, float | None]:
+    count, oldest = db.execute("SELECT count(*), min(created) FROM haclient_outbox").fetchone()
+    return int(count), oldest

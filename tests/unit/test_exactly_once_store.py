@@ -1,0 +1,148 @@
+"""Rules X1, X4, X5 on the database alone (no broker): the outbox write belongs to the
+application's transaction, inbox ids are kept for their retention, and bad input says what is
+wrong."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from haclient import MapMessage, Queue, TemporaryQueue, TextMessage, Topic
+from haclient.errors import (
+    ClosedError,
+    ConfigurationError,
+    IllegalStateError,
+    InvalidDestinationError,
+    MessageFormatError,
+)
+from haclient.exactly_once import SCHEMA_VERSION, Inbox, Outbox, install, outbox_depth, version
+from haclient.exactly_once.rows import message_of
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(tmp_path / "app.db")
+    install(connection)
+    connection.execute("CREATE TABLE orders (n INTEGER)")
+    connection.commit()
+    return connection
+
+
+def test_X1_a_committed_transaction_leaves_its_change_and_its_messages_with_fixed_ids(
+    db: sqlite3.Connection,
+) -> None:
+    message = MapMessage({"n": 1, "b": b"\x00"}, properties={"region": "eu"})
+    with Outbox().transaction(db) as tx:
+        db.execute("INSERT INTO orders VALUES (1)")
+        message_id = tx.send(Topic("orders"), message)
+    assert message_id.startswith("ID:") and message.message_id == message_id
+    rows = db.execute("SELECT destination, message_id, payload FROM haclient_outbox").fetchall()
+    assert [(d, i) for d, i, _ in rows] == [("topic:orders", message_id)]
+    stored = message_of(rows[0][2])  # the message itself, every type kept
+    assert (stored.message_id, stored.body, stored.properties) == (
+        message_id,
+        {"n": 1, "b": b"\x00"},
+        {"region": "eu"},
+    )
+    assert db.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+
+
+def test_X1_a_rolled_back_transaction_writes_neither_its_change_nor_its_messages(
+    db: sqlite3.Connection,
+) -> None:
+    outbox = Outbox()
+    with pytest.raises(RuntimeError, match="business rule"), outbox.transaction(db) as tx:
+        db.execute("INSERT INTO orders VALUES (1)")
+        tx.send(Queue("orders"), TextMessage("1"))
+        raise RuntimeError("business rule broken")
+    assert outbox_depth(db) == (0, None)
+    assert db.execute("SELECT count(*) FROM orders").fetchone() == (0,)
+    assert outbox.statistics().rolled_back == 1 and outbox.statistics().written == 0
+    with pytest.raises(ClosedError):
+        tx.send(Queue("orders"), TextMessage("late"))
+
+
+def test_X1_write_joins_the_applications_own_transaction_and_needs_one(
+    db: sqlite3.Connection,
+) -> None:
+    outbox = Outbox()
+    with pytest.raises(IllegalStateError, match="open transaction"):
+        outbox.write(db, Queue("orders"), TextMessage("alone"))
+    db.execute("BEGIN")
+    outbox.write(db, Queue("orders"), TextMessage("1"))
+    db.rollback()
+    assert outbox_depth(db)[0] == 0
+
+
+def test_X4_ids_are_remembered_for_their_retention_then_pruned(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE effects (id TEXT)")
+    inbox = Inbox("x4", retention=60, prune_every=1)
+    message = TextMessage("1", message_id="ID:1")
+
+    def effect(m: TextMessage) -> None:
+        db.execute("INSERT INTO effects VALUES (?)", (m.message_id,))
+
+    assert inbox.apply(db, message, effect) is True
+    assert inbox.apply(db, message, effect) is False  # within its retention: a duplicate
+    assert inbox.seen(db, "ID:1") and not Inbox("other").seen(db, "ID:1")  # per inbox name
+    assert inbox.prune(db, now=1e12) == 1  # long after: forgotten
+    assert not inbox.seen(db, "ID:1")
+    assert db.execute("SELECT count(*) FROM effects").fetchone() == (1,)
+
+
+def test_X4_an_effect_that_raises_records_nothing_and_the_message_is_applied_later(
+    db: sqlite3.Connection,
+) -> None:
+    inbox = Inbox()
+    message = TextMessage("1", message_id="ID:2")
+
+    def failing(_m: TextMessage) -> None:
+        db.execute("INSERT INTO orders VALUES (9)")
+        raise ValueError("not now")
+
+    with pytest.raises(ValueError, match="not now"):
+        inbox.apply(db, message, failing)
+    assert not inbox.seen(db, "ID:2") and db.execute("SELECT count(*) FROM orders").fetchone() == (
+        0,
+    )
+    assert inbox.apply(db, message, lambda _m: None) is True
+
+
+def test_X5_a_database_without_the_tables_is_refused_saying_how_to_install_them(
+    tmp_path: Path,
+) -> None:
+    bare = sqlite3.connect(tmp_path / "bare.db")
+    assert version(bare) == 0
+    with pytest.raises(IllegalStateError, match="install"), Outbox().transaction(bare) as tx:
+        tx.send(Queue("q"), TextMessage("x"))
+    with pytest.raises(IllegalStateError, match="install"):
+        Inbox().apply(bare, TextMessage("x", message_id="ID:3"), lambda _m: None)
+    assert install(bare) == SCHEMA_VERSION == version(bare)
+    assert install(bare) == SCHEMA_VERSION  # idempotent
+    bare.execute("UPDATE haclient_schema SET version = 99")
+    bare.commit()
+    with pytest.raises(IllegalStateError, match="newer"):
+        install(bare)
+
+
+def test_X5_bad_input_is_refused_with_what_is_wrong(db: sqlite3.Connection) -> None:
+    outbox = Outbox()
+    with pytest.raises(ConfigurationError, match=r"sqlite3\.Connection"):
+        outbox.transaction("app.db").__enter__()  # type: ignore[arg-type]
+    with outbox.transaction(db) as tx:
+        with pytest.raises(InvalidDestinationError, match="Queue or a Topic"):
+            tx.send(TemporaryQueue.__new__(TemporaryQueue), TextMessage("x"))
+        with pytest.raises(MessageFormatError):
+            tx.send(Queue("q"), "text")  # type: ignore[arg-type]
+        tx.send(Queue("q"), TextMessage("x", message_id="ID:same"))
+        with pytest.raises(IllegalStateError, match="in the outbox already"):
+            tx.send(Queue("q"), TextMessage("y", message_id="ID:same"))
+    with pytest.raises(MessageFormatError, match="no message id"):
+        Inbox().apply(db, TextMessage("x"), lambda _m: None)
+    for bad in ({"retention": 0}, {"prune_every": 0}):
+        with pytest.raises(ConfigurationError):
+            Inbox(**bad)  # type: ignore[arg-type]
