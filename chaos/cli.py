@@ -58,6 +58,8 @@ Exit status: 0 every promise held, 1 a promise broke, 2 a bad argument or a fail
 """
 PREFLIGHT_ATTACH_TIMEOUT = 10.0
 SETUP_TIMEOUT = 60.0
+PREFLIGHT_CONNECT_TIMEOUT = 10.0
+"""Each connect of the set-up: a broker that accepts and drops it is retried that long (F1)."""
 """How long the set-up waits for brokers that do not answer yet (seconds)."""
 
 
@@ -304,7 +306,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[0] if first else '(no detail)'}"
 
 
-def _preflight(bed: Bed, *, setup_timeout: float = SETUP_TIMEOUT) -> None:
+def _preflight(
+    bed: Bed,
+    *,
+    setup_timeout: float = SETUP_TIMEOUT,
+    connect_timeout: float = PREFLIGHT_CONNECT_TIMEOUT,
+) -> None:
     """Connect once through the proxies, as the workloads will: one pass over the brokers,
     then, when none answered (brokers starting up: through a proxy, one that is not ready
     looks the same as one that is down), again and again for up to ``setup_timeout`` seconds,
@@ -314,7 +321,7 @@ def _preflight(bed: Bed, *, setup_timeout: float = SETUP_TIMEOUT) -> None:
         SetupFailed: no broker answered in time, or they refused the login.
     """
     try:
-        _connect_once(bed.url(**{"startup.cyclecount": 1}))
+        _connect_once(bed.url(**{"startup.cyclecount": 1}), connect_timeout)
         return
     except (AuthenticationError, ClientIdInUseError) as exc:
         raise SetupFailed(f"the brokers refused the connection: {_one_line(exc)}") from exc
@@ -328,7 +335,7 @@ def _preflight(bed: Bed, *, setup_timeout: float = SETUP_TIMEOUT) -> None:
     started = time.monotonic()
     budget = {"startup.cyclecount": -1, "giveupafter": max(1, round(setup_timeout * 1000))}
     try:
-        _connect_once(bed.url(**budget))
+        _connect_once(bed.url(**budget), connect_timeout)
     except HAClientError as exc:
         reason = (
             f"cannot connect to the brokers through the proxies within {setup_timeout:.0f} s: "
@@ -341,8 +348,15 @@ def _preflight(bed: Bed, *, setup_timeout: float = SETUP_TIMEOUT) -> None:
     )
 
 
-def _connect_once(url: str) -> None:
-    with haclient.connect(url, attach_timeout=PREFLIGHT_ATTACH_TIMEOUT, close_timeout=1.0):
+def _connect_once(url: str, connect_timeout: float) -> None:
+    """One connect through the proxies (a broker that accepts and drops the connection, as one
+    starting up does, is tried again for ``connect_timeout``: F1), closed at once."""
+    with haclient.connect(
+        url,
+        connect_timeout=connect_timeout,
+        attach_timeout=PREFLIGHT_ATTACH_TIMEOUT,
+        close_timeout=1.0,
+    ):
         pass
 
 
@@ -360,7 +374,11 @@ def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
             bed = stack.enter_context(plan.bed)
         except (ToxiproxyError, OSError, TimeoutError) as exc:
             raise SetupFailed(f"cannot start the bed: {_one_line(exc)}") from exc
-        _preflight(bed, setup_timeout=plan.setup_timeout)
+        _preflight(
+            bed,
+            setup_timeout=plan.setup_timeout,
+            connect_timeout=min(PREFLIGHT_CONNECT_TIMEOUT, plan.setup_timeout),
+        )
         progress = stack.enter_context(Progress(*columns, TimeElapsedColumn()))
         task = progress.add_task("injecting faults", total=total)
 

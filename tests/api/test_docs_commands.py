@@ -21,6 +21,7 @@ import time
 import tomllib
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,7 @@ RUNNERS = {
         "tests/api/test_security_guide.py"
     ),
     r"\.venv/bin/haclient-toxiproxy .+": "test_the_toxiproxy_command_line_serves_the_api (here)",
+    r"haclient-relay .+": "test_the_relay_command_line_relays_an_outbox (here)",
     _CHAOS_RUN: "test_the_chaos_run_command_lines_are_valid (here)",
     r"rabbitmq-plugins enable rabbitmq_(amqp1_0|auth_mechanism_ssl)": (
         "test_the_rabbitmq_plugin_command (here)"
@@ -152,6 +154,48 @@ def test_the_toxiproxy_command_line_serves_the_api() -> None:
             assert process.wait(timeout=TIMEOUT) == 0
 
 
+def test_the_relay_command_line_relays_an_outbox(tmp_path: Path) -> None:
+    """The guide's ``haclient-relay`` line, on a reference broker and an outbox of one row: the
+    row arrives on the broker, and the relay stops cleanly on SIGTERM (exit 0)."""
+    import sqlite3
+
+    from chaos.broker import BrokerThread
+    from haclient import Queue, TextMessage
+    from haclient.exactly_once import Outbox, install
+
+    (line,) = command_lines(r"haclient-relay .+")
+    argv = shlex.split(line)
+    database = tmp_path / argv[argv.index("--database") + 1]
+    db = sqlite3.connect(database)
+    install(db)
+    with Outbox().transaction(db) as tx:
+        tx.send(Queue("docs-relay"), TextMessage("from the outbox"))
+    db.close()
+    with BrokerThread() as broker:
+        argv[0] = str(BIN / argv[0])
+        argv[argv.index("--url") + 1] = f"failover:({broker.url})"
+        argv[argv.index("--database") + 1] = str(database)
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+            try:
+                deadline = time.monotonic() + TIMEOUT
+                while _depth(broker, "docs-relay") < 1:
+                    assert process.poll() is None, process.communicate()[0]
+                    assert time.monotonic() < deadline, "the row never arrived"
+                    time.sleep(0.02)
+            finally:
+                os.kill(process.pid, signal.SIGTERM)
+                assert process.wait(timeout=TIMEOUT) == 0
+        assert broker.queue_depth("docs-relay") == 1
+
+
+def _depth(broker: Any, queue: str) -> int:
+    """Messages on ``queue`` of ``broker``, 0 before the queue exists."""
+    try:
+        return int(broker.queue_depth(queue))
+    except KeyError:
+        return 0
+
+
 def test_the_chaos_run_command_lines_are_valid() -> None:
     """Each ``haclient-chaos run`` line parses and makes a valid fault schedule, as the command
     does before it starts; running them (up to 24 minutes each) is the chaos tests' part."""
@@ -247,7 +291,11 @@ def test_the_api_command_lines_section_lists_every_command_and_option() -> None:
     """docs/api.md's "Command lines": every installed command, each with all its options."""
     section = (ROOT / "docs" / "api.md").read_text().split("## Command lines", 1)[1]
     scripts = tomllib.loads((ROOT / "chaos" / "pyproject.toml").read_text())["project"]["scripts"]
-    assert "scripts" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    client = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(client) == {"haclient-relay"}  # the client's one command (X2)
+    own = section.split("- `haclient-broker`", 1)[0]
+    missing = {option for option in _help_options("haclient-relay") if f"`{option}" not in own}
+    assert missing == set(), "haclient-relay"
     for command, args in {
         "haclient-broker": (),
         "haclient-toxiproxy": (),

@@ -30,16 +30,17 @@ def test_item5_the_set_up_waits_for_brokers_that_are_starting(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Through a proxy, a broker not started yet looks like one that is starting: the TCP
-    connection is accepted and closed. The set-up says it waits, and goes on once it answers."""
+    connection is accepted and closed. A connect retries such a broker for its connect timeout
+    (F1); past that, the set-up says it waits, and goes on once the broker answers."""
     port = free_port()
     with ToxiproxyServer.running() as server:
         bed = Bed(broker_urls=[f"amqp://127.0.0.1:{port}"], toxiproxy_url=server.url)
         with bed, BrokerThread(port=port) as broker:
             broker.stop()  # the port is known and free again; it serves 1 s from now
-            starter = threading.Timer(1.0, broker.start)
+            starter = threading.Timer(1.5, broker.start)
             starter.start()
             try:
-                _preflight(bed, setup_timeout=30)
+                _preflight(bed, setup_timeout=30, connect_timeout=0.3)
             finally:
                 starter.join()
     err = capsys.readouterr().err

@@ -78,11 +78,12 @@ def _py(*patterns: str) -> tuple[Path, ...]:
     return tuple(sorted(p for pattern in patterns for p in ROOT.glob(pattern)))
 
 
-EXTRA_MODULES = ("haclient.metrics", "haclient.spark")
+EXTRA_MODULES = ("haclient.metrics", "haclient.spark", "haclient.exactly_once.metrics")
+METRICS_FILES = ("haclient/metrics.py", "haclient/exactly_once/metrics.py")
 CLIENT_FILES = tuple(
     p
     for p in _py("haclient/**/*.py", "failover/**/*.py")
-    if not p.relative_to(ROOT).as_posix().startswith(("haclient/metrics.py", "haclient/spark/"))
+    if not p.relative_to(ROOT).as_posix().startswith((*METRICS_FILES, "haclient/spark/"))
 )
 PARTS = [
     Part(
@@ -90,7 +91,7 @@ PARTS = [
     ),
     Part(
         "haclient[metrics]",
-        _py("haclient/metrics.py"),
+        _py(*METRICS_FILES),
         frozenset(_client_requirements({"metrics"})),
         ("haclient", "failover"),
     ),

@@ -60,7 +60,12 @@ import importlib, pkgutil, sys
 
 import failover, haclient
 
-skipped = ("haclient.metrics", "haclient.spark", "haclient.aio.tracing")
+skipped = (
+    "haclient.metrics",
+    "haclient.spark",
+    "haclient.aio.tracing",
+    "haclient.exactly_once.metrics",
+)
 names = []
 for package in (haclient, failover):
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
@@ -229,12 +234,19 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
     with zipfile.ZipFile(_wheel(dist, "haclient")) as wheel:
         names = wheel.namelist()
         metadata = wheel.read(f"haclient-{VERSION}.dist-info/METADATA").decode()
+        entry_points = wheel.read(f"haclient-{VERSION}.dist-info/entry_points.txt").decode()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"haclient", "failover", f"haclient-{VERSION}.dist-info"}
     assert {"haclient/py.typed", "failover/py.typed"} <= set(names)
     assert f"haclient-{VERSION}.dist-info/licenses/LICENSE" in names
     assert "haclient/amqp/server_layers.py" not in names  # the server side is the bed's
-    assert f"haclient-{VERSION}.dist-info/entry_points.txt" not in names  # no scripts, no plugin
+    # One command, the outbox relay (X2); no plugin (the pytest plugin is the bed's).
+    assert entry_points.split() == [
+        "[console_scripts]",
+        "haclient-relay",
+        "=",
+        "haclient.exactly_once.cli:main",
+    ]
     assert "License-Expression: Apache-2.0" in metadata
     assert "Description-Content-Type: text/markdown" in metadata
     requires = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist"))
