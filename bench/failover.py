@@ -998,12 +998,13 @@ def _parser() -> argparse.ArgumentParser:
         "--ha-ab",
         action="store_true",
         help="A/B of the client on each HA pair: --kills kills of each variant, alternating "
-        "(before: without the quick retry of a broker not ready yet; after: as it is)",
+        "(before: without the watch of a refused port; after: as it is)",
     )
     parser.add_argument(
         "--ha-readiness-delay",
         metavar="SECONDS",
-        help="the HA brokers' --readiness-delay (SECONDS or LOW-HIGH; default: their mode's)",
+        help="the HA brokers' --readiness-delay (SECONDS, LOW-HIGH or LOW-MEDIAN-HIGH; "
+        "default: their mode's)",
     )
     parser.add_argument(
         "--ha-not-ready",

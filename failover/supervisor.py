@@ -38,6 +38,7 @@ from failover.errors import ConnectionLostError, PreferredBrokerAvailable
 from failover.gate import ConnectionGate
 from failover.listeners import FailoverEvent, Listeners, call_quietly
 from failover.policy import FailoverMethod, FailoverPolicy
+from failover.ports import PortProbe, TcpProbe
 from failover.protocols import Connector, P, Resource, restore_tiers
 from failover.restore import Link, Restore
 from failover.schedule import ReconnectPlan, Stop, Wait
@@ -96,6 +97,7 @@ class Supervisor(Generic[P]):
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
+        port_probe: Callable[[], PortProbe] | None = TcpProbe,
     ) -> None:
         self._gate = gate
         self._listeners = listeners
@@ -114,6 +116,7 @@ class Supervisor(Generic[P]):
             clock=clock,
             sleep=sleep,
             warn_after_attempts=policy.warn_after_attempts,
+            port_probe=port_probe,
         )
         self._epoch = 0
         self._link: Link[P] | None = None  # the current physical connection
