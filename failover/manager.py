@@ -94,7 +94,7 @@ from failover.errors import ClosedError, IllegalStateError
 from failover.gate import ConnectionGate
 from failover.listeners import AnyListener, Listeners
 from failover.policy import FailoverPolicy
-from failover.ports import PortProbe, TcpProbe
+from failover.ports import PortProbe
 from failover.protocols import (
     Connector,
     FailoverListener,
@@ -114,6 +114,7 @@ from failover.states import (
     next_state,
 )
 from failover.supervisor import Supervisor
+from failover.supervisor import port_probe as default_port_probe
 from failover.url import BrokerURL, FailoverURL
 
 __all__ = [
@@ -168,8 +169,8 @@ class ConnectionManager(Generic[P]):
             once the startup budget's attempts are spent (``failover.schedule``; default 0:
             not at all). A protocol client passes its connect timeout.
         port_probe: Makes, for each connect or failover, what probes a refused port during
-            the fast phase's waits (``failover.ports``; default ``TcpProbe``, a TCP connect
-            closed at once; None: the waits are only slept). Tests on a virtual clock pass
+            the fast phase's waits (``failover.ports``; default a ``TcpProbe``, a TCP
+            connect closed at once; None: the waits are only slept). Tests on a virtual clock pass
             their own.
 
     Raises:
@@ -194,7 +195,7 @@ class ConnectionManager(Generic[P]):
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
-        port_probe: Callable[[], PortProbe] | None = TcpProbe,
+        port_probe: Callable[[], PortProbe] | None = default_port_probe,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
@@ -241,7 +242,7 @@ class ConnectionManager(Generic[P]):
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
-        port_probe: Callable[[], PortProbe] | None = TcpProbe,
+        port_probe: Callable[[], PortProbe] | None = default_port_probe,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(

@@ -16,7 +16,8 @@ The plan decides which waits are watched (``failover.schedule``); nothing else c
 
 A probe answers at once on the local host (the refusal is known when ``connect`` returns); to a
 remote host its connection completes later, and is looked at again at the next probe. A host
-name is resolved once per ``TcpProbe`` (one per failover), in a worker thread.
+name is resolved once per ``TcpProbe`` (one per failover) with the resolver it is given (the
+supervisor gives anyio's); without one, only IP addresses are probed.
 
 Nothing here knows of AMQP: a probe is a TCP connection opened and closed.
 """
@@ -29,8 +30,7 @@ import select
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-
-import anyio
+from typing import Any
 
 from failover.url import BrokerURL
 
@@ -38,6 +38,8 @@ __all__ = ["PortProbe", "PortWatch", "TcpProbe", "tcp_refused", "watch"]
 
 #: Polls one broker's port once: True once it accepted a TCP connection.
 PortProbe = Callable[[BrokerURL], Awaitable[bool]]
+#: Resolves a host name as ``getaddrinfo`` does (``anyio.getaddrinfo``'s signature, for TCP).
+Resolver = Callable[[str, int], Awaitable[list[tuple[Any, Any, Any, Any, Any]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +85,18 @@ async def watch(
 class TcpProbe:
     """Probes brokers' ports with non-blocking TCP connects, each closed once it is known
     whether it was accepted (see the module docstring). One per failover: a host name is
-    resolved once. ``close()`` drops a connect still under way."""
+    resolved once, with ``resolve`` (None: a name is not probed; the wait runs its course).
+    ``close()`` drops a connect still under way."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolve: Resolver | None = None) -> None:
+        self._resolve = resolve
         self._addresses: dict[tuple[str, int], tuple[int, tuple[str, int]] | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
 
     async def __call__(self, broker: BrokerURL) -> bool:
         key = (broker.host, broker.port or 0)
         if key not in self._addresses:
-            self._addresses[key] = await _resolve(*key)
+            self._addresses[key] = await _resolve(*key, self._resolve)
         address = self._addresses[key]
         if address is None:  # unresolvable: never says it accepts; the wait runs out
             return False
@@ -145,16 +149,21 @@ def _finished(sock: socket.socket) -> bool | None:
     return None if code is None else code == 0
 
 
-async def _resolve(host: str, port: int) -> tuple[int, tuple[str, int]] | None:
-    """The first TCP address of ``host:port`` (None: it does not resolve)."""
+async def _resolve(
+    host: str, port: int, resolve: Resolver | None
+) -> tuple[int, tuple[str, int]] | None:
+    """The first TCP address of ``host:port`` (None: it does not resolve, or it is a name and
+    there is no ``resolve``)."""
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
         pass
     else:
         return (socket.AF_INET6 if ip.version == 6 else socket.AF_INET), (host, port)
+    if resolve is None:
+        return None
     try:
-        found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        found = await resolve(host, port)
     except OSError:
         return None
     for family, _, _, _, sockaddr in found:

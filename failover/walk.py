@@ -41,7 +41,7 @@ from typing import Generic
 from failover.errors import ConnectionLostError
 from failover.gate import ConnectionGate
 from failover.policy import Attempt
-from failover.ports import PortProbe, TcpProbe, watch
+from failover.ports import PortProbe, watch
 from failover.protocols import Connector, P
 from failover.schedule import ReconnectPlan
 from failover.standby import close_quietly
@@ -89,7 +89,7 @@ class Walker(Generic[P]):
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
         warn_after_attempts: int,
-        port_probe: Callable[[], PortProbe] | None = TcpProbe,
+        port_probe: Callable[[], PortProbe] | None = None,
     ) -> None:
         self._gate = gate
         self._port_probe = port_probe

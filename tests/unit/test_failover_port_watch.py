@@ -18,6 +18,7 @@ from failover.errors import ConnectionLostError
 from failover.policy import FailoverPolicy
 from failover.ports import PortWatch, TcpProbe, tcp_refused, watch
 from failover.schedule import PORT_WATCH, ReconnectPlan
+from failover.supervisor import port_probe
 from failover.url import BrokerURL
 from haclient.errors import BrokerNotReadyError
 
@@ -109,7 +110,7 @@ async def test_the_watch_ends_once_the_port_accepts_or_when_the_wait_runs_out() 
 async def test_the_tcp_probe_tells_a_refused_port_from_one_that_accepts() -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    probe = TcpProbe()
+    probe = port_probe()  # the supervisor's: host names resolved with anyio
     try:
         assert await probe(BrokerURL("amqp", "127.0.0.1", port))
         with socket.socket() as spare:  # a port that nothing listens on
@@ -117,6 +118,10 @@ async def test_the_tcp_probe_tells_a_refused_port_from_one_that_accepts() -> Non
             closed = spare.getsockname()[1]
             assert not await probe(BrokerURL("amqp", "127.0.0.1", closed))
         assert not await probe(BrokerURL("amqp", "no-such-host.invalid", port))
+        assert await probe(BrokerURL("amqp", "localhost", port)) in (True, False)  # resolved
+        assert not await TcpProbe()(BrokerURL("amqp", "localhost", port))  # no resolver
     finally:
-        probe.close()
+        close = getattr(probe, "close", None)
+        if close is not None:
+            close()
         listener.close()
