@@ -8,8 +8,11 @@ the protocol header), the login succeeded, the broker's Open arrived. ``phases``
 entries of one failover onto the standby and, with the times the bench took itself (the
 standby's port opening, ``failover_completed``, the first send done), cuts the overhead into:
 
-- ``schedule``: port open -> the start of the attempt that succeeded: the reconnect schedule's
-  waits, and the attempts that failed since the port opened (``early``, below);
+- ``schedule``: the reconnect schedule's waits from the port opening to the start of the
+  attempt that succeeded: until the first attempt after the port opened, and from each attempt
+  that failed since (``early``, below) to the next;
+- ``dropped``: the time those failed attempts took (the broker accepted them and closed them
+  before answering: a broker not ready yet);
 - ``tcp``: -> its TCP connection made;
 - ``header``: -> the broker's answer to the protocol header (its SASL mechanisms): the wait for
   a broker that is not ready yet;
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 
 __all__ = ["PHASES", "Entry", "Timeline", "phases"]
 
-PHASES = ("schedule", "tcp", "header", "sasl", "open", "restore", "resend")
+PHASES = ("schedule", "dropped", "tcp", "header", "sasl", "open", "restore", "resend")
 _LOGGERS = ("haclient.failover", "haclient.amqp")
 
 # The debug messages the timeline knows (their format strings), by what they mark.
@@ -118,6 +121,21 @@ def phases(
     marks = [opened, last, after("tcp"), after("header"), after("sasl"), after("open")]
     marks += [completed, first]
     out: dict[str, float | None] = {}
-    for name, begin, end in zip(PHASES, marks[:-1], marks[1:], strict=True):
+    spans = ("until", "tcp", "header", "sasl", "open", "restore", "resend")
+    for name, begin, end in zip(spans, marks[:-1], marks[1:], strict=True):
         out[name] = None if begin is None or end is None else end - begin
-    return out, early
+    out["dropped"] = dropped = _dropped(entries, starts, opened, target)
+    until = out.pop("until")  # port open -> the attempt that succeeded
+    out["schedule"] = None if until is None else until - dropped
+    return {name: out[name] for name in PHASES}, early
+
+
+def _dropped(entries: list[Entry], starts: list[Entry], opened: float, target: str) -> float:
+    """How long the attempts on ``target`` begun after ``opened`` that failed took."""
+    failed = [e.at for e in entries if e.mark == "failed" and target in e.text]
+    took = 0.0
+    for begun in (e.at for e in starts[:-1] if e.at >= opened):
+        end = next((at for at in failed if at >= begun), None)
+        if end is not None:
+            took += end - begun
+    return took

@@ -94,6 +94,7 @@ from failover.errors import ClosedError, IllegalStateError
 from failover.gate import ConnectionGate
 from failover.listeners import AnyListener, Listeners
 from failover.policy import FailoverPolicy
+from failover.ports import PortProbe
 from failover.protocols import (
     Connector,
     FailoverListener,
@@ -113,6 +114,7 @@ from failover.states import (
     next_state,
 )
 from failover.supervisor import Supervisor
+from failover.supervisor import port_probe as default_port_probe
 from failover.url import BrokerURL, FailoverURL
 
 __all__ = [
@@ -166,6 +168,10 @@ class ConnectionManager(Generic[P]):
             TCP connection and closes it before answering (one starting up), every 5-10 ms,
             once the startup budget's attempts are spent (``failover.schedule``; default 0:
             not at all). A protocol client passes its connect timeout.
+        port_probe: Makes, for each connect or failover, what probes a refused port during
+            the fast phase's waits (``failover.ports``; default a ``TcpProbe``, a TCP
+            connect closed at once; None: the waits are only slept). Tests on a virtual clock pass
+            their own.
 
     Raises:
         ConfigurationError: An empty list, ``singlebroker`` with several brokers, a
@@ -189,6 +195,7 @@ class ConnectionManager(Generic[P]):
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
+        port_probe: Callable[[], PortProbe] | None = default_port_probe,
     ) -> None:
         url = FailoverURL(tuple(brokers), policy or FailoverPolicy())  # validates both
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
@@ -212,6 +219,7 @@ class ConnectionManager(Generic[P]):
             adopt=adopt,
             may_return=may_return,
             startup_patience=startup_patience,
+            port_probe=port_probe,
         )
         self._started = False
         # Made in __aenter__: anyio objects need the running event loop.
@@ -234,6 +242,7 @@ class ConnectionManager(Generic[P]):
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
+        port_probe: Callable[[], PortProbe] | None = default_port_probe,
     ) -> ConnectionManager[P]:
         """A manager for ``url``'s brokers and policy (its connection options are not used)."""
         return cls(
@@ -250,6 +259,7 @@ class ConnectionManager(Generic[P]):
             adopt=adopt,
             may_return=may_return,
             startup_patience=startup_patience,
+            port_probe=port_probe,
         )
 
     # --- Lifetime -------------------------------------------------------------------------

@@ -29,16 +29,24 @@ A broker that accepted the TCP connection and closed it before answering
 (``BrokerNotReadyError``) listens but does not serve yet: a new master of a shared-store pair
 in its first milliseconds (ActiveMQ 5.17 answers the protocol header 60-80 ms after its port
 opens, and drops or holds what comes before). During the fast phase of the policy's own wait,
-the next attempt on that broker waits ``NOT_READY_RETRY`` (5-10 ms) instead of the fast delay,
+the next attempt on that broker waits ``NOT_READY_RETRY`` (1-2 ms) instead of the fast delay,
 for ``patience`` after the first such drop in the plan; a broker that keeps dropping longer
 (a proxy with nothing behind it) gets the fast delay again. The broker order and the attempt
 count do not change, only that wait.
+
+A broker whose port refused the last attempt's TCP connection (nothing listens there yet: a
+standby not yet taken over, a broker restarting) is watched, during the fast phase, while the
+plan waits before its next attempt: ``PORT_WATCH`` says how often its port is probed (a TCP
+connect closed at once, ``failover.ports``), and the wait ends as soon as the port accepts, so
+that the attempt comes within a probe interval of the port opening instead of up to a fast
+delay plus its jitter (25-50 ms) later. ``watched`` says which waits; the walk probes. The
+broker order, the attempt count and the waits' upper bounds do not change.
 
 The first connect meets such a broker too: applications start together with their brokers
 (compose files, pods), and a broker that accepts TCP is not dead. A first connect's plan given
 a ``startup_patience`` (seconds; the client passes its connect timeout) does not end while a
 broker of its list is starting up: once its own attempts are spent (one pass by default, or the
-one try of ``nofailover``), it tries again, every ``NOT_READY_RETRY`` delay (5-10 ms), each
+one try of ``nofailover``), it tries again, every ``STARTUP_RETRY`` delay (5-10 ms), each
 broker whose last attempt it dropped before answering, round the list, for ``startup_patience``
 after that broker's first drop, within the time budget. A broker that refused the TCP
 connection, or answered with a failure, gets no such retry: a dead URL still fails at once.
@@ -68,11 +76,14 @@ from tenacity import RetryCallState, stop_after_attempt, stop_after_delay, stop_
 
 from failover.errors import BrokerNotReadyError, ConfigurationError
 from failover.policy import Attempt, FailoverPolicy
+from failover.ports import PortWatch, tcp_refused
 from failover.states import budget_delay, index_of
 from failover.url import BrokerURL
 
 __all__ = [
     "NOT_READY_RETRY",
+    "PORT_WATCH",
+    "STARTUP_RETRY",
     "NotReadyRetry",
     "PolicyWait",
     "ReconnectPlan",
@@ -99,9 +110,18 @@ class NotReadyRetry:
     patience: float = 0.5
 
 
-NOT_READY_RETRY: NotReadyRetry | None = NotReadyRetry()
-"""The quick retry of a broker not ready yet, read by each new plan (None: none; the failover
-bench turns it off to measure the schedule without it)."""
+NOT_READY_RETRY: NotReadyRetry | None = NotReadyRetry(delay=0.001, jitter=0.001)
+"""A failover's quick retry of a broker not ready yet (1-2 ms: the attempt that finds it ready
+comes at most that long after it became ready), read by each new plan (None: none)."""
+
+STARTUP_RETRY = NotReadyRetry()
+"""The first connect's retry of a broker starting up (5-10 ms), once its own attempts are
+spent: for up to the connect timeout, so a little slower than a failover's."""
+
+
+PORT_WATCH: PortWatch | None = PortWatch()
+"""The watch of a refused port during the fast phase's waits, read by each new plan (None:
+none; the failover bench turns it off to measure the schedule without it)."""
 
 
 class PolicyWait(tenacity.wait.wait_base):
@@ -197,6 +217,8 @@ class ReconnectPlan:
         self._last: int | None = None  # the broker index of the last attempt handed out
         self._quick = NOT_READY_RETRY if wait is None else None  # only the policy's own wait
         self._not_ready_since: dict[int, float] = {}  # broker index -> its first drop
+        self._port_watch = PORT_WATCH if wait is None else None  # only the policy's own wait
+        self._refused: set[int] = set()  # broker indices whose last attempt's port refused
         # The first connect's retry of a broker starting up: only with the policy's own stop.
         self._startup_patience = startup_patience if startup and stop is None else 0.0
 
@@ -281,7 +303,7 @@ class ReconnectPlan:
             return None
         last = -1 if self._last is None else self._last
         index = next((i for i in waiting if i > last), waiting[0])
-        quick = NOT_READY_RETRY or NotReadyRetry()
+        quick = STARTUP_RETRY
         delay = budget_delay(
             self._policy, quick.delay + quick.jitter * self._rng.random(), now - self._began
         )
@@ -289,11 +311,30 @@ class ReconnectPlan:
             return None
         return Attempt(index, self._brokers[index], delay, self._made + 1)
 
+    def watched(self, attempt: Attempt[BrokerURL]) -> PortWatch | None:
+        """How the wait before ``attempt`` watches its broker's port (None: it is not watched):
+        in the fast phase, when the broker's last attempt in this plan found its port refusing
+        TCP connections (see the module docstring)."""
+        watch = self._port_watch
+        if watch is None or attempt.delay <= 0 or attempt.broker_index not in self._refused:
+            return None
+        return watch if self._fast(attempt.number - 1) else None
+
+    def _fast(self, made: int) -> bool:
+        """Whether the attempt after ``made`` attempts belongs to the fast phase."""
+        policy = self._policy
+        per_pass = max(len(self._order), 1) * (policy.retries or 1)
+        return policy.fast_period > 0.0 and made // per_pass <= policy.fast_passes
+
     def _note_not_ready(self, now: float, failure: BaseException | None) -> None:
         """Remember when the broker of the last attempt first dropped it before answering (and
-        forget it once it failed otherwise)."""
+        forget it once it failed otherwise), and whether its port refused the connection."""
         if self._last is None or failure is None:
             return
+        if tcp_refused(failure):
+            self._refused.add(self._last)
+        else:
+            self._refused.discard(self._last)
         if isinstance(failure, BrokerNotReadyError):
             self._not_ready_since.setdefault(self._last, now)
         else:
@@ -305,9 +346,7 @@ class ReconnectPlan:
         quick, since = self._quick, self._not_ready_since.get(index)
         if quick is None or since is None or now - since > quick.patience:
             return delay
-        policy = self._policy
-        per_pass = max(len(self._order), 1) * (policy.retries or 1)
-        if policy.fast_period == 0.0 or self._made // per_pass > policy.fast_passes:
+        if not self._fast(self._made):
             return delay
         return min(delay, quick.delay + quick.jitter * self._rng.random())
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Generic
+from typing import Any, Generic
 
 import anyio
 from anyio.abc import TaskGroup
@@ -38,6 +39,7 @@ from failover.errors import ConnectionLostError, PreferredBrokerAvailable
 from failover.gate import ConnectionGate
 from failover.listeners import FailoverEvent, Listeners, call_quietly
 from failover.policy import FailoverMethod, FailoverPolicy
+from failover.ports import PortProbe, TcpProbe
 from failover.protocols import Connector, P, Resource, restore_tiers
 from failover.restore import Link, Restore
 from failover.schedule import ReconnectPlan, Stop, Wait
@@ -55,9 +57,19 @@ from failover.states import (
 from failover.url import BrokerURL, merge_broker_lists
 from failover.walk import Walker
 
-__all__ = ["Supervisor", "close_quietly"]
+__all__ = ["Supervisor", "close_quietly", "port_probe"]
 
 _log = logging.getLogger("haclient.failover")
+
+
+async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, Any, Any, Any, Any]]:
+    return list(await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+
+
+def port_probe() -> PortProbe:
+    """A failover's probe of refused ports (``failover.ports.TcpProbe``), host names resolved
+    with anyio's ``getaddrinfo``."""
+    return TcpProbe(_getaddrinfo)
 
 
 class Supervisor(Generic[P]):
@@ -96,6 +108,7 @@ class Supervisor(Generic[P]):
         adopt: Callable[[P], object] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
+        port_probe: Callable[[], PortProbe] | None = port_probe,
     ) -> None:
         self._gate = gate
         self._listeners = listeners
@@ -114,6 +127,7 @@ class Supervisor(Generic[P]):
             clock=clock,
             sleep=sleep,
             warn_after_attempts=policy.warn_after_attempts,
+            port_probe=port_probe,
         )
         self._epoch = 0
         self._link: Link[P] | None = None  # the current physical connection

@@ -27,6 +27,8 @@ Rules it keeps (``failover.states``' invariants, whose decisions it applies):
   loss the walk starts from), ``redirect_next`` names the next attempt's broker, tried at
   once and outside the plan (it counts among ``attempts``, not among the plan's).
 - F4: when the plan runs out, the walk ends; ``failure`` says what failed last.
+- F5: a wait the plan watches (``ReconnectPlan.watched``: a broker whose port refused, in the
+  fast phase) probes that broker's port (``failover.ports``) and ends as soon as it accepts.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Generic
 from failover.errors import ConnectionLostError
 from failover.gate import ConnectionGate
 from failover.policy import Attempt
+from failover.ports import PortProbe, watch
 from failover.protocols import Connector, P
 from failover.schedule import ReconnectPlan
 from failover.standby import close_quietly
@@ -73,6 +76,8 @@ class Walker(Generic[P]):
         clock: The monotonic clock the plans read.
         sleep: Sleeps an attempt's delay.
         warn_after_attempts: Every how many failed attempts the log says so as a warning.
+        port_probe: Makes the probe of the ports a walk watches (one per walk; None: waits are
+            only slept).
     """
 
     def __init__(
@@ -84,8 +89,11 @@ class Walker(Generic[P]):
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
         warn_after_attempts: int,
+        port_probe: Callable[[], PortProbe] | None = None,
     ) -> None:
         self._gate = gate
+        self._port_probe = port_probe
+        self._probe: PortProbe | None = None  # this walk's, made at its first watched wait
         self._connector = connector
         self._retriable = retriable
         self._clock = clock
@@ -111,6 +119,10 @@ class Walker(Generic[P]):
             return await self._walk(plan, ready, use)
         finally:
             self._gate.attempting(None)
+            probe, self._probe = self._probe, None
+            close = getattr(probe, "close", None)
+            if close is not None:
+                close()
 
     async def _walk(
         self, plan: ReconnectPlan, ready: tuple[P, BrokerURL] | None, use: Use[P]
@@ -133,7 +145,7 @@ class Walker(Generic[P]):
             hops = hops + 1 if attempt.broker_index == _REDIRECTED else 0
             self._gate.attempting(attempt)
             if attempt.delay > 0:
-                await self._sleep(attempt.delay)
+                await self._wait(plan, attempt)
             connection = await self._try(attempt)
             if connection is None:
                 failed = last = self.cause()
@@ -184,6 +196,26 @@ class Walker(Generic[P]):
                 hops,
             )
         return plan.next(self._clock(), failed, refused=refused)
+
+    async def _wait(self, plan: ReconnectPlan, attempt: Attempt[BrokerURL]) -> None:
+        """Wait ``attempt``'s delay; a wait the plan watches ends once the port accepts."""
+        port_watch = plan.watched(attempt)
+        if port_watch is None or self._port_probe is None:
+            await self._sleep(attempt.delay)
+            return
+        if self._probe is None:
+            self._probe = self._port_probe()
+        if await watch(
+            self._probe,
+            attempt.broker,
+            attempt.delay,
+            interval=port_watch.interval,
+            clock=self._clock,
+            sleep=self._sleep,
+        ):
+            _log.debug(
+                "the port of %s accepts: attempt %d goes now", attempt.broker, attempt.number
+            )
 
     async def _use(self, use: Use[P], connection: P, broker: BrokerURL) -> bool:
         if await use(connection, broker):

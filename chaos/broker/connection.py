@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from chaos.broker.filters import NO_LOCAL_FILTER, Matcher, compile_matcher, parse_filters
@@ -103,6 +104,8 @@ class BrokerConnection:
         self.engine = engine
         self.id = connection_id
         self.driver: Driver | None = None
+        #: Holds the connection's writes back that many seconds (the stream's; a cold start).
+        self.hold: Callable[[float], None] | None = None
         self.container_id: str | None = None
         self.links: dict[Link, LinkHandler] = {}
         self.opened = False
@@ -126,6 +129,19 @@ class BrokerConnection:
         """Let the driver write what the engine has queued."""
         if self.driver is not None:
             self.driver.wakeup()
+
+    def cold_start(self, what: str) -> None:
+        """The first ``what`` of the run (``"open"``, ``"attach"``, ``"send"``): hold this
+        connection's answers back for the run's cold-start delay of it, if any."""
+        delay = self.state.cold.take(what)
+        if delay > 0 and self.hold is not None:
+            log.debug(
+                "connection %d: cold start, the first %s answered %.0f ms later",
+                self.id,
+                what,
+                delay * 1e3,
+            )
+            self.hold(delay)
 
     def close(self, error: ErrorCondition | None = None) -> None:
         """Close the connection with a Close frame (the driver ends once the peer answers)."""
@@ -181,6 +197,7 @@ class BrokerConnection:
                     handler.on_flow()
             elif isinstance(event, LinkRemoteOpen):
                 if not event.link.locally_opened:
+                    self.cold_start("attach")
                     self._on_attach(event.link)
             elif isinstance(event, LinkRemoteClose):
                 self._on_detach(event.link, closed=event.closed)
@@ -189,6 +206,7 @@ class BrokerConnection:
             elif isinstance(event, SessionRemoteClose):
                 self._on_session_end(event.session)
             elif isinstance(event, ConnectionRemoteOpen):
+                self.cold_start("open")
                 self._on_open(event)
             elif isinstance(event, TransportClosed):
                 self._on_transport_closed(event.error)

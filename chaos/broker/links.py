@@ -213,6 +213,8 @@ class ProducerLink:
             txn.sends.append((node, message))
             return TransactionalState(state.txn_id, ACCEPTED)
         router.route(node, message)
+        if message.durable:
+            self.connection.cold_start("send")
         return ACCEPTED
 
     def _not_found(self, address: str | None, description: str) -> ErrorCondition:

@@ -60,3 +60,7 @@ class LinkOwner(LiveConnection, Protocol):
     @property
     def transactions(self) -> TransactionManager:
         """The broker's open transactions."""
+
+    def cold_start(self, what: str) -> None:
+        """The first ``what`` of a run (``"open"``, ``"attach"``, ``"send"``) is answered that
+        much later (``chaos.broker.readiness.ColdStart``); later ones at once."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from chaos.broker.nodes import Queue, Topic
 from chaos.broker.owner import LiveConnection
+from chaos.broker.readiness import WARM, ColdStart, ColdStartRun
 from chaos.broker.router import Router
 from chaos.broker.subscriptions import SubscriptionInfo
 from chaos.broker.topology import FAILOVER_TOPIC, Topology
@@ -71,9 +72,12 @@ class BrokerState:
         refuse_duplicate_container_id: bool = False,
         topology: Topology | None = None,
         mode: BrokerMode = BrokerMode.REFERENCE,
+        cold_start: ColdStart = WARM,
     ) -> None:
         self.router = router
         self.mode = mode
+        #: This run's cold-start delays, each handed out once.
+        self.cold = ColdStartRun(cold_start)
         self.topology = topology
         self.transactions = TransactionManager(router)
         self.connections: dict[int, LiveConnection] = {}

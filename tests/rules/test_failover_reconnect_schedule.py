@@ -67,3 +67,25 @@ async def test_F5_a_tenacity_stop_gives_up_where_the_url_would_go_on(api: Api) -
             assert 0.35 <= took < TIMEOUT  # two waits of 0.2 s between the three attempts
             with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionFailedError):
                 await producer.send(TextMessage("lost"))
+
+
+async def test_F5_a_refused_port_is_watched_and_tried_as_soon_as_it_accepts(api: Api) -> None:
+    with brokers(1) as (only,):
+        recorder = Recorder()
+        # One fast pass after the first: its wait is 3 s. The broker refuses the first attempt
+        # and is back 0.3 s later; its port is watched during that wait, so the attempt comes
+        # within a probe interval of the restart, not at the end of the wait.
+        url = f"failover:({only.url})?failover.fastdelay=3000&failover.jitter=0"
+        async with await connected(api, url, recorder) as connection:
+            session = await connection.create_session()
+            producer = await session.create_producer(Queue("f5w"))
+            only.kill()
+            await recorder.wait_for("started")
+            await anyio.sleep(0.3)
+            only.start()  # on the same port
+            restarted = time.monotonic()
+            with anyio.fail_after(TIMEOUT):
+                await producer.send(TextMessage("after the restart"))
+            assert time.monotonic() - restarted < 1.0  # not the 2.7 s left of the wait
+            assert [port_of(b) for b in await recorder.wait_for("completed")] == [only.port]
+        assert only.queue_depth("f5w") == 1

@@ -1,0 +1,127 @@
+"""F5: in the fast phase, a broker whose port refused the last attempt is watched while the
+plan waits before its next attempt (``failover.ports``): the wait ends as soon as its port
+accepts, so the attempt comes within a probe interval of the port opening, not up to a fast
+delay and its jitter (25-50 ms) later. Other waits, and the waits outside the fast phase or of
+a wait given to ``connect()``, are only slept."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+import pytest
+import tenacity
+from unitkit import A, B
+
+import failover.schedule
+from failover.errors import ConnectionLostError
+from failover.policy import FailoverPolicy
+from failover.ports import PortWatch, TcpProbe, tcp_refused, watch
+from failover.schedule import PORT_WATCH, ReconnectPlan
+from failover.supervisor import port_probe
+from failover.url import BrokerURL
+from haclient.errors import BrokerNotReadyError
+
+pytestmark = pytest.mark.anyio
+
+
+def _refused() -> ConnectionLostError:
+    """What a connector raises when nothing listens: a loss caused by the refusal."""
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except ConnectionRefusedError as exc:
+            raise ConnectionLostError("cannot connect to a:5672: refused") from exc
+    except ConnectionLostError as exc:
+        return exc
+
+
+def _plan(**options: object) -> ReconnectPlan:
+    return ReconnectPlan(
+        FailoverPolicy(), [A, B], A, startup=False, began=0.0, rng=random.Random(1), **options
+    )  # type: ignore[arg-type]
+
+
+def test_F5_the_wait_before_a_refused_brokers_next_attempt_is_watched() -> None:
+    plan = _plan()
+    b, a = plan.next(0.0), plan.next(0.0, _refused())
+    assert b is not None and a is not None and (b.broker, a.broker) == (B, A)
+    assert plan.watched(b) is None and plan.watched(a) is None  # at once: nothing to wait
+    again = plan.next(0.001, _refused())  # the next pass: B after the fast delay
+    assert again is not None and again.broker == B and 0.025 <= again.delay <= 0.050
+    assert plan.watched(again) == PORT_WATCH == PortWatch(0.005)
+
+
+def test_F5_other_failures_a_given_wait_and_the_end_of_the_fast_phase_are_not_watched() -> None:
+    for failure in (OSError("timed out"), BrokerNotReadyError("dropped"), ConnectionLostError()):
+        plan = _plan()
+        plan.next(0.0)
+        plan.next(0.0, failure)  # b failed so
+        again = plan.next(0.001, _refused())  # a refused: b next, its last failure not one
+        assert again is not None and plan.watched(again) is None, failure
+    given = _plan(wait=tenacity.wait_fixed(0.03))
+    given.next(0.0)
+    given.next(0.0, _refused())
+    again = given.next(0.001, _refused())
+    assert again is not None and given.watched(again) is None
+    plan = _plan()
+    attempt = plan.next(0.0)
+    now = 0.0
+    while attempt is not None and attempt.number <= 2 * (FailoverPolicy().fast_passes + 1):
+        now += attempt.delay
+        attempt = plan.next(now, _refused())
+    assert attempt is not None and attempt.delay >= 0.1  # the back-off: after the fast phase
+    assert plan.watched(attempt) is None
+
+
+def test_F5_the_watch_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(failover.schedule, "PORT_WATCH", None)
+    plan = _plan()
+    plan.next(0.0)
+    plan.next(0.0, _refused())
+    again = plan.next(0.001, _refused())
+    assert again is not None and plan.watched(again) is None
+
+
+def test_a_refusal_is_found_among_the_causes() -> None:
+    assert tcp_refused(_refused()) and tcp_refused(ConnectionRefusedError())
+    assert not tcp_refused(ConnectionLostError("reset")) and not tcp_refused(None)
+    assert not tcp_refused(OSError("refused"))  # words are not a refusal
+
+
+async def test_the_watch_ends_once_the_port_accepts_or_when_the_wait_runs_out() -> None:
+    now = [0.0]
+    probes: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    async def opens_at_0_012(broker: BrokerURL) -> bool:
+        probes.append(now[0])
+        return now[0] >= 0.012
+
+    got = await watch(opens_at_0_012, B, 0.040, interval=0.005, clock=lambda: now[0], sleep=sleep)
+    assert got and probes == pytest.approx([0.005, 0.010, 0.015])  # then the attempt, at once
+    now[0], probes[:] = 0.0, []
+    never = await watch(opens_at_0_012, B, 0.008, interval=0.005, clock=lambda: now[0], sleep=sleep)
+    assert not never and now[0] == pytest.approx(0.008)  # the wait, no longer
+
+
+async def test_the_tcp_probe_tells_a_refused_port_from_one_that_accepts() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    probe = port_probe()  # the supervisor's: host names resolved with anyio
+    try:
+        assert await probe(BrokerURL("amqp", "127.0.0.1", port))
+        with socket.socket() as spare:  # a port that nothing listens on
+            spare.bind(("127.0.0.1", 0))
+            closed = spare.getsockname()[1]
+            assert not await probe(BrokerURL("amqp", "127.0.0.1", closed))
+        assert not await probe(BrokerURL("amqp", "no-such-host.invalid", port))
+        assert await probe(BrokerURL("amqp", "localhost", port)) in (True, False)  # resolved
+        assert not await TcpProbe()(BrokerURL("amqp", "localhost", port))  # no resolver
+    finally:
+        close = getattr(probe, "close", None)
+        if close is not None:
+            close()
+        listener.close()
