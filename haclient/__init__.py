@@ -7,11 +7,11 @@ from ``haclient.sync``; ``haclient.aio`` is the async API it wraps), the excepti
 and the AMQP engine (``haclient.amqp``).
 
 Importing ``haclient`` loads the client, anyio and proton with it: every name below is a plain
-import. The layer under the client, ``failover``, imports nothing of ``haclient`` (its errors
-are the generic part of the tree, in ``failover.errors``), so it loads on its own;
-``tests/unit/test_layers.py`` keeps it so. The extras' modules (``haclient.metrics``,
-``haclient.spark``) are not imported here: each loads on its own import, and says which extra
-to install when its packages are missing.
+import. The failover layer, ``failover``, imports nothing of ``haclient``, and the AMQP engine
+nothing of ``failover``: the errors both raise are the root of the tree, in the bottom layer
+``haerrors``, so ``failover`` loads on its own; ``tests/unit/test_layers.py`` keeps it so.
+The extras' modules (``haclient.metrics``, ``haclient.spark``) are not imported here: each
+loads on its own import, and says which extra to install when its packages are missing.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from failover.options import (
     register,
 )
 from failover.policy import FAILOVER_OPTIONS
-from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
+from haclient.amqp.config import SASL_MECHANISMS
 
 __all__ = [
     "ACK_CONFIRMATIONS",
@@ -46,6 +46,7 @@ __all__ = [
     "CONTEXT_PROTOCOLS",
     "MESSAGE_ID_TYPES",
     "REDELIVERY_OUTCOMES",
+    "SASL_NAMES",
     "SELECTORS",
     "TLS_VERSIONS",
     "TRACING",
@@ -98,6 +99,12 @@ _TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLCont
 TLS_VERSIONS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 #: ``transport.contextProtocol``'s names: Java's ``SSLContext`` protocols (SunJSSE's).
 CONTEXT_PROTOCOLS: Final = ("TLS", "SSL", "Default", *TLS_VERSIONS)
+
+
+#: How ``amqp.saslMechanisms`` is read: as the engine reads ``ClientAuth.mechanisms``
+#: (``haclient.amqp.config.sasl_names``, which the engine keeps itself, importing no option
+#: kind of ``failover``); tests/unit/test_options_table.py checks that the two agree.
+SASL_NAMES: Final = Names(SASL_MECHANISMS, upper=True, what="SASL mechanism")
 
 
 def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:

@@ -35,6 +35,7 @@ _CODE_PREFIXES = (
     "failover.policy.",
     "failover.manager.",
     "failover.errors",
+    "haerrors",
     "failover.schedule.",
     "failover.listeners.",
 )

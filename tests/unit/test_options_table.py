@@ -39,9 +39,11 @@ from failover.options import (
 )
 from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
+from haclient.amqp.config import sasl_names
 from haclient.errors import ConfigurationError
 from haclient.options import (
     CLIENT_OPTIONS,
+    SASL_NAMES,
     docs_with_table,
     docs_with_tables,
     markdown,
@@ -364,3 +366,20 @@ def test_a_time_with_a_part_of_a_millisecond_prints_rounded_up_never_as_zero() -
     kind = Duration()
     assert [kind.format(v) for v in (0.0004, 1.0004, 0.007, 60.0)] == ["1", "1001", "7", "60000"]
     assert kind.parse(kind.format(0.0004)) == 0.001
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["PLAIN", "scram-sha-256, plain,PLAIN", ("EXTERNAL", "anonymous"), "PLAIN,NTLM", "", 7, ["x"]],
+)
+def test_the_url_reads_sasl_mechanisms_as_the_engine_does(value: Any) -> None:
+    # The engine imports nothing of failover, so it reads ClientAuth.mechanisms itself.
+    try:
+        expected: Any = sasl_names(value)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        got: Any = SASL_NAMES.check(value)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected
