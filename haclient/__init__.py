@@ -16,9 +16,6 @@ loads on its own import, and says which extra to install when its packages are m
 
 from __future__ import annotations
 
-# The client's option table registers itself with the URL parser (``failover.options``) when
-# imported: ``failover.url.parse_url`` knows the ``jms.*``/``amqp.*`` options wherever haclient is.
-import haclient.options  # noqa: F401
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from haclient.errors import (
     CONDITIONS,

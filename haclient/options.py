@@ -35,7 +35,6 @@ from failover.options import (
     Status,
     Text,
     WholeNumber,
-    register,
 )
 from failover.policy import FAILOVER_OPTIONS
 from haclient.amqp.config import SASL_MECHANISMS
@@ -105,6 +104,16 @@ CONTEXT_PROTOCOLS: Final = ("TLS", "SSL", "Default", *TLS_VERSIONS)
 #: (``haclient.amqp.config.sasl_names``, which the engine keeps itself, importing no option
 #: kind of ``failover``); tests/unit/test_options_table.py checks that the two agree.
 SASL_NAMES: Final = Names(SASL_MECHANISMS, upper=True, what="SASL mechanism")
+
+
+# The checks of keyword-only values, named (not lambdas) so that the table pickles: a parsed URL
+# carries it (failover.url), and PySpark pickles URLs.
+def _is_given(value: Any) -> bool:
+    return value is not None
+
+
+def _is_ssl_context(value: Any) -> bool:
+    return isinstance(value, ssl.SSLContext)
 
 
 def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
@@ -638,7 +647,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             None,
-            KeywordOnly("an OpenTelemetry TracerProvider", lambda value: value is not None),
+            KeywordOnly("an OpenTelemetry TracerProvider", _is_given),
             None,
             "The OpenTelemetry `TracerProvider` whose tracer makes the spans; given, it turns "
             "tracing on whatever `jms.tracing` says (but `noop`).",
@@ -647,7 +656,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             None,
-            KeywordOnly("an ssl.SSLContext", lambda value: isinstance(value, ssl.SSLContext)),
+            KeywordOnly("an ssl.SSLContext", _is_ssl_context),
             None,
             "An `ssl.SSLContext` for `amqps` brokers; it wins over every `transport.*` option "
             "but `transport.serverName`. A context cannot be asked whether it holds a client "
@@ -905,8 +914,6 @@ CLIENT_OPTIONS: Final = OptionTable(
         *_ACCEPTED,
     ]
 )
-
-register(CLIENT_OPTIONS)
 
 
 # --- The docs' table ---------------------------------------------------------------------------
