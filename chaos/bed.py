@@ -42,6 +42,7 @@ from chaos.net import free_port
 from chaos.toxiproxy.client import ToxiproxyClient, ToxiproxyNotFound, open_toxiproxy
 from failover.url import BrokerURL, parse_url
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 __all__ = ["Bed", "FaultRecord", "Member"]
 
@@ -90,7 +91,13 @@ class Member:
         """The broker as clients reach it: through the proxy, with its user and password."""
         host, _, port = self.listen.rpartition(":")
         through = BrokerURL(
-            self.scheme, host, int(port), self.username, self.password, self.options
+            self.scheme,
+            host,
+            int(port),
+            self.username,
+            self.password,
+            self.options,
+            table=CLIENT_OPTIONS,
         )
         return through.to_string(include_secrets=True)
 
@@ -200,7 +207,7 @@ class Bed:
     def _external_member(self, index: int, text: str) -> Member:
         """The member for external broker ``text``: the proxy changes the address clients use,
         not their login, so its user and password are kept."""
-        url = parse_url(text)
+        url = parse_url(text, options=CLIENT_OPTIONS)
         if len(url.brokers) != 1 or text.strip().lower().startswith("failover:"):
             raise ConfigurationError(
                 f"one broker per URL (amqp://host:port), not {url}", option="broker_urls"

@@ -2,21 +2,23 @@
 holds calls while the connection is restored, epochs and the tiered restore of resources.
 
 Nothing here knows AMQP; ``haclient.aio`` supplies the connector. Nothing here imports
-``haclient``: the exceptions it raises are the generic part of haclient's exception tree, which
-lives here (``failover.errors``) and which ``haclient.errors`` re-exports. Only
+``haclient``, and the AMQP engine imports nothing of it: the errors both raise are the root of
+the exception tree, in the bottom layer ``haerrors``; ``failover.errors`` holds the errors
+this layer raises or classifies, and ``haclient.errors`` re-exports the whole tree. Only
 ``failover.manager``, ``failover.gate``, ``failover.supervisor``, ``failover.restore`` and
 ``failover.standby`` import anyio, and url, policy, states and protocols are pure
 (``failover.schedule`` too, but for importing tenacity, whose strategies are pure functions).
 ``tests/unit/test_layers.py`` keeps all three so.
 
-- ``failover.errors``: the root ``HAClientError`` and every error that knows no protocol
-  (configuration, illegal state, connection failed or lost, failover timeout ...).
+- ``failover.errors``: the errors it raises or classifies: its own outcomes (connection failed,
+  failover timeout, the return to a preferred broker) and the classes of ``haerrors`` it uses.
 - ``failover.options`` (with ``failover.option_kinds``): the one way options are declared
   (``Option``: names, kind, default, scope, status, secret), tables of them, "did you mean",
-  and the one masker of secrets; the client registers its table (``haclient.options``), which
-  the URL parser then checks options against.
-- ``failover.url``: ``parse_url(text) -> FailoverURL`` (brokers, policy, connection options) and
-  back with ``FailoverURL.to_string()``; ``merge_broker_lists`` for the ``exchange`` method.
+  and the one masker of secrets. Nothing is registered: the client passes its table
+  (``haclient.options.CLIENT_OPTIONS``) to the URL parser and the maskers wherever it parses.
+- ``failover.url``: ``parse_url(text, options=table) -> FailoverURL`` (brokers, policy,
+  connection options) and back with ``FailoverURL.to_string()``; ``merge_broker_lists`` for the
+  ``exchange`` method.
 - ``failover.policy``: ``FailoverPolicy`` (an immutable value, from URL options and back) and its
   pure plan ``policy.attempts(brokers, start_index=...)``: which broker next, after what delay.
 - ``failover.states``: the state machine of the logical connection (``TRANSITIONS``) and the

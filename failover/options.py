@@ -18,8 +18,8 @@ Three things every layer shares live here too, so that each exists once:
 - ``MASK`` and ``masked``/``mask_option_values``: the one way a secret value (an option declared
   ``secret=True``) is hidden in reprs, errors and logs. ``failover.url.mask_secrets`` builds on
   them for a whole URL (user info included).
-- ``register``/``registered``: the tables the URL parser knows. ``haclient`` registers the
-  client's options (``haclient.options``) when it is imported.
+- ``NO_OPTIONS``: the empty table, what the URL parser knows when given none (then only the
+  ``failover.*`` options are known, and any other is reported unknown).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from failover.option_kinds import (
 
 __all__ = [
     "MASK",
+    "NO_OPTIONS",
     "Choice",
     "Duration",
     "Flag",
@@ -68,8 +69,6 @@ __all__ = [
     "mask_option_values",
     "masked",
     "nearest",
-    "register",
-    "registered",
     "secret_values",
     "unknown_option_error",
     "whole_connection_error",
@@ -203,6 +202,10 @@ class OptionTable:
     def __repr__(self) -> str:
         return f"OptionTable({len(self._options)} options)"
 
+    def __reduce__(self) -> tuple[type[OptionTable], tuple[tuple[Option, ...]]]:
+        # A parsed URL carries its table (failover.url), and URLs are pickled (PySpark).
+        return (OptionTable, (self._options,))
+
     def named(self, name: str) -> Option | None:
         """The option a URL name or alias sets; None when unknown."""
         return self._by_name.get(name)
@@ -332,22 +335,23 @@ def whole_connection_error(option: str) -> ConfigurationError:
 # --- The one masker ----------------------------------------------------------------------------
 
 
-def masked(options: Mapping[str, Any], table: OptionTable | None = None) -> dict[str, Any]:
-    """``options`` (URL names or keywords) with every secret value replaced by ``MASK``."""
-    secret = (table or registered()).is_secret
+def masked(options: Mapping[str, Any], table: OptionTable) -> dict[str, Any]:
+    """``options`` (URL names or keywords) with every secret value of ``table`` replaced by
+    ``MASK``."""
+    secret = table.is_secret
     return {k: (MASK if secret(k) and v is not None else v) for k, v in options.items()}
 
 
-def mask_option_values(text: str, table: OptionTable | None = None) -> str:
-    """``text`` with the value of every secret option (``name=value``, up to the next ``&``)
-    replaced by ``MASK``; for text that may not parse."""
-    pattern = _secret_pattern(table or registered())
+def mask_option_values(text: str, table: OptionTable) -> str:
+    """``text`` with the value of every secret option of ``table`` (``name=value``, up to the
+    next ``&``) replaced by ``MASK``; for text that may not parse."""
+    pattern = _secret_pattern(table)
     return pattern.sub(lambda m: f"{m.group(1)}{MASK}", text) if pattern else text
 
 
-def secret_values(text: str, table: OptionTable | None = None) -> list[str]:
-    """The values of the secret options written in ``text`` (``name=value``)."""
-    pattern = _secret_pattern(table or registered())
+def secret_values(text: str, table: OptionTable) -> list[str]:
+    """The values of the secret options of ``table`` written in ``text`` (``name=value``)."""
+    pattern = _secret_pattern(table)
     return [m.group(0)[len(m.group(1)) :] for m in pattern.finditer(text)] if pattern else []
 
 
@@ -356,25 +360,5 @@ def _secret_pattern(table: OptionTable) -> re.Pattern[str] | None:
     return re.compile(rf"((?:{'|'.join(names)})=)[^&]*") if names else None
 
 
-# --- The tables the URL parser knows -----------------------------------------------------------
-
-_registered: list[OptionTable] = []
-_merged: list[OptionTable] = [OptionTable(())]
-
-
-def register(table: OptionTable) -> None:
-    """Make the URL parser accept ``table``'s options (once per table; idempotent).
-
-    Raises:
-        ValueError: A name of ``table`` is already registered by another table.
-    """
-    if any(t is table for t in _registered):
-        return
-    merged = _merged[0] + table  # raises on a clash, before anything changes
-    _registered.append(table)
-    _merged[0] = merged
-
-
-def registered() -> OptionTable:
-    """Every registered option: what a URL's options (besides ``failover.*``) may be."""
-    return _merged[0]
+#: The empty table: what the URL parser and the maskers know when given no table.
+NO_OPTIONS: Final = OptionTable(())

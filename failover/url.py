@@ -2,12 +2,15 @@
 
 How this works: ``parse_url`` splits the text into broker URLs and options, and turns the
 ``failover.*`` options into a ``FailoverPolicy`` (``failover.policy``, whose table
-``FAILOVER_OPTIONS`` declares them); every other option is a
-connection option, checked against the option tables the layers above registered
-(``failover.options.register``; ``haclient`` registers the client's ``jms.*``/``amqp.*``
-options) and kept as text for them. The result is a frozen ``FailoverURL`` whose
-``to_string(include_secrets=True)`` parses back into an equal value; ``str()`` and ``repr()``
-mask passwords and every option declared secret, so a URL can be logged.
+``FAILOVER_OPTIONS`` declares them); every other option is a connection option, checked
+against the option table the caller gives (``parse_url(text, options=table)``; ``haclient``
+gives the client's ``jms.*``/``amqp.*`` options, ``haclient.options.CLIENT_OPTIONS``) and kept
+as text for them. Given no table, the parser knows the ``failover.*`` options alone and reports
+any other as unknown, whatever else the process imported: no table is registered anywhere. A
+parsed value keeps its table (``table``), which its checks and its masking of secrets use. The
+result is a frozen ``FailoverURL`` whose ``to_string(include_secrets=True)`` parses back into an
+equal value; ``str()`` and ``repr()`` mask passwords and every option declared secret, so a URL
+can be logged.
 
 Forms accepted:
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Final, TypeVar
@@ -38,9 +41,10 @@ from urllib.parse import quote, unquote
 from failover.errors import ConfigurationError
 from failover.options import (
     MASK,
+    NO_OPTIONS,
+    OptionTable,
     mask_option_values,
     masked,
-    registered,
     secret_values,
     unknown_option_error,
     whole_connection_error,
@@ -48,8 +52,6 @@ from failover.options import (
 from failover.policy import FAILOVER_OPTIONS, FailoverMethod, FailoverPolicy
 
 __all__ = [
-    "BROKER_OPTIONS",
-    "CONNECTION_OPTIONS",
     "DEFAULT_PORTS",
     "BrokerURL",
     "FailoverURL",
@@ -65,46 +67,6 @@ DEFAULT_PORTS: Final[Mapping[str, int]] = MappingProxyType({"amqp": 5672, "amqps
 _SAFE_VALUE: Final = "-._~!$'*+:/"
 _SAFE_USERINFO: Final = "-._~!$'*+"
 
-
-# --- Option tables -------------------------------------------------------------------------------
-
-
-_Check = Callable[[str, str], None]
-
-
-class _Checks(Mapping[str, _Check]):
-    """A live view of the registered options as ``name -> check(name, raw)``: those a single
-    broker URL may carry (``on_broker``), or all of them."""
-
-    def __init__(self, *, on_broker: bool) -> None:
-        self._on_broker = on_broker
-
-    def _names(self) -> tuple[str, ...]:
-        table = registered()
-        return table.broker_names() if self._on_broker else table.url_names
-
-    def __getitem__(self, name: str) -> _Check:
-        if name not in self._names():
-            raise KeyError(name)
-        return self._check
-
-    def _check(self, name: str, raw: str) -> None:
-        registered().check_url_option(name, raw, on_broker=self._on_broker)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-
-#: Options a single broker URL may carry (they apply to that broker only): the registered
-#: options of ``Scope.BROKER`` (``failover.options``).
-BROKER_OPTIONS: Final[Mapping[str, _Check]] = _Checks(on_broker=True)
-
-#: Options of the whole connection (after the parentheses, or on a single plain URL): every
-#: registered option.
-CONNECTION_OPTIONS: Final[Mapping[str, _Check]] = _Checks(on_broker=False)
 
 _NESTED_PREFIX: Final = "failover.nested."
 
@@ -124,6 +86,8 @@ class BrokerURL:
         password: Likewise; never shown by ``repr``/``str``.
         options: This broker's own options (text values, already checked; only options
             declared ``Scope.BROKER``).
+        table: The option table ``options`` are checked against and masked by (the one
+            ``parse_url`` was given; none: no option but ``failover.*`` is known).
 
     Raises:
         ConfigurationError: From the constructor, naming the part, for an invalid value.
@@ -135,6 +99,7 @@ class BrokerURL:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    table: OptionTable = field(default=NO_OPTIONS, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.scheme not in DEFAULT_PORTS:
@@ -153,7 +118,7 @@ class BrokerURL:
         if self.password is not None and self.username is None:
             raise ConfigurationError("a password without a user name", option="username")
         options = dict(self.options)
-        table = registered()
+        table = self.table
         for name, raw in options.items():
             if name.startswith("failover."):
                 raise whole_connection_error(name)
@@ -165,7 +130,7 @@ class BrokerURL:
         # A MappingProxyType does not pickle (PySpark ships these); the value was checked when
         # it was built, so it is rebuilt as it is, whichever option tables the process has.
         fields_ = (self.scheme, self.host, self.port, self.username, self.password)
-        return (_rebuilt, (BrokerURL, *fields_, dict(self.options)))
+        return (_rebuilt, (BrokerURL, *fields_, dict(self.options), self.table))
 
     @property
     def secure(self) -> bool:
@@ -210,8 +175,10 @@ class FailoverURL:
     Attributes:
         brokers: The seed broker list (non-empty). For ``exchange`` it is only the seed (F12).
         policy: The failover policy built from the ``failover.*`` options.
-        connection_options: The other options (the registered tables'), checked, as text,
-            for the layers above. ``failover.nested.X`` appears here as ``X``.
+        connection_options: The other options (the table's), checked, as text, for the
+            layers above. ``failover.nested.X`` appears here as ``X``.
+        table: The option table ``connection_options`` are checked against and masked by
+            (the one ``parse_url`` was given; none: no option but ``failover.*`` is known).
 
     Raises:
         ConfigurationError: From the constructor: no broker, ``singlebroker`` with several,
@@ -222,6 +189,7 @@ class FailoverURL:
     brokers: tuple[BrokerURL, ...]
     policy: FailoverPolicy = field(default_factory=FailoverPolicy)
     connection_options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    table: OptionTable = field(default=NO_OPTIONS, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         brokers = tuple(self.brokers)
@@ -235,7 +203,7 @@ class FailoverURL:
                 option="failover.method",
             )
         options = dict(self.connection_options)
-        table = registered()
+        table = self.table
         for name, raw in options.items():
             if table.named(name) is None:  # the nearest name may be a failover.* one
                 raise unknown_option_error(name, (*table.url_names, *FAILOVER_OPTIONS.url_names))
@@ -247,7 +215,7 @@ class FailoverURL:
         object.__setattr__(self, "connection_options", MappingProxyType(options))
 
     def __reduce__(self) -> tuple[Callable[..., FailoverURL], tuple[object, ...]]:
-        fields_ = (self.brokers, self.policy, dict(self.connection_options))
+        fields_ = (self.brokers, self.policy, dict(self.connection_options), self.table)
         return (_rebuilt, (FailoverURL, *fields_))
 
     @property
@@ -272,7 +240,7 @@ class FailoverURL:
         """
         options = dict(self.connection_options)
         if not include_secrets:
-            options = masked(options)
+            options = masked(options, self.table)
         policy_options = self.policy.to_options()
         only = self.brokers[0]
         if (
@@ -312,12 +280,15 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
-def parse_url(text: str) -> FailoverURL:
+def parse_url(text: str, *, options: OptionTable = NO_OPTIONS) -> FailoverURL:
     """Parse a failover URL or a single plain broker URL.
 
     Args:
         text: ``failover:(amqp://a:5672,amqps://b)?failover.method=roundrobin&...`` or
             ``amqp://host:port?...``. Surrounding white space is ignored.
+        options: The options the URL may carry besides ``failover.*`` (the client passes
+            ``haclient.options.CLIENT_OPTIONS``); none by default, so that any other option is
+            unknown. The result keeps it (``table``).
 
     Returns:
         The frozen ``FailoverURL``.
@@ -329,32 +300,34 @@ def parse_url(text: str) -> FailoverURL:
     if not isinstance(text, str):
         raise ConfigurationError(f"a URL must be a str, not {type(text).__name__}", option="url")
     try:
-        return _parse(text)
+        return _parse(text, options)
     except ConfigurationError as exc:
-        if not _shows_secret(text, str(exc)):
+        if not _shows_secret(text, str(exc), options):
             raise
         option = exc.option  # said again below, outside the handler: exc quotes the secret
-    if option is None or _shows_secret(text, option):
+    if option is None or _shows_secret(text, option, options):
         option = "url"
     raise ConfigurationError(
-        f"invalid URL {_mask_malformed(text.strip())!r} ({option}): write a '/', '?', "
+        f"invalid URL {_mask_malformed(text.strip(), options)!r} ({option}): write a '/', '?', "
         "'#', ',', '(', ')' or '@' in a user name or password percent-encoded (%2F, %3F, %23, "
         "%2C, %28, %29, %40)",
         option=option,
     )
 
 
-def mask_secrets(url: str) -> str:
+def mask_secrets(url: str, *, options: OptionTable) -> str:
     """``url`` as it may be shown in errors, logs and reprs: every password masked.
 
-    A URL that parses prints as ``FailoverURL`` prints it (``amqp://user:******@host:5672``);
-    any other text (a malformed URL) is masked from the first ``user:`` to the last ``@``, and
-    every secret option's value: more than the password, never less.
+    A URL that parses (with ``options``, as ``parse_url``) prints as ``FailoverURL`` prints it
+    (``amqp://user:******@host:5672``); any other text (a malformed URL) is masked from the
+    first ``user:`` to the last ``@``, and every secret option's value (``options`` says which
+    are secret; it has no default, so that no caller masks less than it means to): more than
+    the password, never less.
     """
     try:
-        return str(parse_url(url))
+        return str(parse_url(url, options=options))
     except ConfigurationError:
-        return _mask_malformed(url.strip() if isinstance(url, str) else repr(url))
+        return _mask_malformed(url.strip() if isinstance(url, str) else repr(url), options)
 
 
 # ``user:`` at the start, after ``//``, ``(`` or ``,`` (an unencoded '@' in the user included),
@@ -363,33 +336,33 @@ def mask_secrets(url: str) -> str:
 _USERINFO_SECRET = re.compile(r"((?:^|//|[(,])[^:/?#,()]*:)(?!//|\().*@", re.DOTALL)
 
 
-def _mask_malformed(text: str) -> str:
-    text = mask_option_values(text)
+def _mask_malformed(text: str, table: OptionTable) -> str:
+    text = mask_option_values(text, table)
     return _USERINFO_SECRET.sub(lambda m: f"{m.group(1)}{MASK}@", text, count=1)
 
 
-def _shows_secret(text: str, message: str) -> bool:
+def _shows_secret(text: str, message: str, table: OptionTable) -> bool:
     """Whether ``message`` (a parse error of ``text``) may quote a piece of a password."""
     secrets = [m.group(0)[len(m.group(1)) : -1] for m in _USERINFO_SECRET.finditer(text)]
-    secrets += secret_values(text)
+    secrets += secret_values(text, table)
     pieces = (p for secret in secrets for p in re.split(r"[/?#,()@&=:\s]", secret))
     return any(piece in message for piece in pieces if piece)
 
 
-def _parse(text: str) -> FailoverURL:
+def _parse(text: str, table: OptionTable) -> FailoverURL:
     text = text.strip()
     if not text:
         raise ConfigurationError("the URL is empty", option="url")
     if text.lower().startswith("failover:"):
-        return _parse_failover(text[len("failover:") :])
-    broker, options = _split_broker(text)
+        return _parse_failover(text[len("failover:") :], table)
+    broker, options = _split_broker(text, table)
     failover_options = {k: v for k, v in options.items() if k.startswith("failover.")}
     policy = _policy(failover_options, FailoverMethod.SINGLEBROKER)
     connection = {k: v for k, v in options.items() if not k.startswith("failover.")}
-    return FailoverURL((broker,), policy, connection)
+    return FailoverURL((broker,), policy, connection, table)
 
 
-def _parse_failover(rest: str) -> FailoverURL:
+def _parse_failover(rest: str, table: OptionTable) -> FailoverURL:
     if not rest.startswith("("):
         raise ConfigurationError(
             "expected '(' after 'failover:' (failover:(amqp://a,amqp://b)?options)",
@@ -401,7 +374,7 @@ def _parse_failover(rest: str) -> FailoverURL:
         raise ConfigurationError("unbalanced parentheses in the URL", option="parentheses")
     if tail and not tail.startswith("?"):
         raise ConfigurationError(
-            f"unexpected text after the broker list: {_mask_malformed(tail)!r}",
+            f"unexpected text after the broker list: {_mask_malformed(tail, table)!r}",
             option="parentheses",
         )
     options = _parse_query(tail[1:]) if tail else {}
@@ -409,15 +382,15 @@ def _parse_failover(rest: str) -> FailoverURL:
     for part in inner.split(","):
         if not part.strip():
             raise ConfigurationError("empty broker URL in the broker list", option="brokers")
-        broker, broker_options = _split_broker(part.strip())
+        broker, broker_options = _split_broker(part.strip(), table)
         brokers.append(replace(broker, options=broker_options))
     failover_options: dict[str, str] = {}
     connection: dict[str, str] = {}
     for name, raw in options.items():
         if name.startswith(_NESTED_PREFIX):
             nested = name[len(_NESTED_PREFIX) :]
-            if nested not in registered().broker_names():
-                nested_names = [_NESTED_PREFIX + o for o in registered().broker_names()]
+            if nested not in table.broker_names():
+                nested_names = [_NESTED_PREFIX + o for o in table.broker_names()]
                 raise unknown_option_error(name, nested_names)
             if nested in connection and connection[nested] != raw:
                 raise ConfigurationError(f"{name} and {nested} give different values", option=name)
@@ -433,7 +406,7 @@ def _parse_failover(rest: str) -> FailoverURL:
     if not brokers:
         raise ConfigurationError("the broker list is empty", option="brokers")
     policy = _policy(failover_options, FailoverMethod.ROUNDROBIN)
-    return FailoverURL(tuple(brokers), policy, connection)
+    return FailoverURL(tuple(brokers), policy, connection, table)
 
 
 def _policy(options: Mapping[str, str], default: FailoverMethod) -> FailoverPolicy:
@@ -453,12 +426,12 @@ def _matching_paren(rest: str) -> int:
     raise ConfigurationError("unbalanced parentheses: no closing ')'", option="parentheses")
 
 
-def _split_broker(text: str) -> tuple[BrokerURL, dict[str, str]]:
+def _split_broker(text: str, table: OptionTable) -> tuple[BrokerURL, dict[str, str]]:
     """A broker URL without its options, and its options (unchecked)."""
     scheme, sep, rest = text.partition("://")
     if not sep:
         raise ConfigurationError(
-            f"not a broker URL (expected amqp://host:port): {_mask_malformed(text)!r}",
+            f"not a broker URL (expected amqp://host:port): {_mask_malformed(text, table)!r}",
             option="scheme",
         )
     scheme = scheme.lower()
@@ -480,14 +453,14 @@ def _split_broker(text: str) -> tuple[BrokerURL, dict[str, str]]:
         for part, named in ((user, "username"), (secret, "password")):
             if "@" in part:  # amqp://u:pw@@host: never read as the password 'pw@'
                 raise ConfigurationError(
-                    f"invalid URL {_mask_malformed(text)!r}: write an '@' in a {named} "
+                    f"invalid URL {_mask_malformed(text, table)!r}: write an '@' in a {named} "
                     "percent-encoded (%40)",
                     option=named,
                 )
         username = _unquote(user, "username")
         password = _unquote(secret, "password") if colon else None
     host, port = _split_host_port(hostport)
-    broker = BrokerURL(scheme, host, port, username, password)
+    broker = BrokerURL(scheme, host, port, username, password, table=table)
     return broker, _parse_query(query) if qmark else {}
 
 

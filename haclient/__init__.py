@@ -7,18 +7,15 @@ from ``haclient.sync``; ``haclient.aio`` is the async API it wraps), the excepti
 and the AMQP engine (``haclient.amqp``).
 
 Importing ``haclient`` loads the client, anyio and proton with it: every name below is a plain
-import. The layer under the client, ``failover``, imports nothing of ``haclient`` (its errors
-are the generic part of the tree, in ``failover.errors``), so it loads on its own;
-``tests/unit/test_layers.py`` keeps it so. The extras' modules (``haclient.metrics``,
-``haclient.spark``) are not imported here: each loads on its own import, and says which extra
-to install when its packages are missing.
+import. The failover layer, ``failover``, imports nothing of ``haclient``, and the AMQP engine
+nothing of ``failover``: the errors both raise are the root of the tree, in the bottom layer
+``haerrors``, so ``failover`` loads on its own; ``tests/unit/test_layers.py`` keeps it so.
+The extras' modules (``haclient.metrics``, ``haclient.spark``) are not imported here: each
+loads on its own import, and says which extra to install when its packages are missing.
 """
 
 from __future__ import annotations
 
-# The client's option table registers itself with the URL parser (``failover.options``) when
-# imported: ``failover.url.parse_url`` knows the ``jms.*``/``amqp.*`` options wherever haclient is.
-import haclient.options  # noqa: F401
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from haclient.errors import (
     CONDITIONS,

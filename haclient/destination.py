@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeAlias
 
-from failover.errors import ConfigurationError, InvalidDestinationError
 from haclient.amqp.types import Byte
+from haclient.errors import ConfigurationError, InvalidDestinationError
 
 __all__ = [
     "DEST_ANNOTATION",

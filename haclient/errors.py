@@ -38,41 +38,28 @@ whether it is retriable; ``error_from_condition`` builds the exception, ``is_ret
 the flag.
 
 This module defines nothing: it is the one place applications import the tree from. Each class
-lives in the lowest layer that raises it, so that the failover layer needs nothing of the
-client: the root and every class that knows no protocol in ``failover.errors``, the
-protocol's errors and the condition table beside the AMQP engine, in
-``haclient.amqp.conditions``. A class is the same object under every name
-(``haclient.ClosedError is failover.errors.ClosedError``); its ``__module__`` is this module,
-the name a traceback shows (the defining module sets it: ``failover.errors.publish``), while
-pickle goes through the module that defines it. The rules the tree keeps are in those two
-modules' docstrings.
+lives in the lowest layer that raises it, so that the AMQP engine and the failover layer need
+nothing of each other, nor the failover layer anything of the client:
+
+- ``haerrors``, the bottom layer under both: the root and the classes both raise or classify
+  (configuration, illegal state, closed, authentication, the loss of one connection);
+- ``failover.errors``: what only failover raises (``ConnectionFailedError``,
+  ``FailoverTimeoutError``, ``PreferredBrokerAvailable``);
+- ``haclient.jms_errors``: what only the client means (an invalid selector or destination, a
+  rolled-back transaction, a lost acknowledge, a cut browse ...);
+- ``haclient.amqp.conditions``: the protocol's errors and the condition table, beside the
+  engine.
+
+A class is the same object under every name (``haclient.ClosedError is
+failover.errors.ClosedError``); its ``__module__`` is this module, the name a traceback shows
+(the defining module sets it: ``haerrors.publish``), while pickle goes through the module that
+defines it. The rules the tree keeps are in ``haerrors``'s docstring, the condition table's in
+``haclient.amqp.conditions``'s.
 """
 
 from __future__ import annotations
 
-from failover.errors import (
-    AcknowledgeFailedError,
-    AMQPError,
-    AuthenticationError,
-    BrokerNotReadyError,
-    BrowserFailoverError,
-    ClientIdInUseError,
-    ClosedError,
-    ConfigurationError,
-    ConnectionFailedError,
-    ConnectionLostError,
-    FailoverTimeoutError,
-    HAClientError,
-    IllegalStateError,
-    InvalidDestinationError,
-    InvalidSelectorError,
-    MessageFormatError,
-    NotImplementedByBrokerError,
-    PreferredBrokerAvailable,
-    ResourceLimitError,
-    ResourceLockedError,
-    TransactionRolledBackError,
-)
+from failover.errors import ConnectionFailedError, FailoverTimeoutError, PreferredBrokerAvailable
 from haclient.amqp.conditions import (
     CONDITIONS,
     AttachTimeoutError,
@@ -83,6 +70,28 @@ from haclient.amqp.conditions import (
     RedirectError,
     error_from_condition,
     is_retriable,
+)
+from haclient.jms_errors import (
+    AcknowledgeFailedError,
+    BrowserFailoverError,
+    ClientIdInUseError,
+    InvalidDestinationError,
+    InvalidSelectorError,
+    MessageFormatError,
+    NotImplementedByBrokerError,
+    ResourceLimitError,
+    ResourceLockedError,
+    TransactionRolledBackError,
+)
+from haerrors import (
+    AMQPError,
+    AuthenticationError,
+    BrokerNotReadyError,
+    ClosedError,
+    ConfigurationError,
+    ConnectionLostError,
+    HAClientError,
+    IllegalStateError,
 )
 
 __all__ = [

@@ -49,7 +49,6 @@ import time
 import uuid
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from failover.errors import MessageFormatError
 from haclient.amqp.codec import AmqpMessage, BodyKind, MessageView
 from haclient.amqp.codec.message import millis
 from haclient.amqp.types import Byte, Int, ULong
@@ -65,6 +64,7 @@ from haclient.destination import (
     destination_from_address,
     type_annotation,
 )
+from haclient.errors import MessageFormatError
 from haclient.message import (
     BYTES_TYPE,
     MAP_TYPE,

@@ -19,11 +19,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypedDict, Unpack
 
-from failover.errors import IllegalStateError, MessageFormatError
 from haclient.amqp.types import Byte, Char, Float, Int, Short
 from haclient.destination import (
     Destination,
 )
+from haclient.errors import IllegalStateError, MessageFormatError
 
 __all__ = [
     "BYTES_TYPE",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import enum
 
-from failover.errors import ConfigurationError
 from failover.options import nearest
+from haclient.errors import ConfigurationError
 
 __all__ = ["AckConfirmation", "AckMode", "ack_mode_of"]
 

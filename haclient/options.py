@@ -35,10 +35,9 @@ from failover.options import (
     Status,
     Text,
     WholeNumber,
-    register,
 )
 from failover.policy import FAILOVER_OPTIONS
-from haclient.amqp.config import SASL_MECHANISMS, SASL_NAMES
+from haclient.amqp.config import SASL_MECHANISMS
 
 __all__ = [
     "ACK_CONFIRMATIONS",
@@ -46,6 +45,7 @@ __all__ = [
     "CONTEXT_PROTOCOLS",
     "MESSAGE_ID_TYPES",
     "REDELIVERY_OUTCOMES",
+    "SASL_NAMES",
     "SELECTORS",
     "TLS_VERSIONS",
     "TRACING",
@@ -98,6 +98,22 @@ _TLS: Final = "tls"  # read by haclient.aio.tls_options, which makes the SSLCont
 TLS_VERSIONS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 #: ``transport.contextProtocol``'s names: Java's ``SSLContext`` protocols (SunJSSE's).
 CONTEXT_PROTOCOLS: Final = ("TLS", "SSL", "Default", *TLS_VERSIONS)
+
+
+#: How ``amqp.saslMechanisms`` is read: as the engine reads ``ClientAuth.mechanisms``
+#: (``haclient.amqp.config.sasl_names``, which the engine keeps itself, importing no option
+#: kind of ``failover``); tests/unit/test_options_table.py checks that the two agree.
+SASL_NAMES: Final = Names(SASL_MECHANISMS, upper=True, what="SASL mechanism")
+
+
+# The checks of keyword-only values, named (not lambdas) so that the table pickles: a parsed URL
+# carries it (failover.url), and PySpark pickles URLs.
+def _is_given(value: Any) -> bool:
+    return value is not None
+
+
+def _is_ssl_context(value: Any) -> bool:
+    return isinstance(value, ssl.SSLContext)
 
 
 def _tls(name: str, kind: Any, default: Any, doc: str, keyword: str, **more: Any) -> Option:
@@ -631,7 +647,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             None,
-            KeywordOnly("an OpenTelemetry TracerProvider", lambda value: value is not None),
+            KeywordOnly("an OpenTelemetry TracerProvider", _is_given),
             None,
             "The OpenTelemetry `TracerProvider` whose tracer makes the spans; given, it turns "
             "tracing on whatever `jms.tracing` says (but `noop`).",
@@ -640,7 +656,7 @@ CLIENT_OPTIONS: Final = OptionTable(
         ),
         Option(
             None,
-            KeywordOnly("an ssl.SSLContext", lambda value: isinstance(value, ssl.SSLContext)),
+            KeywordOnly("an ssl.SSLContext", _is_ssl_context),
             None,
             "An `ssl.SSLContext` for `amqps` brokers; it wins over every `transport.*` option "
             "but `transport.serverName`. A context cannot be asked whether it holds a client "
@@ -898,8 +914,6 @@ CLIENT_OPTIONS: Final = OptionTable(
         *_ACCEPTED,
     ]
 )
-
-register(CLIENT_OPTIONS)
 
 
 # --- The docs' table ---------------------------------------------------------------------------

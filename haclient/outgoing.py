@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from failover.errors import MessageFormatError
 from haclient.amqp.codec import MessageView, formats
 from haclient.amqp.codec.encode import (
     NULL_BYTES,
@@ -59,7 +58,7 @@ from haclient.destination import (
     address_of,
     type_annotation,
 )
-from haclient.errors import IllegalStateError, InvalidDestinationError
+from haclient.errors import IllegalStateError, InvalidDestinationError, MessageFormatError
 from haclient.mapping import (
     DELIVERY_TIME_ANNOTATION,
     MSG_TYPE_ANNOTATION,

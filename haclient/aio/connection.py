@@ -49,6 +49,7 @@ from haclient.errors import (
     HAClientError,
 )
 from haclient.modes import AckMode, ack_mode_of
+from haclient.options import CLIENT_OPTIONS
 
 if TYPE_CHECKING:
     from haclient.aio.tracing import Tracing
@@ -735,7 +736,7 @@ class ConnectionFactory:
         if isinstance(url, FailoverURL):
             self._url = url
         elif isinstance(url, str):
-            self._url = parse_url(url)
+            self._url = parse_url(url, options=CLIENT_OPTIONS)
         else:
             raise ConfigurationError(
                 f"url must be a str such as 'amqp://host:5672', not {type(url).__name__}",

@@ -25,6 +25,7 @@ from haclient.amqp.codec import MessageView
 from haclient.amqp.types import Accepted, Terminus
 from haclient.destination import Topic, address_of
 from haclient.errors import ConfigurationError, HAClientError, MessageFormatError
+from haclient.options import CLIENT_OPTIONS
 
 __all__ = ["advertised_brokers", "follow_membership", "membership_brokers"]
 
@@ -56,7 +57,7 @@ def advertised_brokers(server_list: Any) -> list[BrokerURL]:
                 raise ValueError("no hostname")
             location = f"[{host}]" if ":" in host else host
             text = f"{scheme}://{location}" + (f":{int(port)}" if port is not None else "")
-            brokers.extend(parse_url(text).brokers)
+            brokers.extend(parse_url(text, options=CLIENT_OPTIONS).brokers)
         except (TypeError, ValueError, ConfigurationError) as exc:
             log.warning("ignoring a failover-server-list entry %r: %s", entry, exc)
     return brokers
@@ -78,8 +79,10 @@ def membership_brokers(urls: Any) -> list[BrokerURL]:
 
 def _one(url: str) -> tuple[BrokerURL, ...]:
     if url.lower().startswith("failover:"):
-        raise ConfigurationError(f"a membership entry must be one broker: {mask_secrets(url)!r}")
-    return parse_url(url).brokers
+        raise ConfigurationError(
+            f"a membership entry must be one broker: {mask_secrets(url, options=CLIENT_OPTIONS)!r}"
+        )
+    return parse_url(url, options=CLIENT_OPTIONS).brokers
 
 
 async def follow_membership(

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from failover.options import Status, masked, registered, unknown_option_error
+from failover.options import Status, masked, unknown_option_error
 from failover.policy import FAILOVER_OPTIONS
 from failover.url import BrokerURL, FailoverURL
 from haclient.aio.tls_options import tls_client_options
@@ -333,7 +333,7 @@ def _warn_without_effect(url: FailoverURL) -> None:
     given = {*url.connection_options, *url.policy.accepted_options}
     for broker in url.brokers:
         given.update(broker.options)
-    table = registered()
+    table = CLIENT_OPTIONS
     why = {
         name: option.doc
         for name in sorted(given)

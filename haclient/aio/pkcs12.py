@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from failover.errors import ConfigurationError
+from haclient.errors import ConfigurationError
 
 __all__ = ["load_key_store", "trusted_certificates"]
 

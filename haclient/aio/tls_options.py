@@ -23,9 +23,9 @@ import ssl
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from failover.errors import ConfigurationError
 from haclient.aio.pkcs12 import load_key_store, trusted_certificates
 from haclient.amqp.config import TlsClientOptions
+from haclient.errors import ConfigurationError
 from haclient.options import TLS_VERSIONS
 
 __all__ = ["TlsSettings", "tls_client_options"]

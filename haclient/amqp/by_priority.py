@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Final, Generic, Protocol, TypeVar
 
-from failover.errors import MessageFormatError
 from haclient.amqp.codec.message import MessageView
+from haclient.jms_errors import MessageFormatError
 
 __all__ = ["ByPriority", "priority_of"]
 

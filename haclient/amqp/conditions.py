@@ -1,12 +1,14 @@
 """What the peer's AMQP error conditions mean: the protocol layer's errors and the one table.
 
-The AMQP side of the exception tree. The generic part (the root ``HAClientError`` and every
-class that knows no protocol) is ``failover.errors``; ``haclient.errors`` re-exports both, and is
-where applications import them from. This module adds the errors only the AMQP layer raises
-(``ProtocolError``, ``RedirectError``, ``LinkDetachedError``, ``OpenTimeoutError``,
-``AttachTimeoutError``, all ``AMQPError``) and the table that maps every condition to a class.
+The AMQP side of the exception tree. The root ``HAClientError`` and the classes the engine
+shares with the failover layer are in the bottom layer, ``haerrors``; what a condition means to
+a JMS application (an invalid destination, a rolled-back transaction ...) in
+``haclient.jms_errors``; ``haclient.errors`` re-exports them all, and is where applications
+import them from. This module adds the errors only the AMQP layer raises (``ProtocolError``,
+``RedirectError``, ``LinkDetachedError``, ``OpenTimeoutError``, ``AttachTimeoutError``, all
+``AMQPError``) and the table that maps every condition to a class.
 
-Rules this module keeps (with those of ``failover.errors``):
+Rules this module keeps (with those of ``haerrors``):
 
 1. Broker error conditions become exceptions through one table, ``CONDITIONS``, which also says
    which conditions are retriable: a new connection, to this broker or another, may succeed
@@ -24,20 +26,22 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from failover.errors import (
+from haclient.jms_errors import (
     AcknowledgeFailedError,
-    AMQPError,
-    AuthenticationError,
     ClientIdInUseError,
-    ConnectionLostError,
-    HAClientError,
-    IllegalStateError,
     InvalidDestinationError,
     MessageFormatError,
     NotImplementedByBrokerError,
     ResourceLimitError,
     ResourceLockedError,
     TransactionRolledBackError,
+)
+from haerrors import (
+    AMQPError,
+    AuthenticationError,
+    ConnectionLostError,
+    HAClientError,
+    IllegalStateError,
     condition_text,
     publish,
 )
@@ -71,12 +75,11 @@ class RedirectError(AMQPError):
 
     The target is in ``info`` (``network-host``, ``port``, ``hostname``, ``scheme``, ``path``,
     ``address``). ``redirect_to`` is the broker the connection is sent to, a
-    ``failover.url.BrokerURL`` (typed ``object``: the error tree imports nothing but
-    ``failover.errors``), once the connector resolved a connection redirect it may follow
-    (``haclient.aio.redirect``): the failover walk tries it next (F18). None: not followed (a
-    link redirect, a garbled one, or a downgrade from ``amqps`` that
-    ``amqp.allowNonSecureRedirects`` does not allow; the message says which), failover tries
-    the next broker.
+    ``failover.url.BrokerURL`` (typed ``object``: the engine imports nothing of ``failover``),
+    once the connector resolved a connection redirect it may follow (``haclient.aio.redirect``):
+    the failover walk tries it next (F18). None: not followed (a link redirect, a garbled one,
+    or a downgrade from ``amqps`` that ``amqp.allowNonSecureRedirects`` does not allow; the
+    message says which), failover tries the next broker.
     """
 
     retriable = True
@@ -132,7 +135,7 @@ class AttachTimeoutError(AMQPError, TimeoutError):
     """
 
 
-# their public name, haclient.errors (rule 5 of failover.errors)
+# their public name, haclient.errors (rule 5 of haerrors)
 publish(ProtocolError, RedirectError, LinkDetachedError, OpenTimeoutError, AttachTimeoutError)
 
 

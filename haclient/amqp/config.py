@@ -12,19 +12,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from failover.errors import ConfigurationError
-from failover.option_kinds import Names
+from haerrors import ConfigurationError
 
 __all__ = [
     "CLEAR_TEXT_MECHANISMS",
     "SASL_MECHANISMS",
-    "SASL_NAMES",
     "ClientAuth",
     "EngineConfig",
     "Role",
     "ServerAuth",
     "TlsClientOptions",
     "TlsServerOptions",
+    "sasl_names",
 ]
 
 
@@ -51,10 +50,30 @@ SASL_MECHANISMS: Final = (
 CLEAR_TEXT_MECHANISMS: Final = frozenset({"PLAIN", "XOAUTH2"})
 
 
-SASL_NAMES: Final = Names(SASL_MECHANISMS, upper=True, what="SASL mechanism")
-"""How mechanism names are read (``amqp.saslMechanisms``, ``ClientAuth.mechanisms``): a comma
-list or names, upper-cased, each once, in the order given; an unknown one is a ``ValueError``
-naming it and the supported ones."""
+def sasl_names(value: object) -> tuple[str, ...]:
+    """How mechanism names are read (``amqp.saslMechanisms``, ``ClientAuth.mechanisms``): a comma
+    list or a sequence of names, upper-cased, each once, in the order given.
+
+    Raises:
+        ValueError: Completing "<option> ...": not names, none, or one not supported (named,
+            with the supported ones).
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"must be a comma-separated str or a sequence of str, not {value!r}")
+    names: list[str] = []
+    for item in items:
+        name = item.strip().upper()
+        if name and name not in SASL_MECHANISMS:
+            raise ValueError(
+                f"names SASL mechanism {item.strip()!r}, which is not supported "
+                f"(supported: {', '.join(SASL_MECHANISMS)})"
+            )
+        if name and name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError(f"must name at least one SASL mechanism, not {value!r}")
+    return tuple(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +100,7 @@ class ClientAuth:
             raise ConfigurationError("a SASL password was given without a username")
         if self.mechanisms is not None:
             try:
-                names = SASL_NAMES.check(self.mechanisms)
+                names = sasl_names(self.mechanisms)
             except ValueError as exc:
                 raise ConfigurationError(f"ClientAuth.mechanisms {exc}") from None
             object.__setattr__(self, "mechanisms", names)

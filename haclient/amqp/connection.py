@@ -24,7 +24,6 @@ from typing import Any, Generic, TypeVar
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup
 
-from failover.errors import BrokerNotReadyError, ClosedError, ConnectionLostError, HAClientError
 from haclient.amqp.by_priority import ByPriority
 from haclient.amqp.conditions import AttachTimeoutError, OpenTimeoutError, error_from_condition
 from haclient.amqp.config import EngineConfig
@@ -53,6 +52,7 @@ from haclient.amqp.types import (
     SenderSettleMode,
     Terminus,
 )
+from haerrors import BrokerNotReadyError, ClosedError, ConnectionLostError, HAClientError
 
 __all__ = [
     "AmqpConnection",

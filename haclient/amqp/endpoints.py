@@ -20,7 +20,6 @@ from typing import Any, Protocol
 import cproton
 import proton
 
-from failover.errors import ClosedError
 from haclient.amqp import _convert
 from haclient.amqp.types import (
     ErrorCondition,
@@ -29,6 +28,7 @@ from haclient.amqp.types import (
     SenderSettleMode,
     Terminus,
 )
+from haerrors import ClosedError
 
 __all__ = ["Delivery", "EngineState", "Link", "Receiver", "Sender", "Session"]
 

@@ -26,7 +26,6 @@ import cproton
 import proton
 from proton import Collector, Connection, Event, Transport
 
-from failover.errors import ConfigurationError
 from haclient.amqp import _convert
 from haclient.amqp.config import EngineConfig, Role, TlsClientOptions, TlsServerOptions
 from haclient.amqp.endpoints import Delivery, Link, Receiver, Session, drop_wrapper_in, wrapper_in
@@ -46,6 +45,7 @@ from haclient.amqp.events import (
 from haclient.amqp.sasl import SaslClientLayer
 from haclient.amqp.tls import TlsClientLayer
 from haclient.amqp.types import CONNECTION_LOST, ErrorCondition
+from haerrors import ConfigurationError
 
 __all__ = ["ByteLayer", "Engine"]
 

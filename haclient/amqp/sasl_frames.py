@@ -28,9 +28,9 @@ from typing import Any, Final
 
 from proton import Described, ubyte, ulong
 
-from failover.errors import MessageFormatError
 from haclient.amqp.codec import decode_value, encode_value
 from haclient.amqp.types import ErrorCondition
+from haclient.jms_errors import MessageFormatError
 
 __all__ = [
     "AMQP_HEADER",

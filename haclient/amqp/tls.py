@@ -21,8 +21,8 @@ import re
 import ssl
 from typing import Final
 
-from failover.errors import ConfigurationError
 from haclient.amqp.types import TLS_FAILED, ErrorCondition
+from haerrors import ConfigurationError
 
 __all__ = ["TlsClientLayer", "describe_tls_error"]
 

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from typing import Final
 from typing import Literal as L
 
-from failover.errors import InvalidSelectorError
+from haclient.jms_errors import InvalidSelectorError
 from haclient.selector import nodes as n
 from haclient.selector.tokens import Token, TokenKind, describe, selector_error, tokenize
 

@@ -29,7 +29,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Final
 
-from failover.errors import InvalidSelectorError
+from haclient.jms_errors import InvalidSelectorError
 
 __all__ = ["KEYWORDS", "Token", "TokenKind", "describe", "selector_error", "tokenize"]
 

@@ -166,7 +166,7 @@ class SparkOptions:
         """Parse the URL here, on the driver, so that a typo fails the job when it is planned
         rather than in every executor task."""
         try:
-            parse_url(self.url)
+            parse_url(self.url, options=CLIENT_OPTIONS)
         except ConfigurationError as exc:
             raise ConfigurationError(f"url: {exc}", option="url") from None
 
@@ -207,7 +207,7 @@ class SparkOptions:
 
     def __repr__(self) -> str:
         shown = masked({f.name: getattr(self, f.name) for f in fields(self)}, SPARK_OPTIONS)
-        shown["url"] = mask_secrets(self.url)
+        shown["url"] = mask_secrets(self.url, options=CLIENT_OPTIONS)
         return "SparkOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     @property
@@ -264,6 +264,6 @@ def startup_rides_out_takeovers(url: str) -> str:
     """
     if _STARTUP_OPTION.search(unquote(url)):
         return url
-    parsed = parse_url(url)
+    parsed = parse_url(url, options=CLIENT_OPTIONS)
     policy = replace(parsed.policy, startup_cyclecount=None)
     return replace(parsed, policy=policy).to_string(include_secrets=True)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from failover.url import FailoverURL, parse_url
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 SEEDS = [
     "amqp://localhost",
@@ -34,14 +35,14 @@ def mutated(draw: st.DrawFn) -> str:
 
 def _check(text: str) -> None:
     try:
-        url = parse_url(text)
+        url = parse_url(text, options=CLIENT_OPTIONS)
     except ConfigurationError as exc:
         assert str(exc)
         return
     assert isinstance(url, FailoverURL)
     printed = url.to_string(include_secrets=True)
-    assert parse_url(printed) == url, printed
-    assert parse_url(printed).to_string(include_secrets=True) == printed
+    assert parse_url(printed, options=CLIENT_OPTIONS) == url, printed
+    assert parse_url(printed, options=CLIENT_OPTIONS).to_string(include_secrets=True) == printed
 
 
 @FUZZ

@@ -1,10 +1,11 @@
 """Every import of each installable part is declared where that part is installed.
 
-The parts: the client (``haclient`` and ``failover``, the base install), ``haclient.metrics``
-(the ``metrics`` extra), ``haclient.spark`` (the ``spark`` extra) and the test bed (``chaos``,
-the ``haclient-chaos`` distribution). Each source file's imports are read with ``ast`` (those
-inside functions too); a third-party module is mapped to the distribution that provides it in
-this environment, and that distribution must be among the requirements of the part's install.
+The parts: the client (``haclient``, ``failover`` and ``haerrors``, the base install),
+``haclient.metrics`` (the ``metrics`` extra), ``haclient.spark`` (the ``spark`` extra) and the
+test bed (``chaos``, the ``haclient-chaos`` distribution). Each source file's imports are read
+with ``ast`` (those inside functions too); a third-party module is mapped to the distribution
+that provides it in this environment, and that distribution must be among the requirements of
+the part's install.
 A part may import first-party code only from the parts its install brings along.
 """
 
@@ -82,33 +83,36 @@ EXTRA_MODULES = ("haclient.metrics", "haclient.spark", "haclient.exactly_once.me
 METRICS_FILES = ("haclient/metrics.py", "haclient/exactly_once/metrics.py")
 CLIENT_FILES = tuple(
     p
-    for p in _py("haclient/**/*.py", "failover/**/*.py")
+    for p in _py("haclient/**/*.py", "failover/**/*.py", "haerrors/**/*.py")
     if not p.relative_to(ROOT).as_posix().startswith((*METRICS_FILES, "haclient/spark/"))
 )
 PARTS = [
     Part(
-        "haclient", CLIENT_FILES, frozenset(_client_requirements(set())), ("haclient", "failover")
+        "haclient",
+        CLIENT_FILES,
+        frozenset(_client_requirements(set())),
+        ("haclient", "failover", "haerrors"),
     ),
     Part(
         "haclient[metrics]",
         _py(*METRICS_FILES),
         frozenset(_client_requirements({"metrics"})),
-        ("haclient", "failover"),
+        ("haclient", "failover", "haerrors"),
     ),
     Part(
         "haclient[spark]",
         _py("haclient/spark/*.py"),
         frozenset(_client_requirements({"spark"})),
-        ("haclient", "failover"),
+        ("haclient", "failover", "haerrors"),
     ),
     Part(
         "haclient-chaos",
         _py("chaos/**/*.py"),
         frozenset(_testbed_requirements()),
-        ("haclient", "failover", "chaos"),
+        ("haclient", "failover", "haerrors", "chaos"),
     ),
 ]
-FIRST_PARTY = {"haclient", "failover", "chaos"}
+FIRST_PARTY = {"haclient", "failover", "haerrors", "chaos"}
 # Imports that only run when the application has the module already, with the reason.
 BROUGHT_BY_THE_APPLICATION = {
     "trio": "haclient.aio imports it only when running on trio (anyio's other backend)",

@@ -58,7 +58,7 @@ print("received", repr(message.text), "with haclient", haclient.__version__)
 IMPORT_EVERY_MODULE = """
 import importlib, pkgutil, sys
 
-import failover, haclient
+import failover, haclient, haerrors
 
 skipped = (
     "haclient.metrics",
@@ -67,7 +67,7 @@ skipped = (
     "haclient.exactly_once.metrics",
 )
 names = []
-for package in (haclient, failover):
+for package in (haclient, failover, haerrors):
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         if not module.name.startswith(skipped):
             importlib.import_module(module.name)
@@ -236,8 +236,8 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
         metadata = wheel.read(f"haclient-{VERSION}.dist-info/METADATA").decode()
         entry_points = wheel.read(f"haclient-{VERSION}.dist-info/entry_points.txt").decode()
     tops = {name.split("/")[0] for name in names}
-    assert tops == {"haclient", "failover", f"haclient-{VERSION}.dist-info"}
-    assert {"haclient/py.typed", "failover/py.typed"} <= set(names)
+    assert tops == {"haclient", "failover", "haerrors", f"haclient-{VERSION}.dist-info"}
+    assert {"haclient/py.typed", "failover/py.typed", "haerrors/py.typed"} <= set(names)
     assert f"haclient-{VERSION}.dist-info/licenses/LICENSE" in names
     assert "haclient/amqp/server_layers.py" not in names  # the server side is the bed's
     # One command, the outbox relay (X2); no plugin (the pytest plugin is the bed's).
@@ -264,7 +264,7 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
 def test_item2_the_sdists_hold_no_tests_bench_or_docs(dist: Path) -> None:
     with tarfile.open(_sdist(dist, "haclient")) as sdist:
         tops = {name.split("/")[1] for name in sdist.getnames() if "/" in name}
-    assert tops >= {"haclient", "failover", "LICENSE", "README.md", "CHANGELOG.md"}
+    assert tops >= {"haclient", "failover", "haerrors", "LICENSE", "README.md", "CHANGELOG.md"}
     assert not tops & {"chaos", "tests", "bench", "docs", "examples", "site"}
     with tarfile.open(_sdist(dist, "haclient_chaos")) as sdist:
         names = sdist.getnames()

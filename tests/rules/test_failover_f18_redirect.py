@@ -22,6 +22,7 @@ from haclient.amqp.config import TlsServerOptions
 from haclient.destination import Queue
 from haclient.message import TextMessage
 from haclient.modes import AckMode
+from haclient.options import CLIENT_OPTIONS
 
 pytestmark = pytest.mark.anyio
 
@@ -67,7 +68,9 @@ async def test_F18_a_loop_of_redirects_ends_and_the_plan_goes_on(
 
 
 def test_F18_what_a_redirect_may_not_do_is_said() -> None:
-    tls = BrokerURL("amqps", "a.test", 5671, options={"transport.verifyHost": "false"})
+    tls = BrokerURL(
+        "amqps", "a.test", 5671, options={"transport.verifyHost": "false"}, table=CLIENT_OPTIONS
+    )
     target = redirect_target(
         {"network-host": "b.test", "port": 6000, "hostname": "vh"}, tls, allow_non_secure=False
     )

@@ -24,6 +24,7 @@ from haclient.destination import Queue
 from haclient.errors import FailoverTimeoutError
 from haclient.message import TextMessage
 from haclient.modes import AckMode
+from haclient.options import CLIENT_OPTIONS
 
 SLACK = 2.0  # seconds a timeout may fire late on a loaded machine
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _send_timeout(url: str, **keywords: object) -> float | None:
-    return ConnectionOptions.build(parse_url(url), keywords).send_timeout
+    return ConnectionOptions.build(parse_url(url, options=CLIENT_OPTIONS), keywords).send_timeout
 
 
 def test_send_timeout_is_read_in_milliseconds_and_minus_one_is_none() -> None:
@@ -104,6 +105,11 @@ async def test_M4_local_message_expiry_false_hands_it_out() -> None:
 
 
 def test_M4_local_message_expiry_is_qpid_jms_option_and_default() -> None:
-    assert ConnectionOptions.build(parse_url("amqp://a"), {}).local_message_expiry is True
-    url = parse_url("amqp://a?jms.localMessageExpiry=false")
+    assert (
+        ConnectionOptions.build(
+            parse_url("amqp://a", options=CLIENT_OPTIONS), {}
+        ).local_message_expiry
+        is True
+    )
+    url = parse_url("amqp://a?jms.localMessageExpiry=false", options=CLIENT_OPTIONS)
     assert ConnectionOptions.build(url, {}).local_message_expiry is False

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from haclient.options import CLIENT_OPTIONS
+
 pytestmark = [
     pytest.mark.usefixtures("pyspark_installed"),
     pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
@@ -90,12 +92,17 @@ def test_item5_the_first_connect_retries_within_the_budget_unless_the_url_says_o
     from haclient.spark.options import startup_rides_out_takeovers
 
     for url in (URL, "amqp://127.0.0.1:1", "amqp://127.0.0.1:1?jms.prefetch=5"):
-        widened = parse_url(startup_rides_out_takeovers(url))
+        widened = parse_url(startup_rides_out_takeovers(url), options=CLIENT_OPTIONS)
         assert widened.policy.startup_cyclecount is None  # as many passes as failover makes
         assert widened.policy.give_up_after == 120.0  # ... within its time budget
-        assert widened.brokers == parse_url(url).brokers  # credentials kept
+        assert widened.brokers == parse_url(url, options=CLIENT_OPTIONS).brokers  # credentials kept
     own = URL + "?failover.startupMaxReconnectAttempts=3"
-    assert parse_url(startup_rides_out_takeovers(own)).policy.startup_cyclecount == 3
+    assert (
+        parse_url(
+            startup_rides_out_takeovers(own), options=CLIENT_OPTIONS
+        ).policy.startup_cyclecount
+        == 3
+    )
 
 
 def test_credentials_are_never_shown() -> None:

@@ -1,5 +1,5 @@
 """The exception tree and the AMQP error-condition table (haclient.errors, which re-exports
-failover.errors and haclient.amqp.conditions)."""
+haerrors, failover.errors, haclient.jms_errors and haclient.amqp.conditions)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import failover.errors
+import haclient.jms_errors
+import haerrors
 from haclient import errors
 from haclient.amqp import conditions
 from haclient.errors import (
@@ -130,10 +132,15 @@ def test_all_is_pinned() -> None:
         assert hasattr(errors, name), name
 
 
-@pytest.mark.parametrize("home", [failover.errors, conditions], ids=lambda m: m.__name__)
+HOMES = [haerrors, failover.errors, haclient.jms_errors, conditions]
+
+
+@pytest.mark.parametrize("home", HOMES, ids=lambda m: m.__name__)
 def test_every_public_exception_is_listed_in_all(home: ModuleType) -> None:
-    # haclient.errors defines nothing: the classes live in the generic tree (failover.errors)
-    # and beside the AMQP engine (haclient.amqp.conditions); it re-exports every one.
+    # haclient.errors defines nothing: the classes live in the lowest layer that raises them
+    # (the root and what the engine and failover share in haerrors, failover's own outcomes in
+    # failover.errors, the client's JMS meanings in haclient.jms_errors, the protocol's beside
+    # the AMQP engine in haclient.amqp.conditions); it re-exports every one.
     defined = {
         name
         for name, obj in vars(home).items()
@@ -154,7 +161,7 @@ def test_a_class_is_found_where_its_module_says(cls: type[BaseException]) -> Non
     assert cls.__module__ == "haclient.errors"
     assert getattr(errors, cls.__qualname__) is cls
     home = cls.__dict__["_defined_in"]
-    assert home in {"failover.errors", "haclient.amqp.conditions"}
+    assert home in {module.__name__ for module in HOMES}
     assert getattr(sys.modules[home], cls.__qualname__) is cls
     assert repr(cls("x")) == f"{cls.__name__}('x')"
 
@@ -178,6 +185,43 @@ def test_the_generic_tree_knows_no_protocol() -> None:
     amqp_only |= {"is_retriable"}
     assert amqp_only <= set(conditions.__all__)
     assert not amqp_only & set(failover.errors.__all__)
+    assert not amqp_only & set(haerrors.__all__)
+
+
+def test_the_failover_layer_holds_only_what_it_raises_or_classifies() -> None:
+    # The JMS-only classes are the client's (haclient.jms_errors), not failover's.
+    jms_only = {"InvalidSelectorError", "AcknowledgeFailedError", "BrowserFailoverError"}
+    jms_only |= {"TransactionRolledBackError", "InvalidDestinationError", "MessageFormatError"}
+    jms_only |= {"ResourceLockedError", "ResourceLimitError", "NotImplementedByBrokerError"}
+    jms_only |= {"ClientIdInUseError"}
+    assert jms_only == set(haclient.jms_errors.__all__)
+    assert not jms_only & set(failover.errors.__all__)
+    assert not jms_only & set(haerrors.__all__)
+    assert not jms_only & set(vars(failover.errors))
+    assert set(failover.errors.__all__) == {
+        "HAClientError",
+        "ConfigurationError",
+        "IllegalStateError",
+        "ClosedError",
+        "AuthenticationError",
+        "ConnectionLostError",
+        "BrokerNotReadyError",
+        "ConnectionFailedError",
+        "FailoverTimeoutError",
+        "PreferredBrokerAvailable",
+        "without_frames",
+    }
+
+
+def test_the_public_tree_keeps_its_names_and_relations() -> None:
+    # Moving classes between layers changed no name and no isinstance relation.
+    assert len(errors.__all__) == 30  # 26 exception classes, the table, its rule, 2 functions
+    assert len(ERROR_CLASSES) == 26
+    assert issubclass(InvalidSelectorError, ValueError)
+    assert issubclass(ClientIdInUseError, IllegalStateError)
+    assert issubclass(errors.PreferredBrokerAvailable, ConnectionLostError)
+    assert issubclass(errors.BrokerNotReadyError, ConnectionLostError)
+    assert issubclass(ConnectionLostError, AMQPError)
 
 
 def test_the_api_md_names_exist() -> None:

@@ -47,6 +47,7 @@ from haclient.errors import (
     OpenTimeoutError,
     ResourceLockedError,
 )
+from haclient.options import CLIENT_OPTIONS
 
 X, Y = BrokerURL("amqp", "x"), BrokerURL("amqp", "y")
 FAST = FailoverPolicy(connect_delay=0.0)
@@ -298,7 +299,7 @@ def test_the_manager_re_exports_the_states_and_protocols() -> None:
 
 
 def test_from_url_takes_the_brokers_and_the_policy() -> None:
-    url = parse_url("failover:(amqp://a,amqp://b)?failover.retries=3")
+    url = parse_url("failover:(amqp://a,amqp://b)?failover.retries=3", options=CLIENT_OPTIONS)
     manager = Manager.from_url(Network().connect, url)
     assert manager.brokers == (BrokerURL("amqp", "a"), BrokerURL("amqp", "b"))
     assert manager.policy == url.policy

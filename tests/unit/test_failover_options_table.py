@@ -28,11 +28,10 @@ from failover.options import (
     Option,
     Text,
     WholeNumber,
-    registered,
 )
 from failover.policy import FAILOVER_OPTIONS, FailoverMethod, FailoverPolicy
 from failover.url import parse_url
-from haclient.options import docs_with_failover_table, failover_markdown
+from haclient.options import CLIENT_OPTIONS, docs_with_failover_table, failover_markdown
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
@@ -73,10 +72,10 @@ def test_every_field_is_set_by_one_option_with_the_field_default() -> None:
         assert _FIELDS[str(option.keyword)] == option.default, option.label
 
 
-def test_every_option_is_a_failover_option_unknown_to_the_registered_tables() -> None:
+def test_every_option_is_a_failover_option_unknown_to_the_client_table() -> None:
     """The failover table stays with the policy: the URL parser hands it ``failover.*``."""
     for name in FAILOVER_OPTIONS.url_names:
-        assert name.startswith("failover.") and registered().named(name) is None
+        assert name.startswith("failover.") and CLIENT_OPTIONS.named(name) is None
 
 
 @pytest.mark.parametrize("option", _SETTING_A_FIELD, ids=lambda o: o.label)
@@ -135,7 +134,7 @@ def test_a_misspelt_failover_option_is_answered_with_the_nearest_name(
     misspelt: str, meant: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=rf"did you mean {meant}\?") as info:
-        parse_url(f"failover:(amqp://a)?{misspelt}=1")
+        parse_url(f"failover:(amqp://a)?{misspelt}=1", options=CLIENT_OPTIONS)
     assert info.value.option == misspelt
 
 

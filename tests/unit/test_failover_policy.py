@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
 from failover.url import parse_url
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 A, B, C = "a", "b", "c"
 
@@ -402,7 +403,8 @@ def test_F5_qpid_jms_delays_are_exactly_what_the_url_says() -> None:
     p = parse_url(
         "failover:(amqp://a,amqp://b,amqp://c)?failover.initialReconnectDelay=5"
         "&failover.reconnectDelay=10&failover.maxReconnectDelay=100"
-        "&failover.useReconnectBackOff=true&failover.maxReconnectAttempts=2"
+        "&failover.useReconnectBackOff=true&failover.maxReconnectAttempts=2",
+        options=CLIENT_OPTIONS,
     ).policy
     assert [d for _, d in plan(p, [A, B, C], start_index=0)] == [0.005, 0.01, 0.02, 0.04, 0.08, 0.1]
     assert [b for b, _ in plan(p, [A, B, C], start_index=0)] == [B, C, A] * 2

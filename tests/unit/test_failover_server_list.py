@@ -8,6 +8,7 @@ from failover.url import merge_broker_lists, parse_url
 from haclient.aio.membership import advertised_brokers, membership_brokers
 from haclient.amqp.types import Symbol
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 
 def test_server_list_entries_become_brokers() -> None:
@@ -55,7 +56,7 @@ def test_bad_membership_lists_raise_naming_the_problem(bad: object) -> None:
 
 
 def test_an_advertised_plain_entry_cannot_downgrade_a_tls_seed() -> None:
-    seed = parse_url("amqps://seed:5671").brokers
+    seed = parse_url("amqps://seed:5671", options=CLIENT_OPTIONS).brokers
     learned = membership_brokers("amqp://plain:5672,amqps://tls:5671")
     merged = merge_broker_lists(seed, learned, secure=True)
     assert [b.host for b in merged] == ["tls", "seed"]

@@ -40,6 +40,7 @@ from failover.states import (
     spare_target,
 )
 from failover.url import BrokerURL, parse_url
+from haclient.options import CLIENT_OPTIONS
 
 SECURE_A = BrokerURL("amqps", "a")
 
@@ -110,7 +111,8 @@ def test_the_new_options_read_from_a_url_and_print_back() -> None:
     url = parse_url(
         "failover:(amqp://a:5672,amqp://b:5672)?failover.priorityBackup=true"
         "&failover.priorityURIs=amqp://b:5672&failover.priorityBackupInterval=250"
-        "&failover.backup=true&failover.amqpOpenServerListAction=REPLACE"
+        "&failover.backup=true&failover.amqpOpenServerListAction=REPLACE",
+        options=CLIENT_OPTIONS,
     )
     policy = url.policy
     assert (policy.priority_backup, policy.backup) == (True, True)

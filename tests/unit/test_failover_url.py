@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
@@ -12,12 +14,13 @@ from hypothesis import strategies as st
 from failover.policy import FailoverMethod, FailoverPolicy
 from failover.url import BrokerURL, FailoverURL, mask_secrets, merge_broker_lists, parse_url
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 # --- Valid URLs ----------------------------------------------------------------------------------
 
 
 def test_F1_plain_url_is_singlebroker_with_default_retries() -> None:
-    url = parse_url("amqp://broker.example:5672")
+    url = parse_url("amqp://broker.example:5672", options=CLIENT_OPTIONS)
     assert url.brokers == (BrokerURL("amqp", "broker.example", 5672),)
     assert url.method is FailoverMethod.SINGLEBROKER
     assert url.policy == FailoverPolicy(method=FailoverMethod.SINGLEBROKER)
@@ -26,7 +29,7 @@ def test_F1_plain_url_is_singlebroker_with_default_retries() -> None:
 
 
 def test_F1_nofailover() -> None:
-    url = parse_url("failover:(amqp://a)?failover.method=nofailover")
+    url = parse_url("failover:(amqp://a)?failover.method=nofailover", options=CLIENT_OPTIONS)
     assert url.method is FailoverMethod.NOFAILOVER
     assert list(url.policy.attempts(url.brokers, start_index=0)) == []
 
@@ -35,11 +38,12 @@ def test_failover_url_with_everything() -> None:
     url = parse_url(
         "failover:(amqp://a:5672,amqps://b:5671?amqp.idleTimeout=1000)"
         "?failover.method=roundrobin&failover.cyclecount=3&failover.retries=2"
-        "&failover.connectdelay=500&jms.clientID=app-1&amqp.maxFrameSize=65536"
+        "&failover.connectdelay=500&jms.clientID=app-1&amqp.maxFrameSize=65536",
+        options=CLIENT_OPTIONS,
     )
     assert url.brokers == (
         BrokerURL("amqp", "a", 5672),
-        BrokerURL("amqps", "b", 5671, options={"amqp.idleTimeout": "1000"}),
+        BrokerURL("amqps", "b", 5671, options={"amqp.idleTimeout": "1000"}, table=CLIENT_OPTIONS),
     )
     # A URL with its own delays gets exactly them: no fast phase, no jitter.
     own = {"fast_period": 0.0, "jitter": 0.0}
@@ -53,8 +57,13 @@ def test_failover_url_with_everything() -> None:
 
 
 def test_failover_url_defaults_to_roundrobin_even_for_one_broker() -> None:
-    assert parse_url("failover:(amqp://a)").method is FailoverMethod.ROUNDROBIN
-    assert parse_url("FAILOVER:(amqp://a,amqp://b)").method is FailoverMethod.ROUNDROBIN
+    assert (
+        parse_url("failover:(amqp://a)", options=CLIENT_OPTIONS).method is FailoverMethod.ROUNDROBIN
+    )
+    assert (
+        parse_url("FAILOVER:(amqp://a,amqp://b)", options=CLIENT_OPTIONS).method
+        is FailoverMethod.ROUNDROBIN
+    )
 
 
 def test_qpid_jms_url_works_unchanged() -> None:
@@ -62,19 +71,20 @@ def test_qpid_jms_url_works_unchanged() -> None:
     url = parse_url(
         "failover:(amqp://host1:5672,amqp://host2:5672)?jms.clientID=foo"
         "&failover.maxReconnectAttempts=20&failover.reconnectDelay=10"
-        "&failover.useReconnectBackOff=true&failover.nested.amqp.idleTimeout=30000"
+        "&failover.useReconnectBackOff=true&failover.nested.amqp.idleTimeout=30000",
+        options=CLIENT_OPTIONS,
     )
     assert url.policy == FailoverPolicy(
         cyclecount=20, connect_delay=0.01, backoff=2.0, fast_period=0.0, jitter=0.0
     )
     assert url.connection_options == {"jms.clientID": "foo", "amqp.idleTimeout": "30000"}
-    again = parse_url(str(url))
+    again = parse_url(str(url), options=CLIENT_OPTIONS)
     assert again == url
     assert "failover.nested" not in str(url)
 
 
 def test_default_ports_and_scheme_case() -> None:
-    url = parse_url("failover:(AMQP://a,amqps://b)")
+    url = parse_url("failover:(AMQP://a,amqps://b)", options=CLIENT_OPTIONS)
     assert [b.port for b in url.brokers] == [5672, 5671]
     assert [b.scheme for b in url.brokers] == ["amqp", "amqps"]
     assert [b.secure for b in url.brokers] == [False, True]
@@ -94,13 +104,15 @@ def test_default_ports_and_scheme_case() -> None:
     ],
 )
 def test_hosts(text: str, host: str, port: int) -> None:
-    (broker,) = parse_url(text).brokers
+    (broker,) = parse_url(text, options=CLIENT_OPTIONS).brokers
     assert (broker.host, broker.port) == (host, port)
-    assert parse_url(str(broker)).brokers == (broker,)
+    assert parse_url(str(broker), options=CLIENT_OPTIONS).brokers == (broker,)
 
 
 def test_userinfo_is_percent_decoded_and_masked() -> None:
-    url = parse_url("failover:(amqp://us%40er:p%3As%2Fs@a)?jms.password=hunter2")
+    url = parse_url(
+        "failover:(amqp://us%40er:p%3As%2Fs@a)?jms.password=hunter2", options=CLIENT_OPTIONS
+    )
     (broker,) = url.brokers
     assert (broker.username, broker.password) == ("us@er", "p:s/s")
     for text in (repr(url), str(url), repr(broker), str(broker)):
@@ -109,30 +121,33 @@ def test_userinfo_is_percent_decoded_and_masked() -> None:
     assert "******" in str(url)
     secret = url.to_string(include_secrets=True)
     assert "p%3As%2Fs" in secret and "jms.password=hunter2" in secret
-    assert parse_url(secret) == url
+    assert parse_url(secret, options=CLIENT_OPTIONS) == url
 
 
 def test_username_without_password() -> None:
-    (broker,) = parse_url("amqp://guest@a").brokers
+    (broker,) = parse_url("amqp://guest@a", options=CLIENT_OPTIONS).brokers
     assert (broker.username, broker.password) == ("guest", None)
-    (broker,) = parse_url("amqp://guest:@a").brokers
+    (broker,) = parse_url("amqp://guest:@a", options=CLIENT_OPTIONS).brokers
     assert (broker.username, broker.password) == ("guest", "")
 
 
 def test_option_values_are_percent_decoded() -> None:
-    url = parse_url("amqp://a?jms.clientID=app%26co%3D1")
+    url = parse_url("amqp://a?jms.clientID=app%26co%3D1", options=CLIENT_OPTIONS)
     assert url.connection_options["jms.clientID"] == "app&co=1"
-    assert parse_url(str(url)) == url
+    assert parse_url(str(url), options=CLIENT_OPTIONS) == url
 
 
 def test_plain_url_keeps_failover_options() -> None:
-    url = parse_url("amqp://a?failover.retries=5&jms.prefetch=0")
+    url = parse_url("amqp://a?failover.retries=5&jms.prefetch=0", options=CLIENT_OPTIONS)
     assert url.policy == FailoverPolicy(method=FailoverMethod.SINGLEBROKER, retries=5)
     assert str(url) == "amqp://a:5672?failover.retries=5&jms.prefetch=0"
 
 
 def test_canonical_failover_form() -> None:
-    url = parse_url("failover:(amqp://b,amqp://a:1)?jms.selectors=client&failover.cyclecount=2")
+    url = parse_url(
+        "failover:(amqp://b,amqp://a:1)?jms.selectors=client&failover.cyclecount=2",
+        options=CLIENT_OPTIONS,
+    )
     assert str(url) == (
         "failover:(amqp://b:5672,amqp://a:1)"
         "?failover.method=roundrobin&failover.cyclecount=2&jms.selectors=client"
@@ -140,19 +155,19 @@ def test_canonical_failover_form() -> None:
 
 
 def test_values_are_frozen_and_hashable() -> None:
-    url = parse_url("failover:(amqp://a?amqp.idleTimeout=5)?jms.clientID=x")
+    url = parse_url("failover:(amqp://a?amqp.idleTimeout=5)?jms.clientID=x", options=CLIENT_OPTIONS)
     with pytest.raises(dataclasses.FrozenInstanceError):
         url.policy = FailoverPolicy()  # type: ignore[misc]
     with pytest.raises(TypeError):
         url.connection_options["jms.clientID"] = "y"  # type: ignore[index]
     with pytest.raises(TypeError):
         url.brokers[0].options["amqp.idleTimeout"] = "6"  # type: ignore[index]
-    assert hash(url) == hash(parse_url(str(url)))
-    assert len({url, parse_url(str(url))}) == 1
+    assert hash(url) == hash(parse_url(str(url), options=CLIENT_OPTIONS))
+    assert len({url, parse_url(str(url), options=CLIENT_OPTIONS)}) == 1
 
 
 def test_with_brokers() -> None:
-    url = parse_url("failover:(amqp://a)?failover.method=exchange")
+    url = parse_url("failover:(amqp://a)?failover.method=exchange", options=CLIENT_OPTIONS)
     new = url.with_brokers([BrokerURL("amqp", "x"), BrokerURL("amqps", "y")])
     assert [b.host for b in new.brokers] == ["x", "y"]
     assert new.policy == url.policy
@@ -238,7 +253,7 @@ INVALID = [
 @pytest.mark.parametrize(("text", "option"), INVALID)
 def test_invalid_urls_name_the_option(text: str, option: str) -> None:
     with pytest.raises(ConfigurationError) as info:
-        parse_url(text)
+        parse_url(text, options=CLIENT_OPTIONS)
     assert info.value.option == option
     assert isinstance(info.value, ValueError)
     if "." in option:  # an option (not a part of the URL) is named in the message too
@@ -247,17 +262,20 @@ def test_invalid_urls_name_the_option(text: str, option: str) -> None:
 
 def test_unknown_option_suggests_the_nearest_name() -> None:
     with pytest.raises(ConfigurationError, match=r"did you mean jms\.clientID\?"):
-        parse_url("amqp://a?jms.clientId=x")
+        parse_url("amqp://a?jms.clientId=x", options=CLIENT_OPTIONS)
 
 
 def test_nested_and_direct_option_may_agree() -> None:
-    url = parse_url("failover:(amqp://a)?failover.nested.amqp.idleTimeout=1&amqp.idleTimeout=1")
+    url = parse_url(
+        "failover:(amqp://a)?failover.nested.amqp.idleTimeout=1&amqp.idleTimeout=1",
+        options=CLIENT_OPTIONS,
+    )
     assert url.connection_options == {"amqp.idleTimeout": "1"}
 
 
 def test_not_a_string() -> None:
     with pytest.raises(ConfigurationError):
-        parse_url(b"amqp://a")  # type: ignore[arg-type]
+        parse_url(b"amqp://a", options=CLIENT_OPTIONS)  # type: ignore[arg-type]
 
 
 def test_constructors_validate() -> None:
@@ -268,7 +286,7 @@ def test_constructors_validate() -> None:
         BrokerURL("tcp", "a")
     assert info.value.option == "scheme"
     with pytest.raises(ConfigurationError) as info:
-        BrokerURL("amqp", "a", options={"jms.prefetch": "1"})
+        BrokerURL("amqp", "a", options={"jms.prefetch": "1"}, table=CLIENT_OPTIONS)
     assert info.value.option == "jms.prefetch"
     with pytest.raises(ConfigurationError) as info:
         FailoverURL((BrokerURL("amqp", "a"),), connection_options={"x": "1"})
@@ -303,6 +321,7 @@ brokers = st.builds(
     port=st.none() | st.integers(1, 65535),
     username=st.none() | st.text(min_size=1, max_size=12),
     options=broker_options,
+    table=st.just(CLIENT_OPTIONS),
 ).flatmap(
     lambda b: (st.none() if b.username is None else st.none() | secrets_).map(
         lambda pw: dataclasses.replace(b, password=pw)
@@ -346,19 +365,20 @@ policies = st.builds(
 def failover_urls(draw: st.DrawFn) -> FailoverURL:
     policy = draw(policies)
     count = 1 if policy.method is FailoverMethod.SINGLEBROKER else draw(st.integers(1, 4))
-    return FailoverURL(tuple(draw(brokers) for _ in range(count)), policy, draw(connection_options))
+    options = draw(connection_options)
+    return FailoverURL(tuple(draw(brokers) for _ in range(count)), policy, options, CLIENT_OPTIONS)
 
 
 @given(failover_urls())
 def test_round_trip(url: FailoverURL) -> None:
     text = url.to_string(include_secrets=True)
-    assert parse_url(text) == url
-    assert parse_url(text).to_string(include_secrets=True) == text
+    assert parse_url(text, options=CLIENT_OPTIONS) == url
+    assert parse_url(text, options=CLIENT_OPTIONS).to_string(include_secrets=True) == text
 
 
 @given(failover_urls())
 def test_masked_text_parses_and_hides_secrets(url: FailoverURL) -> None:
-    masked = parse_url(str(url))
+    masked = parse_url(str(url), options=CLIENT_OPTIONS)
     assert masked.policy == url.policy
     assert [(b.host, b.port, b.username) for b in masked.brokers] == [
         (b.host, b.port, b.username) for b in url.brokers
@@ -379,7 +399,9 @@ def test_pickle_round_trip(url: FailoverURL) -> None:
 
 @given(brokers)
 def test_broker_round_trip(broker: BrokerURL) -> None:
-    (again,) = parse_url("failover:(" + broker.to_string(include_secrets=True) + ")").brokers
+    (again,) = parse_url(
+        "failover:(" + broker.to_string(include_secrets=True) + ")", options=CLIENT_OPTIONS
+    ).brokers
     assert again == broker
 
 
@@ -419,11 +441,13 @@ _MALFORMED_WITH_SECRETS = [
 @pytest.mark.parametrize("url", _MALFORMED_WITH_SECRETS)
 def test_item4_url_errors_never_show_the_password(url: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        parse_url(url)
+        parse_url(url, options=CLIENT_OPTIONS)
     chained = (caught.value.__cause__, caught.value.__context__)
     for text in (str(caught.value), repr(caught.value), *(repr(e) for e in chained if e)):
         assert "s3" not in text and "cret" not in text, text
-    assert "s3" not in mask_secrets(url) and "cret" not in mask_secrets(url)
+    assert "s3" not in mask_secrets(url, options=CLIENT_OPTIONS) and "cret" not in mask_secrets(
+        url, options=CLIENT_OPTIONS
+    )
 
 
 def test_item4_connect_with_a_malformed_url_never_shows_the_password() -> None:
@@ -445,10 +469,10 @@ def test_item4_any_password_is_masked_in_errors_and_by_the_masker(middle: str) -
         f"failover:(amqp://h:1)?jms.password={secret.replace('&', '%26')}&jms.prefetch=1",
     ):
         try:
-            shown = str(parse_url(url))
+            shown = str(parse_url(url, options=CLIENT_OPTIONS))
         except ConfigurationError as exc:
             shown = f"{exc} {exc!r} {exc.option}"
-        shown += mask_secrets(url)
+        shown += mask_secrets(url, options=CLIENT_OPTIONS)
         assert "QQQ" not in shown and "ZZZ" not in shown, (url, shown)
 
 
@@ -462,7 +486,7 @@ def test_item4_spark_options_repr_masks_as_parse_url_does(password: str) -> None
     except ConfigurationError as exc:  # checked at planning: refused, masked
         shown = f"{exc} {exc!r}"
     assert "QQ" not in shown and "ZZ" not in shown, shown
-    assert mask_secrets(url) in shown
+    assert mask_secrets(url, options=CLIENT_OPTIONS) in shown
 
 
 # --- Issue 39: two names of one option, and what a URL cannot mean -----------------------------
@@ -484,25 +508,28 @@ def test_item2_two_names_of_one_option_with_different_values_raise_naming_both(
         f"failover:(amqp://h:5672)?{second}={other}&{first}={one}",
     ):
         with pytest.raises(ConfigurationError) as caught:
-            parse_url(text)
+            parse_url(text, options=CLIENT_OPTIONS)
         assert first in str(caught.value) and second in str(caught.value), caught.value
         assert "pw1" not in str(caught.value) and "pw2" not in str(caught.value)
     if "transport." in first:  # per-broker options: on one broker URL too
         with pytest.raises(ConfigurationError, match=first):
-            parse_url(f"failover:(amqp://h:5672?{first}={one}&{second}={other})")
+            parse_url(
+                f"failover:(amqp://h:5672?{first}={one}&{second}={other})", options=CLIENT_OPTIONS
+            )
 
 
 @pytest.mark.parametrize(("first", "second", "one", "other"), _ALIAS_PAIRS)
 def test_item2_two_names_of_one_option_that_agree_are_one_value(
     first: str, second: str, one: str, other: str
 ) -> None:
-    url = parse_url(f"amqp://h:5672?{first}={one}&{second}={one}")
+    url = parse_url(f"amqp://h:5672?{first}={one}&{second}={one}", options=CLIENT_OPTIONS)
     assert url.connection_options == {first: one, second: one}
 
 
 def test_item2_a_broker_option_still_overrides_the_connections_under_another_name() -> None:
     url = parse_url(
-        "failover:(amqps://h:5671?transport.caFile=/b.pem)?transport.trustStoreLocation=/a.pem"
+        "failover:(amqps://h:5671?transport.caFile=/b.pem)?transport.trustStoreLocation=/a.pem",
+        options=CLIENT_OPTIONS,
     )
     assert url.broker_options(0)["transport.caFile"] == "/b.pem"
 
@@ -511,12 +538,18 @@ def test_F16_priority_uris_naming_no_broker_of_the_list_are_refused_when_parsed(
     with pytest.raises(ConfigurationError, match="priorityURIs") as caught:
         parse_url(
             "failover:(amqp://a:5672,amqp://b:5672)"
-            "?failover.priorityBackup=true&failover.priorityURIs=amqp://c:5672"
+            "?failover.priorityBackup=true&failover.priorityURIs=amqp://c:5672",
+            options=CLIENT_OPTIONS,
         )
     assert caught.value.option == "failover.priorityURIs"
     with pytest.raises(ConfigurationError, match="priorityURIs"):
-        parse_url("failover:(amqp://a:5672)?failover.priorityURIs=amqp://a:x")
-    ok = parse_url("failover:(amqp://a:5672,amqp://b:5672)?failover.priorityURIs=tcp://b:5672")
+        parse_url(
+            "failover:(amqp://a:5672)?failover.priorityURIs=amqp://a:x", options=CLIENT_OPTIONS
+        )
+    ok = parse_url(
+        "failover:(amqp://a:5672,amqp://b:5672)?failover.priorityURIs=tcp://b:5672",
+        options=CLIENT_OPTIONS,
+    )
     assert ok.policy.priority_uris == ("tcp://b:5672",)
 
 
@@ -546,17 +579,67 @@ def test_item4_an_at_sign_or_a_bad_escape_in_the_user_info_is_refused(
     text: str, option: str
 ) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        parse_url(text)
+        parse_url(text, options=CLIENT_OPTIONS)
     assert caught.value.option == option
     shown = f"{caught.value} {caught.value!r}"
     assert "pw" not in shown.replace("password", ""), shown
 
 
 def test_item4_an_encoded_at_sign_and_percent_are_still_read() -> None:
-    broker = parse_url("amqp://u%40x:p%40w%25@host:5672").brokers[0]
+    broker = parse_url("amqp://u%40x:p%40w%25@host:5672", options=CLIENT_OPTIONS).brokers[0]
     assert (broker.username, broker.password, broker.host) == ("u@x", "p@w%", "host")
 
 
 @pytest.mark.parametrize("text", ["amqp://u@x:QQpwZZ@host:5672", "amqp://u:QQpw@@host:5672"])
 def test_item4_the_masker_hides_a_password_after_an_unencoded_at_sign(text: str) -> None:
-    assert "QQ" not in mask_secrets(text) and "ZZ" not in mask_secrets(text)
+    assert "QQ" not in mask_secrets(text, options=CLIENT_OPTIONS) and "ZZ" not in mask_secrets(
+        text, options=CLIENT_OPTIONS
+    )
+
+
+# --- No registry filled by imports (issue 38 item 5) -------------------------------------------
+
+_CLIENT_URL = "failover:(amqp://a:5672,amqp://b:5672)?jms.prefetchPolicy.all=7"
+
+
+def _answer_in_a_fresh_process(statements: str) -> str:
+    """What a fresh interpreter prints for ``failover.url.parse_url(_CLIENT_URL)`` after
+    ``statements``: the URL, or the error's class and message."""
+    probe = (
+        "import failover.url\n"
+        f"{statements}\n"
+        "try:\n"
+        f"    print(failover.url.parse_url({_CLIENT_URL!r}))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return result.stdout.strip()
+
+
+def test_a_parse_gives_the_same_answer_whatever_was_imported_before() -> None:
+    """``failover`` alone knows the ``failover.*`` options only: a client option is unknown
+    to it before ``import haclient`` and after, since importing registers nothing."""
+    alone = _answer_in_a_fresh_process("")
+    after_haclient = _answer_in_a_fresh_process("import haclient, haclient.options")
+    assert alone == after_haclient == "ConfigurationError unknown option 'jms.prefetchPolicy.all'"
+
+
+def test_given_the_client_table_the_parse_knows_the_client_options() -> None:
+    url = parse_url(_CLIENT_URL, options=CLIENT_OPTIONS)
+    assert url.connection_options == {"jms.prefetchPolicy.all": "7"}
+    assert url.table is CLIENT_OPTIONS
+    with pytest.raises(ConfigurationError, match=r"unknown option 'jms\.prefetchPolicy\.all'"):
+        parse_url(_CLIENT_URL)
+
+
+def test_a_url_masks_by_its_own_table_even_after_a_pickle() -> None:
+    url = parse_url("amqp://h?jms.password=s3cret", options=CLIENT_OPTIONS)
+    copy = pickle.loads(pickle.dumps(url))
+    assert copy == url and copy.table.is_secret("jms.password")
+    assert "s3cret" not in str(copy) and "s3cret" not in repr(copy)
+    assert (
+        mask_secrets("amqp://h?jms.password=s3cret&x", options=CLIENT_OPTIONS).count("s3cret") == 0
+    )

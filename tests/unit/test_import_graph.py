@@ -1,10 +1,10 @@
 """The import graph of the repository's packages: layers point down, and nothing imports in a
 circle.
 
-How this works: every module of ``haclient``, ``failover``, ``chaos`` and ``bench`` is read with
-``ast`` (nothing is imported). Every import statement counts, wherever it stands: at the top,
-inside a function, or under ``if TYPE_CHECKING:`` (a type-level import ties two modules as
-surely as a run-time one). Relative imports are resolved against the importing module's
+How this works: every module of ``haclient``, ``failover``, ``haerrors``, ``chaos`` and ``bench``
+is read with ``ast`` (nothing is imported). Every import statement counts, wherever it stands:
+at the top, inside a function, or under ``if TYPE_CHECKING:`` (a type-level import ties two
+modules as surely as a run-time one). Relative imports are resolved against the importing module's
 package. ``from package import name`` is an arrow to ``package.name`` when that is a module,
 else to the package itself.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("haclient", "failover", "chaos", "bench")
+PACKAGES = ("haclient", "failover", "haerrors", "chaos", "bench")
 
 # The layers of README.md's Architecture section, top first. A module may import modules of its
 # own layer and of the layers below it, never of a layer above. A module belongs to the layer
@@ -46,9 +46,26 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "haclient.selector",
         ),
     ),
-    ("AMQP engine", ("haclient.amqp",)),
-    ("a helper of the engine and the blocking API", ("haclient.typed_property",)),
-    ("failover: knows nothing of AMQP or of the client above it", ("failover",)),
+    (
+        "the AMQP engine and failover, side by side: neither imports the other (APART)",
+        ("haclient.amqp", "failover"),
+    ),
+    (
+        "below the engine: the client's JMS errors, a helper of the engine and the blocking API",
+        ("haclient.jms_errors", "haclient.typed_property"),
+    ),
+    ("the root of the exception tree, under both the engine and failover", ("haerrors",)),
+)
+
+# Parts that never import one another whatever their layers (importer, imported, by prefix):
+# the engine (with the selector language) and failover are separate layers side by side,
+# failover imports nothing of the client, and the bottom layer nothing at all of ours.
+APART: tuple[tuple[str, str], ...] = (
+    ("haclient.amqp", "failover"),
+    ("haclient.selector", "failover"),
+    ("failover", "haclient"),
+    ("haerrors", "haclient"),
+    ("haerrors", "failover"),
 )
 
 
@@ -117,6 +134,21 @@ def _layer(module: str) -> int:
     return best[1]
 
 
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _arrows_apart() -> set[tuple[str, str]]:
+    """The imports ``APART`` forbids."""
+    return {
+        (module, imported)
+        for module, imports in _graph().items()
+        for imported in imports
+        for importer, target in APART
+        if _under(module, importer) and _under(imported, target)
+    }
+
+
 def _arrows_up() -> set[tuple[str, str]]:
     return {
         (module, imported)
@@ -175,20 +207,36 @@ def test_every_module_has_a_layer() -> None:
     for module in _graph():
         _layer(module)
     top_down = ["bench.jms", "chaos.bed", "haclient.sync.session", "haclient.aio.session"]
-    top_down += ["haclient.message", "haclient.amqp.engine", "failover.manager"]
+    top_down += ["haclient.message", "haclient.amqp.engine", "haclient.jms_errors", "haerrors"]
     assert [_layer(module) for module in top_down] == sorted({_layer(m) for m in top_down})
 
 
 def test_layers_point_down_only() -> None:
-    """bench -> chaos -> haclient -> failover; inside haclient, the entry points -> the blocking
-    API -> the async API -> values -> the AMQP engine. So nothing in haclient or failover
-    imports chaos or bench, and failover imports nothing of haclient."""
+    """bench -> chaos -> haclient -> (the AMQP engine | failover) -> haerrors; inside haclient,
+    the entry points -> the blocking API -> the async API -> values -> the AMQP engine -> the
+    client's JMS errors. So nothing in haclient or failover imports chaos or bench."""
     assert sorted(_arrows_up()) == []
+    assert _layer("failover.manager") == _layer("haclient.amqp.engine")
+
+
+def test_the_engine_and_failover_stay_apart() -> None:
+    """No module of haclient.amqp or haclient.selector imports failover; failover imports
+    nothing of haclient; haerrors nothing of either (only the async API joins the engine and
+    failover: its connector drives the one for the other)."""
+    assert sorted(_arrows_apart()) == []
+
+
+def test_the_apart_check_sees_a_forbidden_import() -> None:
+    """The check is not vacuous: ``haclient.aio`` imports both, and would be caught."""
+    graph = _graph()
+    assert any(_under(name, "failover") for name in graph["haclient.aio.connection"])
+    assert any(_under(name, "haclient.amqp") for name in graph["haclient.aio.physical"])
+    assert all(_under(name, "haerrors") for name in graph["failover.errors"])
 
 
 def test_the_library_never_imports_the_test_bed_or_the_benchmarks() -> None:
     for module, imports in _graph().items():
-        if module.split(".")[0] in ("haclient", "failover"):
+        if module.split(".")[0] in ("haclient", "failover", "haerrors"):
             assert not {name for name in imports if name.split(".")[0] in ("chaos", "bench")}
 
 

@@ -1,7 +1,10 @@
 """The layers stay apart: ``failover`` knows nothing of AMQP or of the client above it, its
 decisions are pure, and importing it loads no ``haclient`` module, nor proton (nor anyio but
-for the manager). The exception tree lives at the bottom (``failover.errors``) with its AMQP
-table beside the engine (``haclient.amqp.conditions``); ``haclient`` re-exports both with plain
+for the manager); the AMQP engine (``haclient.amqp``, with ``haclient.selector``) imports
+nothing of ``failover``. What both raise, the root of the exception tree, lives in the bottom
+layer (``haerrors``), which imports the standard library alone; failover's own errors are in
+``failover.errors``, the client's JMS meanings in ``haclient.jms_errors`` and the AMQP table
+beside the engine (``haclient.amqp.conditions``); ``haclient`` re-exports them all with plain
 imports, one ``__all__``.
 
 Two kinds of check: what each source file imports (read with ``ast``), and what a fresh
@@ -24,9 +27,12 @@ import failover.errors
 import haclient
 import haclient.amqp.conditions
 import haclient.errors
+import haclient.jms_errors
+import haerrors
 
 FAILOVER = Path(failover.__file__).parent
 HACLIENT = Path(haclient.__file__).parent
+HAERRORS = Path(haerrors.__file__).parent
 
 # The modules of failover that own tasks; every other one is free of anyio.
 USES_ANYIO = {"manager.py", "gate.py", "supervisor.py", "standby.py", "restore.py"}
@@ -96,20 +102,39 @@ def test_failover_loads_no_haclient_module() -> None:
     assert sorted(name for name in loaded if name.split(".")[0] == "haclient") == []
 
 
+def _outside_stdlib(path: Path) -> set[str]:
+    """What ``path`` imports besides the standard library."""
+    stdlib = sys.stdlib_module_names | {"__future__"}
+    return {name for name in _imports(path) if name.split(".")[0] not in stdlib}
+
+
 def test_the_error_tree_loads_with_the_standard_library_alone() -> None:
-    """The generic part of the tree needs nothing but the standard library; its AMQP table
-    needs nothing of the engine it sits beside (the engine's modules import it)."""
+    """The root of the tree needs nothing but the standard library; failover's errors nothing
+    but the root; the client's JMS meanings and the AMQP table nothing of the engine they sit
+    below or beside (the engine's modules import them)."""
+    assert _loaded_after("import haerrors") == []
     assert _loaded_after("import failover.errors") == []
-    assert {name.split(".")[0] for name in _imports(FAILOVER / "errors.py")} <= set(
-        sys.stdlib_module_names
-    ) | {"__future__"}
+    assert {path.name for path in HAERRORS.rglob("*.py")} == {"__init__.py"}
+    assert _outside_stdlib(HAERRORS / "__init__.py") == set()
+    assert _outside_stdlib(FAILOVER / "errors.py") == {"haerrors"}
+    assert _outside_stdlib(Path(haclient.jms_errors.__file__)) == {"haerrors"}
     conditions = Path(haclient.amqp.conditions.__file__)
-    outside = {
-        name
-        for name in _imports(conditions)
-        if name.split(".")[0] not in sys.stdlib_module_names | {"__future__"}
-    }
-    assert outside == {"failover.errors"}
+    assert _outside_stdlib(conditions) == {"haerrors", "haclient.jms_errors"}
+
+
+def test_the_amqp_engine_and_the_selector_import_nothing_of_failover() -> None:
+    """The engine is a layer of its own beside ``failover``, not above it: the errors both
+    raise are ``haerrors``'s, and the engine reads its own configuration."""
+    for folder in ("amqp", "selector"):
+        for path in (HACLIENT / folder).rglob("*.py"):
+            for name in _imports(path):
+                assert name.split(".")[0] != "failover", f"{path}: imports {name}"
+
+
+def test_the_bottom_layer_imports_nothing_of_the_client_or_failover() -> None:
+    for path in HAERRORS.rglob("*.py"):
+        for name in _imports(path):
+            assert name.split(".")[0] not in {"haclient", "failover"}, f"{path}: imports {name}"
 
 
 def test_the_amqp_engine_imports_errors_from_where_they_are_defined() -> None:
@@ -122,11 +147,12 @@ def test_the_amqp_engine_imports_errors_from_where_they_are_defined() -> None:
 
 def test_every_error_is_one_class_under_every_name() -> None:
     """``haclient.X``, ``haclient.errors.X`` and the home module's ``X`` are one object."""
-    homes = {**vars(failover.errors), **vars(haclient.amqp.conditions)}
+    homes = {**vars(haerrors), **vars(failover.errors), **vars(haclient.jms_errors)}
+    homes |= vars(haclient.amqp.conditions)
     for name in haclient.errors.__all__:
         value = getattr(haclient.errors, name)
         assert value is getattr(haclient, name) is homes[name], name
-    assert haclient.ClosedError is failover.errors.ClosedError
+    assert haclient.ClosedError is failover.errors.ClosedError is haerrors.ClosedError
 
 
 def test_the_top_level_names_are_plain_imports_listed_once() -> None:

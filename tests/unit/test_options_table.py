@@ -33,15 +33,15 @@ from failover.options import (
     WholeNumber,
     mask_option_values,
     masked,
-    register,
-    registered,
     unknown_option_error,
 )
 from failover.url import BrokerURL, FailoverURL, mask_secrets, parse_url
 from haclient.aio.options import ConnectionOptions
+from haclient.amqp.config import sasl_names
 from haclient.errors import ConfigurationError
 from haclient.options import (
     CLIENT_OPTIONS,
+    SASL_NAMES,
     docs_with_table,
     docs_with_tables,
     markdown,
@@ -85,12 +85,12 @@ def test_every_keyword_is_a_connection_options_field_with_the_declared_default()
         assert fields[option.keyword] == option.default, option.keyword
 
 
-def test_the_client_table_is_registered_with_the_url_parser() -> None:
-    for name in CLIENT_OPTIONS.url_names:
-        assert registered().named(name) is CLIENT_OPTIONS.named(name)
-    register(CLIENT_OPTIONS)  # again: no effect
+def test_the_client_table_is_given_to_the_url_parser_and_kept() -> None:
+    url = parse_url("amqp://h?jms.prefetch=5&jms.password=pw", options=CLIENT_OPTIONS)
+    assert url.table is CLIENT_OPTIONS and url.brokers[0].table is CLIENT_OPTIONS
+    assert "pw" not in str(url)
     with pytest.raises(ValueError, match="declared twice"):
-        register(OptionTable([Option("jms.prefetch", WholeNumber(0), 1, "a clash")]))
+        CLIENT_OPTIONS + OptionTable([Option("jms.prefetch", WholeNumber(0), 1, "a clash")])
 
 
 @pytest.mark.parametrize("option", list(CLIENT_OPTIONS), ids=lambda o: o.label)
@@ -100,7 +100,7 @@ def test_url_text_and_keyword_values_round_trip(option: Option) -> None:
     if default is None or option.name is None or option.keyword is None:
         return
     assert option.parse(option.kind.format(default)) == default
-    url = parse_url(f"amqp://h?{option.name}={option.kind.format(default)}")
+    url = parse_url(f"amqp://h?{option.name}={option.kind.format(default)}", options=CLIENT_OPTIONS)
     assert getattr(ConnectionOptions.build(url, {}), str(option.keyword)) == default
 
 
@@ -117,7 +117,10 @@ def test_connection_options_print_back_as_url_options() -> None:
     text = options.url_options(include_secrets=True)
     assert text["amqp.idleTimeout"] == "0" and "attach_timeout" not in str(text)
     query = "&".join(f"{k}={v}" for k, v in text.items())
-    assert ConnectionOptions.build(parse_url(f"amqp://h?{query}"), {}) == options
+    assert (
+        ConnectionOptions.build(parse_url(f"amqp://h?{query}", options=CLIENT_OPTIONS), {})
+        == options
+    )
     assert options.url_options()["jms.password"] == MASK
 
 
@@ -155,9 +158,11 @@ _WITH_URL_NAMES = [o for o in CLIENT_OPTIONS if o.name is not None and o.keyword
 def test_every_url_option_round_trips_through_the_url(keywords: dict[str, Any]) -> None:
     options = ConnectionOptions(**keywords)
     url = FailoverURL(
-        (BrokerURL("amqp", "h"),), connection_options=options.url_options(include_secrets=True)
+        (BrokerURL("amqp", "h"),),
+        connection_options=options.url_options(include_secrets=True),
+        table=CLIENT_OPTIONS,
     )
-    again = parse_url(url.to_string(include_secrets=True))
+    again = parse_url(url.to_string(include_secrets=True), options=CLIENT_OPTIONS)
     assert again == url
     assert ConnectionOptions.build(again, {}) == options
 
@@ -168,13 +173,14 @@ def test_every_url_option_round_trips_through_the_url(keywords: dict[str, Any]) 
 def test_per_broker_override_round_trip() -> None:
     url = parse_url(
         "failover:(amqp://a?amqp.idleTimeout=5000&amqp.maxFrameSize=1024,amqp://b)"
-        "?amqp.idleTimeout=20000&jms.prefetch=7"
+        "?amqp.idleTimeout=20000&jms.prefetch=7",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     a, b = (options.for_broker(broker) for broker in url.brokers)
     assert (a.idle_timeout, a.max_frame_size, a.prefetch) == (5.0, 1024, 7)
     assert (b.idle_timeout, b.max_frame_size, b.prefetch) == (20.0, None, 7)
-    again = parse_url(url.to_string(include_secrets=True))
+    again = parse_url(url.to_string(include_secrets=True), options=CLIENT_OPTIONS)
     assert again == url
     assert [options.for_broker(x) for x in again.brokers] == [a, b]
 
@@ -182,7 +188,7 @@ def test_per_broker_override_round_trip() -> None:
 def test_engine_config_takes_the_broker_override() -> None:
     from haclient.aio.physical import engine_config
 
-    broker = BrokerURL("amqp", "a", options={"amqp.idleTimeout": "0"})
+    broker = BrokerURL("amqp", "a", options={"amqp.idleTimeout": "0"}, table=CLIENT_OPTIONS)
     options = ConnectionOptions(idle_timeout=30.0, max_frame_size=4096)
     config = engine_config(broker, options, "c")
     assert (config.idle_timeout, config.max_frame_size) == (None, 4096)
@@ -192,7 +198,8 @@ def test_sasl_mechanisms_reach_the_engine_and_may_differ_per_broker() -> None:
     from haclient.aio.physical import engine_config
 
     url = parse_url(
-        "failover:(amqp://a?amqp.saslMechanisms=PLAIN,amqp://b)?amqp.saslMechanisms=scram-sha-256"
+        "failover:(amqp://a?amqp.saslMechanisms=PLAIN,amqp://b)?amqp.saslMechanisms=scram-sha-256",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {"username": "u", "password": "p"})
     assert options.sasl_mechanisms == ("SCRAM-SHA-256",)
@@ -200,7 +207,7 @@ def test_sasl_mechanisms_reach_the_engine_and_may_differ_per_broker() -> None:
     assert a is not None and a.mechanisms == ("PLAIN",)
     assert b is not None and b.mechanisms == ("SCRAM-SHA-256",)
     with pytest.raises(ConfigurationError, match=r"'CRAM-MD5'.*supported: EXTERNAL, SCRAM-SHA-512"):
-        parse_url("amqp://a?amqp.saslMechanisms=PLAIN,CRAM-MD5")
+        parse_url("amqp://a?amqp.saslMechanisms=PLAIN,CRAM-MD5", options=CLIENT_OPTIONS)
     with pytest.raises(ConfigurationError, match=r"sasl_mechanisms .*'NOPE'"):
         ConnectionOptions(sasl_mechanisms=["NOPE"])
 
@@ -250,7 +257,7 @@ def test_only_broker_scoped_options_go_on_a_broker() -> None:
     assert len(sasl) == 3  # Qpid JMS's GSSAPI options
     assert broker_scoped == {*amqp, *transport, *sasl}
     with pytest.raises(ConfigurationError, match="applies to the whole connection") as info:
-        parse_url("failover:(amqp://a?jms.prefetch=1)")
+        parse_url("failover:(amqp://a?jms.prefetch=1)", options=CLIENT_OPTIONS)
     assert info.value.option == "jms.prefetch"
 
 
@@ -259,14 +266,14 @@ def test_only_broker_scoped_options_go_on_a_broker() -> None:
 
 def test_a_misspelt_url_option_is_answered_with_the_nearest_name() -> None:
     with pytest.raises(ConfigurationError, match=r"did you mean jms\.prefetch\?") as info:
-        parse_url("amqp://a?jms.prefech=1")
+        parse_url("amqp://a?jms.prefech=1", options=CLIENT_OPTIONS)
     assert info.value.option == "jms.prefech"
     with pytest.raises(ConfigurationError, match=r"did you mean amqp\.idleTimeout\?"):
-        parse_url("failover:(amqp://a?amqp.idleTimout=1)")
+        parse_url("failover:(amqp://a?amqp.idleTimout=1)", options=CLIENT_OPTIONS)
 
 
 def test_a_misspelt_keyword_is_answered_with_the_nearest_name() -> None:
-    url = parse_url("amqp://a")
+    url = parse_url("amqp://a", options=CLIENT_OPTIONS)
     with pytest.raises(ConfigurationError, match=r"did you mean 'prefetch'\?") as info:
         ConnectionOptions.build(url, {"prefech": 1})
     assert info.value.option == "prefech"
@@ -296,7 +303,7 @@ def test_did_you_mean_folds_case_when_asked() -> None:
 )
 def test_bad_keyword_values_name_the_keyword(keywords: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigurationError) as info:
-        ConnectionOptions.build(parse_url("amqp://a"), keywords)
+        ConnectionOptions.build(parse_url("amqp://a", options=CLIENT_OPTIONS), keywords)
     assert info.value.option == named
     assert str(info.value).startswith(named)
 
@@ -334,22 +341,28 @@ def test_a_future_option_is_a_declaration() -> None:
 
 def test_secrets_are_masked_in_reprs_errors_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     text = "failover:(amqp://u:s3cret@a)?jms.password=hunter2&jms.prefetch=1"
-    url = parse_url(text)
+    url = parse_url(text, options=CLIENT_OPTIONS)
     options = ConnectionOptions.build(url, {"password": "kw-secret"})
     with caplog.at_level(logging.DEBUG, logger="haclient"):
         logging.getLogger("haclient.test").info("connecting to %s with %r", url, options)
-    shown = [repr(url), str(url), repr(options), mask_secrets(text), caplog.text]
-    shown.append(mask_option_values("jms.password=hunter2&jms.prefetch=1"))
-    shown.append(str(masked({"jms.password": "hunter2", "password": "kw-secret"})))
+    shown = [
+        repr(url),
+        str(url),
+        repr(options),
+        mask_secrets(text, options=CLIENT_OPTIONS),
+        caplog.text,
+    ]
+    shown.append(mask_option_values("jms.password=hunter2&jms.prefetch=1", CLIENT_OPTIONS))
+    shown.append(str(masked({"jms.password": "hunter2", "password": "kw-secret"}, CLIENT_OPTIONS)))
     for text_shown in shown:
         for secret in ("s3cret", "hunter2", "kw-secret"):
             assert secret not in text_shown, text_shown
-    assert MASK in repr(options) and "jms.prefetch=1" in mask_secrets(text)
+    assert MASK in repr(options) and "jms.prefetch=1" in mask_secrets(text, options=CLIENT_OPTIONS)
 
 
 def test_a_bad_secret_value_is_not_quoted_in_the_error() -> None:
     with pytest.raises(ConfigurationError) as info:
-        parse_url("failover:(amqp://a)x?jms.password=hunter2")
+        parse_url("failover:(amqp://a)x?jms.password=hunter2", options=CLIENT_OPTIONS)
     assert "hunter2" not in str(info.value)
 
 
@@ -364,3 +377,20 @@ def test_a_time_with_a_part_of_a_millisecond_prints_rounded_up_never_as_zero() -
     kind = Duration()
     assert [kind.format(v) for v in (0.0004, 1.0004, 0.007, 60.0)] == ["1", "1001", "7", "60000"]
     assert kind.parse(kind.format(0.0004)) == 0.001
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["PLAIN", "scram-sha-256, plain,PLAIN", ("EXTERNAL", "anonymous"), "PLAIN,NTLM", "", 7, ["x"]],
+)
+def test_the_url_reads_sasl_mechanisms_as_the_engine_does(value: Any) -> None:
+    # The engine imports nothing of failover, so it reads ClientAuth.mechanisms itself.
+    try:
+        expected: Any = sasl_names(value)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        got: Any = SASL_NAMES.check(value)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected

@@ -54,13 +54,16 @@ from haclient.message import (
     uuid_message_ids,
 )
 from haclient.modes import AckMode
+from haclient.options import CLIENT_OPTIONS
 from haclient.outgoing import OutgoingEncoder
 
 # --- jms.queuePrefix / jms.topicPrefix -----------------------------------------------------------
 
 
 def test_prefix_options_are_read_from_the_url_and_keywords() -> None:
-    url = parse_url("amqp://a?jms.queuePrefix=queue://&jms.topicPrefix=topic://")
+    url = parse_url(
+        "amqp://a?jms.queuePrefix=queue://&jms.topicPrefix=topic://", options=CLIENT_OPTIONS
+    )
     options = ConnectionOptions.build(url, {})
     assert (options.queue_prefix, options.topic_prefix) == ("queue://", "topic://")
     options = ConnectionOptions.build(url, {"queue_prefix": "q."})
@@ -92,7 +95,10 @@ def test_rabbitmq_defaults_yield_to_the_configured_prefix() -> None:
 @pytest.mark.anyio
 async def test_a_connection_to_a_broker_uses_the_configured_prefixes() -> None:
     with BrokerThread() as broker:
-        url = parse_url(f"amqp://127.0.0.1:{broker.port}?jms.queuePrefix=q.&jms.topicPrefix=t.")
+        url = parse_url(
+            f"amqp://127.0.0.1:{broker.port}?jms.queuePrefix=q.&jms.topicPrefix=t.",
+            options=CLIENT_OPTIONS,
+        )
         options = ConnectionOptions.build(url, {})
         async with anyio.create_task_group() as group:
             physical = await open_physical(group, url.brokers[0], options, "applied")
@@ -143,9 +149,9 @@ SOME_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 def test_message_id_types_are_read_in_any_case_with_qpid_jms_names() -> None:
     for raw, kind in (("UUID", "uuid"), ("Prefixed_UUID_String", "prefixed_uuid_string")):
-        url = parse_url(f"amqp://a?jms.messageIDPolicy.messageIDType={raw}")
+        url = parse_url(f"amqp://a?jms.messageIDPolicy.messageIDType={raw}", options=CLIENT_OPTIONS)
         assert ConnectionOptions.build(url, {}).message_id_type == kind
-    url = parse_url("amqp://a?jms.messageIDPolicy.messageIDType=DEFAULT")
+    url = parse_url("amqp://a?jms.messageIDPolicy.messageIDType=DEFAULT", options=CLIENT_OPTIONS)
     assert ConnectionOptions.build(url, {}).message_id_type == "default"
     assert ConnectionOptions().message_id_type == "original"
 
@@ -197,7 +203,8 @@ def test_each_consumer_kind_takes_its_prefetch_as_qpid_jms_chooses_it() -> None:
     url = parse_url(
         "amqp://a?jms.prefetchPolicy.all=50&jms.prefetchPolicy.queuePrefetch=7"
         "&jms.prefetchPolicy.topicPrefetch=3&jms.prefetchPolicy.durableTopicPrefetch=2"
-        "&jms.prefetchPolicy.queueBrowserPrefetch=9"
+        "&jms.prefetchPolicy.queueBrowserPrefetch=9",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     assert options.prefetch == 50
@@ -206,13 +213,16 @@ def test_each_consumer_kind_takes_its_prefetch_as_qpid_jms_chooses_it() -> None:
     assert options.prefetch_for(Queue("q"), browser=True) == 9
     assert options.prefetch_for(Topic("t")) == 3
     assert options.prefetch_for(Topic("t"), durable=True) == 2
-    only_all = ConnectionOptions.build(parse_url("amqp://a?jms.prefetchPolicy.all=5"), {})
+    only_all = ConnectionOptions.build(
+        parse_url("amqp://a?jms.prefetchPolicy.all=5", options=CLIENT_OPTIONS), {}
+    )
     assert only_all.prefetch_for(Topic("t"), durable=True) == 5
 
 
 def test_the_prefetch_keyword_wins_over_the_urls_per_kind_prefetch() -> None:
     url = parse_url(
-        "amqp://a?jms.prefetchPolicy.queuePrefetch=7&jms.prefetchPolicy.topicPrefetch=3"
+        "amqp://a?jms.prefetchPolicy.queuePrefetch=7&jms.prefetchPolicy.topicPrefetch=3",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {"prefetch": 11, "topic_prefetch": 4})
     assert options.prefetch_for(Queue("q")) == 11  # the keyword over the URL's queuePrefetch
@@ -243,7 +253,9 @@ async def test_consumers_and_browsers_grant_their_kinds_prefetch_on_a_broker() -
 
 def _policy(**flags: bool) -> ConnectionOptions:
     names = "&".join(f"jms.presettlePolicy.{name}=true" for name, on in flags.items() if on)
-    return ConnectionOptions.build(parse_url(f"amqp://a?{names}" if names else "amqp://a"), {})
+    return ConnectionOptions.build(
+        parse_url(f"amqp://a?{names}" if names else "amqp://a", options=CLIENT_OPTIONS), {}
+    )
 
 
 def test_M5_the_presettle_policy_decides_as_qpid_jms() -> None:
@@ -275,7 +287,9 @@ def test_M5_the_presettle_policy_decides_as_qpid_jms() -> None:
 
 
 def test_the_send_options_are_read_from_the_url_and_keywords() -> None:
-    url = parse_url("amqp://a?jms.forceSyncSend=true&jms.forceAsyncSend=true")
+    url = parse_url(
+        "amqp://a?jms.forceSyncSend=true&jms.forceAsyncSend=true", options=CLIENT_OPTIONS
+    )
     options = ConnectionOptions.build(url, {})
     assert (options.force_sync_send, options.force_async_send) == (True, True)
     assert ConnectionOptions.build(url, {"force_sync_send": False}).force_sync_send is False

@@ -16,13 +16,14 @@ import anyio
 import pytest
 
 from chaos.broker import BrokerThread
-from failover.options import Status, registered
+from failover.options import Status
 from failover.policy import FAILOVER_OPTIONS
 from failover.url import parse_url
 from haclient.aio.options import ConnectionOptions, generated_client_id
 from haclient.aio.physical import engine_config, open_physical
 from haclient.destination import Queue, Topic
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 # Every option name Qpid JMS 1.16.0's qpid-jms-docs/Configuration.md documents (the tag 1.16.0
 # of apache/qpid-jms; the 2.x documentation lists the same names), in its order.
@@ -127,7 +128,7 @@ QPID_JMS_1_16_OPTIONS = (
 
 
 def _declared(name: str) -> bool:
-    return registered().named(name) is not None or FAILOVER_OPTIONS.named(name) is not None
+    return CLIENT_OPTIONS.named(name) is not None or FAILOVER_OPTIONS.named(name) is not None
 
 
 def test_every_documented_option_is_declared() -> None:
@@ -137,14 +138,17 @@ def test_every_documented_option_is_declared() -> None:
 def test_every_transport_amqp_and_sasl_option_may_be_nested_in_a_failover_url() -> None:
     per_broker = [n for n in QPID_JMS_1_16_OPTIONS if n.split(".")[0] in ("transport", "amqp")]
     per_broker += [n for n in QPID_JMS_1_16_OPTIONS if n.startswith("sasl.options.")]
-    assert set(per_broker) <= set(registered().broker_names())
+    assert set(per_broker) <= set(CLIENT_OPTIONS.broker_names())
 
 
 # --- The documentation's URLs, and what they set --------------------------------------------
 
 
 def test_the_connect_timeout_example() -> None:
-    url = parse_url("amqp://localhost:5672?jms.clientID=foo&transport.connectTimeout=30000")
+    url = parse_url(
+        "amqp://localhost:5672?jms.clientID=foo&transport.connectTimeout=30000",
+        options=CLIENT_OPTIONS,
+    )
     options = ConnectionOptions.build(url, {})
     assert (options.client_id, options.tcp_connect_timeout) == ("foo", 30.0)
 
@@ -152,7 +156,8 @@ def test_the_connect_timeout_example() -> None:
 def test_the_failover_example() -> None:
     url = parse_url(
         "failover:(amqp://host1:5672,amqp://host2:5672)?jms.clientID=foo"
-        "&failover.maxReconnectAttempts=20"
+        "&failover.maxReconnectAttempts=20",
+        options=CLIENT_OPTIONS,
     )
     assert [b.host for b in url.brokers] == ["host1", "host2"]
     assert url.policy.cyclecount == 20
@@ -162,7 +167,8 @@ def test_the_failover_example() -> None:
 def test_per_broker_amqp_and_transport_options() -> None:
     url = parse_url(
         "failover:(amqp://host1:5672?amqp.vhost=one,amqp://host2:5672?transport.tcpKeepAlive=true)"
-        "?jms.clientID=foo"
+        "?jms.clientID=foo",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     one, two = (options.for_broker(broker) for broker in url.brokers)
@@ -175,14 +181,15 @@ def test_per_broker_amqp_and_transport_options() -> None:
 def test_nested_options_apply_to_every_broker() -> None:
     url = parse_url(
         "failover:(amqp://host1:5672,amqp://host2:5672)?jms.clientID=foo"
-        "&failover.nested.amqp.vhost=myhost"
+        "&failover.nested.amqp.vhost=myhost",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     assert [engine_config(b, options, "c").hostname for b in url.brokers] == ["myhost"] * 2
 
 
 def test_the_vhost_is_not_the_tls_peer_name() -> None:
-    url = parse_url("amqps://broker.example:5671?amqp.vhost=tenant")
+    url = parse_url("amqps://broker.example:5671?amqp.vhost=tenant", options=CLIENT_OPTIONS)
     config = engine_config(url.brokers[0], ConnectionOptions.build(url, {}), "c")
     assert config.hostname == "tenant"
     assert config.tls is not None and config.tls.peer_name == "broker.example"
@@ -195,7 +202,8 @@ def test_options_qpid_jms_users_commonly_set() -> None:
         "&failover.amqpOpenServerListAction=IGNORE&transport.tcpKeepAlive=true"
         "&transport.tcpNoDelay=false&transport.sendBufferSize=65536"
         "&transport.receiveBufferSize=131072&transport.soLinger=3&transport.trafficClass=16"
-        "&amqp.saslLayer=false&amqp.idleTimeout=30000&amqp.maxFrameSize=65536"
+        "&amqp.saslLayer=false&amqp.idleTimeout=30000&amqp.maxFrameSize=65536",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     assert options.prefetch == 10
@@ -216,7 +224,8 @@ def test_the_policy_and_receive_options_qpid_jms_users_set() -> None:
         "?jms.prefetchPolicy.queuePrefetch=1&jms.prefetchPolicy.topicPrefetch=100"
         "&jms.presettlePolicy.presettleConsumers=true&jms.forceAsyncSend=true"
         "&jms.localMessagePriority=true&jms.receiveLocalOnly=true"
-        "&jms.receiveNoWaitLocalOnly=true&jms.connectionIDPrefix=app-"
+        "&jms.receiveNoWaitLocalOnly=true&jms.connectionIDPrefix=app-",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     assert (options.prefetch_for(Queue("q")), options.prefetch_for(Topic("t"))) == (1, 100)
@@ -229,7 +238,9 @@ def test_the_policy_and_receive_options_qpid_jms_users_set() -> None:
     assert options.connection_id_prefix == "app-"
     drains = [options.for_broker(broker).drain_timeout for broker in url.brokers]
     assert drains == [5.0, 60.0]  # per broker; Qpid JMS's 60 s default elsewhere
-    again = ConnectionOptions.build(parse_url("amqp://a?" + _query(options.url_options())), {})
+    again = ConnectionOptions.build(
+        parse_url("amqp://a?" + _query(options.url_options()), options=CLIENT_OPTIONS), {}
+    )
     assert again == options
 
 
@@ -238,17 +249,20 @@ def test_the_acknowledgement_and_check_options_qpid_jms_users_set() -> None:
     validateSelector (E7), useDaemonThread (C7), each with its effect's switch."""
     url = parse_url(
         "failover:(amqp://a:5672,amqp://b:5672)?jms.forceAsyncAcks=true"
-        "&jms.validatePropertyNames=false&jms.validateSelector=false&jms.useDaemonThread=false"
+        "&jms.validatePropertyNames=false&jms.validateSelector=false&jms.useDaemonThread=false",
+        options=CLIENT_OPTIONS,
     )
     options = ConnectionOptions.build(url, {})
     assert options.force_async_acks
     assert not options.validate_property_names and not options.validate_selector
     assert not options.use_daemon_thread
-    defaults = ConnectionOptions.build(parse_url("amqp://a"), {})
+    defaults = ConnectionOptions.build(parse_url("amqp://a", options=CLIENT_OPTIONS), {})
     assert not defaults.force_async_acks
     assert defaults.validate_property_names and defaults.validate_selector
     assert defaults.use_daemon_thread  # haclient's default, not Qpid JMS's (C6)
-    again = ConnectionOptions.build(parse_url("amqp://a?" + _query(options.url_options())), {})
+    again = ConnectionOptions.build(
+        parse_url("amqp://a?" + _query(options.url_options()), options=CLIENT_OPTIONS), {}
+    )
     assert again == options
 
 
@@ -257,14 +271,19 @@ def _query(options: dict[str, str]) -> str:
 
 
 def test_the_client_id_prefix_is_the_generated_ids() -> None:
-    options = ConnectionOptions.build(parse_url("amqp://a?jms.clientIDPrefix=orders-"), {})
+    options = ConnectionOptions.build(
+        parse_url("amqp://a?jms.clientIDPrefix=orders-", options=CLIENT_OPTIONS), {}
+    )
     assert options.client_id_prefix == "orders-"
     assert generated_client_id(options.client_id_prefix).startswith("orders-")
     assert generated_client_id().startswith("ID:")
 
 
 def test_minus_one_means_off_as_in_qpid_jms() -> None:
-    url = parse_url("amqp://a?transport.soLinger=-1&jms.sendTimeout=-1&transport.soTimeout=-1")
+    url = parse_url(
+        "amqp://a?transport.soLinger=-1&jms.sendTimeout=-1&transport.soTimeout=-1",
+        options=CLIENT_OPTIONS,
+    )
     options = ConnectionOptions.build(url, {})
     assert options.so_linger is None and options.send_timeout is None
 
@@ -273,10 +292,10 @@ def test_java_key_stores_are_refused_with_how_to_convert_them() -> None:
     for name in ("transport.keyStoreType", "transport.trustStoreType", "transport.storeType"):
         for java in ("JKS", "jks"):
             with pytest.raises(ConfigurationError, match=r"PKCS12 or PEM .*keytool") as info:
-                parse_url(f"amqps://a?{name}={java}")
+                parse_url(f"amqps://a?{name}={java}", options=CLIENT_OPTIONS)
             assert info.value.option == name
         for readable in ("PEM", "PKCS12", "pkcs12"):  # PKCS12: tests/api/test_tls_options.py
-            url = parse_url(f"amqps://a?{name}={readable}")
+            url = parse_url(f"amqps://a?{name}={readable}", options=CLIENT_OPTIONS)
             assert ConnectionOptions.build(url, {}) is not None
     with pytest.raises(ConfigurationError, match="key_store_type"):
         ConnectionOptions(key_store_type="JKS")
@@ -290,7 +309,7 @@ def test_bad_values_are_still_refused() -> None:
         "amqp://a?transport.trafficClass=-3",
     ):
         with pytest.raises(ConfigurationError):
-            parse_url(text)
+            parse_url(text, options=CLIENT_OPTIONS)
 
 
 # --- One warning per connection for the options without effect -------------------------------
@@ -304,7 +323,8 @@ def test_one_warning_names_every_option_without_effect_and_why(
         "&jms.tracing=opentracing&jms.deserializationPolicy.allowList=java.util"
         "&jms.presettlePolicy.presettleAll=true&jms.localMessagePriority=true"
         "&failover.amqpOpenServerListAction=ADD&jms.prefetchPolicy.all=5"
-        "&failover.nested.sasl.options.protocol=amqp&jms.messageIDPolicy.messageIDType=UUID"
+        "&failover.nested.sasl.options.protocol=amqp&jms.messageIDPolicy.messageIDType=UUID",
+        options=CLIENT_OPTIONS,
     )
     with caplog.at_level(logging.WARNING, logger="haclient.connection"):
         ConnectionOptions.build(url, {})
@@ -329,7 +349,9 @@ def test_one_warning_names_every_option_without_effect_and_why(
 
 
 def test_no_warning_without_such_options(caplog: pytest.LogCaptureFixture) -> None:
-    url = parse_url("amqp://a?jms.prefetchPolicy.all=5&transport.tcpKeepAlive=true")
+    url = parse_url(
+        "amqp://a?jms.prefetchPolicy.all=5&transport.tcpKeepAlive=true", options=CLIENT_OPTIONS
+    )
     with caplog.at_level(logging.WARNING, logger="haclient.connection"):
         ConnectionOptions.build(url, {})
     assert not [r for r in caplog.records if "without effect" in r.getMessage()]
@@ -337,7 +359,7 @@ def test_no_warning_without_such_options(caplog: pytest.LogCaptureFixture) -> No
 
 def test_every_option_without_effect_says_why() -> None:
     accepted = [
-        o for o in (*registered(), *FAILOVER_OPTIONS) if o.status is Status.ACCEPTED and o.doc
+        o for o in (*CLIENT_OPTIONS, *FAILOVER_OPTIONS) if o.status is Status.ACCEPTED and o.doc
     ]
     # the rest are applied (test_qpid_jms_applied.py, and the tests named after their rules);
     # those left are each accepted with a reason
@@ -354,7 +376,8 @@ async def test_socket_options_are_set_on_the_connection_to_a_broker() -> None:
         url = parse_url(
             f"amqp://127.0.0.1:{broker.port}?transport.tcpKeepAlive=true"
             "&transport.tcpNoDelay=true&transport.sendBufferSize=32768&transport.soLinger=2"
-            "&transport.trafficClass=16&transport.connectTimeout=2000&amqp.vhost=tenant"
+            "&transport.trafficClass=16&transport.connectTimeout=2000&amqp.vhost=tenant",
+            options=CLIENT_OPTIONS,
         )
         options = ConnectionOptions.build(url, {})
         async with anyio.create_task_group() as group:

@@ -9,6 +9,7 @@ from haclient.aio.options import ConnectionOptions
 from haclient.aio.redelivery import dead_letter_outcome, exceeds
 from haclient.amqp.types import Accepted, Modified, Rejected, Released
 from haclient.errors import ConfigurationError
+from haclient.options import CLIENT_OPTIONS
 
 
 def test_E6_the_redelivery_count_is_the_delivery_count_minus_one() -> None:
@@ -35,7 +36,7 @@ def test_E6_rabbitmq_gets_rejected_for_modified_which_would_end_its_session() ->
 
 def _options(query: str, **keywords: object) -> ConnectionOptions:
     url = f"amqp://broker:5672?{query}" if query else "amqp://broker:5672"
-    return ConnectionOptions.build(parse_url(url), keywords)
+    return ConnectionOptions.build(parse_url(url, options=CLIENT_OPTIONS), keywords)
 
 
 def test_E6_the_options_default_to_qpid_jms_defaults() -> None:

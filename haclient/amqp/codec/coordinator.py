@@ -7,10 +7,10 @@ from typing import Any
 
 from proton import Described, ulong
 
-from failover.errors import MessageFormatError
 from haclient.amqp import _convert
 from haclient.amqp.codec import formats as f
 from haclient.amqp.codec.message import AmqpMessage, MessageView, encode_message
+from haclient.jms_errors import MessageFormatError
 
 __all__ = [
     "CoordinatorRequest",

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import proton
 
-from failover.errors import MessageFormatError
 from haclient.amqp.codec import formats as f
+from haclient.jms_errors import MessageFormatError
 
 __all__ = [
     "NULL_BYTES",

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, TypeVar
 
-from failover.errors import MessageFormatError
 from haclient.amqp.codec import formats as f
 from haclient.amqp.codec.decode import decode_value
 from haclient.amqp.codec.encode import (
@@ -38,6 +37,7 @@ from haclient.amqp.codec.sections import (
     split_sections,
     undecodable,
 )
+from haclient.jms_errors import MessageFormatError
 from haclient.typed_property import TypedProperty
 
 __all__ = ["AmqpMessage", "BodyKind", "MessageView", "decode_message", "encode_message"]

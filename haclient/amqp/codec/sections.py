@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from failover.errors import MessageFormatError
 from haclient.amqp import _convert
 from haclient.amqp.codec import formats as f
 from haclient.amqp.codec.decode import decode_value, skip_value
@@ -29,6 +28,7 @@ from haclient.amqp.codec.encode import (
     encode_uint,
     encode_value,
 )
+from haclient.jms_errors import MessageFormatError
 
 __all__ = [
     "EMPTY_HEADER",
