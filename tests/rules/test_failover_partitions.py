@@ -162,33 +162,10 @@ async def test_F4_an_acknowledgement_in_doubt_when_failover_gives_up_loses_no_me
             producer = await (await feeder.create_session()).create_producer(queue)
             await producer.send(TextMessage("M"))
         connection = await api.connect(url, idle_timeout=CLIENT_IDLE, connect_timeout=0.5)
-        recorder = Recorder()
-        await connection.add_listener(recorder)
-        await connection.start()
-        session = await connection.create_session(mode)
-        consumer = await session.create_consumer(queue)
-        await eventually(lambda: activemq.unacked_count(queue.name) == 1)  # prefetched
-        if mode is AckMode.AUTO:
-            await hold_answers(toxiproxy, names[0])
-            message = await consumer.receive(TIMEOUT)  # acknowledged before it is returned
-            assert message is not None and message.text == "M"
-            assert message.ack_in_doubt and message.redelivered
-            assert recorder.named("failed"), "handed out only once the failover gave up"
-            with pytest.raises(ConnectionFailedError):
-                await consumer.receive(1)
-        else:
-            message = await consumer.receive(TIMEOUT)
-            assert message is not None and message.text == "M"
-            await hold_answers(toxiproxy, names[0])
-            if mode is AckMode.CLIENT:
-                with pytest.raises(AcknowledgeFailedError) as in_doubt:
-                    await api.acknowledge(message)
-            else:
-                with pytest.raises(TransactionRolledBackError) as in_doubt:  # type: ignore[assignment]
-                    await session.commit()
-            assert in_doubt.value.in_doubt
-            await recorder.wait_for("failed", timeout=TIMEOUT)
-        await connection.close()
+        try:
+            await _in_doubt_at_give_up(api, activemq, toxiproxy, names[0], connection, queue, mode)
+        finally:
+            await connection.close()
     # The broker applied it: had the client said nothing, the message would be lost.
     assert activemq.queue_depth(queue.name) == 0
     assert activemq.unacked_count(queue.name) == 0
@@ -230,20 +207,60 @@ async def test_F4_calls_on_a_connection_that_is_gone_never_hold_up_other_calls(
     with proxies(toxiproxy, activemq, 1) as names, anyio.fail_after(TIMEOUT):
         url = url_over(toxiproxy, names, giveupafter=300, connectdelay=50, maxdelay=50)
         doomed = await api.connect(url, idle_timeout=CLIENT_IDLE)
-        producer = await (await doomed.create_session()).create_producer(Queue("gone"))
-        recorder = Recorder()
-        await doomed.add_listener(recorder)
-        await anyio.to_thread.run_sync(toxiproxy.disable, names[0])
-        await recorder.wait_for("failed", timeout=TIMEOUT)
-        async with await api.connect(activemq.url) as healthy:
-            await healthy.start()
-            session = await healthy.create_session()
-            consumer = await session.create_consumer(Queue(f"quiet-{uuid.uuid4().hex[:8]}"))
-            until = time.monotonic() + SPIN
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_call_on_a_dead_connection_until, api, producer, until)
-                started = time.monotonic()
-                assert await consumer.receive(0.2) is None
-                took = time.monotonic() - started
-        await doomed.close()
+        try:
+            producer = await (await doomed.create_session()).create_producer(Queue("gone"))
+            recorder = Recorder()
+            await doomed.add_listener(recorder)
+            await anyio.to_thread.run_sync(toxiproxy.disable, names[0])
+            await recorder.wait_for("failed", timeout=TIMEOUT)
+            async with await api.connect(activemq.url) as healthy:
+                await healthy.start()
+                session = await healthy.create_session()
+                consumer = await session.create_consumer(Queue(f"quiet-{uuid.uuid4().hex[:8]}"))
+                until = time.monotonic() + SPIN
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_call_on_a_dead_connection_until, api, producer, until)
+                    started = time.monotonic()
+                    assert await consumer.receive(0.2) is None
+                    took = time.monotonic() - started
+        finally:
+            await doomed.close()
     assert took < SPIN / 2, f"receive(0.2) took {took:.2f} s beside the calls on the dead one"
+
+
+async def _in_doubt_at_give_up(
+    api: Api,
+    activemq: BrokerThread,
+    toxiproxy: ToxiproxyClient,
+    proxy: str,
+    connection: Any,
+    queue: Queue,
+    mode: AckMode,
+) -> None:
+    """The body of the test above, on ``connection`` (through ``proxy``): the message is the
+    application's whatever becomes of the connection."""
+    recorder = Recorder()
+    await connection.add_listener(recorder)
+    await connection.start()
+    session = await connection.create_session(mode)
+    consumer = await session.create_consumer(queue)
+    await eventually(lambda: activemq.unacked_count(queue.name) == 1)  # prefetched
+    if mode is AckMode.AUTO:
+        await hold_answers(toxiproxy, proxy)
+        message = await consumer.receive(TIMEOUT)  # acknowledged before it is returned
+        assert message is not None and message.text == "M"
+        assert message.ack_in_doubt and message.redelivered
+        with pytest.raises(ConnectionFailedError):  # the failover had given up
+            await consumer.receive(1)
+    else:
+        message = await consumer.receive(TIMEOUT)
+        assert message is not None and message.text == "M"
+        await hold_answers(toxiproxy, proxy)
+        if mode is AckMode.CLIENT:
+            with pytest.raises(AcknowledgeFailedError) as in_doubt:
+                await api.acknowledge(message)
+        else:
+            with pytest.raises(TransactionRolledBackError) as in_doubt:  # type: ignore[assignment]
+                await session.commit()
+        assert in_doubt.value.in_doubt
+    await recorder.wait_for("failed", timeout=TIMEOUT)
