@@ -25,8 +25,6 @@ import anyio
 import anyio.to_thread
 
 from chaos.applications import AppProcess
-from chaos.scenarios.app_kills import AppKillRun, effects_check, finish
-from chaos.scenarios.apps import business_of, effects_of
 from chaos.scenarios.workloads import WorkloadContext
 
 __all__ = ["FINISH", "outbox_inbox"]
@@ -38,6 +36,9 @@ runner's hang bound)."""
 
 async def outbox_inbox(context: WorkloadContext) -> None:
     """Run the application pair on ``context``'s stream until its stop, then audit it."""
+    # here, not at the top: ``python -m chaos.scenarios.apps`` imports this package first
+    from chaos.scenarios.app_kills import finish
+
     where = Path(tempfile.mkdtemp(prefix=f"chaos-{context.stream}-"))
     producer_db, consumer_db = str(where / "producer.db"), str(where / "consumer.db")
     url = f"{context.url}&amqp.idleTimeout={int(context.idle_timeout * 1000)}"
@@ -83,6 +84,9 @@ def _record(
     consumer: AppProcess,
     finished: bool,
 ) -> None:
+    from chaos.scenarios.app_kills import AppKillRun, effects_check
+    from chaos.scenarios.apps import business_of, effects_of
+
     run = AppKillRun()
     effects_check(producer_db, consumer_db, run)
     changed = sorted(business_of(producer_db).values())
