@@ -30,6 +30,10 @@ unexpected_error   F3     a call raised what its rule does not allow (only Ackno
                           took away are expected; a receive timing out returns None).
 unanswered         F6     a request got no reply after every retry.
 hung               F2     a workload did not finish.
+lost_effect        X1-X3  a business change committed in an application's database whose
+                          effect the consuming application never applied (``outbox_inbox``:
+                          ``changed`` against ``effect`` events, read from their databases).
+duplicated_effect  X3     a message's effect applied more than once.
 =================  =====  ==================================================================
 
 Times are ``time.time()`` seconds. The failover listener of the async API runs on the event loop
@@ -62,6 +66,8 @@ PROMISES: dict[str, str] = {
     "unexpected_error": "F3",
     "unanswered": "F6",
     "hung": "F2",
+    "lost_effect": "X1-X3",
+    "duplicated_effect": "X3",
 }
 
 EXPECTED_ERRORS = {
@@ -77,7 +83,9 @@ FINAL_BY_RECEIPT = {"AUTO", "DUPS_OK", "NO_ACK"}
 class Event:
     """One line of the ledger.
 
-    ``kind`` is one of: sent, accepted, received, acknowledged, ack_failed, committed,
+    ``kind`` is one of: changed (a business change committed with its outbox message), effect
+    (one application of a message's effect, read from the consumer's database), outbox, sent,
+    accepted, received, acknowledged, ack_failed, committed,
     rolled_back, error, call, failover_started, failover_completed, fault, reply, unanswered,
     hung, stopped (an actor whose connection or consumer closed for good: it stopped for the
     rest of the round), left (taken off the stream's queue by the drain at the end of the
@@ -260,6 +268,28 @@ class _Stream:
         self._check_duplicates(consumptions, left)
         self._check_failover_windows(received)
         self._check_replies()
+        self._check_effects()
+
+    def _check_effects(self) -> None:
+        """X1-X3: every committed change applied exactly once (``changed`` and ``effect``
+        events, which only the ``outbox_inbox`` workload writes)."""
+        changed = {i for e in self._of("changed") for i in e.ids}
+        if not changed:
+            return
+        applied: dict[str, int] = defaultdict(int)
+        for event in self._of("effect"):
+            for message_id in event.ids:
+                applied[message_id] += 1
+        self.summary.accepted = len(changed)
+        self.summary.consumed = len(applied)
+        self.summary.duplicates = sum(1 for n in applied.values() if n > 1)
+        for message_id in sorted(changed - applied.keys()):
+            self.fail("lost_effect", f"{message_id} committed, its effect never applied")
+        for message_id, times in sorted(applied.items()):
+            if times > 1:
+                self.fail("duplicated_effect", f"{message_id} applied {times} times")
+        for message_id in sorted(applied.keys() - changed):
+            self.fail("phantom", f"{message_id} applied, no committed change wrote it")
 
     def _receptions(self) -> dict[str, list[float]]:
         times: dict[str, list[float]] = defaultdict(list)

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from chaos.applications import Applications
 from chaos.broker import Broker
 from chaos.broker.state import ACTIVEMQ_IDLE_TIMEOUT, BrokerMode
 from chaos.net import free_port
@@ -178,6 +179,8 @@ class Bed:
         self.faults: list[FaultRecord] = []
         self.client: ToxiproxyClient | None = None
         self._stack = ExitStack()
+        self.apps = Applications()
+        """The application processes the ``app_kill`` fault may kill (``chaos.applications``)."""
         self._portal: BlockingPortal | None = None
 
     # --- life cycle ---------------------------------------------------------------------------

@@ -31,9 +31,9 @@ import haclient
 from chaos.args import non_negative_seconds, positive_seconds
 from chaos.audit import audit
 from chaos.bed import Bed, FaultRecord
-from chaos.faults import FAULTS
+from chaos.faults import ALL_FAULTS, APP_FAULTS, FAULTS
 from chaos.report import write_report
-from chaos.scenarios.runner import MatrixRun, Schedule, run_matrix
+from chaos.scenarios.runner import ALL_WORKLOADS, APP_WORKLOADS, MatrixRun, Schedule, run_matrix
 from chaos.scenarios.workloads import WORKLOADS
 from chaos.toxiproxy.client import TOXIPROXY_URL, ToxiproxyClient, ToxiproxyError
 from haclient.errors import AuthenticationError, ClientIdInUseError, HAClientError
@@ -122,17 +122,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--faults",
-        type=lambda t: _names(t, FAULTS, "fault"),
+        type=lambda t: _names(t, ALL_FAULTS, "fault"),
         default=list(FAULTS),
         metavar="NAMES",
-        help=f"comma-separated (default: all: {', '.join(FAULTS)})",
+        help=f"comma-separated (default: {', '.join(FAULTS)}; also: {', '.join(APP_FAULTS)}, "
+        "which kills the outbox_inbox workload's application processes)",
     )
     run.add_argument(
         "--workloads",
-        type=lambda t: _names(t, WORKLOADS, "workload"),
+        type=lambda t: _names(t, ALL_WORKLOADS, "workload"),
         default=list(WORKLOADS),
         metavar="NAMES",
-        help=f"comma-separated (default: all: {', '.join(WORKLOADS)})",
+        help=f"comma-separated (default: {', '.join(WORKLOADS)}; also: "
+        f"{', '.join(APP_WORKLOADS)}, an outbox and an inbox in processes of their own)",
     )
     run.add_argument(
         "--per-round",

@@ -9,11 +9,12 @@ found it. A silent broker or a blackhole lasts longer than twice the clients' id
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 
 from chaos.bed import Bed, FaultRecord
 
-__all__ = ["FAULTS", "IDLE_TIMEOUT", "Fault"]
+__all__ = ["ALL_FAULTS", "APP_FAULTS", "FAULTS", "IDLE_TIMEOUT", "Fault"]
 
 IDLE_TIMEOUT = 0.5
 """The idle timeout (seconds) the workloads' connections advertise: a silent peer is found
@@ -59,6 +60,12 @@ def _limit_data(bed: Bed, rng: random.Random) -> FaultRecord:
     return bed.limit_data(rng.uniform(0.3, 0.8), nbytes=rng.randint(40, 400))
 
 
+def _app_kill(bed: Bed, rng: random.Random) -> FaultRecord:
+    start = time.time()
+    detail = bed.apps.kill_one(rng)
+    return FaultRecord("app_kill", detail, start, time.time())
+
+
 def _flap(bed: Bed, rng: random.Random) -> FaultRecord:
     return bed.flap(period_ms=rng.randint(50, 200), count=rng.randint(2, 4))
 
@@ -76,3 +83,14 @@ FAULTS: dict[str, Fault] = {
     "flap": _flap,
 }
 """Every fault the bed can play, by the name the matrix and the report use."""
+
+APP_FAULTS: dict[str, Fault] = {
+    "app_kill": _app_kill,
+}
+"""Faults on the applications rather than the brokers or the network: ``app_kill`` SIGKILLs
+one of the application processes a workload listed in ``bed.apps`` (``chaos.applications``) and
+starts it again. Not among a run's default faults: only the ``outbox_inbox`` workload runs
+such processes (``--faults app_kill --workloads outbox_inbox``)."""
+
+ALL_FAULTS: dict[str, Fault] = {**FAULTS, **APP_FAULTS}
+"""Every fault a run can be asked for, by name."""

@@ -59,6 +59,7 @@ FAULT_MEANINGS = {
     "slicer": "data both ways cut into slices of a few bytes",
     "limit_data": "each connection cut after a few hundred bytes, mid-frame",
     "flap": "every proxy down and up again a few times",
+    "app_kill": "an application process (outbox producer, inbox consumer) SIGKILLed, restarted",
 }
 """What each fault does, in a reader's words (the ledger's ``fault`` events give the details)."""
 
@@ -166,6 +167,8 @@ PROMISE_NAMES: dict[str, str] = {
     "unexpected_error": "no call raises what its rule does not allow",
     "unanswered": "every request is answered",
     "hung": "every workload finishes",
+    "lost_effect": "every committed change takes effect (outbox, inbox)",
+    "duplicated_effect": "no effect is applied twice (inbox)",
 }
 """Each promise of the audit (``chaos.audit.PROMISES``), as the report's reader says it."""
 
@@ -174,6 +177,8 @@ PROMISE_WORKLOADS: dict[str, frozenset[str]] = {
     "in_doubt_partial": frozenset({"transacted", "tx_to_client"}),
     "ack_after_failover": frozenset({"client", "individual", "tx_to_client"}),
     "unanswered": frozenset({"request_reply"}),
+    "lost_effect": frozenset({"outbox_inbox"}),
+    "duplicated_effect": frozenset({"outbox_inbox"}),
 }
 """The workloads that can break a promise, where not every workload can: a run without any
 of them has no row for it (a row of 0 would claim a check that never ran)."""

@@ -73,6 +73,7 @@ from haclient.mapping import (
 from haclient.message import DeliveryMode, Message, checked_properties
 
 __all__ = [
+    "STORED",
     "Encoded",
     "EncodingTerms",
     "OutgoingEncoder",
@@ -188,6 +189,13 @@ def stamp_send(
     )
 
 
+STORED: Final = -2
+"""The ``EncodingTerms.epoch`` of a payload encoded for no connection, kept to be sent later (an
+outbox row): it names queues and topics only (their addresses never move), so its bytes are right
+on any connection with the same prefixes and user id, and its destinations are read back from
+them (``OutgoingEncoder.again``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EncodingTerms:
     """What a payload is encoded for: one physical connection (``epoch``) to a broker with
@@ -196,6 +204,18 @@ class EncodingTerms:
     epoch: int
     prefixes: DestinationPrefixes
     user_id: bytes | None
+
+    def fit(self, other: EncodingTerms) -> bool:
+        """Whether a payload encoded for these terms can go as it is where ``other`` holds:
+        the same connection, or a stored payload (``STORED``) on a connection with the same
+        prefixes and user id."""
+        if self.epoch == other.epoch:
+            return True
+        return (
+            self.epoch == STORED
+            and self.prefixes == other.prefixes
+            and self.user_id == other.user_id
+        )
 
 
 class Encoded:
@@ -332,10 +352,12 @@ class OutgoingEncoder:
 
     def again(self, encoded: Encoded, terms: EncodingTerms) -> bytes:
         """``encoded``'s message encoded for ``terms`` instead (a new physical connection,
-        after failover): decoded from its own bytes, its destinations as they are now."""
+        after failover): decoded from its own bytes, its destinations as they are now (a
+        ``STORED`` payload's as its bytes name them: queues and topics do not move)."""
         message = from_amqp(MessageView(encoded.payload), prefixes=encoded.terms.prefixes)
-        message.destination = encoded.destination
-        message.reply_to = encoded.reply_to
+        if encoded.terms.epoch != STORED:
+            message.destination = encoded.destination
+            message.reply_to = encoded.reply_to
         return self.encode(message, terms.prefixes, terms.user_id, stamp_user_id=True)
 
     def _address(self, destination: Destination | None) -> _Address:

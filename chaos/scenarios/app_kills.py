@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,11 +29,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chaos.applications import AppProcess
 from chaos.bed import Bed
 from chaos.faults import FAULTS, IDLE_TIMEOUT
 from chaos.scenarios.apps import business_of, effects_of
 
-__all__ = ["AppKillRun", "effects_check", "run_app_kills"]
+__all__ = ["AppKillRun", "effects_check", "finish", "run_app_kills"]
 
 BROKER_FAULTS = ("kill", "stop", "reset_peer", "latency", "blackhole")
 
@@ -76,41 +74,6 @@ def effects_check(producer_db: str, consumer_db: str, run: AppKillRun) -> None:
         (run.outbox_left,) = db.execute("SELECT count(*) FROM haclient_outbox").fetchone()
 
 
-class _App:
-    """One application process, started again after each kill; stopped by its pid."""
-
-    def __init__(self, role: str, args: list[str], log: Path) -> None:
-        self.role = role
-        self.args = [sys.executable, "-m", "chaos.scenarios.apps", role, *args]
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.readies = 0
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=out)
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until this start said ``ready`` (connected, at work), so that a kill lands
-        in the work, not in the interpreter's start-up."""
-        deadline = time.monotonic() + timeout
-        said = self.log.read_bytes().count(b"ready\n") if self.log.exists() else 0
-        while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
-            if self.log.read_bytes().count(b"ready\n") > self.readies:
-                self.readies += 1
-                return
-            time.sleep(0.02)
-        self.readies = said
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def finished(self) -> bool:
-        return self.proc is not None and self.proc.poll() == 0
-
-
 def run_app_kills(kills: int, seed: int, count: int, out: Path) -> AppKillRun:
     """Run ``kills`` application kills with broker faults alongside; audit the effects."""
     rng = random.Random(seed)
@@ -121,12 +84,14 @@ def run_app_kills(kills: int, seed: int, count: int, out: Path) -> AppKillRun:
     with Bed(ha=True) as bed:
         url = bed.url() + f"&amqp.idleTimeout={int(IDLE_TIMEOUT * 1000)}"
         common = ["--url", url, "--queue", queue]
-        producer = _App(
+        producer = AppProcess(
             "producer",
             [*common, "--database", producer_db, "--count", str(count), "--pace", "0.01"],
             out / "producer.log",
         )
-        consumer = _App("consumer", [*common, "--database", consumer_db], out / "consumer.log")
+        consumer = AppProcess(
+            "consumer", [*common, "--database", consumer_db], out / "consumer.log"
+        )
         apps = [producer, consumer]
         stop = threading.Event()
         faults = threading.Thread(target=_broker_faults, args=(bed, rng, stop, run), daemon=True)
@@ -143,7 +108,7 @@ def run_app_kills(kills: int, seed: int, count: int, out: Path) -> AppKillRun:
                 app.start()
             stop.set()
             faults.join()
-            _finish(producer, consumer, producer_db, consumer_db, count)
+            finish(producer, consumer, producer_db, consumer_db)
         finally:
             stop.set()
             for app in apps:
@@ -160,22 +125,29 @@ def _broker_faults(bed: Bed, rng: random.Random, stop: threading.Event, run: App
         run.broker_faults[name] = run.broker_faults.get(name, 0) + 1
 
 
-def _finish(producer: _App, consumer: _App, producer_db: str, consumer_db: str, count: int) -> None:
-    """Let the producer reach ``count`` changes and the consumer apply them (5 minutes at most)."""
-    deadline = time.monotonic() + 300
+def finish(
+    producer: AppProcess,
+    consumer: AppProcess,
+    producer_db: str,
+    consumer_db: str,
+    timeout: float = 300.0,
+) -> bool:
+    """Let the producer finish its changes and the consumer apply them, ``timeout`` seconds at
+    most; True when they did. A producer that died on its own (a failover that gave up) is
+    started again."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (
-            producer.proc is not None
-            and producer.proc.poll() is not None
-            and not producer.finished()
-        ):
-            producer.start()  # died on its own (a failover that gave up): start it again
+        if producer.died():
+            producer.start()
+        if consumer.died():
+            consumer.start()
         if producer.finished():
             applied = {message_id for _n, message_id in effects_of(consumer_db)}
             if set(business_of(producer_db).values()) <= applied:
                 time.sleep(1.0)  # copies still on their way would show as duplicates
-                return
+                return True
         time.sleep(0.2)
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,10 +7,11 @@ The **producer** makes business changes: each is one row of ``business(n, messag
 in the same transaction, one outbox message (``haclient.exactly_once.Outbox``) to ``Q``
 carrying ``n``; a relay in the same process (``haclient.exactly_once.Relay``) sends them. It
 goes on from the highest ``n`` committed, so a producer killed and started again continues
-where it stopped, until ``n`` reaches ``--count``; then it waits for its relay to empty the
-outbox and says ``done``. The **consumer** receives in a CLIENT session and applies each
-message with ``haclient.exactly_once.Inbox.handle``: the effect is one row of ``effects(n,
-message_id)`` (no unique key: a second application would show as a second row).
+where it stopped, until ``n`` reaches ``--count`` or ``--stop-file`` exists; then it waits for
+its relay to empty the outbox and says ``done``. The **consumer** receives in a CLIENT
+session and applies each message with ``haclient.exactly_once.Inbox.handle``: the effect is
+one row of ``effects(n, message_id)`` (no unique key: a second application would show as a
+second row).
 
 Each prints ``ready`` once connected, and flushes every line, so that a test can wait for it.
 ``--pause-before-ack`` makes the consumer print ``applied <id>`` after its first commit and
@@ -21,6 +22,7 @@ wait there without acknowledging (a test kills it at that point). ``effects_of``
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 import threading
@@ -62,14 +64,19 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def produce(url: str, database: str, queue: str, count: int, pace: float) -> None:
-    """Make business changes ``n`` (from the last committed one + 1) up to ``count``."""
+def produce(
+    url: str, database: str, queue: str, count: int, pace: float, stop_file: str | None = None
+) -> None:
+    """Make business changes ``n`` (from the last committed one + 1) up to ``count``, or
+    until ``stop_file`` exists."""
     db = open_database(database)
     outbox = Outbox()
     with haclient.connect(url) as connection, Relay(connection, database) as relay:
         _say("ready")
         (last,) = db.execute("SELECT coalesce(max(n), 0) FROM business").fetchone()
         for n in range(last + 1, count + 1):
+            if stop_file is not None and os.path.exists(stop_file):
+                break
             with outbox.transaction(db) as tx:
                 message_id = tx.send(Queue(queue), TextMessage(str(n), properties={"n": n}))
                 db.execute("INSERT INTO business (n, message_id) VALUES (?, ?)", (n, message_id))
@@ -119,9 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--pace", type=float, default=0.0)
     parser.add_argument("--pause-before-ack", action="store_true")
+    parser.add_argument("--stop-file", default=None, help="the producer stops once it exists")
     args = parser.parse_args(argv)
     if args.role == "producer":
-        produce(args.url, args.database, args.queue, args.count, args.pace)
+        produce(args.url, args.database, args.queue, args.count, args.pace, args.stop_file)
     else:
         consume(args.url, args.database, args.queue, args.pause_before_ack)
     return 0

@@ -33,14 +33,21 @@ import haclient.aio as aio
 import haclient.metrics
 from chaos.audit import Ledger
 from chaos.bed import Bed, FaultRecord
-from chaos.faults import FAULTS, IDLE_TIMEOUT
+from chaos.faults import ALL_FAULTS, FAULTS, IDLE_TIMEOUT
 from chaos.scenarios.drain import drain
-from chaos.scenarios.workloads import WORKLOADS, WorkloadContext
+from chaos.scenarios.outbox_inbox import outbox_inbox
+from chaos.scenarios.workloads import WORKLOADS, Workload, WorkloadContext
 from chaos.scrape import Scrape, scrape
 
-__all__ = ["MatrixRun", "Schedule", "run_matrix"]
+__all__ = ["ALL_WORKLOADS", "APP_WORKLOADS", "MatrixRun", "Schedule", "run_matrix"]
 
 log = logging.getLogger("chaos.runner")
+
+APP_WORKLOADS: dict[str, Workload] = {"outbox_inbox": outbox_inbox}
+"""Workloads that run applications in processes of their own (for the ``app_kill`` fault to
+kill): slower to start, so not among a run's default workloads."""
+ALL_WORKLOADS: dict[str, Workload] = {**WORKLOADS, **APP_WORKLOADS}
+"""Every workload a run can be asked for, by name."""
 
 WARM_UP = 0.5
 GAP = 0.3
@@ -91,9 +98,9 @@ class Schedule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))  # a value, as frozen promises
-        unknown = [name for name in self.faults if name not in FAULTS]
+        unknown = [name for name in self.faults if name not in ALL_FAULTS]
         if unknown:
-            raise ValueError(f"unknown faults {unknown} (known: {', '.join(FAULTS)})")
+            raise ValueError(f"unknown faults {unknown} (known: {', '.join(ALL_FAULTS)})")
         if not self.faults:
             raise ValueError("a schedule needs at least one fault")
         if self.count is not None and self.duration is not None:
@@ -140,9 +147,9 @@ def run_matrix(
     named after ``run_id`` (default: a fresh random one) and drained at the end. With
     ``tracer_provider`` (an OpenTelemetry ``TracerProvider``) the workloads' connections trace,
     and the ledger notes each message's trace id."""
-    unknown = [name for name in workloads if name not in WORKLOADS]
+    unknown = [name for name in workloads if name not in ALL_WORKLOADS]
     if unknown:
-        raise ValueError(f"unknown workloads {unknown} (known: {', '.join(WORKLOADS)})")
+        raise ValueError(f"unknown workloads {unknown} (known: {', '.join(ALL_WORKLOADS)})")
     if not workloads:
         raise ValueError("a run needs at least one workload")
     schedule = schedule or Schedule()
@@ -205,6 +212,7 @@ class _Rounds:
                 on_connect=self.on_connect,
                 queue=f"chaos-{self.run.run_id}-{name}-r{number}",
                 tracer_provider=self.tracer_provider,
+                apps=self.bed.apps,
             )
             for name in self.run.workloads
         ]
@@ -225,7 +233,7 @@ class _Rounds:
             worker.join()
 
     def _inject(self, name: str) -> None:
-        record = FAULTS[name](self.bed, self.rng)
+        record = ALL_FAULTS[name](self.bed, self.rng)
         self.run.faults.append(record)
         self.run.ledger.add(
             "fault",
@@ -278,7 +286,7 @@ async def _run_all(contexts: list[WorkloadContext], stop: threading.Event) -> No
 async def _guarded(context: WorkloadContext, stop: threading.Event) -> None:
     """Run the stream's workload; cancel it and write it down as hung when it outlives the
     stop by ``HANG_AFTER`` seconds."""
-    workload = WORKLOADS[context.stream.rsplit("-r", 1)[0]]
+    workload = ALL_WORKLOADS[context.stream.rsplit("-r", 1)[0]]
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import anyio
 
 import haclient.aio as aio
+from chaos.applications import Applications
 from chaos.audit import Ledger
 from haclient import AckMode, Message, Queue, TextMessage
 from haclient.errors import (
@@ -70,6 +71,9 @@ class WorkloadContext:
     tracer_provider: Any = None
     """An OpenTelemetry ``TracerProvider``: the connections trace (rules O1-O4) and the ledger
     notes each message's trace id (the report's table of the messages a fault hit)."""
+    apps: Applications | None = None
+    """Where a workload lists the application processes the ``app_kill`` fault may kill (the
+    bed's); None: nowhere."""
     gone: set[str] = field(default_factory=set)
     """The actors whose connection (or consumer) is closed for good: failover gave up, or the
     object was closed. They stop for the rest of the round instead of calling on in a loop."""

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,6 +50,7 @@ from haclient.errors import (
     AMQPError,
     ClosedError,
     HAClientError,
+    IllegalStateError,
     error_from_condition,
 )
 from haclient.message import DeliveryMode, Message
@@ -340,6 +341,96 @@ class MessageProducer:
             return
         await self._send_until_done(destination, encoded, wait=None, deadline=deadline)
 
+    @property
+    def traced(self) -> bool:
+        """Whether the connection traces this producer's sends (``send`` and ``send_async``
+        make the spans; ``send_encoded_all`` makes none)."""
+        return self._context.tracing is not None
+
+    async def send_encoded_all(
+        self, items: Sequence[Encoded], *, timeout: float | None = None
+    ) -> list[HAClientError | None]:
+        """Send ``items`` (encoded beforehand, each with its own id) in order, pipelined, and
+        wait for every outcome; one result per item: None when the broker accepted it, else
+        the error it refused it with. The outbox relay's send: the outcome of each message, as
+        ``send_async`` gives it, without a task per message.
+
+        While the connection fails over the call waits (F2), until ``timeout`` seconds after
+        the call at most (None: the connection's ``send_timeout``); a loss re-sends every item
+        whose outcome had not come, in order, with the same ids (F11). A presettled producer
+        (M5) waits for nothing: every result is None once queued.
+
+        Raises:
+            IllegalStateError: the session is transacted (a transaction's sends are confirmed
+                by its commit: use ``send``).
+            ClosedError: the producer, session or connection is closed.
+            ConnectionFailedError, FailoverTimeoutError: failover gave up, or took longer
+                than ``timeout`` (F4); the items without a result may have been sent or not.
+        """
+        await ensure_open(self._check_open)
+        if self._context.transaction is not None:
+            raise IllegalStateError("send_encoded_all sends outside a transaction: use send")
+        results: list[HAClientError | None] = [None] * len(items)
+        waiting = deque(range(len(items)))  # the items without an outcome yet, in order
+        sent: dict[int, Delivery] = {}
+        epoch = -1
+
+        async def attempt(at: Connected) -> None:
+            nonlocal epoch
+            if at.epoch != epoch:
+                if sent:
+                    log.info("re-sending %d messages after the connection was lost", len(waiting))
+                    self._context.connection.counters.resent += len(waiting)
+                sent.clear()
+                epoch = at.epoch
+            await self._transfer_all(at, items, waiting, sent)
+            if self._presettled:
+                waiting.clear()
+                return
+            while waiting:
+                index = waiting[0]
+                outcome = await at.amqp.wait_settled(sent[index])
+                try:
+                    self._check_outcome(outcome, items[index])
+                except HAClientError as exc:
+                    results[index] = exc
+                waiting.popleft()
+
+        await self._context.gate.run(attempt, deadline=deadline_after(self._send_timeout(timeout)))
+        return results
+
+    async def _transfer_all(
+        self,
+        at: Connected,
+        items: Sequence[Encoded],
+        waiting: Iterable[int],
+        sent: dict[int, Delivery],
+    ) -> None:
+        """Queue a transfer, on ``at``'s connection, of each item of ``waiting`` not in
+        ``sent`` yet (and note it there): ``_transfer``'s work with the terms and the links
+        looked up once, not per message. Their outcomes are the caller's to take (not in
+        ``_unconfirmed``)."""
+        amqp = at.amqp
+        terms = self._terms(at)
+        links: dict[Destination, Sender] = {}
+        counters = self._context.connection.counters
+        for index in waiting:
+            if index in sent:
+                continue
+            item = items[index]
+            link = links.get(item.destination)
+            if link is None or link.is_closed:
+                link = links[item.destination] = await self._link_for(item.destination)
+            if link.credit <= 0:
+                await amqp.wait_for_credit(link)
+                self._check_open()
+            fits = item.terms.epoch == at.epoch or item.terms.fit(terms)
+            payload = item.payload if fits else self._encoder.again(item, terms)
+            sent[index] = amqp.send_nowait(link, payload, settled=self._presettled)
+            counters.sent += 1
+            if self._uuid_ids:
+                self._context.connection.note_sent(item.message_id)
+
     def take_failure(self) -> HAClientError | None:
         """The first refusal of a pipelined send not reported yet, taken (not raised)."""
         try:
@@ -596,7 +687,10 @@ class MessageProducer:
         if type(message) is Encoded:
             if message.terms.epoch == at.epoch:
                 return message.payload
-            return self._encoder.again(message, self._terms(at))
+            terms = self._terms(at)
+            if message.terms.fit(terms):  # a stored payload, right for this broker as it is
+                return message.payload
+            return self._encoder.again(message, terms)
         assert isinstance(message, Message)
         physical = at.physical
         user_id = physical.user_id if physical.populate_user_id else None

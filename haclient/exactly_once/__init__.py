@@ -6,7 +6,7 @@ How this works, in one picture::
     application transaction                relay (task or process)           consumer
     ------------------------               -----------------------           --------
     UPDATE orders ...           ─┐         read oldest rows                  receive (CLIENT)
-    outbox: INSERT row (id fixed)├ COMMIT  send_async each (same id) ──────► inbox.handle:
+    outbox: INSERT row (id fixed)├ COMMIT  send each (same id) ───────────► inbox.handle:
                                  ┘         wait for the broker's accept        BEGIN
                                            DELETE the accepted rows            id seen? skip
                                                                                effect + INSERT id

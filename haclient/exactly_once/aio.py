@@ -11,7 +11,7 @@ from one task at a time. The rules are those of the blocking objects (X1-X4).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import anyio
@@ -112,6 +112,37 @@ class Inbox:
         """
         applied = await self.apply(db, message, effect)
         await message.acknowledge()
+        return applied
+
+    async def apply_all(
+        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
+    ) -> list[bool]:
+        """The blocking ``Inbox.apply_all``: every message in one transaction, in one worker
+        thread call; listeners told on the event loop.
+
+        Raises:
+            As ``haclient.exactly_once.Inbox.apply_all``.
+        """
+        applied = await anyio.to_thread.run_sync(
+            self._inbox.apply_all_quietly, db, messages, effect, limiter=self._limiter
+        )
+        for message, done in zip(messages, applied, strict=True):
+            if not done:
+                self._inbox.tell_duplicate(message)
+        return applied
+
+    async def handle_all(
+        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
+    ) -> list[bool]:
+        """``apply_all``, then acknowledge every message once the commit is done (in a CLIENT
+        session, pass every message received and not yet acknowledged).
+
+        Raises:
+            As ``haclient.exactly_once.Inbox.handle_all``.
+        """
+        applied = await self.apply_all(db, messages, effect)
+        for message in messages:
+            await message.acknowledge()
         return applied
 
     async def prune(self, db: sqlite3.Connection) -> int:

@@ -23,7 +23,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -161,26 +161,68 @@ class Inbox:
 
     def apply_quietly(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
         """``apply`` without telling listeners (the async twin tells them on its loop)."""
-        message_id = _id_of(message)
+        return self.apply_all_quietly(db, [message], effect)[0]
+
+    def apply_all(
+        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
+    ) -> list[bool]:
+        """``apply`` for several messages in one transaction (one commit): each message's
+        effect, in order, unless its id was applied before (by an earlier transaction or
+        earlier in ``messages``); all of it commits together, or nothing does. One result
+        per message, True when applied. Acknowledge none of them before this returned.
+
+        Raises:
+            As ``apply``: an ``effect`` that raises rolls back every message's effect.
+        """
+        applied = self.apply_all_quietly(db, messages, effect)
+        for message, done in zip(messages, applied, strict=True):
+            if not done:
+                self.tell_duplicate(message)
+        return applied
+
+    def handle_all(
+        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
+    ) -> list[bool]:
+        """``apply_all``, then acknowledge every message (duplicates too), once the commit is
+        done. In a CLIENT session an acknowledgement covers every message the session
+        delivered: pass all the messages received and not yet acknowledged (X3).
+
+        Raises:
+            AcknowledgeFailedError: a failover cut the acknowledgement off (F8).
+            As ``apply_all``.
+        """
+        applied = self.apply_all(db, messages, effect)
+        for message in messages:
+            message.acknowledge()
+        return applied
+
+    def apply_all_quietly(
+        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
+    ) -> list[bool]:
+        """``apply_all`` without telling listeners (the async twin tells them on its loop)."""
+        ids = [_id_of(message) for message in messages]
         _check_db(db)
         if db.in_transaction:
             raise IllegalStateError(
                 "the inbox's transaction must be its own: this connection has one open"
             )
+        applied: list[bool] = []
+        here: set[str] = set()
         try:
             db.execute("BEGIN IMMEDIATE")
-            if self.seen(db, message_id):
-                db.commit()
-                self._count(duplicates=1)
-                log.info("inbox %s skipped %s: applied before", self.name, message_id)
-                return False
-            effect(message)
             now = time.time()
-            db.execute(
-                "INSERT INTO haclient_inbox (inbox, message_id, applied) VALUES (?, ?, ?)",
-                (self.name, message_id, now),
-            )
-            pruned = self._prune_if_due(db, now)
+            for message, message_id in zip(messages, ids, strict=True):
+                if message_id in here or self.seen(db, message_id):
+                    applied.append(False)
+                    continue
+                effect(message)
+                db.execute(
+                    "INSERT INTO haclient_inbox (inbox, message_id, applied) VALUES (?, ?, ?)",
+                    (self.name, message_id, now),
+                )
+                here.add(message_id)
+                applied.append(True)
+            pruned = self._prune_if_due(db, now, len(here))
         except BaseException as exc:
             if db.in_transaction:
                 db.rollback()
@@ -188,8 +230,12 @@ class Inbox:
                 raise translated(exc) from exc
             raise
         db.commit()
-        self._count(applied=1, pruned=pruned)
-        return True
+        duplicates = len(applied) - len(here)
+        self._count(applied=len(here), duplicates=duplicates, pruned=pruned)
+        for message_id, done in zip(ids, applied, strict=True):
+            if not done:
+                log.info("inbox %s skipped %s: applied before", self.name, message_id)
+        return applied
 
     def tell_duplicate(self, message: Message) -> None:
         """Call ``duplicate_skipped`` on each listener, in the calling thread."""
@@ -226,9 +272,11 @@ class Inbox:
         self._count(pruned=count)
         return count
 
-    def _prune_if_due(self, db: sqlite3.Connection, now: float) -> int:
+    def _prune_if_due(self, db: sqlite3.Connection, now: float, count: int) -> int:
+        """Prune when this transaction's ``count`` applied messages pass a multiple of
+        ``prune_every``."""
         with self._lock:
-            due = (self._applied + 1) % self.prune_every == 0
+            due = (self._applied + count) // self.prune_every > self._applied // self.prune_every
         return self._delete_expired(db, now) if due else 0
 
     def _delete_expired(self, db: sqlite3.Connection, now: float) -> int:

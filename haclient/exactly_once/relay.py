@@ -1,12 +1,15 @@
 """The relay: sends what the outbox holds through a failover connection, then deletes it.
 
-How this works: one task reads the oldest rows (``batch_size``, in write order), sends each
-with ``send_async`` on one anonymous producer (pipelined; each message keeps the id its row
-fixed, ``preserve_message_id``), waits for every outcome, and deletes the rows the broker
-accepted (and those that expired unsent) in one statement. Then the next batch; an empty
-outbox is looked at again every ``poll_interval``. A send the broker refused leaves its row,
-which is tried again after ``retry_delay``. SQLite runs in worker threads, one call at a time
-(``anyio.to_thread`` with a limiter of one), so the event loop never waits on the disk.
+How this works: one task reads the oldest rows (``batch_size``, in write order, after the last
+row it sent), sends them on one anonymous producer with ``send_encoded_all`` (pipelined, each
+row's stored bytes as they are, with the id its row fixed; a connection that traces sends each
+with ``send_async`` instead, in its span), takes every outcome, and deletes the rows the broker
+accepted (and those that expired unsent) in one transaction. The next batch is read while one
+is in flight and a batch's rows are deleted while the next one is sent. An empty outbox is
+looked at again every ``poll_interval``. A send the broker refused leaves its row, which is
+tried again after ``retry_delay`` (reading from the oldest row again). SQLite runs in worker
+threads, one call at a time (``anyio.to_thread`` with a limiter of one), so the event loop never
+waits on the disk.
 
 What this promises (docs/semantics.md, X2): a row is deleted only after a broker accepted its
 message, so a relay killed at any point sends, once restarted, every row not known accepted,
@@ -26,9 +29,9 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.abc
@@ -38,7 +41,7 @@ from haclient.aio.connection import Connection
 from haclient.aio.producer import MessageProducer
 from haclient.aio.session import Session
 from haclient.errors import ClosedError, ConfigurationError, HAClientError
-from haclient.exactly_once.rows import Row, message_of, parse_destination
+from haclient.exactly_once.rows import Row, encoded_of, message_of, parse_destination
 from haclient.exactly_once.schema import require
 from haclient.message import Message
 
@@ -135,7 +138,9 @@ class Relay:
         self._ready = anyio.Event()
         self._wake = anyio.Event()
         self._group: anyio.abc.TaskGroup | None = None
-        self._empty_reads = 0
+        self._full_reads = 0  # reads begun from the oldest row (cursor 0), numbered
+        self._empty_through = 0  # the number of the last of them that found the outbox empty
+        self._emptied = anyio.Event()  # set (and replaced) at each such empty read
         self._relayed = 0
         self._expired = 0
         self._refused = 0
@@ -210,13 +215,13 @@ class Relay:
             TimeoutError: not so within ``timeout`` seconds.
             ClosedError: the relay is closed or stopped (``statistics().error`` says why).
         """
-        seen = self._empty_reads
+        seen = self._full_reads  # a read begun later, if it finds nothing, says so
         self._wake.set()
         with anyio.fail_after(timeout):
-            while self._empty_reads < seen + 2:  # one read may have begun before the call
+            while self._empty_through <= seen:
                 if self._finished.is_set() or (self._stopping and not self._running):
                     raise ClosedError("the relay is not running") from self._error
-                await anyio.sleep(0.005)
+                await self._emptied.wait()
 
     @property
     def database(self) -> str:
@@ -286,6 +291,7 @@ class Relay:
             with anyio.CancelScope(shield=True):
                 await self._cleanup(db, session)
             self._finished.set()
+            self._emptied.set()  # wait_empty() sees the relay stopped
 
     async def _cleanup(self, db: sqlite3.Connection | None, session: Session | None) -> None:
         if session is not None:
@@ -298,22 +304,86 @@ class Relay:
             await self._db(db.close)
 
     async def _loop(self, db: sqlite3.Connection, producer: MessageProducer) -> None:
+        error: Exception | None = None
+        async with anyio.create_task_group() as group:  # the database calls in the background
+            try:
+                await self._relay(db, producer, group)
+            except Exception as exc:  # raised as it is, once the calls in flight ended
+                error = exc
+        if error is not None:
+            raise error
+
+    async def _relay(
+        self, db: sqlite3.Connection, producer: MessageProducer, group: anyio.abc.TaskGroup
+    ) -> None:
+        """Send batch after batch, each read (after ``cursor``) while the one before is sent,
+        its accepted rows deleted while the next one is sent.
+
+        Invariants: every row at or before ``cursor`` was sent in a batch whose outcomes all
+        came; it is deleted (or being deleted) unless the broker refused it, and then the
+        cursor goes back to 0 before the next send. SQLite lets one transaction write at a
+        time, so rows commit in ``seq`` order: a read that sees a row sees every row before it.
+        An empty read counts as "the outbox was empty" only from the start (cursor 0) with no
+        delete in flight.
+        """
+        cursor = 0
+        reading = self._read_after(group, db, cursor)
+        deleting: _Job[None] | None = None
         while not self._stopping:
-            rows = await self._db(_read, db, self._batch_size)
+            rows = await reading.result()
             if not rows:
-                self._empty_reads += 1
-                self._depth, self._oldest = 0, None
-                await self._idle(self._poll_interval)
+                if deleting is not None:
+                    await deleting.result()
+                    deleting = None
+                if cursor == 0:
+                    self._found_empty(reading)
+                    await self._idle(self._poll_interval)
+                cursor = 0
+                reading = self._read_after(group, db, cursor)
                 continue
+            cursor = rows[-1].seq
+            reading = self._read_after(group, db, cursor)
             done, refused = await self._send(producer, rows)
-            if done:
-                await self._db(_delete, db, done)
+            if deleting is not None:
+                await deleting.result()
+            deleting = self._start(group, _delete, db, done) if done else None
             self._batches += 1
             if time.monotonic() - self._counted_at >= _DEPTH_EVERY:
                 self._depth, self._oldest = await self._db(_depth, db)
                 self._counted_at = time.monotonic()
-            if refused:
+            if refused:  # tried again, from the oldest row, after retry_delay
+                await reading.result()
+                if deleting is not None:
+                    await deleting.result()
+                    deleting = None
                 await self._idle(self._retry_delay)
+                cursor = 0
+                reading = self._read_after(group, db, cursor)
+        if deleting is not None:
+            await deleting.result()
+
+    def _read_after(
+        self, group: anyio.abc.TaskGroup, db: sqlite3.Connection, cursor: int
+    ) -> _Job[Any]:
+        """Read the batch after ``cursor`` in the background (a read from the oldest row is
+        numbered: ``wait_empty`` waits for one begun after its call to find nothing)."""
+        job = self._start(group, _read, db, cursor, self._batch_size)
+        if cursor == 0:
+            self._full_reads += 1
+            job.number = self._full_reads
+        return job
+
+    def _found_empty(self, reading: _Job[Any]) -> None:
+        self._empty_through = reading.number
+        self._depth, self._oldest = 0, None
+        self._emptied.set()
+        self._emptied = anyio.Event()
+
+    def _start(self, group: anyio.abc.TaskGroup, fn: Callable[..., T], *args: Any) -> _Job[T]:
+        """``fn(*args)`` in the relay's worker thread, in the background."""
+        job: _Job[T] = _Job()
+        group.start_soon(job.run, self._db, fn, *args)
+        return job
 
     async def _idle(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
@@ -325,43 +395,57 @@ class Relay:
         """Send ``rows``; return the seqs to delete (accepted or expired) and how many a
         broker refused. A loss of the connection is waited out by the sends themselves (F2,
         F11); only its end (failover gave up, closed) raises."""
-        done: list[int] = []
-        pending = len(rows)
-        all_in = anyio.Event()
-        refused = 0
         now = time.time()
-
-        def completed(seq: int, error: BaseException | None) -> None:
-            nonlocal pending, refused
+        done = [row.seq for row in rows if row.expires is not None and row.expires <= now]
+        self._expired += len(done)
+        live = [row for row in rows if row.expires is None or row.expires > now]
+        outcomes: Sequence[BaseException | None]
+        if producer.traced:  # each send in its span (send_async's), the trace's start
+            outcomes = await self._send_each(producer, live, now)
+        else:  # the stored bytes as they are, pipelined, no task per message
+            outcomes = await producer.send_encoded_all([encoded_of(row, now) for row in live])
+        refused = 0
+        for row, error in zip(live, outcomes, strict=True):
             if error is None:
-                done.append(seq)
+                done.append(row.seq)
                 self._relayed += 1
             else:
                 refused += 1
                 self._refused += 1
-                log.warning("the broker refused outbox row %d, tried again later: %s", seq, error)
+                log.warning(
+                    "the broker refused outbox row %d, tried again later: %s", row.seq, error
+                )
+        return done, refused
+
+    async def _send_each(
+        self, producer: MessageProducer, rows: Sequence[Row], now: float
+    ) -> Sequence[BaseException | None]:
+        """The general send: each row decoded and sent with ``send_async``; the outcomes in
+        the order of ``rows``."""
+        outcomes: list[BaseException | None] = [None] * len(rows)
+        pending = len(rows)
+        all_in = anyio.Event()
+
+        def completed(index: int, error: BaseException | None) -> None:
+            nonlocal pending
+            outcomes[index] = error
             pending -= 1
             if pending == 0:
                 all_in.set()
 
-        for row in rows:
-            if row.expires is not None and row.expires <= now:
-                done.append(row.seq)
-                self._expired += 1
-                pending -= 1
-                continue
+        for index, row in enumerate(rows):
             message = message_of(row.payload)
             ttl = 0.0 if row.expires is None else row.expires - now
             await producer.send_async(
                 parse_destination(row.destination),
                 message,
-                on_completion=_completion(completed, row.seq),
+                on_completion=_completion(completed, index),
                 priority=message.priority,
                 time_to_live=ttl,
             )
         if pending > 0:
             await all_in.wait()
-        return done, refused
+        return outcomes
 
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -372,9 +456,38 @@ class Relay:
 
 
 def _completion(
-    completed: Callable[[int, BaseException | None], None], seq: int
+    completed: Callable[[int, BaseException | None], None], index: int
 ) -> Callable[[Message, BaseException | None], None]:
-    return lambda _message, error: completed(seq, error)
+    return lambda _message, error: completed(index, error)
+
+
+class _Job(Generic[T]):
+    """A database call running in the background; ``result()`` waits for it."""
+
+    def __init__(self) -> None:
+        self.number = 0
+        self._done = anyio.Event()
+        self._value: T | None = None
+        self._error: Exception | None = None
+
+    async def run(self, db: Callable[..., Awaitable[T]], fn: Callable[..., T], *args: Any) -> None:
+        try:
+            self._value = await db(fn, *args)
+        except Exception as exc:  # raised by result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    async def result(self) -> T:
+        """The call's value once it ended.
+
+        Raises:
+            Exception: what the call raised.
+        """
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
 
 
 # SQL, run in the relay's worker thread -----------------------------------------------------------
@@ -390,13 +503,13 @@ def _open(path: str) -> sqlite3.Connection:
     return db
 
 
-def _read(db: sqlite3.Connection, limit: int) -> list[Row]:
+def _read(db: sqlite3.Connection, after: int, limit: int) -> list[Row]:
     return [
         Row(*values)
         for values in db.execute(
             "SELECT seq, destination, message_id, payload, created, expires"
-            " FROM haclient_outbox ORDER BY seq LIMIT ?",
-            (limit,),
+            " FROM haclient_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit),
         )
     ]
 

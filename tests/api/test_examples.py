@@ -76,3 +76,11 @@ def test_tracing_prints_one_trace_from_producer_to_listener(broker: BrokerThread
     assert '"name": "send ex-traced"' in out and '"name": "process ex-traced"' in out
     assert '"name": "ship order"' in out
     assert "one trace from the shop to the warehouse: " in out.splitlines()[-1]
+
+
+def test_exactly_once_orders_ships_every_order_once_and_skips_the_copies(
+    broker: BrokerThread,
+) -> None:
+    out = run_example("exactly_once_orders.py", broker.url, "--count", "20", "--queue", "ex-x")
+    assert out.splitlines()[-1] == "orders 20, shipped 20, copies skipped 20", out
+    assert broker.queue_depth("ex-x") == 0

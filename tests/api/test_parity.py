@@ -48,12 +48,15 @@ NOT_API = {
     "send_encoded_nowait",
     "send_encoded",
     "send_encoded_async",
+    "send_encoded_all",
+    "traced",
     "take_failure",
     "report_lost",
 }
-"""The async objects' hooks for the failover manager, which the application never calls, and
-the async producer's side of the thread boundary, which the blocking producer's outbox calls on
-the loop (``haclient.sync._outbox``)."""
+"""The async objects' hooks for the failover manager, which the application never calls, the
+async producer's side of the thread boundary, which the blocking producer's outbox calls on
+the loop (``haclient.sync._outbox``), and its batch send of stored encodings, which the outbox
+relay calls on the loop (``haclient.exactly_once.relay``)."""
 
 
 def api(cls: type) -> dict[str, object]:

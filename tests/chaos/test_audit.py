@@ -163,6 +163,15 @@ def test_F2_a_workload_that_did_not_finish_is_hung() -> None:
     assert Book().send("m1").receive("m1").add("hung", "workload").broken() == {"hung": 1}
 
 
+def test_X3_a_lost_effect_and_a_duplicated_effect_break_their_promises() -> None:
+    ledger = Ledger()
+    ledger.add("changed", stream="outbox_inbox-r0", actor="producer", ids=["ID:a", "ID:b"])
+    for message_id in ("ID:a", "ID:a"):
+        ledger.add("effect", stream="outbox_inbox-r0", actor="consumer", ids=[message_id])
+    broken = audit(ledger.snapshot()).by_promise()
+    assert (broken["lost_effect"], broken["duplicated_effect"]) == (1, 1)
+
+
 def test_every_promise_has_a_breaking_ledger_above() -> None:
     names = " ".join(name for name in globals() if name.startswith("test_"))
     caught = {
@@ -177,6 +186,8 @@ def test_every_promise_has_a_breaking_ledger_above() -> None:
         "unexpected_error",
         "unanswered",
         "hung",
+        "lost_effect",
+        "duplicated_effect",
     }
     assert caught == set(PROMISES), names
 

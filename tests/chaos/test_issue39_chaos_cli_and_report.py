@@ -93,9 +93,9 @@ def test_item9_the_promises_table_has_readable_names_and_only_promises_the_run_c
 
 
 def test_item9_a_run_of_every_workload_lists_every_promise_once() -> None:
-    from chaos.scenarios.workloads import WORKLOADS
+    from chaos.scenarios.runner import ALL_WORKLOADS
 
-    run = MatrixRun(workloads=list(WORKLOADS), seed=1, started=100.0, ended=110.0, run_id="r")
+    run = MatrixRun(workloads=list(ALL_WORKLOADS), seed=1, started=100.0, ended=110.0, run_id="r")
     summary = summary_markdown(run, audit(run.ledger.snapshot()))
     rows = summary.split("## Promises", 1)[1].split("\n\n")[1].splitlines()[2:]
     assert len(rows) == len(PROMISES)

@@ -78,6 +78,14 @@ class _Inboxes:
             return await self.aio.handle(db, message, effect)
         return await anyio.to_thread.run_sync(self.blocking.handle, db, message, effect)
 
+    async def handle_all(self, db: sqlite3.Connection, messages: list[Message]) -> list[bool]:
+        def effect(message: Message) -> None:
+            db.execute("INSERT INTO effects (n, message_id) VALUES (?, ?)", (0, message.message_id))
+
+        if self.api.name == "aio":
+            return await self.aio.handle_all(db, messages, effect)
+        return await anyio.to_thread.run_sync(self.blocking.handle_all, db, messages, effect)
+
 
 async def test_X2_the_relay_sends_each_destinations_rows_in_write_order_with_their_ids(
     api: Api, reference_broker: BrokerThread, tmp_path: Path
@@ -138,6 +146,28 @@ async def test_X3_a_duplicate_is_acknowledged_skipped_counted_and_told(
         await session.close()
         again = await connection.create_session(AckMode.CLIENT)
         assert await (await again.create_consumer(queue)).receive(0.3) is None  # both acked
+
+
+async def test_X3_a_batch_commits_its_effects_once_then_acknowledges_them_all(
+    api: Api, reference_broker: BrokerThread, tmp_path: Path
+) -> None:
+    db = _db(tmp_path / "consumer.db")
+    queue = Queue(f"x3-batch-{api.name}-{os.getpid()}-{time.monotonic_ns()}")
+    inboxes = _Inboxes(api, "x3b")
+    async with await api.connect(reference_broker.url, dedup_window=0) as connection:
+        await connection.start()
+        session = await connection.create_session(AckMode.CLIENT)
+        producer = await session.create_producer(queue)
+        producer.preserve_message_id = True
+        for n in (1, 2, 1, 3):  # a re-send of ID:b1 inside the batch
+            await producer.send(TextMessage(str(n), message_id=f"ID:b{n}"))
+        consumer = await session.create_consumer(queue)
+        batch = [await consumer.receive(TIMEOUT) for _ in range(4)]
+        assert await inboxes.handle_all(db, batch) == [True, True, False, True]
+        assert effects_of_db(db) == [(0, "ID:b1"), (0, "ID:b2"), (0, "ID:b3")]
+        await session.close()
+        again = await connection.create_session(AckMode.CLIENT)
+        assert await (await again.create_consumer(queue)).receive(0.3) is None  # all acked
 
 
 def effects_of_db(db: sqlite3.Connection) -> list[tuple[int, str]]:

@@ -146,3 +146,71 @@ def test_X5_bad_input_is_refused_with_what_is_wrong(db: sqlite3.Connection) -> N
     for bad in ({"retention": 0}, {"prune_every": 0}):
         with pytest.raises(ConfigurationError):
             Inbox(**bad)  # type: ignore[arg-type]
+
+
+def test_X3_a_batch_applies_each_id_once_in_one_transaction(db: sqlite3.Connection) -> None:
+    inbox = Inbox("batch")
+    assert inbox.apply(db, TextMessage("0", message_id="ID:old"), lambda _m: None) is True
+    batch = [
+        TextMessage("1", message_id="ID:a"),
+        TextMessage("2", message_id="ID:old"),  # applied by an earlier transaction
+        TextMessage("3", message_id="ID:b"),
+        TextMessage("4", message_id="ID:a"),  # earlier in this batch
+    ]
+    told: list[str] = []
+
+    class Listener:
+        def duplicate_skipped(self, _inbox: str, message_id: str) -> None:
+            told.append(message_id)
+
+    inbox.add_listener(Listener())
+    applied = inbox.apply_all(
+        db, batch, lambda m: db.execute("INSERT INTO orders VALUES (?)", (int(m.text),))
+    )
+    assert applied == [True, False, True, False]
+    assert told == ["ID:old", "ID:a"]
+    assert [n for (n,) in db.execute("SELECT n FROM orders ORDER BY rowid")] == [1, 3]
+    stats = inbox.statistics()
+    assert (stats.applied, stats.duplicates) == (3, 2)
+
+
+def test_X3_an_effect_that_raises_in_a_batch_rolls_the_whole_batch_back(
+    db: sqlite3.Connection,
+) -> None:
+    inbox = Inbox()
+    batch = [TextMessage(str(n), message_id=f"ID:{n}") for n in range(3)]
+
+    def effect(m: TextMessage) -> None:
+        db.execute("INSERT INTO orders VALUES (?)", (int(m.text),))
+        if m.text == "2":
+            raise ValueError("not now")
+
+    with pytest.raises(ValueError, match="not now"):
+        inbox.apply_all(db, batch, effect)
+    assert db.execute("SELECT count(*) FROM orders").fetchone() == (0,)
+    assert not any(inbox.seen(db, f"ID:{n}") for n in range(3))
+    assert inbox.apply_all(db, batch, lambda _m: None) == [True, True, True]
+
+
+def test_X2_a_row_keeps_the_bytes_a_send_would_send_and_an_expiring_one_is_encoded_again() -> None:
+    from haclient.destination import NO_PREFIXES, DestinationPrefixes
+    from haclient.exactly_once.rows import Row, encoded_of, payload_of
+    from haclient.outgoing import STORED, EncodingTerms
+
+    message = TextMessage("x", message_id="ID:k", properties={"JMSXUserID": "mallory"})
+    message.destination = Queue("q")
+    message.timestamp = 1000.0
+    payload = payload_of(message)
+    assert message_of(payload).properties.get("JMSXUserID") is None  # cleared, as a send does (M7)
+    sent = encoded_of(Row(1, "queue:q", "ID:k", payload, 1000.0, None), now=2000.0)
+    assert sent.payload is payload and sent.message_id == "ID:k"
+    assert sent.terms.fit(EncodingTerms(7, NO_PREFIXES, None))  # any connection like it
+    assert not sent.terms.fit(EncodingTerms(7, DestinationPrefixes(queue="queue://"), None))
+    assert not sent.terms.fit(EncodingTerms(7, NO_PREFIXES, b"bob"))
+    assert not EncodingTerms(-1, NO_PREFIXES, None).fit(EncodingTerms(7, NO_PREFIXES, None))
+    assert sent.terms.epoch == STORED
+    message.expiration = 1060.0  # written at 1000 with 60 s to live, sent at 1050
+    expiring = encoded_of(Row(2, "queue:q", "ID:k", payload_of(message), 1000.0, 1060.0), 1050.0)
+    again = message_of(expiring.payload)
+    assert again.expiration == 1060.0 and again.timestamp == 1050.0  # 10 s left in the header
+    assert again.message_id == "ID:k"
