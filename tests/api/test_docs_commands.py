@@ -114,7 +114,7 @@ def test_the_make_targets_run_what_the_docs_say() -> None:
         "test": ["mypy", "mkdocs build --strict", "pytest"],
         "docs": ["'.[docs]'", "mkdocs serve --dev-addr 127.0.0.1:8000"],
         "docs-check": ["'.[docs]'", "chromium", "python -m tools.docs_check"],
-        "test-quick": ["pytest -n 6", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
+        "test-quick": ["pytest -n 12", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
         "test-under-load": [".ci/under-load"],
     }
     targets = [
