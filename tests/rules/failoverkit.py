@@ -167,6 +167,10 @@ class HaPair:
         """Messages waiting on ``address`` of the serving broker."""
         return self.call(lambda: self.master.queue_depth(address))
 
+    def unacked_count(self, address: str) -> int:
+        """Messages of ``address`` the serving broker delivered and has not had settled."""
+        return self.call(lambda: self.master.unacked_count(address))
+
     def kill_master(self) -> Broker:
         """Kill the serving broker hard and return the standby, which takes over within about
         one poll interval. The dead broker comes back as the new standby once it has."""
