@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,8 @@ from pathlib import Path
 import anyio
 
 import haclient.aio as aio
-from chaos.net import free_port
+from bench.broker import BrokerProcess
+from bench.throughput import PASSWORD, USER
 from haclient import AckMode, DeliveryMode, Message, Queue, TextMessage
 from haclient.exactly_once import Outbox, install
 from haclient.exactly_once import aio as xaio
@@ -186,20 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         "--batch", type=int, default=64, help="most messages per inbox transaction (inbox batch)"
     )
     args = parser.parse_args(argv)
-    port = free_port()
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "chaos.broker.cli", "--port", str(port), "--log-level", "WARNING"]
-    )
-    try:
-        time.sleep(1.0)
-        url = f"amqp://127.0.0.1:{port}"
-        rounds = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for rnd in range(args.rounds):
-                rounds.append(anyio.run(one_round, url, args.count, rnd, Path(tmp), args.batch))
-    finally:
-        broker.terminate()
-        broker.wait(timeout=10)
+    rounds = []
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        BrokerProcess("reference", Path(tmp), store=False) as broker,  # ready once it listens
+    ):
+        url = f"amqp://{USER}:{PASSWORD}@127.0.0.1:{broker.port}"
+        for rnd in range(args.rounds):
+            rounds.append(anyio.run(one_round, url, args.count, rnd, Path(tmp), args.batch))
     print(
         f"{'phase':22} {'msg/s':>10} {'us/msg':>9} {'CPU us/msg':>11}   (median of {args.rounds})"
     )
