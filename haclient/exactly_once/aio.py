@@ -1,18 +1,18 @@
 """The async twins of the outbox writer and the inbox, for asyncio and trio (``haclient.aio``'s
 world); the relay is async already (``haclient.exactly_once.relay.Relay``).
 
-How this works: SQLite calls block, so each database transaction runs in a worker thread
+How this works: database calls block, so each database transaction runs in a worker thread
 (``anyio.to_thread``), one at a time per object (a limiter of one): the event loop never waits
 on the disk. The application's ``db`` connection is therefore used from a thread other than the
-one that made it: open it with ``sqlite3.connect(path, check_same_thread=False)`` and use it
-from one task at a time. The rules are those of the blocking objects (X1-X4).
+one that made it: open it with ``sqlite3.connect(path, check_same_thread=False)``, or pass a
+blocking ``psycopg.Connection`` (PostgreSQL), and use it from one task at a time. The rules
+are those of the blocking objects (X1-X4).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -45,7 +45,7 @@ class Outbox:
         self._outbox = BlockingOutbox()
         self._limiter = anyio.CapacityLimiter(1)
 
-    async def run(self, db: sqlite3.Connection, work: Callable[[OutboxTransaction], T]) -> T:
+    async def run(self, db: Any, work: Callable[[OutboxTransaction], T]) -> T:
         """Run ``work(tx)`` in a worker thread inside ``Outbox.transaction(db)`` (blocking
         ``haclient.exactly_once.Outbox``): what it writes on ``db`` and sends with
         ``tx.send`` commits together when it returns, or rolls back when it raises. Returns
@@ -89,7 +89,7 @@ class Inbox:
         """Which inbox of the database this is."""
         return self._inbox.name
 
-    async def apply(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+    async def apply(self, db: Any, message: Message, effect: Effect) -> bool:
         """The blocking ``Inbox.apply``, its transaction (and ``effect``) in a worker thread;
         listeners are told of a duplicate on the event loop. A cancelled caller does not stop
         the transaction half way: it commits or rolls back in its thread first.
@@ -104,7 +104,7 @@ class Inbox:
             self._inbox.tell_duplicate(message)
         return applied
 
-    async def handle(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+    async def handle(self, db: Any, message: Message, effect: Effect) -> bool:
         """``apply``, then ``await message.acknowledge()``; True when applied.
 
         Raises:
@@ -114,9 +114,7 @@ class Inbox:
         await message.acknowledge()
         return applied
 
-    async def apply_all(
-        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
-    ) -> list[bool]:
+    async def apply_all(self, db: Any, messages: Sequence[Message], effect: Effect) -> list[bool]:
         """The blocking ``Inbox.apply_all``: every message in one transaction, in one worker
         thread call; listeners told on the event loop.
 
@@ -131,9 +129,7 @@ class Inbox:
                 self._inbox.tell_duplicate(message)
         return applied
 
-    async def handle_all(
-        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
-    ) -> list[bool]:
+    async def handle_all(self, db: Any, messages: Sequence[Message], effect: Effect) -> list[bool]:
         """``apply_all``, then acknowledge every message once the commit is done (in a CLIENT
         session, pass every message received and not yet acknowledged).
 
@@ -145,11 +141,11 @@ class Inbox:
             await message.acknowledge()
         return applied
 
-    async def prune(self, db: sqlite3.Connection) -> int:
+    async def prune(self, db: Any) -> int:
         """The blocking ``Inbox.prune`` in a worker thread."""
         return await anyio.to_thread.run_sync(self._inbox.prune, db, limiter=self._limiter)
 
-    async def seen(self, db: sqlite3.Connection, message_id: str) -> bool:
+    async def seen(self, db: Any, message_id: str) -> bool:
         """The blocking ``Inbox.seen`` in a worker thread."""
         return await anyio.to_thread.run_sync(
             self._inbox.seen, db, message_id, limiter=self._limiter

@@ -7,9 +7,16 @@ with ``send_async`` instead, in its span), takes every outcome, and deletes the 
 accepted (and those that expired unsent) in one transaction. The next batch is read while one
 is in flight and a batch's rows are deleted while the next one is sent. An empty outbox is
 looked at again every ``poll_interval``. A send the broker refused leaves its row, which is
-tried again after ``retry_delay`` (reading from the oldest row again). SQLite runs in worker
-threads, one call at a time (``anyio.to_thread`` with a limiter of one), so the event loop never
-waits on the disk.
+tried again after ``retry_delay`` (reading from the oldest row again). The database (SQLite, or
+PostgreSQL through psycopg) runs in worker threads, one call at a time (``anyio.to_thread``
+with a limiter of one), so the event loop never waits on the disk.
+
+The reading order: SQLite lets one transaction write at a time, so rows commit in ``seq`` order
+and a read that sees a row sees every row before it. PostgreSQL's concurrent transactions
+commit in any order: a read returns only rows written by transactions older than every one
+still running (``txid < pg_snapshot_xmin(pg_current_snapshot())``), in ``(txid, seq)`` order,
+so a row committed late by an older transaction is waited for, never skipped, and never sent
+after a row of a younger transaction (``haclient.exactly_once.schema``).
 
 What this promises (docs/semantics.md, X2): a row is deleted only after a broker accepted its
 message, so a relay killed at any point sends, once restarted, every row not known accepted,
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +47,16 @@ from haclient.aio.connection import Connection
 from haclient.aio.producer import MessageProducer
 from haclient.aio.session import Session
 from haclient.errors import ClosedError, ConfigurationError, HAClientError
+from haclient.exactly_once.database import (
+    POSTGRESQL,
+    Dialect,
+    begin,
+    commit,
+    dialect_of,
+    is_url,
+    rollback,
+)
+from haclient.exactly_once.database import connect as connect_database
 from haclient.exactly_once.rows import Row, encoded_of, message_of, parse_destination
 from haclient.exactly_once.schema import require
 from haclient.message import Message
@@ -50,6 +66,8 @@ __all__ = ["Relay", "RelayStatistics"]
 log = logging.getLogger("haclient.exactly_once")
 
 T = TypeVar("T")
+Position = tuple[int, int]
+_START: Final[Position] = (0, 0)
 
 _DEPTH_EVERY: Final = 1.0
 """Seconds between two counts of the outbox's depth (a statistic; never on each batch)."""
@@ -87,14 +105,15 @@ class RelayStatistics:
 
 
 class Relay:
-    """Relays the outbox of the SQLite database at ``database`` through ``connection`` (X2).
+    """Relays the outbox of ``database`` through ``connection`` (X2).
 
     Use it as an async context manager (the relay runs in a task it owns until the block
     ends), or await ``run()`` in a task of your own and ``close()`` it from another.
 
     Args:
         connection: A connection (``haclient.aio.connect``); the relay makes its own session.
-        database: The database file the application's outbox writes to.
+        database: The SQLite file the application's outbox writes to, or the
+            ``postgresql://`` URL of its PostgreSQL database (the ``postgresql`` extra).
         batch_size: Rows read and sent at a time (>= 1).
         poll_interval: Seconds between two looks at an empty outbox (> 0).
         retry_delay: Seconds before a row the broker refused is sent again (>= 0).
@@ -125,7 +144,7 @@ class Relay:
         if not isinstance(retry_delay, int | float) or retry_delay < 0:
             raise ConfigurationError(f"retry_delay must be seconds >= 0, not {retry_delay!r}")
         self._connection = connection
-        self._database = os.fspath(database)
+        self._database: str = str(database) if is_url(database) else os.fspath(database)
         self._batch_size = batch_size
         self._poll_interval = float(poll_interval)
         self._retry_delay = float(retry_delay)
@@ -158,7 +177,7 @@ class Relay:
         Raises:
             IllegalStateError: the database has no outbox tables (or a schema to upgrade).
             ClosedError: the connection is closed; the relay was used before.
-            sqlite3.Error: the database cannot be opened.
+            sqlite3.Error, psycopg.Error: the database cannot be opened.
         """
         group = anyio.create_task_group()
         await group.__aenter__()
@@ -184,7 +203,7 @@ class Relay:
             ConnectionFailedError: failover gave up (the rows not sent stay for the next run).
             IllegalStateError: the database has no outbox tables.
             ClosedError: the connection was closed under the relay; the relay was used before.
-            sqlite3.Error: the database failed.
+            sqlite3.Error, psycopg.Error: the database failed.
         """
         await self._serve(anyio.TASK_STATUS_IGNORED, before=True, after=True)
 
@@ -225,7 +244,7 @@ class Relay:
 
     @property
     def database(self) -> str:
-        """The database file the relay reads."""
+        """The database the relay reads (a SQLite file, or a PostgreSQL URL)."""
         return self._database
 
     def statistics(self) -> RelayStatistics:
@@ -269,7 +288,7 @@ class Relay:
         if self._used:
             raise ClosedError("a Relay runs once; make a new one")
         self._used = True
-        db: sqlite3.Connection | None = None
+        db: Any = None
         session: Session | None = None
         try:
             db = await self._db(_open, self._database)
@@ -293,7 +312,7 @@ class Relay:
             self._finished.set()
             self._emptied.set()  # wait_empty() sees the relay stopped
 
-    async def _cleanup(self, db: sqlite3.Connection | None, session: Session | None) -> None:
+    async def _cleanup(self, db: Any, session: Session | None) -> None:
         if session is not None:
             try:
                 with anyio.move_on_after(self._close_timeout):
@@ -303,7 +322,7 @@ class Relay:
         if db is not None:
             await self._db(db.close)
 
-    async def _loop(self, db: sqlite3.Connection, producer: MessageProducer) -> None:
+    async def _loop(self, db: Any, producer: MessageProducer) -> None:
         error: Exception | None = None
         async with anyio.create_task_group() as group:  # the database calls in the background
             try:
@@ -313,20 +332,19 @@ class Relay:
         if error is not None:
             raise error
 
-    async def _relay(
-        self, db: sqlite3.Connection, producer: MessageProducer, group: anyio.abc.TaskGroup
-    ) -> None:
+    async def _relay(self, db: Any, producer: MessageProducer, group: anyio.abc.TaskGroup) -> None:
         """Send batch after batch, each read (after ``cursor``) while the one before is sent,
         its accepted rows deleted while the next one is sent.
 
-        Invariants: every row at or before ``cursor`` was sent in a batch whose outcomes all
-        came; it is deleted (or being deleted) unless the broker refused it, and then the
-        cursor goes back to 0 before the next send. SQLite lets one transaction write at a
-        time, so rows commit in ``seq`` order: a read that sees a row sees every row before it.
-        An empty read counts as "the outbox was empty" only from the start (cursor 0) with no
-        delete in flight.
+        Invariants: every row at or before ``cursor`` (a ``(txid, seq)`` position) was sent
+        in a batch whose outcomes all came; it is deleted (or being deleted) unless the broker
+        refused it, and then the cursor goes back to the start before the next send. A read
+        returns only rows no later commit can precede in the reading order (see the module
+        doc), so a read that sees a row sees every row before it. An empty read counts as "the
+        outbox was empty" only from the start with no delete in flight, and, on PostgreSQL,
+        no committed row held back behind an older transaction still running.
         """
-        cursor = 0
+        cursor = _START
         reading = self._read_after(group, db, cursor)
         deleting: _Job[None] | None = None
         while not self._stopping:
@@ -335,13 +353,14 @@ class Relay:
                 if deleting is not None:
                     await deleting.result()
                     deleting = None
-                if cursor == 0:
-                    self._found_empty(reading)
+                if cursor == _START:
+                    if not await self._db(_held, db):
+                        self._found_empty(reading)
                     await self._idle(self._poll_interval)
-                cursor = 0
+                cursor = _START
                 reading = self._read_after(group, db, cursor)
                 continue
-            cursor = rows[-1].seq
+            cursor = rows[-1].position
             reading = self._read_after(group, db, cursor)
             done, refused = await self._send(producer, rows)
             if deleting is not None:
@@ -357,18 +376,16 @@ class Relay:
                     await deleting.result()
                     deleting = None
                 await self._idle(self._retry_delay)
-                cursor = 0
+                cursor = _START
                 reading = self._read_after(group, db, cursor)
         if deleting is not None:
             await deleting.result()
 
-    def _read_after(
-        self, group: anyio.abc.TaskGroup, db: sqlite3.Connection, cursor: int
-    ) -> _Job[Any]:
+    def _read_after(self, group: anyio.abc.TaskGroup, db: Any, cursor: Position) -> _Job[Any]:
         """Read the batch after ``cursor`` in the background (a read from the oldest row is
         numbered: ``wait_empty`` waits for one begun after its call to find nothing)."""
         job = self._start(group, _read, db, cursor, self._batch_size)
-        if cursor == 0:
+        if cursor == _START:
             self._full_reads += 1
             job.number = self._full_reads
         return job
@@ -433,16 +450,19 @@ class Relay:
             if pending == 0:
                 all_in.set()
 
+        from haclient.aio.tracing import continuing  # a traced connection has opentelemetry
+
         for index, row in enumerate(rows):
             message = message_of(row.payload)
             ttl = 0.0 if row.expires is None else row.expires - now
-            await producer.send_async(
-                parse_destination(row.destination),
-                message,
-                on_completion=_completion(completed, index),
-                priority=message.priority,
-                time_to_live=ttl,
-            )
+            with continuing(message):  # the send span: a child of the outbox write's, if any
+                await producer.send_async(
+                    parse_destination(row.destination),
+                    message,
+                    on_completion=_completion(completed, index),
+                    priority=message.priority,
+                    time_to_live=ttl,
+                )
         if pending > 0:
             await all_in.wait()
         return outcomes
@@ -492,9 +512,23 @@ class _Job(Generic[T]):
 
 # SQL, run in the relay's worker thread -----------------------------------------------------------
 
+_READ: Final = (
+    "SELECT seq, destination, message_id, payload, created, expires, 0"
+    " FROM haclient_outbox WHERE seq > ? ORDER BY seq LIMIT ?"
+)
+_READ_POSTGRESQL: Final = (
+    "SELECT seq, destination, message_id, payload, created, expires, txid::text::bigint"
+    " FROM haclient_outbox"
+    " WHERE (txid, seq) > (%s::text::xid8, %s)"
+    " AND txid < pg_snapshot_xmin(pg_current_snapshot())"
+    " ORDER BY txid, seq LIMIT %s"
+)
+"""Only rows of transactions older than every one still running: none can commit later
+before them in ``(txid, seq)`` order."""
 
-def _open(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
+
+def _open(path: str) -> Any:
+    db = connect_database(path)
     try:
         require(db)
     except BaseException:
@@ -503,30 +537,39 @@ def _open(path: str) -> sqlite3.Connection:
     return db
 
 
-def _read(db: sqlite3.Connection, after: int, limit: int) -> list[Row]:
+def _read(db: Any, after: Position, limit: int) -> list[Row]:
+    if dialect_of(db) is POSTGRESQL:
+        found = db.execute(_READ_POSTGRESQL, (str(after[0]), after[1], limit))
+    else:
+        found = db.execute(_READ, (after[1], limit))
     return [
-        Row(*values)
-        for values in db.execute(
-            "SELECT seq, destination, message_id, payload, created, expires"
-            " FROM haclient_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
-            (after, limit),
-        )
+        Row(seq, to, mid, bytes(payload), created, expires, txid)
+        for seq, to, mid, payload, created, expires, txid in found.fetchall()
     ]
 
 
-def _delete(db: sqlite3.Connection, seqs: list[int]) -> None:
-    db.execute("BEGIN IMMEDIATE")
+def _held(db: Any) -> bool:
+    """Whether committed rows wait behind an older transaction still running (PostgreSQL;
+    SQLite never holds a row back)."""
+    if dialect_of(db) is not POSTGRESQL:
+        return False
+    return db.execute("SELECT EXISTS (SELECT 1 FROM haclient_outbox)").fetchone()[0] is True
+
+
+def _delete(db: Any, seqs: list[int]) -> None:
+    dialect: Dialect = dialect_of(db)
+    begin(db, dialect)
     try:
         for start in range(0, len(seqs), 500):
             chunk = seqs[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            db.execute(f"DELETE FROM haclient_outbox WHERE seq IN ({marks})", chunk)
+            db.execute(dialect.sql(f"DELETE FROM haclient_outbox WHERE seq IN ({marks})"), chunk)
     except BaseException:
-        db.rollback()
+        rollback(db)
         raise
-    db.commit()
+    commit(db)
 
 
-def _depth(db: sqlite3.Connection) -> tuple[int, float | None]:
+def _depth(db: Any) -> tuple[int, float | None]:
     count, oldest = db.execute("SELECT count(*), min(created) FROM haclient_outbox").fetchone()
     return int(count), oldest
