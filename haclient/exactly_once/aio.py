@@ -2,8 +2,8 @@
 world); the relay is async already (``haclient.exactly_once.relay.Relay``).
 
 How this works: database calls block, so each database transaction runs in a worker thread
-(``anyio.to_thread``), one at a time per object (a limiter of one): the event loop never waits
-on the disk. The application's ``db`` connection is therefore used from a thread other than the
+(``haclient.exactly_once.worker``), one at a time per object: the event loop never waits on
+the disk. The application's ``db`` connection is therefore used from a thread other than the
 one that made it: open it with ``sqlite3.connect(path, check_same_thread=False)``, or pass a
 blocking ``psycopg.Connection`` (PostgreSQL), and use it from one task at a time. The rules
 are those of the blocking objects (X1-X4).
@@ -14,14 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import anyio
-import anyio.to_thread
-
 from haclient.exactly_once.inbox import DEFAULT_RETENTION, Effect, InboxStatistics
 from haclient.exactly_once.inbox import Inbox as BlockingInbox
 from haclient.exactly_once.outbox import Outbox as BlockingOutbox
 from haclient.exactly_once.outbox import OutboxStatistics, OutboxTransaction
 from haclient.exactly_once.relay import Relay, RelayStatistics
+from haclient.exactly_once.worker import DatabaseWorker
 from haclient.message import Message
 
 __all__ = [
@@ -39,11 +37,12 @@ T = TypeVar("T")
 
 
 class Outbox:
-    """Writes messages into the application's database in its transactions (X1), async."""
+    """Writes messages into the application's database in its transactions (X1), async;
+    ``tracer_provider`` as the blocking ``haclient.exactly_once.Outbox``'s (X6)."""
 
-    def __init__(self) -> None:
-        self._outbox = BlockingOutbox()
-        self._limiter = anyio.CapacityLimiter(1)
+    def __init__(self, *, tracer_provider: Any = None) -> None:
+        self._outbox = BlockingOutbox(tracer_provider=tracer_provider)
+        self._worker = DatabaseWorker("outbox")
 
     async def run(self, db: Any, work: Callable[[OutboxTransaction], T]) -> T:
         """Run ``work(tx)`` in a worker thread inside ``Outbox.transaction(db)`` (blocking
@@ -62,7 +61,7 @@ class Outbox:
             with self._outbox.transaction(db) as tx:
                 return work(tx)
 
-        return await anyio.to_thread.run_sync(transact, limiter=self._limiter)
+        return await self._worker.call(transact)
 
     def statistics(self) -> OutboxStatistics:
         """A snapshot of the writer's counters."""
@@ -82,7 +81,7 @@ class Inbox:
         prune_every: int = 1000,
     ) -> None:
         self._inbox = BlockingInbox(name, retention=retention, prune_every=prune_every)
-        self._limiter = anyio.CapacityLimiter(1)
+        self._worker = DatabaseWorker(f"inbox-{name}")
 
     @property
     def name(self) -> str:
@@ -97,9 +96,7 @@ class Inbox:
         Raises:
             As ``haclient.exactly_once.Inbox.apply``.
         """
-        applied = await anyio.to_thread.run_sync(
-            self._inbox.apply_quietly, db, message, effect, limiter=self._limiter
-        )
+        applied = await self._worker.call(self._inbox.apply_quietly, db, message, effect)
         if not applied:
             self._inbox.tell_duplicate(message)
         return applied
@@ -121,9 +118,7 @@ class Inbox:
         Raises:
             As ``haclient.exactly_once.Inbox.apply_all``.
         """
-        applied = await anyio.to_thread.run_sync(
-            self._inbox.apply_all_quietly, db, messages, effect, limiter=self._limiter
-        )
+        applied = await self._worker.call(self._inbox.apply_all_quietly, db, messages, effect)
         for message, done in zip(messages, applied, strict=True):
             if not done:
                 self._inbox.tell_duplicate(message)
@@ -143,13 +138,11 @@ class Inbox:
 
     async def prune(self, db: Any) -> int:
         """The blocking ``Inbox.prune`` in a worker thread."""
-        return await anyio.to_thread.run_sync(self._inbox.prune, db, limiter=self._limiter)
+        return await self._worker.call(self._inbox.prune, db)
 
     async def seen(self, db: Any, message_id: str) -> bool:
         """The blocking ``Inbox.seen`` in a worker thread."""
-        return await anyio.to_thread.run_sync(
-            self._inbox.seen, db, message_id, limiter=self._limiter
-        )
+        return await self._worker.call(self._inbox.seen, db, message_id)
 
     def add_listener(self, listener: object) -> None:
         """Be told of skipped duplicates (``duplicate_skipped(inbox, message_id)``, called on
