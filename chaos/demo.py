@@ -134,9 +134,9 @@ _SHOWN = (
 def _tell_crashes(outcomes: list[CrashOutcome]) -> bool:
     """Print what each variant kept; True when the patterns lost and doubled nothing."""
     print(
-        f"\napplication crash: {COUNT} business changes; the producer killed (SIGKILL) after "
-        f"committing change {CRASH_AT}\nand before sending it, the consumer after committing "
-        f"the effect of message {CRASH_AT} and before acknowledging it; both started again"
+        f"\napplication crash: {COUNT} business changes; SIGKILL for the producer after "
+        f"committing change {CRASH_AT}\n(before its send), for the consumer after committing "
+        f"the effect of message {CRASH_AT} (before its\nacknowledgement); both started again"
     )
     labels = {"naive": "without outbox and inbox", "patterns": "with haclient.exactly_once"}
     for outcome in outcomes:

@@ -1,4 +1,4 @@
-"""Rule O6: a message sent through an outbox has one trace from its write to its consumer.
+"""Rule X6: a message sent through an outbox has one trace from its write to its consumer.
 
 The outbox's write span (``outbox write <queue>``) is made in the application's transaction,
 inside the application's own span, and its context is stored with the row; the relay's
@@ -65,7 +65,7 @@ def _write(path: Path, provider: TracerProvider, queue: Queue) -> str:
 
 
 @pytest.mark.parametrize("relay_traced", [True, False], ids=["traced-relay", "untraced-relay"])
-async def test_O6_a_message_through_the_outbox_has_one_trace_from_its_write_to_its_consumer(
+async def test_X6_a_message_through_the_outbox_has_one_trace_from_its_write_to_its_consumer(
     reference_broker: BrokerThread,
     provider: TracerProvider,
     exporter: InMemorySpanExporter,
@@ -83,9 +83,11 @@ async def test_O6_a_message_through_the_outbox_has_one_trace_from_its_write_to_i
     assert write.attributes["messaging.destination.name"] == queue.name
 
     relay_provider = provider if relay_traced else None
-    async with await aio.connect(reference_broker.url, tracer_provider=relay_provider) as conn:
-        async with xaio.Relay(conn, tmp_path / "app.db") as relay:
-            await relay.wait_empty(TIMEOUT)
+    async with (
+        await aio.connect(reference_broker.url, tracer_provider=relay_provider) as conn,
+        xaio.Relay(conn, tmp_path / "app.db") as relay,
+    ):
+        await relay.wait_empty(TIMEOUT)
     async with await aio.connect(reference_broker.url, tracer_provider=provider) as conn:
         await conn.start()
         session = await conn.create_session(AckMode.AUTO)
