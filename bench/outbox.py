@@ -14,7 +14,8 @@ loopback port, stopped by its pid at the end) and, in each round, measures with 
    Goal: >= 0.8x the pipelined send.
 3. ``receive CLIENT each``: receive and ``message.acknowledge()`` per message; ``inbox``: the
    same with ``Inbox.handle`` (an effect row and the id in one SQLite transaction, synchronous
-   NORMAL, then the acknowledgement). Goal: inbox cost per message <= 2x the plain one.
+   NORMAL, then the acknowledgement). Goal: inbox cost per message <= 2x the plain one, one
+   message per transaction (``inbox``) and in batches (``inbox batch``).
 
 Every phase checks its count; the median of the rounds is reported.
 """
@@ -212,9 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     batch_ratio = ratio("receive CLIENT each", "inbox batch")
     print(f"relay / pipelined send:       {relay_ratio:.2f}x (goal >= {GOAL_RELAY})")
     print(f"relay / send_async:           {ratio('relay', 'send_async'):.2f}x")
-    print(f"inbox cost / plain ack:       {inbox_ratio:.2f}x (one message per transaction)")
+    print(
+        f"inbox cost / plain ack:       {inbox_ratio:.2f}x (goal <= {GOAL_INBOX}; one message "
+        "per transaction)"
+    )
     print(f"inbox batch cost / plain ack: {batch_ratio:.2f}x (goal <= {GOAL_INBOX})")
-    return 0 if relay_ratio >= GOAL_RELAY and batch_ratio <= GOAL_INBOX else 1
+    met = relay_ratio >= GOAL_RELAY and max(inbox_ratio, batch_ratio) <= GOAL_INBOX
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
