@@ -182,10 +182,16 @@ class Relay:
         group = anyio.create_task_group()
         await group.__aenter__()
         try:
-            await group.start(self._serve)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await group.__aexit__(None, None, None)
+            group.start_soon(self.serve_in_background)  # never raises: wait_ready does
+            await self.wait_ready()
+        except Exception:  # the relay stopped before it was ready: its task ends on its own
+            await group.__aexit__(None, None, None)
+            raise
+        except BaseException as exc:  # cancelled: the task group's own exit, told why (a
+            # shielded scope of our own around it would be exited out of order)
+            self._stopping = True
+            self._wake.set()
+            await group.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         self._group = group
         return self
