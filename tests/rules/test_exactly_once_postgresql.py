@@ -348,3 +348,52 @@ async def test_X2_haclient_relay_relays_a_postgresql_outbox_and_stops_cleanly(
         consumer = await session.create_consumer(queue)
         assert [(await consumer.receive(TIMEOUT)).message_id for _ in ids] == ids
     db.close()
+
+
+async def test_X2_a_relay_killed_before_its_delete_resends_with_the_same_id_on_postgresql(
+    reference_broker: BrokerThread, postgres_url: str
+) -> None:
+    """A ``haclient-relay`` SIGKILLed after the broker accepted its send and before its delete
+    committed (a lock holds the delete): the row stays, the next relay sends it again with its
+    id, and the inbox skips the copy."""
+    db = _db(postgres_url)
+    queue = _queue("x2-pg-kill")
+    with Outbox().transaction(db) as tx:
+        message_id = tx.send(queue, TextMessage("1"))
+    lock = psycopg.connect(postgres_url)
+    lock.execute("SELECT seq FROM haclient_outbox FOR UPDATE")  # the relay's delete waits
+    relay_args = [sys.executable, "-m", "haclient.exactly_once.cli", "--url", reference_broker.url]
+    relay_args += ["--database", postgres_url]
+    inbox = xaio.Inbox("x2pg")
+    relays: list[subprocess.Popen[bytes]] = []
+    try:
+        async with await aio.connect(reference_broker.url, dedup_window=0) as connection:
+            await connection.start()
+            session = await connection.create_session(AckMode.CLIENT)
+            consumer = await session.create_consumer(queue)
+            relays.append(subprocess.Popen(relay_args, stderr=subprocess.DEVNULL))
+            first = await consumer.receive(TIMEOUT)  # the broker accepted it ...
+            assert first is not None and first.message_id == message_id
+            os.kill(relays[-1].pid, signal.SIGKILL)  # ... and the relay dies before its delete
+            relays[-1].wait(TIMEOUT)
+            lock.rollback()
+            assert outbox_depth(db)[0] == 1
+            assert await inbox.handle(db, first, _effect(db)) is True
+            relays.append(subprocess.Popen(relay_args, stderr=subprocess.DEVNULL))
+            copy = await consumer.receive(TIMEOUT)
+            assert copy is not None and copy.message_id == message_id  # again, same id
+            assert await inbox.handle(db, copy, _effect(db)) is False
+            deadline = time.monotonic() + TIMEOUT
+            while outbox_depth(db)[0] and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+            assert outbox_depth(db)[0] == 0
+            os.kill(relays[-1].pid, signal.SIGTERM)
+            assert relays[-1].wait(TIMEOUT) == 0  # a clean stop
+    finally:
+        for relay in relays:
+            if relay.poll() is None:
+                os.kill(relay.pid, signal.SIGKILL)
+                relay.wait()
+        lock.close()
+    assert _effects(db) == [(0, message_id)]
+    db.close()
