@@ -36,35 +36,60 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import haclient
 from haclient import AckMode, Queue, TextMessage
 from haclient.exactly_once import Inbox, Outbox, Relay, install
+from haclient.exactly_once.database import connect, dialect_of, is_url
 
-__all__ = ["business_of", "effects_of", "main", "open_database"]
+__all__ = ["business_of", "effects_of", "main", "open_database", "read_rows"]
 
 
-def open_database(path: str) -> sqlite3.Connection:
-    """The application's database at ``path``, with its tables and the outbox/inbox's."""
-    db = sqlite3.connect(path, timeout=30.0)
+def open_database(path: str) -> Any:
+    """The application's database at ``path`` (a SQLite file, or a ``postgresql://`` URL), with
+    its tables and the outbox/inbox's."""
+    if is_url(path):
+        import psycopg
+
+        db: Any = psycopg.connect(path, autocommit=True)  # each statement commits, or the
+        # outbox's and inbox's transactions (BEGIN ... COMMIT) hold several
+    else:
+        db = sqlite3.connect(path, timeout=30.0)
     install(db)
-    db.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses no commit
+    if not is_url(path):
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses no commit
     db.execute("CREATE TABLE IF NOT EXISTS business (n INTEGER PRIMARY KEY, message_id TEXT)")
     db.execute("CREATE TABLE IF NOT EXISTS effects (n INTEGER, message_id TEXT)")
     db.commit()
     return db
 
 
+def _sql(db: Any, statement: str) -> str:
+    """``statement`` (``?`` marks) for ``db``'s driver."""
+    return dialect_of(db).sql(statement)
+
+
+def read_rows(path: str, statement: str) -> list[tuple[Any, ...]]:
+    """The rows of a query on the database at ``path`` (a SQLite file or a URL)."""
+    db = connect(path)
+    try:
+        return list(db.execute(statement).fetchall())
+    finally:
+        db.close()
+
+
 def business_of(path: str) -> dict[int, str]:
     """The producer's committed business changes: n -> the id of the message it wrote."""
-    with sqlite3.connect(path, timeout=30.0) as db:
-        return dict(db.execute("SELECT n, message_id FROM business"))
+    return dict(read_rows(path, "SELECT n, message_id FROM business"))
 
 
 def effects_of(path: str) -> list[tuple[int, str]]:
     """The consumer's applied effects, one (n, message id) per application."""
-    with sqlite3.connect(path, timeout=30.0) as db:
-        return list(db.execute("SELECT n, message_id FROM effects ORDER BY rowid"))
+    order = "ctid" if is_url(path) else "rowid"  # the order of the inserts, near enough
+    return [
+        (n, i) for n, i in read_rows(path, f"SELECT n, message_id FROM effects ORDER BY {order}")
+    ]
 
 
 def _say(line: str) -> None:
@@ -88,12 +113,13 @@ def produce(
     with haclient.connect(url) as connection, Relay(connection, database) as relay:
         _say("ready")
         (last,) = db.execute("SELECT coalesce(max(n), 0) FROM business").fetchone()
+        insert = _sql(db, "INSERT INTO business (n, message_id) VALUES (?, ?)")
         for n in range(last + 1, count + 1):
             if stop_file is not None and os.path.exists(stop_file):
                 break
             with outbox.transaction(db) as tx:
                 message_id = tx.send(Queue(queue), TextMessage(str(n), properties={"n": n}))
-                db.execute("INSERT INTO business (n, message_id) VALUES (?, ?)", (n, message_id))
+                db.execute(insert, (n, message_id))
             _pause_if(n == crash_after, f"committed {n}")
             if pace:
                 time.sleep(pace)
@@ -110,7 +136,7 @@ def produce_naively(url: str, database: str, queue: str, count: int, crash_after
         _say("ready")
         (last,) = db.execute("SELECT coalesce(max(n), 0) FROM business").fetchone()
         for n in range(last + 1, count + 1):
-            db.execute("INSERT INTO business (n, message_id) VALUES (?, NULL)", (n,))
+            db.execute(_sql(db, "INSERT INTO business (n, message_id) VALUES (?, NULL)"), (n,))
             db.commit()
             _pause_if(n == crash_after, f"committed {n}")
             producer.send(TextMessage(str(n), properties={"n": n}))
@@ -137,7 +163,7 @@ def consume_naively(url: str, database: str, queue: str, crash_at: int) -> None:
             if message is None:
                 continue
             db.execute(
-                "INSERT INTO effects (n, message_id) VALUES (?, ?)",
+                _sql(db, "INSERT INTO effects (n, message_id) VALUES (?, ?)"),
                 (message.properties.get("n"), message.message_id),
             )
             db.commit()
@@ -153,7 +179,7 @@ def consume(url: str, database: str, queue: str, crash_at: int) -> None:
 
     def effect(message: haclient.Message) -> None:
         db.execute(
-            "INSERT INTO effects (n, message_id) VALUES (?, ?)",
+            _sql(db, "INSERT INTO effects (n, message_id) VALUES (?, ?)"),
             (message.properties.get("n"), message.message_id),
         )
 
