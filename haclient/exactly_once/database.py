@@ -52,7 +52,8 @@ class Dialect:
 
     Attributes:
         name: ``sqlite`` or ``postgresql``.
-        begin: The statement that opens a write transaction (None: psycopg opens it).
+        begin: The statement that opens a write transaction (on PostgreSQL, sent only on an
+            ``autocommit`` connection: on another, psycopg opens the transaction itself).
     """
 
     name: str

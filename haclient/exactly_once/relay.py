@@ -360,7 +360,8 @@ class Relay:
                     await deleting.result()
                     deleting = None
                 if cursor == _START:
-                    if not await self._db(_held, db):
+                    held = dialect_of(db) is POSTGRESQL and await self._db(_held, db)
+                    if not held:
                         self._found_empty(reading)
                     await self._idle(self._poll_interval)
                 cursor = _START
@@ -555,10 +556,8 @@ def _read(db: Any, after: Position, limit: int) -> list[Row]:
 
 
 def _held(db: Any) -> bool:
-    """Whether committed rows wait behind an older transaction still running (PostgreSQL;
-    SQLite never holds a row back)."""
-    if dialect_of(db) is not POSTGRESQL:
-        return False
+    """Whether committed rows wait behind an older transaction still running (PostgreSQL:
+    a read found none it may send; SQLite never holds a row back)."""
     return db.execute("SELECT EXISTS (SELECT 1 FROM haclient_outbox)").fetchone()[0] is True
 
 
