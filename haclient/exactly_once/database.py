@@ -19,7 +19,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from haclient._extras import missing_extra
 from haclient.errors import ConfigurationError, IllegalStateError
@@ -34,6 +34,7 @@ __all__ = [
     "dialect_of",
     "in_transaction",
     "is_unique_violation",
+    "raise_translated",
     "read",
     "rollback",
     "translated",
@@ -134,7 +135,7 @@ def read(db: Any, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any,
     except Exception as exc:
         if opened:
             rollback(db)
-        raise translated(exc) from exc
+        raise_translated(exc)
     if opened and dialect is POSTGRESQL and in_transaction(db):
         db.rollback()  # a read-only transaction psycopg opened for this query
     return rows
@@ -156,6 +157,15 @@ def translated(error: BaseException) -> BaseException:
     if type(error).__name__ == "UndefinedTable" and "haclient_" in text:
         return IllegalStateError(MISSING)
     return error
+
+
+def raise_translated(error: BaseException) -> NoReturn:
+    """Raise what ``translated`` makes of ``error``, from it; ``error`` itself when that is
+    the same (never an error whose cause is itself)."""
+    better = translated(error)
+    if better is error:
+        raise error
+    raise better from error
 
 
 def is_url(database: str | os.PathLike[str]) -> bool:

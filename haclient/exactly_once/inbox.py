@@ -221,7 +221,7 @@ class Inbox:
             pruned = self._prune_if_due(db, dialect, now, count)
         except BaseException as exc:
             database.rollback(db)
-            raise database.translated(exc) from exc
+            database.raise_translated(exc)
         database.commit(db)
         self._count(applied=count, duplicates=len(applied) - count, pruned=pruned)
         for message_id, done in zip(ids, applied, strict=True):
@@ -256,7 +256,7 @@ class Inbox:
             count = self._delete_expired(db, dialect, time.time() if now is None else now)
         except BaseException as exc:
             database.rollback(db)
-            raise database.translated(exc) from exc
+            database.raise_translated(exc)
         database.commit(db)
         self._count(pruned=count)
         return count

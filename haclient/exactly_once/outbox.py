@@ -226,7 +226,7 @@ def _insert(
             raise IllegalStateError(
                 f"message id {message.message_id} is in the outbox already: ids must be unique"
             ) from exc
-        raise database.translated(exc) from exc
+        database.raise_translated(exc)
     return message.message_id
 
 
