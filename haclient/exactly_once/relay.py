@@ -47,18 +47,17 @@ from haclient.aio.connection import Connection
 from haclient.aio.producer import MessageProducer
 from haclient.aio.session import Session
 from haclient.errors import ClosedError, ConfigurationError, HAClientError
-from haclient.exactly_once.database import (
-    POSTGRESQL,
-    Dialect,
-    begin,
-    commit,
-    dialect_of,
-    is_url,
-    rollback,
+from haclient.exactly_once.database import POSTGRESQL, dialect_of, is_url
+from haclient.exactly_once.reading import (
+    START,
+    Position,
+    delete,
+    depth,
+    held,
+    open_database,
+    read,
 )
-from haclient.exactly_once.database import connect as connect_database
 from haclient.exactly_once.rows import Row, encoded_of, message_of, parse_destination
-from haclient.exactly_once.schema import require
 from haclient.message import Message
 
 __all__ = ["Relay", "RelayStatistics"]
@@ -66,8 +65,6 @@ __all__ = ["Relay", "RelayStatistics"]
 log = logging.getLogger("haclient.exactly_once")
 
 T = TypeVar("T")
-Position = tuple[int, int]
-_START: Final[Position] = (0, 0)
 
 _DEPTH_EVERY: Final = 1.0
 """Seconds between two counts of the outbox's depth (a statistic; never on each batch)."""
@@ -297,7 +294,7 @@ class Relay:
         db: Any = None
         session: Session | None = None
         try:
-            db = await self._db(_open, self._database)
+            db = await self._db(open_database, self._database)
             session = await self._connection.create_session()
             producer = await session.create_producer(None)
             producer.preserve_message_id = True
@@ -350,7 +347,7 @@ class Relay:
         outbox was empty" only from the start with no delete in flight, and, on PostgreSQL,
         no committed row held back behind an older transaction still running.
         """
-        cursor = _START
+        cursor = START
         reading = self._read_after(group, db, cursor)
         deleting: _Job[None] | None = None
         while not self._stopping:
@@ -359,12 +356,12 @@ class Relay:
                 if deleting is not None:
                     await deleting.result()
                     deleting = None
-                if cursor == _START:
-                    held = dialect_of(db) is POSTGRESQL and await self._db(_held, db)
-                    if not held:
+                if cursor == START:
+                    waiting = dialect_of(db) is POSTGRESQL and await self._db(held, db)
+                    if not waiting:  # nothing held back behind an older transaction
                         self._found_empty(reading)
                     await self._idle(self._poll_interval)
-                cursor = _START
+                cursor = START
                 reading = self._read_after(group, db, cursor)
                 continue
             cursor = rows[-1].position
@@ -372,10 +369,10 @@ class Relay:
             done, refused = await self._send(producer, rows)
             if deleting is not None:
                 await deleting.result()
-            deleting = self._start(group, _delete, db, done) if done else None
+            deleting = self._start(group, delete, db, done) if done else None
             self._batches += 1
             if time.monotonic() - self._counted_at >= _DEPTH_EVERY:
-                self._depth, self._oldest = await self._db(_depth, db)
+                self._depth, self._oldest = await self._db(depth, db)
                 self._counted_at = time.monotonic()
             if refused:  # tried again, from the oldest row, after retry_delay
                 await reading.result()
@@ -383,7 +380,7 @@ class Relay:
                     await deleting.result()
                     deleting = None
                 await self._idle(self._retry_delay)
-                cursor = _START
+                cursor = START
                 reading = self._read_after(group, db, cursor)
         if deleting is not None:
             await deleting.result()
@@ -391,8 +388,8 @@ class Relay:
     def _read_after(self, group: anyio.abc.TaskGroup, db: Any, cursor: Position) -> _Job[Any]:
         """Read the batch after ``cursor`` in the background (a read from the oldest row is
         numbered: ``wait_empty`` waits for one begun after its call to find nothing)."""
-        job = self._start(group, _read, db, cursor, self._batch_size)
-        if cursor == _START:
+        job = self._start(group, read, db, cursor, self._batch_size)
+        if cursor == START:
             self._full_reads += 1
             job.number = self._full_reads
         return job
@@ -515,66 +512,3 @@ class _Job(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
-
-
-# SQL, run in the relay's worker thread -----------------------------------------------------------
-
-_READ: Final = (
-    "SELECT seq, destination, message_id, payload, created, expires, 0"
-    " FROM haclient_outbox WHERE seq > ? ORDER BY seq LIMIT ?"
-)
-_READ_POSTGRESQL: Final = (
-    "SELECT seq, destination, message_id, payload, created, expires, txid::text::bigint"
-    " FROM haclient_outbox"
-    " WHERE (txid, seq) > (%s::text::xid8, %s)"
-    " AND txid < pg_snapshot_xmin(pg_current_snapshot())"
-    " ORDER BY txid, seq LIMIT %s"
-)
-"""Only rows of transactions older than every one still running: none can commit later
-before them in ``(txid, seq)`` order."""
-
-
-def _open(path: str) -> Any:
-    db = connect_database(path)
-    try:
-        require(db)
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _read(db: Any, after: Position, limit: int) -> list[Row]:
-    if dialect_of(db) is POSTGRESQL:
-        found = db.execute(_READ_POSTGRESQL, (str(after[0]), after[1], limit))
-    else:
-        found = db.execute(_READ, (after[1], limit))
-    return [
-        Row(seq, to, mid, bytes(payload), created, expires, txid)
-        for seq, to, mid, payload, created, expires, txid in found.fetchall()
-    ]
-
-
-def _held(db: Any) -> bool:
-    """Whether committed rows wait behind an older transaction still running (PostgreSQL:
-    a read found none it may send; SQLite never holds a row back)."""
-    return db.execute("SELECT EXISTS (SELECT 1 FROM haclient_outbox)").fetchone()[0] is True
-
-
-def _delete(db: Any, seqs: list[int]) -> None:
-    dialect: Dialect = dialect_of(db)
-    begin(db, dialect)
-    try:
-        for start in range(0, len(seqs), 500):
-            chunk = seqs[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            db.execute(dialect.sql(f"DELETE FROM haclient_outbox WHERE seq IN ({marks})"), chunk)
-    except BaseException:
-        rollback(db)
-        raise
-    commit(db)
-
-
-def _depth(db: Any) -> tuple[int, float | None]:
-    count, oldest = db.execute("SELECT count(*), min(created) FROM haclient_outbox").fetchone()
-    return int(count), oldest
