@@ -3,8 +3,8 @@
 # `make test` and `make demo` do all the set-up on a fresh Debian machine (as root): the
 # virtualenv in .venv and, again only when a pyproject.toml changes, the client and the test bed
 # (`pip install -e . -e ./chaos`) for the demo, everything (the dev, docs, metrics and spark
-# extras too) for the tests; and Debian's rabbitmq-server, prometheus and chromium when they
-# are missing. `make docs` and `make docs-check` install the docs extra only.
+# extras too) for the tests; and Debian's rabbitmq-server, postgresql, prometheus and chromium
+# when they are missing. `make docs` and `make docs-check` install the docs extra only.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -34,7 +34,7 @@ QUICK_TIERS := tests/peer tests/rules tests/engine tests/codec tests/selector te
 STAGE := .ci/stage
 
 .PHONY: test test-quick test-under-load demo docs docs-check bench lint setup rabbitmq \
-	prometheus chromium clean distclean
+	postgresql prometheus chromium clean distclean
 
 # Every check and the whole suite, each stage timed (the breakdown is printed at the end).
 # tests/packaging builds the wheels and installs them into a fresh virtualenv (slow marker).
@@ -91,7 +91,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-setup: $(STAMP) rabbitmq prometheus chromium
+setup: $(STAMP) rabbitmq postgresql prometheus chromium
 
 $(BIN)/python:
 	@if ! $(PYTHON) -c 'import ensurepip' 2>/dev/null && [ "$$(id -u)" = 0 ]; then \
@@ -130,6 +130,12 @@ endef
 
 rabbitmq:
 	@$(call apt_install,rabbitmq-server,rabbitmq-server,RabbitMQ tests will skip)
+
+# The outbox and inbox tests on PostgreSQL start a private server from Debian's binaries, which
+# live in /usr/lib/postgresql/<version>/bin, off PATH (tests/conftest.py, postgres_server).
+PG_SERVER := $(or $(lastword $(wildcard /usr/lib/postgresql/*/bin/postgres)),postgres)
+postgresql:
+	@$(call apt_install,$(PG_SERVER),postgresql,the PostgreSQL tests will skip)
 
 # The metrics test scrapes haclient with a real Prometheus server (no service is started).
 prometheus:

@@ -14,30 +14,37 @@ loopback port, stopped by its pid at the end) and, in each round, measures with 
    Goal: >= 0.8x the pipelined send.
 3. ``receive CLIENT each``: receive and ``message.acknowledge()`` per message; ``inbox``: the
    same with ``Inbox.handle`` (an effect row and the id in one SQLite transaction, synchronous
-   NORMAL, then the acknowledgement). Goal: inbox cost per message <= 2x the plain one.
+   NORMAL, then the acknowledgement). Goal: inbox cost per message <= 2x the plain one, one
+   message per transaction (``inbox``) and in batches (``inbox batch``).
 
-Every phase checks its count; the median of the rounds is reported.
+Every phase checks its count; the median of the rounds is reported. ``--database postgresql``
+keeps the outbox and the inbox in a private PostgreSQL server instead (``chaos.postgresql``:
+Debian's ``postgresql``, started and stopped by the bench; psycopg), a fresh database per phase.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 import haclient.aio as aio
 from bench.broker import BrokerProcess
 from bench.throughput import PASSWORD, USER
+from chaos.postgresql import PostgresServer
 from haclient import AckMode, DeliveryMode, Message, Queue, TextMessage
 from haclient.exactly_once import Outbox, install
 from haclient.exactly_once import aio as xaio
+from haclient.exactly_once.database import dialect_of, is_url
 
 GOAL_RELAY = 0.8
 GOAL_INBOX = 2.0
@@ -80,8 +87,22 @@ async def send_async(url: str, queue: str, count: int) -> float:
         return time.perf_counter() - start
 
 
-async def relay(url: str, queue: str, count: int, path: Path) -> float:
-    db = sqlite3.connect(path)
+Target = Callable[[str], str]
+"""Where a phase keeps its database: a fresh SQLite file or PostgreSQL URL for a name."""
+
+
+def _open(target: str) -> Any:
+    """A connection to ``target`` (a SQLite file or a ``postgresql://`` URL), usable from the
+    async objects' database thread."""
+    if is_url(target):
+        import psycopg
+
+        return psycopg.connect(target)
+    return sqlite3.connect(target, check_same_thread=False)
+
+
+async def relay(url: str, queue: str, count: int, path: str) -> float:
+    db = _open(path)
     install(db)
     with Outbox().transaction(db) as tx:
         for n in range(count):
@@ -97,7 +118,7 @@ async def relay(url: str, queue: str, count: int, path: Path) -> float:
         return elapsed
 
 
-async def receive(url: str, queue: str, count: int, path: Path | None, batch: int = 1) -> float:
+async def receive(url: str, queue: str, count: int, path: str | None, batch: int = 1) -> float:
     """Receive ``count`` messages acknowledging each, through an inbox when ``path``: one
     message per transaction (``handle``), or with ``batch`` > 1 what has arrived, up to
     ``batch`` messages, in one transaction (``handle_all``)."""
@@ -108,9 +129,10 @@ async def receive(url: str, queue: str, count: int, path: Path | None, batch: in
         inbox = xaio.Inbox("bench")
         db = None
         if path is not None:
-            db = sqlite3.connect(path, check_same_thread=False)
+            db = _open(path)
             install(db)
-            db.execute("PRAGMA synchronous=NORMAL")
+            if not is_url(path):
+                db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS effects (body TEXT)")
             db.commit()
         start = time.perf_counter()
@@ -139,8 +161,9 @@ async def receive(url: str, queue: str, count: int, path: Path | None, batch: in
         return time.perf_counter() - start
 
 
-def _effect(db: sqlite3.Connection) -> xaio.Effect:
-    return lambda m: db.execute("INSERT INTO effects VALUES (?)", (m.text,))
+def _effect(db: Any) -> xaio.Effect:
+    insert = dialect_of(db).sql("INSERT INTO effects VALUES (?)")
+    return lambda m: db.execute(insert, (m.text,))
 
 
 async def fill(url: str, queue: str, count: int) -> None:
@@ -153,7 +176,7 @@ async def fill(url: str, queue: str, count: int) -> None:
 
 
 async def one_round(
-    url: str, count: int, rnd: int, tmp: Path, batch: int
+    url: str, count: int, rnd: int, target: Target, batch: int
 ) -> dict[str, tuple[float, float]]:
     """Each phase's msgs/s and this process's CPU per message (us; its threads included)."""
     rates: dict[str, tuple[float, float]] = {}
@@ -165,15 +188,13 @@ async def one_round(
 
     await timed("pipelined send", pipelined(url, f"p-{rnd}", count))
     await timed("send_async", send_async(url, f"a-{rnd}", count))
-    await timed("relay", relay(url, f"r-{rnd}", count, tmp / f"relay-{rnd}.db"))
+    await timed("relay", relay(url, f"r-{rnd}", count, target(f"relay-{rnd}")))
     await fill(url, f"c-{rnd}", count)
     await fill(url, f"i-{rnd}", count)
     await fill(url, f"b-{rnd}", count)
     await timed("receive CLIENT each", receive(url, f"c-{rnd}", count, None))
-    await timed("inbox", receive(url, f"i-{rnd}", count, tmp / f"inbox-{rnd}.db"))
-    await timed(
-        "inbox batch", receive(url, f"b-{rnd}", count, tmp / f"batch-{rnd}.db", batch=batch)
-    )
+    await timed("inbox", receive(url, f"i-{rnd}", count, target(f"inbox-{rnd}")))
+    await timed("inbox batch", receive(url, f"b-{rnd}", count, target(f"batch-{rnd}"), batch=batch))
     return rates
 
 
@@ -185,15 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch", type=int, default=64, help="most messages per inbox transaction (inbox batch)"
     )
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="where the outbox and the inbox live (postgresql: a private server, started here)",
+    )
     args = parser.parse_args(argv)
     rounds = []
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        BrokerProcess("reference", Path(tmp), store=False) as broker,  # ready once it listens
-    ):
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        broker = stack.enter_context(BrokerProcess("reference", tmp, store=False))  # listening
         url = f"amqp://{USER}:{PASSWORD}@127.0.0.1:{broker.port}"
+        target: Target = lambda name: str(tmp / f"{name}.db")  # noqa: E731
+        if args.database == "postgresql":
+            server = stack.enter_context(PostgresServer())
+            target = lambda _name: server.create_database()  # noqa: E731
+        print(f"database: {args.database}")
         for rnd in range(args.rounds):
-            rounds.append(anyio.run(one_round, url, args.count, rnd, Path(tmp), args.batch))
+            rounds.append(anyio.run(one_round, url, args.count, rnd, target, args.batch))
     print(
         f"{'phase':22} {'msg/s':>10} {'us/msg':>9} {'CPU us/msg':>11}   (median of {args.rounds})"
     )
@@ -212,9 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     batch_ratio = ratio("receive CLIENT each", "inbox batch")
     print(f"relay / pipelined send:       {relay_ratio:.2f}x (goal >= {GOAL_RELAY})")
     print(f"relay / send_async:           {ratio('relay', 'send_async'):.2f}x")
-    print(f"inbox cost / plain ack:       {inbox_ratio:.2f}x (one message per transaction)")
+    print(
+        f"inbox cost / plain ack:       {inbox_ratio:.2f}x (goal <= {GOAL_INBOX}; one message "
+        "per transaction)"
+    )
     print(f"inbox batch cost / plain ack: {batch_ratio:.2f}x (goal <= {GOAL_INBOX})")
-    return 0 if relay_ratio >= GOAL_RELAY and batch_ratio <= GOAL_INBOX else 1
+    met = relay_ratio >= GOAL_RELAY and max(inbox_ratio, batch_ratio) <= GOAL_INBOX
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from chaos.args import non_negative_seconds, positive_seconds
 from chaos.audit import audit
 from chaos.bed import Bed, FaultRecord
 from chaos.faults import ALL_FAULTS, APP_FAULTS, FAULTS
+from chaos.postgresql import PostgresServer, PostgresServerError
 from chaos.report import write_report
 from chaos.scenarios.runner import ALL_WORKLOADS, APP_WORKLOADS, MatrixRun, Schedule, run_matrix
 from chaos.scenarios.workloads import WORKLOADS
@@ -77,6 +78,7 @@ class _Plan:
     out: Path
     trace: bool = False
     setup_timeout: float = 60.0
+    database: str = "sqlite"
 
 
 def _names(text: str, known: Mapping[str, object], what: str) -> list[str]:
@@ -194,6 +196,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"an external Toxiproxy API (default: ${TOXIPROXY_URL}, else an embedded one)",
     )
     run.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the outbox_inbox workload's applications keep their databases in SQLite files, "
+        "or in a private PostgreSQL server the run starts (Debian's postgresql and psycopg) "
+        "(default: sqlite)",
+    )
+    run.add_argument(
         "--trace",
         action="store_true",
         help="trace the workloads with OpenTelemetry; the report lists the trace ids of the "
@@ -277,6 +287,7 @@ def _plan(args: argparse.Namespace, password: str | None) -> _Plan:
         _out_directory(args.out),
         trace=args.trace,
         setup_timeout=args.setup_timeout,
+        database=args.database,
     )
 
 
@@ -388,8 +399,19 @@ def _run(plan: _Plan, workloads: list[str]) -> MatrixRun:
             progress.update(task, advance=1, description=f"{record.name:<11}")
 
         provider = _tracer_provider() if plan.trace else None
+        databases = None
+        if plan.database == "postgresql":
+            try:
+                databases = stack.enter_context(PostgresServer()).create_database
+            except (PostgresServerError, ImportError) as exc:
+                raise SetupFailed(f"cannot start PostgreSQL: {_one_line(exc)}") from exc
         return run_matrix(
-            bed, schedule, workloads=workloads, on_fault=advance, tracer_provider=provider
+            bed,
+            schedule,
+            workloads=workloads,
+            on_fault=advance,
+            tracer_provider=provider,
+            databases=databases,
         )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from chaos.postgresql import PostgresServer
 from chaos.rabbitmq import RabbitMQNode, start_all
 from chaos.rabbitmq_tls import RabbitMQTls
 
@@ -94,3 +95,28 @@ def prometheus_binary() -> str:
         )
     assert found is not None
     return found
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server (Debian's ``postgresql``: initdb into a temporary directory,
+    127.0.0.1 on a free port, run as ``postgres`` when the tests run as root), shared by the
+    session, stopped by its pid; skip (or fail, see above) when PostgreSQL or psycopg is
+    missing."""
+    if not PostgresServer.available():
+        skip_or_fail(
+            "PostgreSQL is not installed: no /usr/lib/postgresql/*/bin/postgres "
+            "(`make test` installs Debian's postgresql when run as root)"
+        )
+    try:
+        import psycopg  # noqa: F401  (the 'postgresql' extra)
+    except ModuleNotFoundError:
+        skip_or_fail("psycopg is not installed: pip install 'haclient[postgresql]'")
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The ``postgresql://`` URL of a fresh database on the session's PostgreSQL server."""
+    return postgres_server.create_database()

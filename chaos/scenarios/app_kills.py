@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ from pathlib import Path
 from chaos.applications import AppProcess
 from chaos.bed import Bed
 from chaos.faults import FAULTS, IDLE_TIMEOUT
-from chaos.scenarios.apps import business_of, effects_of
+from chaos.scenarios.apps import business_of, effects_of, read_rows
 
 __all__ = ["AppKillRun", "effects_check", "finish", "run_app_kills"]
 
@@ -70,8 +69,7 @@ def effects_check(producer_db: str, consumer_db: str, run: AppKillRun) -> None:
     run.lost = len(committed - set(applied))
     run.duplicated = sum(1 for count in applied.values() if count > 1)
     run.invented = len(set(applied) - committed)
-    with sqlite3.connect(producer_db) as db:
-        (run.outbox_left,) = db.execute("SELECT count(*) FROM haclient_outbox").fetchone()
+    [(run.outbox_left,)] = read_rows(producer_db, "SELECT count(*) FROM haclient_outbox")
 
 
 def run_app_kills(kills: int, seed: int, count: int, out: Path) -> AppKillRun:

@@ -4,7 +4,8 @@ that the ``app_kill`` fault kills; audited by the effects in their own databases
 How this works: the stream's producer process (``chaos.scenarios.apps producer``: business
 changes, each with its outbox message in one transaction, and a relay) and consumer process
 (``apps consumer``: an inbox applying each message's effect) run on the stream's queue, each
-with a SQLite database in a directory of their own. They are listed in the bed's
+with a SQLite database in a directory of their own (or, when the run makes them, a fresh
+PostgreSQL database each: ``WorkloadContext.databases``). They are listed in the bed's
 ``Applications`` (``WorkloadContext.apps``) while the round runs, so that ``app_kill`` SIGKILLs
 one of them at a random point and starts it again; broker and network faults hit their
 connections meanwhile. At the stop the producer is told to make no more changes (a stop file),
@@ -41,6 +42,8 @@ async def outbox_inbox(context: WorkloadContext) -> None:
 
     where = Path(tempfile.mkdtemp(prefix=f"chaos-{context.stream}-"))
     producer_db, consumer_db = str(where / "producer.db"), str(where / "consumer.db")
+    if context.databases is not None:
+        producer_db, consumer_db = context.databases(), context.databases()
     url = f"{context.url}&amqp.idleTimeout={int(context.idle_timeout * 1000)}"
     common = ["--url", url, "--queue", context.queue]
     stop_file = where / "stop"

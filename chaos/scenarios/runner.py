@@ -139,6 +139,7 @@ def run_matrix(
     metrics: haclient.metrics.MetricsServer | None = None,
     run_id: str | None = None,
     tracer_provider: Any = None,
+    databases: Callable[[], str] | None = None,
 ) -> MatrixRun:
     """Inject the faults of ``schedule`` (default: one of each) while ``workloads`` run;
     returns the run with its ledger and the final scrape of ``metrics`` (default: an endpoint
@@ -146,7 +147,9 @@ def run_matrix(
     is told of each fault injected, ``on_connect`` of each connection opened. The queues are
     named after ``run_id`` (default: a fresh random one) and drained at the end. With
     ``tracer_provider`` (an OpenTelemetry ``TracerProvider``) the workloads' connections trace,
-    and the ledger notes each message's trace id."""
+    and the ledger notes each message's trace id. ``databases`` makes a fresh PostgreSQL
+    database (its ``postgresql://`` URL) for each application of the ``outbox_inbox`` workload
+    (default: SQLite files)."""
     unknown = [name for name in workloads if name not in ALL_WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workloads {unknown} (known: {', '.join(ALL_WORKLOADS)})")
@@ -169,7 +172,9 @@ def run_matrix(
             if on_connect is not None:
                 on_connect(connection)
 
-        rounds = _Rounds(bed, run, schedule, rng, deadline, on_fault, connected, tracer_provider)
+        rounds = _Rounds(
+            bed, run, schedule, rng, deadline, on_fault, connected, tracer_provider, databases
+        )
         for number, faults in enumerate(schedule.rounds(rng)):
             if rounds.past_deadline():
                 break
@@ -192,6 +197,7 @@ class _Rounds:
     on_fault: Callable[[FaultRecord], None] | None
     on_connect: Callable[[aio.Connection], None]
     tracer_provider: Any = None
+    databases: Callable[[], str] | None = None
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -213,6 +219,7 @@ class _Rounds:
                 queue=f"chaos-{self.run.run_id}-{name}-r{number}",
                 tracer_provider=self.tracer_provider,
                 apps=self.bed.apps,
+                databases=self.databases,
             )
             for name in self.run.workloads
         ]

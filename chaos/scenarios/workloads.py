@@ -74,6 +74,9 @@ class WorkloadContext:
     apps: Applications | None = None
     """Where a workload lists the application processes the ``app_kill`` fault may kill (the
     bed's); None: nowhere."""
+    databases: Callable[[], str] | None = None
+    """Makes a fresh PostgreSQL database (its ``postgresql://`` URL) for each application of
+    the ``outbox_inbox`` workload; None: SQLite files."""
     gone: set[str] = field(default_factory=set)
     """The actors whose connection (or consumer) is closed for good: failover gave up, or the
     object was closed. They stop for the rest of the round instead of calling on in a loop."""

@@ -1,5 +1,5 @@
 """Exactly-once effects through application crashes: a transactional outbox and an idempotent
-inbox (rules X1-X5 of docs/semantics.md; the guide is docs/guide/outbox-inbox.md).
+inbox (rules X1-X6 of docs/semantics.md; the guide is docs/guide/outbox-inbox.md).
 
 How this works, in one picture::
 
@@ -14,9 +14,11 @@ How this works, in one picture::
                                                                              acknowledge
 
 Modules, one job each: ``schema`` (the tables, their version and upgrades), ``rows`` (a message
-as a row), ``outbox`` (the writer), ``relay`` (the async relay), ``blocking`` (the blocking
-relay), ``inbox`` (the idempotent consumer), ``aio`` (the async twins), ``cli`` (the
-``haclient-relay`` command). SQLite (stdlib, WAL) is the database.
+as a row), ``outbox`` (the writer), ``relay`` (the async relay), ``reading`` (its SQL),
+``blocking`` (the blocking relay), ``inbox`` (the idempotent consumer), ``aio`` (the async
+twins), ``cli`` (the ``haclient-relay`` command), ``database`` (SQLite or PostgreSQL behind one
+set of calls), ``worker`` (the async twins' database thread), ``tracing`` (the write span,
+X6). The database is SQLite (stdlib, WAL) or PostgreSQL (psycopg, the ``postgresql`` extra).
 
 The blocking API is here; the async one is ``haclient.exactly_once.aio``.
 """

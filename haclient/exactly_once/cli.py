@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
@@ -30,10 +31,12 @@ log = logging.getLogger("haclient.exactly_once")
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="haclient-relay", description="Relay a SQLite outbox to AMQP brokers (rule X2)."
+        prog="haclient-relay", description="Relay an outbox to AMQP brokers (rule X2)."
     )
     parser.add_argument("--url", required=True, help="the failover URL of the brokers")
-    parser.add_argument("--database", required=True, help="the SQLite file of the outbox")
+    parser.add_argument(
+        "--database", required=True, help="the outbox's SQLite file, or a postgresql:// URL"
+    )
     parser.add_argument("--batch-size", type=int, default=500, help="rows per batch (500)")
     parser.add_argument(
         "--poll-interval", type=float, default=0.05, help="seconds between looks (0.05)"
@@ -60,13 +63,22 @@ async def _relay(args: argparse.Namespace) -> None:
             if args.pid_file:
                 with open(args.pid_file, "w", encoding="utf-8") as out:
                     out.write(f"{os.getpid()}\n")
-            log.info("relaying %s through %s", args.database, conn.url)
+            log.info("relaying %s through %s", _shown(args.database), conn.url)
             await relay.wait_stopped()
             group.cancel_scope.cancel()
         stats = relay.statistics()
         if stats.error is not None:
             raise stats.error
         log.info("stopped after relaying %d messages", stats.relayed)
+
+
+def _shown(database: str) -> str:
+    """``database`` for a log line: a URL without its password."""
+    parts = urlsplit(database)
+    if parts.password is None:
+        return database
+    where = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=where))
 
 
 async def _until_stopped(relay: Relay) -> None:

@@ -1,9 +1,12 @@
 """The inbox: an idempotent consumer that applies each message's effect once.
 
 How this works: ``Inbox.apply(db, message, effect)`` opens a transaction on the application's
-SQLite connection (``BEGIN IMMEDIATE``), looks the message's id up in ``haclient_inbox``, and
-either skips it (a duplicate: counted, logged, told to listeners) or calls ``effect(message)``
-and records the id; both commit together. ``handle`` then acknowledges the message. A process
+SQLite connection (``BEGIN IMMEDIATE``) or PostgreSQL one (psycopg), records the message's id in
+``haclient_inbox`` (``INSERT ... ON CONFLICT DO NOTHING``: one statement, no look-up first),
+and either skips the message when the id was there (a duplicate: counted, logged, told to
+listeners) or calls ``effect(message)``; the effect and the id commit together. Two consumers
+applying one id at once (PostgreSQL) meet at the insert: the second waits for the first's
+commit, then finds the id and skips. ``handle`` then acknowledges the message. A process
 killed after the commit and before the acknowledgement gets the message again from the broker:
 its id is recorded, so the copy is acknowledged and skipped (rule X3). Killed before the
 commit, nothing of the effect was kept, and the redelivered message is applied then.
@@ -20,7 +23,6 @@ serialising its use of a shared one). The async twin is ``haclient.exactly_once.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from haclient.errors import ConfigurationError, IllegalStateError, MessageFormatError
-from haclient.exactly_once.schema import translated
+from haclient.exactly_once import database
 from haclient.message import Message
 
 __all__ = ["DEFAULT_RETENTION", "Inbox", "InboxStatistics"]
@@ -40,6 +42,11 @@ DEFAULT_RETENTION: Final = 7 * 24 * 3600.0
 
 Effect = Callable[[Message], object]
 """What the application does for a message: writes on the same ``db`` connection."""
+
+_RECORD: Final = (
+    "INSERT INTO haclient_inbox (inbox, message_id, applied) VALUES (?, ?, ?)"
+    " ON CONFLICT DO NOTHING"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +96,7 @@ class Inbox:
 
     # The blocking API ---------------------------------------------------------------------------
 
-    def apply(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+    def apply(self, db: Any, message: Message, effect: Effect) -> bool:
         """Apply ``message``'s effect unless its id was applied before; True when applied.
 
         ``effect(message)`` runs inside a transaction of ``db`` (it writes on ``db``), which
@@ -102,7 +109,8 @@ class Inbox:
         Raises:
             MessageFormatError: the message has no id (nothing to recognise a copy by).
             IllegalStateError: ``db`` already has an open transaction; the tables are missing.
-            ConfigurationError: ``db`` is not a ``sqlite3.Connection``.
+            ConfigurationError: ``db`` is neither a ``sqlite3.Connection`` nor a
+                ``psycopg.Connection``.
             Exception: what ``effect`` raised.
         """
         applied = self.apply_quietly(db, message, effect)
@@ -110,7 +118,7 @@ class Inbox:
             self.tell_duplicate(message)
         return applied
 
-    def handle(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+    def handle(self, db: Any, message: Message, effect: Effect) -> bool:
         """``apply``, then acknowledge the message (a duplicate too); True when applied.
 
         Receive from a CLIENT or INDIVIDUAL session: in AUTO mode a message is acknowledged
@@ -142,30 +150,26 @@ class Inbox:
         with self._lock:
             return InboxStatistics(self.name, self._applied, self._duplicates, self._pruned)
 
-    def seen(self, db: sqlite3.Connection, message_id: str) -> bool:
+    def seen(self, db: Any, message_id: str) -> bool:
         """Whether ``message_id`` was applied by this inbox (and is still remembered).
 
         Raises:
             IllegalStateError: the tables are missing.
         """
-        try:
-            row = db.execute(
-                "SELECT 1 FROM haclient_inbox WHERE inbox = ? AND message_id = ?",
-                (self.name, message_id),
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise translated(exc) from exc
-        return row is not None
+        rows = database.read(
+            db,
+            "SELECT 1 FROM haclient_inbox WHERE inbox = ? AND message_id = ?",
+            (self.name, message_id),
+        )
+        return bool(rows)
 
     # Shared by both APIs ------------------------------------------------------------------------
 
-    def apply_quietly(self, db: sqlite3.Connection, message: Message, effect: Effect) -> bool:
+    def apply_quietly(self, db: Any, message: Message, effect: Effect) -> bool:
         """``apply`` without telling listeners (the async twin tells them on its loop)."""
         return self.apply_all_quietly(db, [message], effect)[0]
 
-    def apply_all(
-        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
-    ) -> list[bool]:
+    def apply_all(self, db: Any, messages: Sequence[Message], effect: Effect) -> list[bool]:
         """``apply`` for several messages in one transaction (one commit): each message's
         effect, in order, unless its id was applied before (by an earlier transaction or
         earlier in ``messages``); all of it commits together, or nothing does. One result
@@ -180,9 +184,7 @@ class Inbox:
                 self.tell_duplicate(message)
         return applied
 
-    def handle_all(
-        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
-    ) -> list[bool]:
+    def handle_all(self, db: Any, messages: Sequence[Message], effect: Effect) -> list[bool]:
         """``apply_all``, then acknowledge every message (duplicates too), once the commit is
         done. In a CLIENT session an acknowledgement covers every message the session
         delivered: pass all the messages received and not yet acknowledged (X3).
@@ -196,42 +198,32 @@ class Inbox:
             message.acknowledge()
         return applied
 
-    def apply_all_quietly(
-        self, db: sqlite3.Connection, messages: Sequence[Message], effect: Effect
-    ) -> list[bool]:
+    def apply_all_quietly(self, db: Any, messages: Sequence[Message], effect: Effect) -> list[bool]:
         """``apply_all`` without telling listeners (the async twin tells them on its loop)."""
         ids = [_id_of(message) for message in messages]
-        _check_db(db)
-        if db.in_transaction:
+        dialect = database.dialect_of(db)
+        if database.in_transaction(db):
             raise IllegalStateError(
                 "the inbox's transaction must be its own: this connection has one open"
             )
         applied: list[bool] = []
-        here: set[str] = set()
+        record = dialect.sql(_RECORD)
         try:
-            db.execute("BEGIN IMMEDIATE")
+            database.begin(db, dialect)
             now = time.time()
             for message, message_id in zip(messages, ids, strict=True):
-                if message_id in here or self.seen(db, message_id):
-                    applied.append(False)
-                    continue
-                effect(message)
-                db.execute(
-                    "INSERT INTO haclient_inbox (inbox, message_id, applied) VALUES (?, ?, ?)",
-                    (self.name, message_id, now),
-                )
-                here.add(message_id)
-                applied.append(True)
-            pruned = self._prune_if_due(db, now, len(here))
+                # the id first: a copy (earlier, or earlier in ``messages``) inserts nothing
+                fresh = db.execute(record, (self.name, message_id, now)).rowcount == 1
+                if fresh:
+                    effect(message)
+                applied.append(fresh)
+            count = applied.count(True)
+            pruned = self._prune_if_due(db, dialect, now, count)
         except BaseException as exc:
-            if db.in_transaction:
-                db.rollback()
-            if isinstance(exc, sqlite3.Error):
-                raise translated(exc) from exc
-            raise
-        db.commit()
-        duplicates = len(applied) - len(here)
-        self._count(applied=len(here), duplicates=duplicates, pruned=pruned)
+            database.rollback(db)
+            database.raise_translated(exc)
+        database.commit(db)
+        self._count(applied=count, duplicates=len(applied) - count, pruned=pruned)
         for message_id, done in zip(ids, applied, strict=True):
             if not done:
                 log.info("inbox %s skipped %s: applied before", self.name, message_id)
@@ -249,42 +241,39 @@ class Inbox:
             except Exception:
                 log.exception("an inbox listener raised; ignored")
 
-    def prune(self, db: sqlite3.Connection, now: float | None = None) -> int:
+    def prune(self, db: Any, now: float | None = None) -> int:
         """Forget the ids applied more than ``retention`` seconds before ``now`` (default:
         the time of the call), in a transaction of its own; return how many.
 
         Raises:
             IllegalStateError: ``db`` has an open transaction; the tables are missing.
         """
-        _check_db(db)
-        if db.in_transaction:
+        dialect = database.dialect_of(db)
+        if database.in_transaction(db):
             raise IllegalStateError("prune() needs a connection without an open transaction")
         try:
-            db.execute("BEGIN IMMEDIATE")
-            count = self._delete_expired(db, time.time() if now is None else now)
+            database.begin(db, dialect)
+            count = self._delete_expired(db, dialect, time.time() if now is None else now)
         except BaseException as exc:
-            if db.in_transaction:
-                db.rollback()
-            if isinstance(exc, sqlite3.Error):
-                raise translated(exc) from exc
-            raise
-        db.commit()
+            database.rollback(db)
+            database.raise_translated(exc)
+        database.commit(db)
         self._count(pruned=count)
         return count
 
-    def _prune_if_due(self, db: sqlite3.Connection, now: float, count: int) -> int:
+    def _prune_if_due(self, db: Any, dialect: database.Dialect, now: float, count: int) -> int:
         """Prune when this transaction's ``count`` applied messages pass a multiple of
         ``prune_every``."""
         with self._lock:
             due = (self._applied + count) // self.prune_every > self._applied // self.prune_every
-        return self._delete_expired(db, now) if due else 0
+        return self._delete_expired(db, dialect, now) if due else 0
 
-    def _delete_expired(self, db: sqlite3.Connection, now: float) -> int:
+    def _delete_expired(self, db: Any, dialect: database.Dialect, now: float) -> int:
         cursor = db.execute(
-            "DELETE FROM haclient_inbox WHERE inbox = ? AND applied < ?",
+            dialect.sql("DELETE FROM haclient_inbox WHERE inbox = ? AND applied < ?"),
             (self.name, now - self.retention),
         )
-        return max(cursor.rowcount, 0)
+        return max(int(cursor.rowcount), 0)
 
     def _count(self, *, applied: int = 0, duplicates: int = 0, pruned: int = 0) -> None:
         with self._lock:
@@ -302,8 +291,3 @@ def _id_of(message: Message) -> str:
     if not message.message_id:
         raise MessageFormatError("the message has no message id: an inbox cannot recognise it")
     return message.message_id
-
-
-def _check_db(db: object) -> None:
-    if not isinstance(db, sqlite3.Connection):
-        raise ConfigurationError(f"expected a sqlite3.Connection, not {type(db).__name__}")

@@ -1,11 +1,12 @@
 """The outbox writer: messages written in the application's own database transaction.
 
 How this works: ``Outbox.transaction(db)`` opens a transaction on the application's SQLite
-connection (``BEGIN IMMEDIATE``), hands out an ``OutboxTransaction`` whose ``send`` inserts one
-row per message into ``haclient_outbox``, and commits on a normal exit or rolls back on an
-exception, together with whatever else the application wrote in it. The message's id is fixed
-here (``ID:<uuid4>``, or the id the application set), so every send of the row by a relay, the
-first and any after a crash, carries the same id and a consumer can recognise a copy.
+connection (``BEGIN IMMEDIATE``) or PostgreSQL one (psycopg), hands out an
+``OutboxTransaction`` whose ``send`` inserts one row per message into ``haclient_outbox``, and
+commits on a normal exit or rolls back on an exception, together with whatever else the
+application wrote in it. The message's id is fixed here (``ID:<uuid4>``, or the id the
+application set), so every send of the row by a relay, the first and any after a crash,
+carries the same id and a consumer can recognise a copy.
 
 Nothing here touches the network: the rows wait for a relay (``haclient.exactly_once.Relay``,
 or the ``haclient-relay`` command). What is promised (rules X1, X2 of docs/semantics.md): a row
@@ -18,17 +19,17 @@ connection (or serialises its use of a shared one, as sqlite3 requires).
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from haclient.destination import Destination
 from haclient.errors import ClosedError, ConfigurationError, IllegalStateError, MessageFormatError
+from haclient.exactly_once import database
 from haclient.exactly_once.rows import destination_text, new_message_id, payload_of
-from haclient.exactly_once.schema import translated
 from haclient.message import DeliveryMode, Message
 
 __all__ = ["Outbox", "OutboxStatistics", "OutboxTransaction", "outbox_depth"]
@@ -53,48 +54,62 @@ class Outbox:
 
     One ``Outbox`` serves any number of database connections and threads. The database needs
     the tables first: ``haclient.exactly_once.install(db)``.
+
+    Args:
+        tracer_provider: An OpenTelemetry ``TracerProvider`` (the ``tracing`` extra): each
+            message written gets an ``outbox write <destination>`` span (PRODUCER), current
+            where ``send`` is called, whose trace context the row's message carries; the
+            relay's send span is its child and the consumer's spans join the same trace.
+            None: no span.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, tracer_provider: Any = None) -> None:
         self._lock = threading.Lock()
         self._written = 0
         self._rolled_back = 0
+        self._tracer: Any = None
+        if tracer_provider is not None:
+            from haclient.exactly_once.tracing import OutboxTracer
+
+            self._tracer = OutboxTracer(tracer_provider)
 
     @contextmanager
-    def transaction(self, db: sqlite3.Connection) -> Iterator[OutboxTransaction]:
+    def transaction(self, db: Any) -> Iterator[OutboxTransaction]:
         """A transaction on ``db`` in which ``send`` writes messages to the outbox.
 
-        Everything written on ``db`` inside the ``with`` block commits together at its end, the
-        messages included, or nothing does: an exception rolls it all back and is raised again.
+        Everything written on ``db`` (a ``sqlite3.Connection``, or a ``psycopg.Connection``)
+        inside the ``with`` block commits together at its end, the messages included, or
+        nothing does: an exception rolls it all back and is raised again.
 
         Raises:
-            ConfigurationError: ``db`` is not a ``sqlite3.Connection``.
+            ConfigurationError: ``db`` is neither a ``sqlite3.Connection`` nor a
+                ``psycopg.Connection``.
             IllegalStateError: ``db`` already has an open transaction (commit it first, or
                 write into it with ``write``); the outbox's tables are missing.
-            sqlite3.Error: the database failed (the transaction is rolled back).
+            sqlite3.Error, psycopg.Error: the database failed (the transaction is rolled back).
         """
-        _check_db(db)
-        if db.in_transaction:
+        dialect = database.dialect_of(db)
+        if database.in_transaction(db):
             raise IllegalStateError(
                 "this connection already has an open transaction: commit it first, or use "
                 "Outbox.write(db, ...) to write into it"
             )
-        db.execute("BEGIN IMMEDIATE")
+        database.begin(db, dialect)
         tx = OutboxTransaction(self, db)
         try:
             yield tx
         except BaseException:
             tx._closed = True
-            db.rollback()
+            database.rollback(db)
             self._count(rolled_back=1)
             raise
         tx._closed = True
-        db.commit()
+        database.commit(db)
         self._count(written=tx.count)
 
     def write(
         self,
-        db: sqlite3.Connection,
+        db: Any,
         destination: Destination,
         message: Message,
         *,
@@ -112,13 +127,12 @@ class Outbox:
                 outside the business change it belongs to); the outbox's tables are missing.
             InvalidDestinationError, MessageFormatError, ConfigurationError: as ``send``.
         """
-        _check_db(db)
-        if not db.in_transaction:
+        if not database.in_transaction(db):
             raise IllegalStateError(
                 "Outbox.write needs an open transaction on the connection (BEGIN first), so "
                 "that the message commits with the change it announces"
             )
-        message_id = _insert(db, destination, message, priority, time_to_live)
+        message_id = _insert(db, destination, message, priority, time_to_live, self._tracer)
         self._count(written=1)
         return message_id
 
@@ -136,7 +150,7 @@ class Outbox:
 class OutboxTransaction:
     """The messages of one ``Outbox.transaction``; usable until its ``with`` block ends."""
 
-    def __init__(self, outbox: Outbox, db: sqlite3.Connection) -> None:
+    def __init__(self, outbox: Outbox, db: Any) -> None:
         self._outbox = outbox
         self._db = db
         self._closed = False
@@ -170,17 +184,20 @@ class OutboxTransaction:
         """
         if self._closed:
             raise ClosedError("this outbox transaction has ended")
-        message_id = _insert(self._db, destination, message, priority, time_to_live)
+        message_id = _insert(
+            self._db, destination, message, priority, time_to_live, self._outbox._tracer
+        )
         self.count += 1
         return message_id
 
 
 def _insert(
-    db: sqlite3.Connection,
+    db: Any,
     destination: Destination,
     message: Message,
     priority: int | None,
     time_to_live: float,
+    tracer: Any,
 ) -> str:
     if not isinstance(message, Message):
         raise MessageFormatError(f"not a message: {type(message).__name__}")
@@ -196,32 +213,29 @@ def _insert(
         message.priority = priority
     message.expiration = now + time_to_live if time_to_live > 0 else None
     message.delivery_time = None
+    if tracer is not None:
+        tracer.written(destination, message)  # its span's context into the message
     payload = payload_of(message)
+    dialect = database.dialect_of(db)
     try:
-        db.execute(_INSERT, (where, message.message_id, payload, now, message.expiration))
-    except sqlite3.IntegrityError as exc:
-        raise IllegalStateError(
-            f"message id {message.message_id} is in the outbox already: ids must be unique"
-        ) from exc
-    except sqlite3.Error as exc:
-        raise translated(exc) from exc
+        db.execute(
+            dialect.sql(_INSERT), (where, message.message_id, payload, now, message.expiration)
+        )
+    except Exception as exc:
+        if database.is_unique_violation(exc):
+            raise IllegalStateError(
+                f"message id {message.message_id} is in the outbox already: ids must be unique"
+            ) from exc
+        database.raise_translated(exc)
     return message.message_id
 
 
-def outbox_depth(db: sqlite3.Connection) -> tuple[int, float | None]:
+def outbox_depth(db: Any) -> tuple[int, float | None]:
     """The rows waiting in ``db``'s outbox and the write time (epoch seconds) of the oldest,
     None when it is empty.
 
     Raises:
         IllegalStateError: the outbox's tables are missing.
     """
-    try:
-        count, oldest = db.execute("SELECT count(*), min(created) FROM haclient_outbox").fetchone()
-    except sqlite3.Error as exc:
-        raise translated(exc) from exc
+    count, oldest = database.read(db, "SELECT count(*), min(created) FROM haclient_outbox")[0]
     return int(count), oldest
-
-
-def _check_db(db: object) -> None:
-    if not isinstance(db, sqlite3.Connection):
-        raise ConfigurationError(f"expected a sqlite3.Connection, not {type(db).__name__}")

@@ -7,9 +7,16 @@ with ``send_async`` instead, in its span), takes every outcome, and deletes the 
 accepted (and those that expired unsent) in one transaction. The next batch is read while one
 is in flight and a batch's rows are deleted while the next one is sent. An empty outbox is
 looked at again every ``poll_interval``. A send the broker refused leaves its row, which is
-tried again after ``retry_delay`` (reading from the oldest row again). SQLite runs in worker
-threads, one call at a time (``anyio.to_thread`` with a limiter of one), so the event loop never
-waits on the disk.
+tried again after ``retry_delay`` (reading from the oldest row again). The database (SQLite, or
+PostgreSQL through psycopg) runs in worker threads, one call at a time (``anyio.to_thread``
+with a limiter of one), so the event loop never waits on the disk.
+
+The reading order: SQLite lets one transaction write at a time, so rows commit in ``seq`` order
+and a read that sees a row sees every row before it. PostgreSQL's concurrent transactions
+commit in any order: a read returns only rows written by transactions older than every one
+still running (``txid < pg_snapshot_xmin(pg_current_snapshot())``), in ``(txid, seq)`` order,
+so a row committed late by an older transaction is waited for, never skipped, and never sent
+after a row of a younger transaction (``haclient.exactly_once.schema``).
 
 What this promises (docs/semantics.md, X2): a row is deleted only after a broker accepted its
 message, so a relay killed at any point sends, once restarted, every row not known accepted,
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -41,8 +47,17 @@ from haclient.aio.connection import Connection
 from haclient.aio.producer import MessageProducer
 from haclient.aio.session import Session
 from haclient.errors import ClosedError, ConfigurationError, HAClientError
+from haclient.exactly_once.database import POSTGRESQL, dialect_of, is_url
+from haclient.exactly_once.reading import (
+    START,
+    Position,
+    delete,
+    depth,
+    held,
+    open_database,
+    read,
+)
 from haclient.exactly_once.rows import Row, encoded_of, message_of, parse_destination
-from haclient.exactly_once.schema import require
 from haclient.message import Message
 
 __all__ = ["Relay", "RelayStatistics"]
@@ -87,14 +102,15 @@ class RelayStatistics:
 
 
 class Relay:
-    """Relays the outbox of the SQLite database at ``database`` through ``connection`` (X2).
+    """Relays the outbox of ``database`` through ``connection`` (X2).
 
     Use it as an async context manager (the relay runs in a task it owns until the block
     ends), or await ``run()`` in a task of your own and ``close()`` it from another.
 
     Args:
         connection: A connection (``haclient.aio.connect``); the relay makes its own session.
-        database: The database file the application's outbox writes to.
+        database: The SQLite file the application's outbox writes to, or the
+            ``postgresql://`` URL of its PostgreSQL database (the ``postgresql`` extra).
         batch_size: Rows read and sent at a time (>= 1).
         poll_interval: Seconds between two looks at an empty outbox (> 0).
         retry_delay: Seconds before a row the broker refused is sent again (>= 0).
@@ -125,7 +141,7 @@ class Relay:
         if not isinstance(retry_delay, int | float) or retry_delay < 0:
             raise ConfigurationError(f"retry_delay must be seconds >= 0, not {retry_delay!r}")
         self._connection = connection
-        self._database = os.fspath(database)
+        self._database: str = str(database) if is_url(database) else os.fspath(database)
         self._batch_size = batch_size
         self._poll_interval = float(poll_interval)
         self._retry_delay = float(retry_delay)
@@ -158,15 +174,21 @@ class Relay:
         Raises:
             IllegalStateError: the database has no outbox tables (or a schema to upgrade).
             ClosedError: the connection is closed; the relay was used before.
-            sqlite3.Error: the database cannot be opened.
+            sqlite3.Error, psycopg.Error: the database cannot be opened.
         """
         group = anyio.create_task_group()
         await group.__aenter__()
         try:
-            await group.start(self._serve)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await group.__aexit__(None, None, None)
+            group.start_soon(self.serve_in_background)  # never raises: wait_ready does
+            await self.wait_ready()
+        except Exception:  # the relay stopped before it was ready: its task ends on its own
+            await group.__aexit__(None, None, None)
+            raise
+        except BaseException as exc:  # cancelled: the task group's own exit, told why (a
+            # shielded scope of our own around it would be exited out of order)
+            self._stopping = True
+            self._wake.set()
+            await group.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         self._group = group
         return self
@@ -184,7 +206,7 @@ class Relay:
             ConnectionFailedError: failover gave up (the rows not sent stay for the next run).
             IllegalStateError: the database has no outbox tables.
             ClosedError: the connection was closed under the relay; the relay was used before.
-            sqlite3.Error: the database failed.
+            sqlite3.Error, psycopg.Error: the database failed.
         """
         await self._serve(anyio.TASK_STATUS_IGNORED, before=True, after=True)
 
@@ -225,7 +247,7 @@ class Relay:
 
     @property
     def database(self) -> str:
-        """The database file the relay reads."""
+        """The database the relay reads (a SQLite file, or a PostgreSQL URL)."""
         return self._database
 
     def statistics(self) -> RelayStatistics:
@@ -269,10 +291,10 @@ class Relay:
         if self._used:
             raise ClosedError("a Relay runs once; make a new one")
         self._used = True
-        db: sqlite3.Connection | None = None
+        db: Any = None
         session: Session | None = None
         try:
-            db = await self._db(_open, self._database)
+            db = await self._db(open_database, self._database)
             session = await self._connection.create_session()
             producer = await session.create_producer(None)
             producer.preserve_message_id = True
@@ -293,7 +315,7 @@ class Relay:
             self._finished.set()
             self._emptied.set()  # wait_empty() sees the relay stopped
 
-    async def _cleanup(self, db: sqlite3.Connection | None, session: Session | None) -> None:
+    async def _cleanup(self, db: Any, session: Session | None) -> None:
         if session is not None:
             try:
                 with anyio.move_on_after(self._close_timeout):
@@ -303,7 +325,7 @@ class Relay:
         if db is not None:
             await self._db(db.close)
 
-    async def _loop(self, db: sqlite3.Connection, producer: MessageProducer) -> None:
+    async def _loop(self, db: Any, producer: MessageProducer) -> None:
         error: Exception | None = None
         async with anyio.create_task_group() as group:  # the database calls in the background
             try:
@@ -313,20 +335,19 @@ class Relay:
         if error is not None:
             raise error
 
-    async def _relay(
-        self, db: sqlite3.Connection, producer: MessageProducer, group: anyio.abc.TaskGroup
-    ) -> None:
+    async def _relay(self, db: Any, producer: MessageProducer, group: anyio.abc.TaskGroup) -> None:
         """Send batch after batch, each read (after ``cursor``) while the one before is sent,
         its accepted rows deleted while the next one is sent.
 
-        Invariants: every row at or before ``cursor`` was sent in a batch whose outcomes all
-        came; it is deleted (or being deleted) unless the broker refused it, and then the
-        cursor goes back to 0 before the next send. SQLite lets one transaction write at a
-        time, so rows commit in ``seq`` order: a read that sees a row sees every row before it.
-        An empty read counts as "the outbox was empty" only from the start (cursor 0) with no
-        delete in flight.
+        Invariants: every row at or before ``cursor`` (a ``(txid, seq)`` position) was sent
+        in a batch whose outcomes all came; it is deleted (or being deleted) unless the broker
+        refused it, and then the cursor goes back to the start before the next send. A read
+        returns only rows no later commit can precede in the reading order (see the module
+        doc), so a read that sees a row sees every row before it. An empty read counts as "the
+        outbox was empty" only from the start with no delete in flight, and, on PostgreSQL,
+        no committed row held back behind an older transaction still running.
         """
-        cursor = 0
+        cursor = START
         reading = self._read_after(group, db, cursor)
         deleting: _Job[None] | None = None
         while not self._stopping:
@@ -335,21 +356,23 @@ class Relay:
                 if deleting is not None:
                     await deleting.result()
                     deleting = None
-                if cursor == 0:
-                    self._found_empty(reading)
+                if cursor == START:
+                    waiting = dialect_of(db) is POSTGRESQL and await self._db(held, db)
+                    if not waiting:  # nothing held back behind an older transaction
+                        self._found_empty(reading)
                     await self._idle(self._poll_interval)
-                cursor = 0
+                cursor = START
                 reading = self._read_after(group, db, cursor)
                 continue
-            cursor = rows[-1].seq
+            cursor = rows[-1].position
             reading = self._read_after(group, db, cursor)
             done, refused = await self._send(producer, rows)
             if deleting is not None:
                 await deleting.result()
-            deleting = self._start(group, _delete, db, done) if done else None
+            deleting = self._start(group, delete, db, done) if done else None
             self._batches += 1
             if time.monotonic() - self._counted_at >= _DEPTH_EVERY:
-                self._depth, self._oldest = await self._db(_depth, db)
+                self._depth, self._oldest = await self._db(depth, db)
                 self._counted_at = time.monotonic()
             if refused:  # tried again, from the oldest row, after retry_delay
                 await reading.result()
@@ -357,18 +380,16 @@ class Relay:
                     await deleting.result()
                     deleting = None
                 await self._idle(self._retry_delay)
-                cursor = 0
+                cursor = START
                 reading = self._read_after(group, db, cursor)
         if deleting is not None:
             await deleting.result()
 
-    def _read_after(
-        self, group: anyio.abc.TaskGroup, db: sqlite3.Connection, cursor: int
-    ) -> _Job[Any]:
+    def _read_after(self, group: anyio.abc.TaskGroup, db: Any, cursor: Position) -> _Job[Any]:
         """Read the batch after ``cursor`` in the background (a read from the oldest row is
         numbered: ``wait_empty`` waits for one begun after its call to find nothing)."""
-        job = self._start(group, _read, db, cursor, self._batch_size)
-        if cursor == 0:
+        job = self._start(group, read, db, cursor, self._batch_size)
+        if cursor == START:
             self._full_reads += 1
             job.number = self._full_reads
         return job
@@ -433,16 +454,19 @@ class Relay:
             if pending == 0:
                 all_in.set()
 
+        from haclient.aio.tracing import continuing  # a traced connection has opentelemetry
+
         for index, row in enumerate(rows):
             message = message_of(row.payload)
             ttl = 0.0 if row.expires is None else row.expires - now
-            await producer.send_async(
-                parse_destination(row.destination),
-                message,
-                on_completion=_completion(completed, index),
-                priority=message.priority,
-                time_to_live=ttl,
-            )
+            with continuing(message):  # the send span: a child of the outbox write's, if any
+                await producer.send_async(
+                    parse_destination(row.destination),
+                    message,
+                    on_completion=_completion(completed, index),
+                    priority=message.priority,
+                    time_to_live=ttl,
+                )
         if pending > 0:
             await all_in.wait()
         return outcomes
@@ -488,45 +512,3 @@ class _Job(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
-
-
-# SQL, run in the relay's worker thread -----------------------------------------------------------
-
-
-def _open(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
-    try:
-        require(db)
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _read(db: sqlite3.Connection, after: int, limit: int) -> list[Row]:
-    return [
-        Row(*values)
-        for values in db.execute(
-            "SELECT seq, destination, message_id, payload, created, expires"
-            " FROM haclient_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
-            (after, limit),
-        )
-    ]
-
-
-def _delete(db: sqlite3.Connection, seqs: list[int]) -> None:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for start in range(0, len(seqs), 500):
-            chunk = seqs[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            db.execute(f"DELETE FROM haclient_outbox WHERE seq IN ({marks})", chunk)
-    except BaseException:
-        db.rollback()
-        raise
-    db.commit()
-
-
-def _depth(db: sqlite3.Connection) -> tuple[int, float | None]:
-    count, oldest = db.execute("SELECT count(*), min(created) FROM haclient_outbox").fetchone()
-    return int(count), oldest

@@ -51,6 +51,13 @@ class Row:
     payload: bytes
     created: float
     expires: float | None
+    txid: int = 0
+    """PostgreSQL: the id of the transaction that wrote the row (SQLite: 0)."""
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Where the row is in the relay's reading order: ``(txid, seq)``."""
+        return (self.txid, self.seq)
 
 
 def new_message_id() -> str:

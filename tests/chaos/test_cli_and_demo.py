@@ -88,4 +88,11 @@ def test_the_demo_passes_its_audit_and_says_where_the_report_is(tmp_path: Path) 
     assert "committed but lost           0" in done.stdout
     assert "verdict: every promise kept" in done.stdout
     assert f"report: {tmp_path / 'demo' / 'report.html'}" in done.stdout
+    # the application crash, counted: what it costs without the patterns, nothing with them
+    assert "without outbox and inbox     20 changes, 20 effects: 1 lost, 1 applied twice" in (
+        done.stdout
+    )
+    assert "with haclient.exactly_once   20 changes, 20 effects: 0 lost, 0 applied twice" in (
+        done.stdout
+    )
     assert (tmp_path / "demo" / "throughput.png").exists()

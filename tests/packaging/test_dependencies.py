@@ -124,6 +124,11 @@ BROUGHT_BY_THE_APPLICATION = {
         "haclient.aio.pkcs12 imports it only when a PKCS12 store is given "
         "(transport.storeType=PKCS12): the 'pkcs12' extra installs it"
     ),
+    "psycopg": (
+        "haclient.exactly_once imports it only when given a psycopg connection or a "
+        "postgresql:// URL (and chaos.postgresql when a test starts a server): the "
+        "'postgresql' extra installs it"
+    ),
     "sniffio": (
         "haclient.amqp.rawsocket uses it when installed: anyio asks it which event loop runs, "
         "and without it anyio asks asyncio, which needs no help"

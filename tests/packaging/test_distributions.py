@@ -65,6 +65,7 @@ skipped = (
     "haclient.spark",
     "haclient.aio.tracing",
     "haclient.exactly_once.metrics",
+    "haclient.exactly_once.tracing",
 )
 names = []
 for package in (haclient, failover, haerrors):
@@ -258,7 +259,7 @@ def test_item2_the_client_wheel_holds_the_library_its_license_and_types_only(dis
         "tenacity",
     ]
     extras = {line.split(": ")[1] for line in metadata.splitlines() if "Provides-Extra" in line}
-    assert extras == {"metrics", "spark", "tracing", "pkcs12", "docs", "dev"}
+    assert extras == {"metrics", "spark", "tracing", "pkcs12", "postgresql", "docs", "dev"}
 
 
 def test_item2_the_sdists_hold_no_tests_bench_or_docs(dist: Path) -> None:

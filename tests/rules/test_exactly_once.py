@@ -29,6 +29,7 @@ import haclient.aio as aio
 from chaos.broker import BrokerThread
 from chaos.scenarios.apps import effects_of, open_database
 from haclient import AckMode, Message, Queue, TextMessage
+from haclient.errors import IllegalStateError
 from haclient.exactly_once import Inbox, Outbox, Relay, RelayStatistics, outbox_depth
 from haclient.exactly_once import aio as xaio
 
@@ -110,6 +111,16 @@ async def test_X2_the_relay_sends_each_destinations_rows_in_write_order_with_the
             got = [(await consumer.receive(TIMEOUT)).message_id for _ in range(10)]
             assert got == written[queue]  # write order, the ids fixed at the write
             assert await consumer.receive(0.2) is None
+
+
+async def test_X5_a_relay_on_a_database_without_the_tables_raises_what_to_do(
+    api: Api, reference_broker: BrokerThread, tmp_path: Path
+) -> None:
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    async with await api.connect(reference_broker.url) as connection:
+        with pytest.raises(IllegalStateError, match=r"install\(db\)"):
+            await _relay_all(api, connection, path)  # raised as it is, from the async with too
 
 
 async def test_X3_a_duplicate_is_acknowledged_skipped_counted_and_told(

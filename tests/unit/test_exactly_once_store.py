@@ -214,3 +214,41 @@ def test_X2_a_row_keeps_the_bytes_a_send_would_send_and_an_expiring_one_is_encod
     again = message_of(expiring.payload)
     assert again.expiration == 1060.0 and again.timestamp == 1050.0  # 10 s left in the header
     assert again.message_id == "ID:k"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.anyio
+async def test_X1_a_cancelled_async_write_still_ends_its_transaction_first(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """The async outbox's database thread: a caller cancelled while its transaction runs is
+    let go only once the transaction ended (committed here), never half way (on trio the
+    cancellation then comes at the next checkpoint); calls after it run in order."""
+    import threading
+    import time
+
+    import anyio
+
+    from haclient.exactly_once import aio as xaio
+
+    db = sqlite3.connect(tmp_path / "app.db", check_same_thread=False)
+    install(db)
+    db.execute("CREATE TABLE orders (n INTEGER)")
+    db.commit()
+    outbox = xaio.Outbox()
+    ended = threading.Event()
+
+    def slow(tx: object) -> None:
+        db.execute("INSERT INTO orders VALUES (1)")
+        time.sleep(0.3)
+        ended.set()
+
+    with anyio.move_on_after(0.05) as scope:
+        await outbox.run(db, slow)
+        assert ended.is_set()
+        await anyio.sleep(0)
+    assert scope.cancelled_caught and ended.is_set()  # cancelled after the transaction ended
+    assert db.execute("SELECT count(*) FROM orders").fetchone() == (1,)  # and it committed
+    written = [await outbox.run(db, lambda tx, n=n: tx.send(Queue("q"), TextMessage(str(n))))
+               for n in range(3)]  # fmt: skip
+    assert len(set(written)) == 3 and outbox_depth(db)[0] == 3
