@@ -436,12 +436,14 @@ def redirect_of(error: BaseException | None) -> BrokerURL | None:
     return target if isinstance(target, BrokerURL) else None
 
 
-def redirect_next(failure: BaseException | None, followed: int) -> BrokerURL | None:
+def redirect_next(
+    failure: BaseException | None, followed: int, limit: int = MAX_REDIRECTS
+) -> BrokerURL | None:
     """The broker the walk's next attempt goes to, outside its plan, after ``failure`` when
-    ``followed`` redirects were followed in a row just before (invariant 13); None: the
-    plan's next attempt."""
+    ``followed`` redirects were followed in a row just before (invariant 13), at most
+    ``limit`` in a row; None: the plan's next attempt."""
     target = redirect_of(failure)
-    return target if target is not None and followed < MAX_REDIRECTS else None
+    return target if target is not None and followed < limit else None
 
 
 def announced_list(
