@@ -323,9 +323,11 @@ class OpenGate:
 
 @dataclass(frozen=True, slots=True)
 class CloseGate:
-    """The connection of ``epoch`` is lost: callers wait (until ``OpenGate`` or ``GiveUp``)."""
+    """The connection of ``epoch`` is lost: callers wait (until ``OpenGate`` or ``GiveUp``);
+    ``failing_over``: a failover follows (else ``GiveUp`` does, at once)."""
 
     epoch: int
+    failing_over: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,11 +399,13 @@ class RefuseReturn:
 
 @dataclass(frozen=True, slots=True)
 class Log:
-    """Log ``message % args`` at ``level`` (``logging`` levels)."""
+    """Log ``message % args`` at ``level`` (``logging`` levels), with ``error``'s traceback
+    when given."""
 
     level: int
     message: str
     args: tuple[object, ...] = ()
+    error: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,7 +510,7 @@ class FailoverMachine:
         self.seed = self.brokers = tuple(brokers)
         self.preferred = preferred_brokers(policy, self.brokers)
         self._rng = rng
-        self._retriable = retriable
+        self._retriable = self.retriable = retriable
         self._wait_strategy = reconnect_wait
         self._stop_strategy = reconnect_stop
         self._startup_patience = startup_patience
@@ -542,8 +546,43 @@ class FailoverMachine:
             return self._close()
         if self.state is ConnectionState.FAILED:
             return []
-        handler = _HANDLERS[type(event)]
-        return handler(self, event)
+        return self._dispatch(event)
+
+    def _dispatch(self, event: Event) -> list[Action]:
+        """The handler of ``event``'s kind."""
+        match event:
+            case Start():
+                return self._start(event)
+            case AttemptFailed():
+                return self._attempt_failed(event)
+            case Opened():
+                return self._opened(event)
+            case ReadyGone():
+                return self._ready_gone(event)
+            case ConnectionLost():
+                return self._lost(event.now, event.epoch, event.cause)
+            case TierRestored():
+                return self._tier_restored(event)
+            case RestoreFailed():
+                return self._restore_failed(event)
+            case SpareReady():
+                return self._spare_ready(event)
+            case SpareFailed():
+                return self._spare_failed(event)
+            case SpareLost():
+                return self._spare_lost(event)
+            case TimerFired():
+                return self._timer_fired(event)
+            case ProbeSucceeded():
+                return self._probe_succeeded(event)
+            case ProbeFailed():
+                return self._probe_failed(event)
+            case BrokersLearned():
+                return self._brokers_learned(event)
+            case BrokersAnnounced():
+                return self._brokers_announced(event)
+            case _:  # CloseRequested, handled first
+                return []
 
     @property
     def cause(self) -> BaseException:
@@ -742,15 +781,12 @@ class FailoverMachine:
             return self._lost(event.now, event.epoch, lost)
         if meaning is RestoreFailure.NOT_RESTORED:
             return [
-                Log(logging.ERROR, "could not restore %r: %s", (event.resource, error)),
+                Log(logging.ERROR, "could not restore %r: %s", (event.resource, error), error),
                 Emit(FailoverEvent.NOT_RESTORED, (("resource", event.resource), ("error", error))),
             ]
         return []
 
     # --- A loss -----------------------------------------------------------------------------
-
-    def _connection_lost(self, event: ConnectionLost) -> list[Action]:
-        return self._lost(event.now, event.epoch, event.cause)
 
     def _lost(self, now: float, epoch: int, cause: BaseException | None) -> list[Action]:
         """The loss of the connection of ``epoch``, noticed: close the gate, advance the epoch,
@@ -765,7 +801,7 @@ class FailoverMachine:
         event = loss_event(state, self.policy.method, self._retriable(cause))
         self.epoch += 1
         self.broker = None
-        actions: list[Action] = [CloseGate(epoch)]
+        actions: list[Action] = [CloseGate(epoch, event is ManagerEvent.LOST)]
         if isinstance(cause, PreferredBrokerAvailable):
             self._returning = True
             actions.append(
@@ -984,22 +1020,3 @@ class FailoverMachine:
             Log(logging.INFO, "brokers for the next failover: %s", (", ".join(map(str, brokers)),))
         ]
         return actions + self._ready_decisions(now)
-
-
-_HANDLERS: Final[dict[type, Callable[[FailoverMachine, object], list[Action]]]] = {
-    Start: FailoverMachine._start,  # type: ignore[dict-item]
-    AttemptFailed: FailoverMachine._attempt_failed,  # type: ignore[dict-item]
-    Opened: FailoverMachine._opened,  # type: ignore[dict-item]
-    ReadyGone: FailoverMachine._ready_gone,  # type: ignore[dict-item]
-    ConnectionLost: FailoverMachine._connection_lost,  # type: ignore[dict-item]
-    TierRestored: FailoverMachine._tier_restored,  # type: ignore[dict-item]
-    RestoreFailed: FailoverMachine._restore_failed,  # type: ignore[dict-item]
-    SpareReady: FailoverMachine._spare_ready,  # type: ignore[dict-item]
-    SpareFailed: FailoverMachine._spare_failed,  # type: ignore[dict-item]
-    SpareLost: FailoverMachine._spare_lost,  # type: ignore[dict-item]
-    TimerFired: FailoverMachine._timer_fired,  # type: ignore[dict-item]
-    ProbeSucceeded: FailoverMachine._probe_succeeded,  # type: ignore[dict-item]
-    ProbeFailed: FailoverMachine._probe_failed,  # type: ignore[dict-item]
-    BrokersLearned: FailoverMachine._brokers_learned,  # type: ignore[dict-item]
-    BrokersAnnounced: FailoverMachine._brokers_announced,  # type: ignore[dict-item]
-}
