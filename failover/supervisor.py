@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, TypeAlias
 
@@ -143,6 +144,8 @@ class Supervisor(Generic[P]):
         self._closing: list[P] = []  # lost connections whose close is queued
         self._resources: dict[int, Resource[P]] = {}  # id -> resource, in registration order
         self._tiers: tuple[tuple[Resource[P], ...], ...] = ()  # the restore's, at its first tier
+        self._feeding = False  # actions are being carried out: an event waits in _deferred
+        self._deferred: deque[m.Event] = deque()
         self._stopped = False
         self._run_scope: anyio.CancelScope | None = None
         self._tasks: TaskGroup | None = None
@@ -278,10 +281,23 @@ class Supervisor(Generic[P]):
         return event
 
     def _feed(self, event: m.Event) -> list[m.Action]:
-        """Hand ``event`` to the machine and carry out what it says, in order."""
-        actions = self._machine.handle(event)
-        for action in actions:
-            self._carry_out(action)
+        """Hand ``event`` to the machine and carry out what it says, in order. An event that
+        comes while actions are carried out (``adopt`` announcing the new broker's list, a
+        listener reporting a loss) waits for them: the actions of one event are carried out
+        together, in the order the machine gave them, never interleaved with another's."""
+        if self._feeding:
+            self._deferred.append(event)
+            return []
+        self._feeding = True
+        try:
+            actions = self._machine.handle(event)
+            for action in actions:
+                self._carry_out(action)
+            while self._deferred:
+                for action in self._machine.handle(self._deferred.popleft()):
+                    self._carry_out(action)
+        finally:
+            self._feeding = False
         return actions
 
     def _carry_out(self, action: m.Action) -> None:
