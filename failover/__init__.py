@@ -39,7 +39,8 @@ this layer raises or classifies, and ``haclient.errors`` re-exports the whole tr
   sans-IO machine: events in (an attempt failed, a connection opened, a tier restored, a
   loss, a spare ready, a probe succeeded, a timer, close), actions out (connect to B after D,
   open or close the gate, restore tier T, keep or drop the spare, return, give up, tell the
-  listeners); it holds every counter those decisions need.
+  listeners); it holds every counter those decisions need. ``failover.events`` holds its
+  vocabulary, the events and the actions, frozen values.
 - ``failover.supervisor``: ``Supervisor``, the machine's executor: one task, a loop that feeds
   it the events and carries out its actions. Its parts do the work and report the outcome as
   the next event: ``failover.walk`` (``Walker``: one attempt, its wait and its connect),

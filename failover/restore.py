@@ -30,7 +30,7 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectSendStream
 
-from failover.machine import Event, RestoreFailed
+from failover.events import Event, RestoreFailed
 from failover.protocols import Finish, P, Resource
 from failover.states import RestoreFailure, restore_failure
 from failover.url import BrokerURL

@@ -34,7 +34,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from failover.machine import (
+from failover.events import (
     Event,
     ProbeFailed,
     ProbeSucceeded,

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Generic
 
-from failover.machine import AttemptFailed, Connect, Opened
+from failover.events import AttemptFailed, Connect, Opened
 from failover.ports import PortProbe, watch
 from failover.protocols import Connector, P
 
