@@ -203,7 +203,7 @@ class ConnectionManager(Generic[P]):
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
         self._listeners = Listeners()
         self._gate: ConnectionGate[P] = ConnectionGate(
-            clock=clock, sleep=sleep, on_change=self._state_changed
+            clock=clock, sleep=sleep, listeners=self._listeners
         )
         self._supervisor = Supervisor(
             self._gate,
@@ -491,6 +491,3 @@ class ConnectionManager(Generic[P]):
         if self._tasks is None:
             raise IllegalStateError("use the manager inside `async with` (or start_in) first")
         return self._tasks
-
-    def _state_changed(self, state: ConnectionState) -> None:
-        self._listeners.notify("state_changed", state)
