@@ -33,8 +33,8 @@ QUICK_WORKERS ?= 12
 QUICK_TIERS := tests/peer tests/rules tests/engine tests/codec tests/selector tests/unit
 STAGE := .ci/stage
 
-.PHONY: test test-quick test-under-load demo docs docs-check bench lint setup rabbitmq \
-	postgresql prometheus chromium clean distclean
+.PHONY: test test-quick test-under-load check-machine demo docs docs-check bench lint setup \
+	rabbitmq postgresql prometheus chromium clean distclean
 
 # Every check and the whole suite, each stage timed (the breakdown is printed at the end).
 # tests/packaging builds the wheels and installs them into a fresh virtualenv (slow marker).
@@ -53,6 +53,14 @@ test:
 # tests draw a quarter of their examples (`make test` draws them all).
 test-quick: $(STAMP)
 	HACLIENT_PROPERTY_SCALE=0.25 $(BIN)/pytest -n $(QUICK_WORKERS) -m "not rabbitmq" $(QUICK_TIERS)
+
+# The model check of the failover machine (failover/machine.py) in full: every event sequence
+# to depth 8 over three brokers, with the spare, a return, redirects and close
+# (tests/unit/machine_model.py); the default test run explores depth 6.
+MACHINE_DEPTH ?= 8
+check-machine: $(STAMP)
+	HACLIENT_MACHINE_DEPTH=$(MACHINE_DEPTH) $(BIN)/pytest -n 0 -s --timeout 3600 \
+		tests/unit/test_failover_machine.py -k every_event_sequence
 
 # `make test` three times in a row with one core kept busy: the suite must stay green on a
 # loaded machine (.ci/under-load says how; RUNS=1 for one run).

@@ -35,14 +35,18 @@ this layer raises or classifies, and ``haclient.errors`` re-exports the whole tr
   re-exports the names of ``failover.states`` and ``failover.protocols`` that callers use.
 - ``failover.gate``: ``ConnectionGate``, the state and the callers waiting for CONNECTED
   (on the injected clock).
-- ``failover.supervisor``: ``Supervisor``, the task that connects, watches and fails over,
-  and what it keeps: the epoch, the current connection, the broker lists, the resources, the
-  counters. Its parts: ``failover.walk`` (``Walker``: attempt after attempt of a
-  ``ReconnectPlan``, and the record of their failures) and ``failover.restore``
-  (``Restore``: the resources, tier by tier, on the new connection).
-- ``failover.standby``: ``Standby``, the ready connections beside the one in use: the warm
-  spare a failover takes first (F17) and the probe of the preferred brokers that starts a
-  return (F16).
+- ``failover.machine``: ``FailoverMachine``, every decision of a logical connection as one
+  sans-IO machine: events in (an attempt failed, a connection opened, a tier restored, a
+  loss, a spare ready, a probe succeeded, a timer, close), actions out (connect to B after D,
+  open or close the gate, restore tier T, keep or drop the spare, return, give up, tell the
+  listeners); it holds every counter those decisions need. ``failover.events`` holds its
+  vocabulary, the events and the actions, frozen values.
+- ``failover.supervisor``: ``Supervisor``, the machine's executor: one task, a loop that feeds
+  it the events and carries out its actions. Its parts do the work and report the outcome as
+  the next event: ``failover.walk`` (``Walker``: one attempt, its wait and its connect),
+  ``failover.restore`` (``Restore``: one tier of resources on the new connection) and
+  ``failover.standby`` (``Standby``: the warm spare a failover takes first, F17, and the
+  probe of the preferred brokers that starts a return, F16).
 - ``failover.listeners``: ``Listeners``, the failover listeners (F14) called in order.
 """
 

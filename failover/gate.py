@@ -3,8 +3,8 @@
 How this works: ``ConnectionGate`` holds the state of ``failover.states`` and, from the moment a
 physical connection opens until it is lost, that connection and its epoch. The supervisor
 (``failover.supervisor``) reports what happens (``open``, ``apply``, ``drop``, ``fail``,
-``attempting``); the gate applies each event with ``failover.states.state_after``, reports a
-change of state to the callback it was given, and wakes its waiters whenever the state leaves
+``attempting``); the gate applies each event with ``failover.states.state_after``, tells the
+listeners of a change of state (``state_changed``), and wakes its waiters whenever the state leaves
 ``IN_TRANSIT``. Callers (``failover.manager``) ask it for the connection: at once when
 CONNECTED, else they wait. It decides nothing about failover and starts no task.
 
@@ -35,6 +35,7 @@ from failover.errors import (
     IllegalStateError,
     without_frames,
 )
+from failover.listeners import Listeners
 from failover.policy import Attempt
 from failover.protocols import P
 from failover.states import IN_TRANSIT, ConnectionState, ManagerEvent, state_after
@@ -51,8 +52,8 @@ class ConnectionGate(Generic[P]):
     Args:
         clock: Seconds, monotonic: the waits' deadlines.
         sleep: Sleeps that many seconds of ``clock``.
-        on_change: Called with the new state after every change of state (synchronously, on
-            the event loop; it must not raise).
+        listeners: Told of every change of state (``state_changed(state)``, synchronously, on
+            the event loop; what one raises is logged).
     """
 
     __slots__ = (
@@ -61,7 +62,7 @@ class ConnectionGate(Generic[P]):
         "_connected",
         "_failures",
         "_first_connect",
-        "_on_change",
+        "_listeners",
         "_settled",
         "_sleep",
         "_state",
@@ -73,11 +74,11 @@ class ConnectionGate(Generic[P]):
         *,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
-        on_change: Callable[[ConnectionState], None],
+        listeners: Listeners,
     ) -> None:
         self._clock = clock
         self._sleep = sleep
-        self._on_change = on_change
+        self._listeners = listeners
         self._state = ConnectionState.CONNECTING
         self._connected: tuple[P, int] | None = None  # from OPENED until the loss
         self._cause: BaseException | None = None  # what FAILED raises (F4)
@@ -104,7 +105,7 @@ class ConnectionGate(Generic[P]):
         """Apply ``event`` (``failover.states.state_after``); report a change, wake waiters."""
         previous, self._state = self._state, state_after(self._state, event)
         if self._state is not previous:
-            self._on_change(self._state)
+            self._listeners.notify("state_changed", self._state)
         settled = self._settled
         if settled is None:
             return

@@ -6,16 +6,18 @@ facade over three parts, each in its own module, which talk through small public
 
 - the gate (``failover.gate.ConnectionGate``): the state, and the callers waiting for CONNECTED;
 - the supervisor (``failover.supervisor.Supervisor``): inside ``async with``, one background
-  task that connects (``start()``), waits for the physical connection to end, and then fails
-  over: it walks the reconnect schedule (``failover.walk``, ``failover.schedule``: which
-  broker, how long to wait, when to give up, as tenacity wait and stop strategies), restores
-  the registered resources tier by tier on the new connection (``failover.restore``), and
-  tells the gate, which opens again;
+  task, the executor of the failover machine (``failover.machine``): it connects
+  (``start()``), watches the physical connection, and when it ends fails over, each step as
+  the machine decides: the attempts of the reconnect schedule (``failover.walk``,
+  ``failover.schedule``: which broker, how long to wait, when to give up, as tenacity wait and
+  stop strategies), the restore of the registered resources tier by tier on the new connection
+  (``failover.restore``), then the gate, which opens again;
 - the listeners (``failover.listeners.Listeners``, F14).
 
-The state is the table-driven machine of ``failover.states``, which also takes every decision
-on it (give up or fail over, what a failed restore means, what happens once CLOSED); what the
-manager is given (connection, connector, resources, listeners) is in ``failover.protocols``.
+Every decision is the failover machine's (``failover.machine``), made of the pure functions
+and the table of ``failover.states`` (give up or fail over, what a failed restore means, what
+happens once CLOSED); what the manager is given (connection, connector, resources, listeners)
+is in ``failover.protocols``.
 
 Rules it keeps:
 
@@ -201,7 +203,7 @@ class ConnectionManager(Generic[P]):
         reconnect_wait, reconnect_stop = checked_strategies(reconnect_wait, reconnect_stop)
         self._listeners = Listeners()
         self._gate: ConnectionGate[P] = ConnectionGate(
-            clock=clock, sleep=sleep, on_change=self._state_changed
+            clock=clock, sleep=sleep, listeners=self._listeners
         )
         self._supervisor = Supervisor(
             self._gate,
@@ -489,6 +491,3 @@ class ConnectionManager(Generic[P]):
         if self._tasks is None:
             raise IllegalStateError("use the manager inside `async with` (or start_in) first")
         return self._tasks
-
-    def _state_changed(self, state: ConnectionState) -> None:
-        self._listeners.notify("state_changed", state)

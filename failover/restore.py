@@ -1,25 +1,24 @@
-"""The restore of the registered resources on a new physical connection, tier by tier.
+"""The restore of the registered resources on a new physical connection, one tier at a time.
 
-How this works: after a failover the supervisor makes the new connection the one in use (a
-``Link``) and runs one ``Restore`` on it. The resources (sessions, producers, consumers, ...)
+How this works: after a failover the failover machine (``failover.machine``) asks for the
+tiers of a restore one by one (``RestoreTier``), and the supervisor runs one ``Restore`` per
+tier on the connection in use (a ``Link``). The resources (sessions, producers, consumers, ...)
 are taken in the tiers ``failover.protocols.restore_tiers`` orders them in (a session before
-its links); a tier is restored concurrently, one task per resource, and the next tier starts
-when it is done. A resource that offers ``begin_restore`` (a ``StagedResource``) is begun in
-the tier's own task, a checkpoint now and then so that the first requests go out while the
-rest are built, and all of those are then finished in turn by one task. A tier whose work is
-one job (only staged resources, or a single other one) runs it in the restore's own task, with
-no task group: most tiers of a connection are one session or one consumer, and a thousand
-connections failing over together then make that many fewer objects.
+its links); a tier is restored concurrently, one task per resource. A resource that offers
+``begin_restore`` (a ``StagedResource``) is begun in the tier's own task, a checkpoint now and
+then so that the first requests go out while the rest are built, and all of those are then
+finished in turn by one task. A tier whose work is one job (only staged resources, or a single
+other one) runs it in the restore's own task, with no task group: most tiers of a connection
+are one session or one consumer, and a thousand connections failing over together then make
+that many fewer objects.
 
-Rules it keeps:
-
-- Rule 3 of ``failover.manager``: the gate stays closed until every tier is done; a resource
-  unregistered meanwhile is skipped; what a resource's failure means is
-  ``failover.states.restore_failure``'s (invariant 9): a loss ends the restore (the supervisor
-  is told, and the walk goes on to its next attempt), anything else is that resource's own
-  failure (the listeners hear ``resource_not_restored``, F14) while the others restore.
-- A loss of the connection cancels the restore where it waits (``Link.restoring``), so that
-  nothing is left waiting on a dead connection.
+It calls nobody back: a resource's failure is reported, as it happens, as a ``RestoreFailed``
+event on the stream it is given; what it means, a loss or the resource's own failure, is the
+machine's decision (``failover.states.restore_failure``, invariant 9), which the restore also
+reads to stop at once at a failure the machine will call a loss. The supervisor reports the
+tier done. A loss of the connection cancels the restore where it waits
+(``Link.restoring``, cancelled by the supervisor), so that nothing is left waiting on a dead
+connection; a resource unregistered meanwhile is skipped.
 """
 
 from __future__ import annotations
@@ -29,9 +28,10 @@ from typing import Final, Generic
 
 import anyio
 import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectSendStream
 
-from failover.errors import ConnectionLostError
-from failover.protocols import Finish, P, Resource, restore_tiers
+from failover.events import Event, RestoreFailed
+from failover.protocols import Finish, P, Resource
 from failover.states import RestoreFailure, restore_failure
 from failover.url import BrokerURL
 
@@ -44,28 +44,27 @@ _STAGED_BETWEEN_CHECKPOINTS: Final = 256
 class Link(Generic[P]):
     """One physical connection in use, and what is known of its end."""
 
-    __slots__ = ("broker", "cause", "connection", "ended", "epoch", "restoring", "scope")
+    __slots__ = ("broker", "connection", "epoch", "lost", "restoring", "scope")
 
     def __init__(self, connection: P, broker: BrokerURL, epoch: int) -> None:
         self.connection = connection
         self.broker = broker
         self.epoch = epoch
-        self.cause: BaseException | None = None  # set once, when the loss is noticed
-        self.ended = anyio.Event()
+        self.lost = False  # set once, when the loss is noticed
         self.scope = anyio.CancelScope()  # the task watching ``wait_closed``
-        self.restoring = anyio.CancelScope()  # the restore on it: its loss cancels it
+        self.restoring = anyio.CancelScope()  # the tier restoring on it: its loss cancels it
 
 
 class Restore(Generic[P]):
-    """One restore of ``resources`` on ``link`` (see the module docstring).
+    """The restore of one tier of resources on ``link`` (see the module docstring).
 
     Args:
-        link: The connection to restore on; its ``cause`` is set when it is lost.
+        link: The connection to restore on; its ``lost`` is set when it is lost.
         resources: The registered resources (id -> resource), a live view: one unregistered
             while the restore runs is skipped.
+        events: Where a resource's failure is reported (``RestoreFailed``).
+        clock: Stamps the events.
         retriable: Whether a failure is one a reconnect can fix.
-        lose: Called with the link and the cause when a failure means the connection is lost.
-        not_restored: Called with a resource and its failure when only that resource failed.
     """
 
     def __init__(
@@ -73,25 +72,24 @@ class Restore(Generic[P]):
         link: Link[P],
         resources: Mapping[int, Resource[P]],
         *,
+        events: MemoryObjectSendStream[Event],
+        clock: Callable[[], float],
         retriable: Callable[[BaseException], bool],
-        lose: Callable[[Link[P], BaseException], object],
-        not_restored: Callable[[Resource[P], Exception], object],
     ) -> None:
         self._link = link
         self._resources = resources
+        self._events = events
+        self._clock = clock
         self._retriable = retriable
-        self._lose = lose
-        self._not_restored = not_restored
+        self._lost = False  # a failure the machine will call a loss was reported
 
-    async def run(self) -> bool:
-        """Restore the resources tier by tier; False when the connection was lost meanwhile."""
+    async def run(self, tier: Sequence[Resource[P]]) -> bool:
+        """Restore ``tier``; False when the connection was lost meanwhile (cancelled)."""
         link = self._link
         with link.restoring:
-            for tier in restore_tiers(self._resources.values()):
-                if link.cause is not None:
-                    break
+            if not link.lost:
                 await self._restore_tier(tier)
-        return link.cause is None
+        return not self._over() and not link.restoring.cancel_called
 
     async def _restore_tier(self, tier: Sequence[Resource[P]]) -> None:
         """Every staged resource is begun first, with a checkpoint now and then, and finished
@@ -137,7 +135,7 @@ class Restore(Generic[P]):
         self, resource: Resource[P], begin: Callable[[P, int], Finish | None]
     ) -> Finish | None:
         link = self._link
-        if id(resource) not in self._resources or link.cause is not None:
+        if id(resource) not in self._resources or self._over():
             return None
         try:
             return begin(link.connection, link.epoch)
@@ -147,7 +145,7 @@ class Restore(Generic[P]):
 
     async def _finish_staged(self, staged: Sequence[tuple[Resource[P], Finish]]) -> None:
         for resource, finish in staged:
-            if self._link.cause is not None:  # lost: what is left waits on a dead connection
+            if self._over():  # lost: what is left waits on a dead connection
                 return
             try:
                 await finish()
@@ -155,19 +153,23 @@ class Restore(Generic[P]):
                 self._failed(resource, exc)
 
     def _failed(self, resource: Resource[P], exc: Exception) -> None:
-        """Act on what ``failover.states.restore_failure`` says ``exc`` means (rule 3)."""
+        """Report ``exc`` (the machine decides what it means, rule 3); none once lost."""
         link = self._link
-        meaning = restore_failure(
-            exc,
-            lost=link.cause is not None,
-            connection_open=link.connection.is_open,
-            retriable=self._retriable(exc),
+        if self._over():  # a symptom of the loss already noticed
+            return
+        connection_open = link.connection.is_open
+        self._events.send_nowait(
+            RestoreFailed(self._clock(), link.epoch, resource, exc, connection_open)
         )
-        if meaning is RestoreFailure.LOSS:
-            self._lose(link, exc)
-        elif meaning is RestoreFailure.ENDED:
-            lost = ConnectionLostError(f"the connection ended during the restore: {exc}")
-            lost.__cause__ = exc
-            self._lose(link, lost)
-        elif meaning is RestoreFailure.NOT_RESTORED:
-            self._not_restored(resource, exc)
+        # The machine hears of it next; what it will call a loss stops the restore now, so that
+        # nothing more waits on the dead connection meanwhile (the same pure decision).
+        meaning = restore_failure(
+            exc, lost=False, connection_open=connection_open, retriable=self._retriable(exc)
+        )
+        if meaning in (RestoreFailure.LOSS, RestoreFailure.ENDED):
+            self._lost = True
+            link.restoring.cancel()
+
+    def _over(self) -> bool:
+        """Whether the connection was lost (noticed by the supervisor, or by this restore)."""
+        return self._lost or self._link.lost

@@ -4,10 +4,12 @@ Rule 1: everything that decides the state lives here: the transition table, what
 once CLOSED (``state_after``), which event a loss is (fail over, or give up at once), what a
 failed restore means (``restore_failure``), whether the listeners still hear of it
 (``reports_events``), when refusals of trust end a walk (``is_refusal``,
-``refused_everywhere``, ``refusal_error``), and the policy's plan. The parts of the manager
-(``failover.gate``, ``failover.supervisor``) only feed events in and act on what comes out;
-they keep no rule of their own about states. When to try again and when to give up between
-two attempts is the reconnect schedule, a pair of tenacity strategies (``failover.schedule``).
+``refused_everywhere``, ``refusal_error``), and the policy's plan. The failover machine
+(``failover.machine``) applies them, event by event, and holds the counters they read; its
+executor (``failover.supervisor`` and its parts) and the gate only feed events in and act on
+what comes out: they keep no rule of their own about states. When to try again and when to
+give up between two attempts is the reconnect schedule, a pair of tenacity strategies
+(``failover.schedule``).
 
 Rule 2: nothing here does I/O, sleeps, reads a clock or imports anyio: every function is pure
 (a plan draws from the ``random.Random`` it is given), so the table and the decisions are
@@ -436,12 +438,14 @@ def redirect_of(error: BaseException | None) -> BrokerURL | None:
     return target if isinstance(target, BrokerURL) else None
 
 
-def redirect_next(failure: BaseException | None, followed: int) -> BrokerURL | None:
+def redirect_next(
+    failure: BaseException | None, followed: int, limit: int = MAX_REDIRECTS
+) -> BrokerURL | None:
     """The broker the walk's next attempt goes to, outside its plan, after ``failure`` when
-    ``followed`` redirects were followed in a row just before (invariant 13); None: the
-    plan's next attempt."""
+    ``followed`` redirects were followed in a row just before (invariant 13), at most
+    ``limit`` in a row; None: the plan's next attempt."""
     target = redirect_of(failure)
-    return target if target is not None and followed < MAX_REDIRECTS else None
+    return target if target is not None and followed < limit else None
 
 
 def announced_list(

@@ -1,65 +1,59 @@
-"""The supervisor: the background task that connects, watches, fails over and restores.
+"""The supervisor: the executor of the failover machine, one task per logical connection.
 
-How this works: ``Supervisor.run`` is one task. It connects, watches the physical connection,
-and when it ends fails over, until failover gives up or ``stop`` is called. Its parts:
+How this works: every decision is the failover machine's (``failover.machine``): it takes
+events and returns actions. ``Supervisor.run`` is its driver, a loop: it reads the next event
+from one stream, hands it to the machine (``_feed``) and carries out each action it returns
+(``_carry_out``). The actions that take no time are done then and there: adopt a connection
+and watch it, open or close the gate (``failover.gate``), tell the resources of a loss, tell the
+listeners (F14), log. Those that take time go to their part, which does the work and reports
+what came of it as the machine's next event on the same stream, calling nobody back:
 
-- the walk (``failover.walk.Walker``): attempt after attempt following a ``ReconnectPlan``
-  (``failover.schedule``), a ready connection first; it keeps the attempts' record (the last
-  failure, each broker's, the count);
-- the restore (``failover.restore.Restore``): the registered resources, tier by tier, on the
-  connection the walk opened;
-- the ready connections (``failover.standby.Standby``): the warm spare and the probe of the
-  preferred brokers, whose connection the failover of a return takes (F16, F17).
+- the walk's steps, one after the other, by one worker task: an attempt (``failover.walk``:
+  wait, connect), the ready connection a failover takes first, a tier of the restore
+  (``failover.restore``), the close of a lost connection;
+- the ready connections (``failover.standby``): the spare, the probe of the preferred brokers;
+- one watcher per connection in use: its end is ``ConnectionLost``.
 
-This module joins them: it makes a connection the one in use (``_use``: adopt it, open the
-gate on it, watch it, restore on it), notices its loss (``_on_lost``: close the gate, advance
-the epoch, tell the resources and listeners, in one step), starts a return when a probe
-succeeds (``_return_to``: a loss whose cause is ``PreferredBrokerAvailable``), and counts the
-failovers. It reports every step to the ``ConnectionGate`` it is given (``failover.gate``),
-which holds the state and the waiting callers, and the failover events to the ``Listeners``
-(F14). Every decision on the state is a pure function of ``failover.states`` (which event a
-loss is, whether an event is still reported, whether a return is due); the parts apply them.
-It holds what the logical connection knows: the epoch, the current physical connection, the
-broker lists, the resources and the counters. ``failover.manager.ConnectionManager`` holds a
-supervisor and a gate and is the public API; the rules they keep together are listed there.
+What the application reports (``report_lost``, a learned broker list) and ``stop`` feed the
+machine at once, on the caller's step: the gate closes in the very step a loss is noticed. The
+supervisor holds only what carrying out needs: the connection in use (a ``Link``), a connection
+opened and not yet adopted, the resources and their tiers. Every count and record (epoch,
+attempts, failures, failovers) is the machine's. ``failover.manager.ConnectionManager`` holds
+a supervisor and a gate and is the public API; the rules they keep together are listed there.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Generic
+from typing import Any, Generic, TypeAlias
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from failover.errors import ConnectionLostError, PreferredBrokerAvailable
+from failover import machine as m
 from failover.gate import ConnectionGate
-from failover.listeners import FailoverEvent, Listeners, call_quietly
-from failover.policy import FailoverMethod, FailoverPolicy
+from failover.listeners import Listeners, call_quietly
+from failover.policy import FailoverPolicy
 from failover.ports import PortProbe, TcpProbe
 from failover.protocols import Connector, P, Resource, restore_tiers
 from failover.restore import Link, Restore
-from failover.schedule import ReconnectPlan, Stop, Wait
+from failover.schedule import Stop, Wait
 from failover.standby import Standby, close_all, close_quietly
-from failover.states import (
-    LIVE,
-    ConnectionState,
-    ManagerEvent,
-    announced_list,
-    loss_event,
-    preferred_brokers,
-    reports_events,
-    return_due,
-)
-from failover.url import BrokerURL, merge_broker_lists
+from failover.states import ConnectionState, ManagerEvent, reports_events
+from failover.url import BrokerURL
 from failover.walk import Walker
 
 __all__ = ["Supervisor", "close_quietly", "port_probe"]
 
 _log = logging.getLogger("haclient.failover")
+
+_ENDED = frozenset({ConnectionState.FAILED, ConnectionState.CLOSED})
 
 
 async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, Any, Any, Any, Any]]:
@@ -72,8 +66,21 @@ def port_probe() -> PortProbe:
     return TcpProbe(_getaddrinfo)
 
 
+class _Close:
+    """The worker's step that closes a lost connection."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+
+#: A step of the walk, carried out in order by the worker task.
+_Step: TypeAlias = m.Connect | m.UseReady | m.RestoreTier | _Close
+
+
 class Supervisor(Generic[P]):
-    """The task behind one logical connection, and what it knows (see ``ConnectionManager``
+    """The executor of one logical connection's failover machine (see ``ConnectionManager``
     for the arguments; ``brokers`` and ``policy`` are validated there).
 
     Args:
@@ -112,87 +119,81 @@ class Supervisor(Generic[P]):
     ) -> None:
         self._gate = gate
         self._listeners = listeners
-        self._seed = self._brokers = brokers
-        self._policy = policy
-        self._rng = rng
-        self._retriable = retriable
         self._clock = clock
-        self._wait_strategy = reconnect_wait
-        self._stop_strategy = reconnect_stop
-        self._startup_patience = startup_patience
-        self._walker: Walker[P] = Walker(
-            gate,
-            connector,
+        self._machine = m.FailoverMachine(
+            policy,
+            brokers,
+            rng=rng,
             retriable=retriable,
-            clock=clock,
-            sleep=sleep,
-            warn_after_attempts=policy.warn_after_attempts,
-            port_probe=port_probe,
+            reconnect_wait=reconnect_wait,
+            reconnect_stop=reconnect_stop,
+            startup_patience=startup_patience,
         )
-        self._epoch = 0
-        self._link: Link[P] | None = None  # the current physical connection
-        self._resources: dict[int, Resource[P]] = {}  # id -> resource, in registration order
-        self._lost_at = 0.0
-        self._failovers = 0
-        self._last_downtime: float | None = None
-        self._stopped = False
-        self._run_scope: anyio.CancelScope | None = None
-        self._adopt = adopt
-        self._preferred = preferred_brokers(policy, brokers)
-        self._returns = 0
-        self._returning = False  # the failover under way is a return (F16)
+        self._walker: Walker[P] = Walker(connector, clock=clock, sleep=sleep, port_probe=port_probe)
         self._standby: Standby[P] = Standby(
             standby_connector or connector,
-            policy,
-            lambda: (self._gate.state, self.broker, self._brokers, self._preferred),
-            self._return_to,
             sleep=sleep,
-            rng=rng,
+            clock=clock,
             may_return=may_return,
-            retriable=retriable,
+            patience=policy.priority_backup_interval,
         )
+        self._adopt = adopt
+        self._link: Link[P] | None = None  # the current physical connection
+        self._lost: Link[P] | None = None  # the last one lost, until its close is queued
+        self._opened: P | None = None  # opened by the last attempt, not yet adopted
+        self._closing: list[P] = []  # lost connections whose close is queued
+        self._resources: dict[int, Resource[P]] = {}  # id -> resource, in registration order
+        self._tiers: tuple[tuple[Resource[P], ...], ...] = ()  # the restore's, at its first tier
+        self._feeding = False  # actions are being carried out: an event waits in _deferred
+        self._deferred: deque[m.Event] = deque()
+        self._stopped = False
+        self._run_scope: anyio.CancelScope | None = None
+        self._tasks: TaskGroup | None = None
+        self._events: MemoryObjectSendStream[m.Event] | None = None
+        self._steps: MemoryObjectSendStream[_Step] | None = None
 
     # --- What the manager reads ------------------------------------------------------------
 
     @property
     def epoch(self) -> int:
         """The current epoch: 0 for the first physical connection, plus one per loss."""
-        return self._epoch
+        return self._machine.epoch
 
     @property
     def broker(self) -> BrokerURL | None:
         """The broker of the current physical connection (also while RESTORING), or None."""
-        return None if self._link is None else self._link.broker
+        return self._machine.broker
 
     @property
     def brokers(self) -> tuple[BrokerURL, ...]:
         """The list the next failover walks."""
-        return self._brokers
+        return self._machine.brokers
 
     @property
     def policy(self) -> FailoverPolicy:
         """The failover policy."""
-        return self._policy
+        return self._machine.policy
 
     @property
     def failure(self) -> BaseException | None:
         """The last failure."""
-        return self._walker.failure
+        return self._machine.failure
 
     @property
     def failures(self) -> Mapping[str, BaseException]:
         """The last failure of each broker the last walk tried (a live view)."""
-        return self._walker.failures
+        return self._machine.failures
 
     @property
     def counters(self) -> tuple[int, float | None, int]:
         """Failovers completed, the downtime of the last one, connection attempts made."""
-        return self._failovers, self._last_downtime, self._walker.attempts
+        machine = self._machine
+        return machine.failovers, machine.last_downtime, machine.attempts
 
     @property
     def returns(self) -> int:
         """Completed failovers that were returns to a preferred broker (F16)."""
-        return self._returns
+        return self._machine.returns
 
     @property
     def standby(self) -> BrokerURL | None:
@@ -211,26 +212,16 @@ class Supervisor(Generic[P]):
 
     def report_lost(self, epoch: int, cause: BaseException | None) -> bool:
         """The physical connection of ``epoch`` is dead: True if this started the failover."""
-        link = self._link
-        if link is None or link.epoch != epoch:
-            return False
-        return self._on_lost(link, cause)
+        actions = self._feed(m.ConnectionLost(self._clock(), epoch, cause))
+        return any(isinstance(action, m.CloseGate) for action in actions)
 
     def learn_brokers(
         self, brokers: Iterable[BrokerURL], source: BrokerURL | None
     ) -> tuple[BrokerURL, ...]:
         """Replace the list the next failover walks (F12, ``exchange`` only): newest first,
         then the seeds; an ``amqps`` source refuses ``amqp`` entries. Returns the new list."""
-        brokers = tuple(brokers)
-        if self._policy.method is not FailoverMethod.EXCHANGE:
-            _log.debug("ignoring an advertised broker list: failover.method is not exchange")
-            return self._brokers
-        source = source or self.broker
-        secure = source.secure if source is not None else any(b.secure for b in self._seed)
-        self._brokers = merge_broker_lists(self._seed, brokers, secure=secure)
-        _log.info("brokers for the next failover: %s", ", ".join(map(str, self._brokers)))
-        self._standby.poke()
-        return self._brokers
+        self._feed(m.BrokersLearned(self._clock(), tuple(brokers), source))
+        return self._machine.brokers
 
     def announce_brokers(
         self, brokers: Iterable[BrokerURL], source: BrokerURL | None
@@ -238,132 +229,169 @@ class Supervisor(Generic[P]):
         """A broker's Open (from ``source``) announced ``brokers``: change the list the next
         failover walks as ``failover.amqpOpenServerListAction`` says (``announced_list``).
         Returns the list."""
-        learned = announced_list(
-            self._policy,
-            brokers=self._brokers,
-            seed=self._seed,
-            announced=tuple(brokers),
-            source=source or self.broker,
-        )
-        if learned is not None and learned != self._brokers:
-            self._brokers = learned
-            _log.info("brokers for the next failover: %s", ", ".join(map(str, learned)))
-            self._standby.poke()
-        return self._brokers
+        self._feed(m.BrokersAnnounced(self._clock(), tuple(brokers), source))
+        return self._machine.brokers
 
     async def stop(self) -> None:
         """End the task (or keep it from starting) and close the physical connection; the
         gate is CLOSED already. Shielded and bounded."""
         self._stopped = True
+        self._feed(m.CloseRequested(self._clock()))
         if self._run_scope is not None:
             self._run_scope.cancel()
         link, self._link = self._link, None
         if link is not None:
             link.scope.cancel()
+            link.restoring.cancel()
+        opened, self._opened = self._opened, None
+        closing, self._closing = self._closing, []
         # together: the ready connections close within the same bound as the one in use
-        in_use = [] if link is None else [link.connection]
-        await close_all([*in_use, *self._standby.release()])
+        in_use = [c for c in (None if link is None else link.connection, opened) if c is not None]
+        await close_all([*in_use, *closing, *self._standby.release()])
 
-    # --- The task: connect, watch, fail over -----------------------------------------------
+    # --- The loop -------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Connect, then fail over whenever the connection ends, until failover gives up or
-        ``stop`` is called."""
+        ``stop`` is called: feed the machine the events, carry out its actions."""
         self._run_scope = scope = anyio.CancelScope()
         if self._stopped:
             return
-        with scope:
-            async with anyio.create_task_group() as watchers:
-                if await self._walk(self._plan(None, startup=True), watchers):
-                    self._established()
-                    if self._standby.enabled:
-                        watchers.start_soon(self._standby.run, name="haclient failover standby")
-                    while await self._fail_over(watchers):
-                        pass
-                elif self._gate.state is ConnectionState.CONNECTING:
-                    self._gate.fail(self._walker.failure, self._walker.failures)
-                    # start() raises it to the caller: an ERROR log would tell it twice.
-                    _log.info("could not connect: %s", self._walker.failure)
-                    self._notify(FailoverEvent.CONNECT_FAILED, cause=self._walker.cause())
-                watchers.cancel_scope.cancel()
+        events_in, events = anyio.create_memory_object_stream[m.Event](math.inf)
+        steps_in, steps = anyio.create_memory_object_stream[_Step](math.inf)
+        with scope, events_in, events, steps_in, steps:
+            async with anyio.create_task_group() as tasks:
+                self._tasks, self._events, self._steps = tasks, events_in, steps_in
+                self._standby.bind(tasks, events_in)
+                tasks.start_soon(self._work, steps, name="haclient failover walk")
+                self._feed(m.Start(self._clock()))
+                while self._machine.state not in _ENDED:
+                    self._feed(self._checked(await events.receive()))
+                # given up: the lost connection's close still goes; nothing else is waited for
+                self._standby.cancel()
+                steps_in.close()
+        self._tasks = self._events = self._steps = None
 
-    async def _fail_over(self, watchers: TaskGroup) -> bool:
-        """Wait for the current connection to end, then fail over; False when it is over."""
-        link = self._link
-        assert link is not None
-        await link.ended.wait()
-        await close_quietly(link.connection)
-        if self._gate.state is not ConnectionState.FAILING_OVER:  # gave up at once (rule 4)
-            await self._standby.close()
-            return False
-        if await self._walk(self._plan(link.broker, startup=False), watchers):
-            self._completed()
-            return True
-        self._gate.fail(self._walker.failure, self._walker.failures)
-        await self._standby.close()
-        _log.error("failover gave up: %s", self._walker.failure)
-        self._notify(FailoverEvent.FAILED, cause=self._walker.cause())
-        return False
+    def _checked(self, event: m.Event) -> m.Event:
+        """``event``, but a probe's success when a commit started since it was reported is
+        its failure: a return starts only in the step ``may_return`` says yes (F16)."""
+        if isinstance(event, m.ProbeSucceeded) and not self._standby.may_return():
+            self._standby.refuse(event.broker)
+            return m.ProbeFailed(event.now)
+        return event
 
-    def _plan(self, lost: BrokerURL | None, *, startup: bool) -> ReconnectPlan:
-        return ReconnectPlan(
-            self._policy,
-            self._brokers,
-            lost,
-            startup=startup,
-            began=self._clock() if startup else self._lost_at,
-            rng=self._rng,
-            wait=self._wait_strategy,
-            stop=self._stop_strategy,
-            startup_patience=self._startup_patience if startup else 0.0,
-        )
+    def _feed(self, event: m.Event) -> list[m.Action]:
+        """Hand ``event`` to the machine and carry out what it says, in order. An event that
+        comes while actions are carried out (``adopt`` announcing the new broker's list, a
+        listener reporting a loss) waits for them: the actions of one event are carried out
+        together, in the order the machine gave them, never interleaved with another's."""
+        if self._feeding:
+            self._deferred.append(event)
+            return []
+        self._feeding = True
+        try:
+            actions = self._machine.handle(event)
+            for action in actions:
+                self._carry_out(action)
+            while self._deferred:
+                for action in self._machine.handle(self._deferred.popleft()):
+                    self._carry_out(action)
+        finally:
+            self._feeding = False
+        return actions
 
-    async def _walk(self, plan: ReconnectPlan, watchers: TaskGroup) -> bool:
-        """Connect (and, on failover, restore) following ``plan``, a ready connection first
-        (``failover.walk``); False when the walk ended without a connection in use."""
-        ready = self._standby.take_ready()
-        return await self._walker.walk(plan, ready, lambda c, b: self._use(c, b, watchers))
+    def _carry_out(self, action: m.Action) -> None:
+        """Do ``action`` now, or hand it to the part that does it."""
+        if isinstance(action, m.Log):
+            _log.log(action.level, action.message, *action.args, exc_info=action.error)
+        elif isinstance(action, m.Emit):
+            if reports_events(self._gate.state):
+                self._listeners.tell(action.event, **dict(action.facts))
+        elif isinstance(action, (m.Connect, m.UseReady, m.RestoreTier)):
+            self._step(action)
+        elif isinstance(action, m.Adopt):
+            self._adopt_opened(action)
+        elif isinstance(action, m.OpenGate):
+            self._open_gate()
+        elif isinstance(action, m.CloseGate):
+            self._close_gate(action)
+        elif isinstance(action, m.TellResources):
+            for resource in self._ordered_resources():
+                call_quietly(resource.connection_lost, action.epoch, action.cause)
+        elif isinstance(action, m.CloseConnection):
+            lost, self._lost = self._lost, None
+            if lost is not None:
+                self._closing.append(lost.connection)
+                self._step(_Close(lost.connection))
+        elif isinstance(action, m.GiveUp):
+            self._gate.fail(action.cause, dict(action.failures))
+            self._end_walk()
+        else:
+            self._carry_out_ready(action)
 
-    async def _use(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> bool:
-        """Make ``connection`` the one in use and, on a failover, restore on it; False when it
-        was lost meanwhile (closed, its cause recorded: the walk's next attempt)."""
-        first = self._gate.state is ConnectionState.CONNECTING  # nothing to restore
-        link = self._open(connection, broker, watchers)
-        if first:
-            return True
-        restore = Restore(
-            link,
-            self._resources,
-            retriable=self._retriable,
-            lose=self._on_lost,
-            not_restored=self._not_restored,
-        )
-        if await restore.run():
-            self._gate.apply(ManagerEvent.RESTORED)
-            return True
-        await close_quietly(link.connection)
-        return False
+    def _carry_out_ready(self, action: m.Action) -> None:
+        """The actions on the ready connections (``failover.standby``)."""
+        standby = self._standby
+        if isinstance(action, m.StartSpare):
+            standby.start_spare(action.broker, action.delay)
+        elif isinstance(action, m.DropSpare):
+            standby.drop_spare()
+        elif isinstance(action, m.ScheduleProbe):
+            standby.schedule_probe(action.delay)
+        elif isinstance(action, m.ProbePreferred):
+            standby.probe(action.brokers)
+        elif isinstance(action, m.ReturnTo):
+            standby.return_to(action.broker)
+        elif isinstance(action, m.RefuseReturn):
+            standby.refuse(action.broker)
+        # Shutdown: stop() closes what is left
 
-    def _return_to(self, connection: P, broker: BrokerURL) -> bool:
-        """A preferred broker accepted ``connection``: start the return (F16) as a loss of the
-        connection in use whose cause is ``PreferredBrokerAvailable``; the failover takes
-        ``connection`` first. False (the caller closes it) when no return is due any more."""
-        link = self._link
-        state = self._gate.state
-        if link is None or not return_due(self._policy, state, link.broker, self._preferred):
-            return False
-        _log.info("returning from %s to the preferred broker %s", link.broker, broker)
-        return self._on_lost(link, PreferredBrokerAvailable(broker=str(broker)))
+    # --- The actions done at once ----------------------------------------------------------
 
-    def _open(self, connection: P, broker: BrokerURL, watchers: TaskGroup) -> Link[P]:
-        link = Link(connection, broker, self._epoch)
+    def _adopt_opened(self, action: m.Adopt) -> None:
+        """The connection just opened is the one in use: the gate knows it, a task watches it."""
+        connection, self._opened = self._opened, None
+        assert connection is not None and self._tasks is not None
+        link = Link(connection, action.broker, action.epoch)
         self._link = link
         if self._adopt is not None:
             call_quietly(self._adopt, connection)
         self._gate.open(connection, link.epoch)
-        watchers.start_soon(self._watch, link)
-        _log.info("connected to %s (epoch %d)", broker, link.epoch)
-        return link
+        self._tasks.start_soon(self._watch, link)
+
+    def _open_gate(self) -> None:
+        if self._gate.state is ConnectionState.RESTORING:
+            self._gate.apply(ManagerEvent.RESTORED)
+        self._end_walk()
+
+    def _close_gate(self, action: m.CloseGate) -> None:
+        """The loss, noticed: forget the connection, stop its watcher and restore, close the
+        gate (rule 2 of ``failover.manager``: in the same step as the epoch advances)."""
+        link, self._link = self._link, None
+        assert link is not None and link.epoch == action.epoch
+        link.lost = True
+        link.scope.cancel()
+        link.restoring.cancel()
+        self._lost = link
+        self._gate.drop()
+        if action.failing_over:
+            self._gate.apply(ManagerEvent.LOST)
+
+    def _end_walk(self) -> None:
+        self._gate.attempting(None)
+        self._walker.end_walk()
+
+    # --- The tasks ------------------------------------------------------------------------
+
+    def _step(self, step: _Step) -> None:
+        if isinstance(step, m.Connect):
+            self._gate.attempting(step.attempt)
+        if self._steps is not None:
+            self._steps.send_nowait(step)
+
+    def _report(self, event: m.Event) -> None:
+        if self._events is not None:
+            self._events.send_nowait(event)
 
     async def _watch(self, link: Link[P]) -> None:
         with link.scope:
@@ -371,72 +399,56 @@ class Supervisor(Generic[P]):
                 cause = await link.connection.wait_closed()
             except Exception as exc:
                 cause = exc
-            self._on_lost(link, cause)
+            self._report(m.ConnectionLost(self._clock(), link.epoch, cause))
 
-    def _on_lost(self, link: Link[P], cause: BaseException | None) -> bool:
-        """The loss, noticed: close the gate, advance the epoch, tell resources and listeners
-        (all in one step, rule 2). The task does the rest."""
-        state = self._gate.state
-        if link is not self._link or link.cause is not None or state not in LIVE:
-            return False
-        if cause is None:
-            cause = ConnectionLostError("the broker closed the connection")
-        link.cause = self._walker.failure = cause
-        link.scope.cancel()
-        self._link = None
-        event = loss_event(state, self._policy.method, self._retriable(cause))
-        self._epoch += 1
-        self._gate.drop()
-        if event is ManagerEvent.GAVE_UP:
-            self._gate.fail(cause, self._walker.failures)
-        else:
-            self._gate.apply(event)
-        self._standby.poke()
-        if isinstance(cause, PreferredBrokerAvailable):
-            self._returning = True
-            _log.info("leaving %s (epoch %d): %s", link.broker, link.epoch, cause)
-        else:
-            _log.warning("lost the connection to %s (epoch %d): %s", link.broker, link.epoch, cause)
-        for resource in self._ordered_resources():
-            call_quietly(resource.connection_lost, link.epoch, cause)
-        if event is ManagerEvent.GAVE_UP:
-            self._notify(FailoverEvent.FAILED, cause=cause)
-        elif state is ConnectionState.CONNECTED:
-            self._lost_at = self._clock()
-            self._notify(FailoverEvent.INTERRUPTED, broker=link.broker, cause=cause)
-        link.restoring.cancel()
-        link.ended.set()
-        return True
+    async def _work(self, steps: MemoryObjectReceiveStream[_Step]) -> None:
+        """The walk's steps, one after the other: each reports its outcome as an event."""
+        async with steps:
+            async for step in steps:
+                if isinstance(step, _Close):
+                    await close_quietly(step.connection)
+                    if step.connection in self._closing:
+                        self._closing.remove(step.connection)
+                elif isinstance(step, m.Connect):
+                    event, self._opened = await self._walker.attempt(step)
+                    if self._stopped and self._opened is not None:  # closed while it ran
+                        await close_quietly(self._opened)
+                        return
+                    self._report(event)
+                elif isinstance(step, m.UseReady):
+                    self._opened = self._standby.take_ready(step.broker)
+                    now = self._clock()
+                    ready = self._opened is not None
+                    self._report(m.Opened(now, step.broker) if ready else m.ReadyGone(now))
+                else:
+                    await self._restore(step)
 
-    def _not_restored(self, resource: Resource[P], error: Exception) -> None:
-        _log.error("could not restore %r: %s", resource, error, exc_info=error)
-        self._notify(FailoverEvent.NOT_RESTORED, resource=resource, error=error)
-
-    def _completed(self) -> None:
-        if self._gate.state is not ConnectionState.CONNECTED:  # closed meanwhile
+    async def _restore(self, step: m.RestoreTier) -> None:
+        """One tier of the restore on the connection in use: ``TierRestored`` unless it was
+        lost meanwhile (the machine heard of that)."""
+        link = self._link
+        if link is None or link.epoch != step.epoch:
             return
-        assert self._link is not None
-        broker = self._link.broker
-        downtime = self._clock() - self._lost_at
-        self._failovers += 1
-        self._returns += self._returning
-        self._returning = False
-        self._last_downtime = downtime
-        self._standby.poke()
-        _log.info("failover to %s completed after %.3f s", broker, downtime)
-        self._notify(FailoverEvent.RESTORED, broker=broker, downtime=downtime)
-
-    def _established(self) -> None:
-        """The first connect succeeded (it returned with no checkpoint since: still linked)."""
-        assert self._link is not None
-        self._notify(FailoverEvent.ESTABLISHED, broker=self._link.broker)
+        if step.tier == 0:
+            self._tiers = restore_tiers(self._resources.values())
+        tiers = self._tiers
+        link.restoring = anyio.CancelScope()
+        if step.tier < len(tiers):
+            assert self._events is not None
+            restore = Restore(
+                link,
+                self._resources,
+                events=self._events,
+                clock=self._clock,
+                retriable=self._machine.retriable,
+            )
+            if not await restore.run(tiers[step.tier]):
+                return
+        if self._link is link:
+            last = step.tier >= len(tiers) - 1
+            self._report(m.TierRestored(self._clock(), step.epoch, step.tier, last))
 
     # --- Helpers --------------------------------------------------------------------------
 
     def _ordered_resources(self) -> list[Resource[P]]:
         return [r for tier in restore_tiers(self._resources.values()) for r in tier]
-
-    def _notify(self, event: FailoverEvent, **facts: object) -> None:
-        """Tell the listeners of a failover event (F14), unless it no longer matters."""
-        if reports_events(self._gate.state):
-            self._listeners.tell(event, **facts)

@@ -49,6 +49,7 @@ from haclient.destination import Destination
 from haclient.errors import (
     AMQPError,
     ClosedError,
+    ConnectionLostError,
     HAClientError,
     IllegalStateError,
     error_from_condition,
@@ -148,39 +149,58 @@ class MessageProducer:
     async def restore(self, physical: PhysicalConnection, epoch: int) -> None:
         """Attach the producer's link again."""
         if not self._closed:
-            await self._attach()
+            await self._attach(Connected(physical, epoch))
 
     # Links -------------------------------------------------------------------------------------
+    #
+    # Every link comes from the ``at`` a call was admitted on (the gate's, or the restore's
+    # connection): a cached link is used only on the connection it was attached on, and a new
+    # one is attached only on ``at``'s connection, in the session begun on it. A call admitted
+    # on a connection that failover has replaced gets ``ConnectionLostError`` (the gate runs it
+    # again on the new one), never a link of another connection.
 
-    async def _attach(self) -> None:
+    async def _attach(self, at: Connected) -> None:
         """Attach the default link (a producer with a destination, or an anonymous relay)."""
-        if self._destination is not None or self._relay_offered():
-            await self._link_for(self._destination)
+        if self._destination is not None or self._relay_offered(at):
+            await self._link_for(at, self._destination)
 
-    def _relay_offered(self) -> bool:
-        return _ANONYMOUS_RELAY in self._context.physical().offered_capabilities
+    @staticmethod
+    def _relay_offered(at: Connected) -> bool:
+        return _ANONYMOUS_RELAY in at.physical.offered_capabilities
 
-    def _link_key(self, destination: Destination | None) -> Destination | None:
-        if destination is not None and destination != self._destination and self._relay_offered():
+    def _link_key(self, at: Connected, destination: Destination | None) -> Destination | None:
+        if destination is not None and destination != self._destination and self._relay_offered(at):
             return None  # one relay link for every destination
         return destination
 
-    def _attached_link(self, key: Destination | None) -> Sender | None:
-        """The open link cached under ``key`` (marked most recently used), or None."""
+    def _attached_link(self, at: Connected, key: Destination | None) -> Sender | None:
+        """The open link cached under ``key`` on ``at``'s connection (marked most recently
+        used), or None."""
         link = self._links.get(key)
-        if link is None or link.is_closed:
+        if link is None or link.is_closed or link.engine is not at.amqp.engine:
             return None
         self._links.move_to_end(key)
         return link
 
-    async def _link_for(self, destination: Destination | None) -> Sender:
-        key = self._link_key(destination)
-        link = self._attached_link(key)
+    async def _link_for(self, at: Connected, destination: Destination | None) -> Sender:
+        """The link to send to ``destination`` on ``at``'s connection: cached, or attached now.
+
+        Raises:
+            ConnectionLostError: ``at``'s connection is no longer the session's (failover
+                replaced it since the call was admitted).
+        """
+        key = self._link_key(at, destination)
+        link = self._attached_link(at, key)
         if link is not None:
             return link
-        physical, amqp_session = self._context.link_context()
-        link = await physical.amqp.open_sender(
-            producer_target(key, physical.prefixes),
+        self._check_open()
+        amqp_session = self._context.amqp_session
+        if amqp_session is None or amqp_session.engine is not at.amqp.engine:
+            raise ConnectionLostError(
+                f"the connection this call was admitted on (epoch {at.epoch}) was replaced"
+            )
+        link = await at.amqp.open_sender(
+            producer_target(key, at.physical.prefixes),
             session=amqp_session,
             snd_settle_mode=(
                 SenderSettleMode.SETTLED if self._presettled else SenderSettleMode.UNSETTLED
@@ -190,7 +210,8 @@ class MessageProducer:
         self._links[key] = link
         if len(self._links) > _LINK_CACHE_SIZE:
             _, oldest = self._links.popitem(last=False)
-            physical.amqp.detach(oldest)
+            if oldest.engine is at.amqp.engine:
+                at.amqp.detach(oldest)
         return link
 
     # Sending -----------------------------------------------------------------------------------
@@ -420,7 +441,7 @@ class MessageProducer:
             item = items[index]
             link = links.get(item.destination)
             if link is None or link.is_closed:
-                link = links[item.destination] = await self._link_for(item.destination)
+                link = links[item.destination] = await self._link_for(at, item.destination)
             if link.credit <= 0:
                 await amqp.wait_for_credit(link)
                 self._check_open()
@@ -473,7 +494,7 @@ class MessageProducer:
         at = self._context.gate.connected_nowait()
         if at is None or not at.physical.is_open:  # failing over, or its loss not yet reported
             return False
-        link = self._attached_link(self._link_key(destination))
+        link = self._attached_link(at, self._link_key(at, destination))
         if link is None or link.credit <= 0:
             return False
         payload = self._encode(at, message)
@@ -667,7 +688,7 @@ class MessageProducer:
         session's broker transaction when ``in_transaction``; ``wake_writer=False`` when the
         caller awaits its outcome next (that writes it: ``AmqpConnection.send_nowait``)."""
         payload = self._encode(at, message)
-        link = await self._link_for(destination)
+        link = await self._link_for(at, destination)
         state: TransactionalState | None = None
         if in_transaction and self._context.transaction is not None:
             state = await self._context.transaction.enlist_send()

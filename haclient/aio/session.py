@@ -198,7 +198,7 @@ class Session:
 
         async def create(at: Connected) -> MessageProducer:
             producer = MessageProducer(self._context, destination)
-            await producer._attach()
+            await producer._attach(at)
             return producer
 
         producer = await self._run(create, timeout)

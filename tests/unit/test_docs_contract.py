@@ -200,8 +200,28 @@ def test_every_path_in_rules_md_names_where_it_is_defined() -> None:
     assert elsewhere == []
 
 
+def test_every_failover_rule_names_one_place_that_decides_it_and_one_that_carries_it_out() -> None:
+    """F1-F18: the decision is the failover machine's, its execution one place of the
+    executor (the supervisor, the walk, the standby, the restore or the gate)."""
+    text = (DOCS / "rules.md").read_text(encoding="utf-8")
+    wrong = []
+    for rule, kept_by, _ in _ROW.findall(text):
+        if not re.fullmatch(r"F([1-9]|1[0-8])", rule):
+            continue
+        decided = re.findall(r"decided: `([^`]+)`", kept_by)
+        carried = re.findall(r"carried out: `([^`]+)`", kept_by)
+        if len(decided) != 1 or not decided[0].startswith("failover.machine."):
+            wrong.append(f"{rule}: decided {decided}")
+        executors = ("supervisor", "walk", "standby", "restore", "gate")
+        if len(carried) != 1 or not carried[0].startswith(
+            tuple(f"failover.{e}." for e in executors)
+        ):
+            wrong.append(f"{rule}: carried out {carried}")
+    assert wrong == []
+
+
 def test_where_defined_sees_inheritance_and_re_exports() -> None:
-    assert where_defined("failover.supervisor.Supervisor._on_lost") is None
+    assert where_defined("failover.supervisor.Supervisor._close_gate") is None
     assert where_defined("failover.states.TRANSITIONS") is None
     assert where_defined("failover.manager.TRANSITIONS") is not None  # imported there
     assert where_defined("failover.manager.is_retriable_failure") is not None

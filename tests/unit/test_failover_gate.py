@@ -10,6 +10,7 @@ import pytest
 from unitkit import A, E, S
 
 from failover.gate import ConnectionGate
+from failover.listeners import Listeners
 from failover.policy import Attempt
 from haclient.errors import (
     ClosedError,
@@ -33,11 +34,20 @@ class Clock:
         await anyio.lowlevel.checkpoint()
 
 
+class Changes(list[S]):
+    """A listener that keeps every state the gate reports."""
+
+    def state_changed(self, state: S) -> None:
+        self.append(state)
+
+
 def make() -> tuple[ConnectionGate[object], list[S]]:
-    changes: list[S] = []
+    changes = Changes()
+    listeners = Listeners()
+    listeners.add(changes)
     clock = Clock()
     gate: ConnectionGate[object] = ConnectionGate(
-        clock=clock, sleep=clock.sleep, on_change=changes.append
+        clock=clock, sleep=clock.sleep, listeners=listeners
     )
     return gate, changes
 

@@ -188,6 +188,36 @@ async def test_F17_a_failover_takes_the_spare_first_and_a_new_spare_follows() ->
 
 
 @pytest.mark.anyio
+async def test_F17_a_list_announced_while_a_connection_is_adopted_moves_the_spare_at_once() -> None:
+    # adopt runs while the supervisor carries out the actions of the connect, and announces
+    # the broker's list then: that event waits for those actions, so the spare follows it
+    network = Network()
+    policy = FailoverPolicy(
+        backup=True, open_server_list_action="replace", jitter=0.0, fast_period=0.0
+    )
+    manager: Manager
+
+    def adopt(connection: FakeConnection) -> None:
+        manager.announce_brokers([C], source=connection.broker)
+
+    manager = Manager(
+        network.connect,
+        [A, B],
+        policy,
+        clock=network.clock,
+        sleep=network.clock.sleep,
+        adopt=adopt,
+    )
+    with anyio.fail_after(HANG):
+        async with manager:
+            await manager.start()
+            assert manager.brokers == (A, C)
+            await until(lambda: manager.statistics().standby == C)
+            # nothing else left open: the one in use (to A) and the spare (to C)
+            await until(lambda: [c.broker for c in network.opened if not c.closed] == [A, C])
+
+
+@pytest.mark.anyio
 async def test_F17_a_spare_that_dies_starts_no_failover_and_is_opened_again() -> None:
     network = Network()
     events: list[tuple[object, ...]] = []
