@@ -6,7 +6,7 @@ while no broker listens (a standby not yet taken over, a broker restarting): the
 finds the new master's port open comes 0-50 ms after it opened. A full attempt costs the client
 ~0.2-0.4 ms of CPU (the connector, its error, the log, the plan), so trying every millisecond
 or two instead would cost 10-20 % of a CPU while nothing listens. A TCP connect on which
-nothing listens is refused by the host at once: that alone costs ~5-15 us. So while the plan
+nothing listens is refused by the host at once: that alone costs ~15-30 us. So while the plan
 waits before the next attempt on a broker whose last attempt was refused at the TCP level
 (``tcp_refused``: a ``ConnectionRefusedError`` in the failure's causes), ``watch`` probes that
 broker's port every ``PortWatch.interval`` and ends the wait as soon as the port accepts (the
@@ -14,18 +14,22 @@ probe's connection is closed at once, before a byte; the attempt follows); other
 ends when it would have. The plan decides which waits are watched (``failover.schedule``);
 nothing else changes.
 
-Where the probes run: waking the event loop every 5 ms to probe costs more than the probe (an
-event loop's wake is 40-75 us on a small VM, a thread's ~16 us), so a ``TcpProbe`` given the
-loop's ``wait_readable`` (the supervisor's is) hands the wait to ``PortWatcher``: one thread of
-the process that probes every watched port, once per interval whatever the number of
-connections waiting on it, and rings the waiting task's *bell* (its end of a socket pair) once,
-with one byte: ``b"1"`` when the port accepted, ``b"0"`` when the wait ran out. What crosses to
-the thread is a snapshot (the address, the deadline, the bell); the loop sleeps until the bell
-rings, one wake per wait, as an unwatched wait. The thread keeps one socket per watched port
-and connects it again after each refusal (a refused connect leaves the socket free on Linux;
-where it does not, a new one is made for each probe); it stops after a second with nothing to
-watch, and a forked child starts its own. The thread reads the host's monotonic clock: a test
-on a virtual clock gives the manager a probe of its own (or none).
+Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
+hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
+a grid of the interval, once per tick whatever the number of connections waiting on it, and
+rings the waiting task's *bell* (its end of a socket pair) once, with one byte: ``b"1"`` when
+the port accepted, ``b"0"`` when the wait ran out. What crosses to the thread is a snapshot
+(the address, the deadline, the bell); the event loop sleeps until the bell rings, one wake
+per wait as for an unwatched wait, instead of one per probe. The thread keeps one socket per
+watched port and connects it again after each refusal (a refused socket connects again on
+Linux; where it does not, a new one is made for each probe); on the local host the connect is
+a blocking one (one system call that returns the refusal, bounded by ``SO_SNDTIMEO``). It
+stops after a second with nothing to watch; a forked child starts its own. Measured on a
+2-CPU VM (bench/README.md): a tick costs ~50 us of CPU in the thread (its wake ~18 us, the
+probe's SYN and reset in the kernel ~20-30 us), against ~70-90 us for the event loop's wake
+and probe; so a watched port costs about 1 % of a CPU at 5 ms, most of it the kernel's. The
+thread reads the host's monotonic clock: a test on a virtual clock gives the manager a probe
+of its own (or none).
 
 A probe answers at once on the local host (the refusal is known when ``connect`` returns); to a
 remote host its connection completes later, and is looked at again at the next probe. A host
