@@ -247,7 +247,7 @@ class _Port:
         self._family, self._sockaddr = address
         # On the local host the refusal is known when connect returns: a blocking connect
         # answers in one system call (bounded by SO_SNDTIMEO, should a full backlog hold it).
-        self._local = ipaddress.ip_address(self._sockaddr[0]).is_loopback
+        self._local = _loopback(self._sockaddr[0])
         self._sock: socket.socket | None = None
         self._reuse = True  # False once connecting a refused socket again failed otherwise
 
@@ -277,6 +277,7 @@ class _Port:
     def _socket(self) -> socket.socket:
         sock = socket.socket(self._family, socket.SOCK_STREAM)
         if self._local:
+            sock.settimeout(None)  # blocking, whatever socket.setdefaulttimeout() says
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)
         else:
             sock.setblocking(False)
@@ -389,6 +390,13 @@ class TcpProbe:
         bell, self._bell = self._bell, None
         for sock in bell or ():
             sock.close()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _drain(sock: socket.socket) -> bytes:
