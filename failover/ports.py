@@ -72,6 +72,7 @@ Address = tuple[int, tuple[str, int]]
 
 _ACCEPTED, _RAN_OUT = b"1", b"0"
 _IDLE = 1.0  # seconds the thread waits with nothing to watch before it ends
+_MIN_STEP = 0.001  # seconds: the shortest tick, whatever interval a wait asks
 _SEND_TIMEOUT = struct.pack("ll", 0, 1000)  # 1 ms: how long a local connect may block
 
 
@@ -149,7 +150,7 @@ class PortWatcher:
     def add(self, address: Address, wait: float, interval: float, bell: socket.socket) -> int:
         """Watch ``address`` for ``wait`` seconds from now; returns the key ``remove`` takes.
         Its first probe comes within ``interval`` (the thread's next tick)."""
-        entry = _Wait(address, time.monotonic() + wait, interval, bell)
+        entry = _Wait(address, time.monotonic() + wait, max(interval, _MIN_STEP), bell)
         with self._lock:
             key = next(self._keys)
             self._waits[key] = entry
