@@ -63,7 +63,7 @@ async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, Any, Any, Any, A
 def port_probe() -> PortProbe:
     """A failover's probe of refused ports (``failover.ports.TcpProbe``), host names resolved
     with anyio's ``getaddrinfo``."""
-    return TcpProbe(_getaddrinfo)
+    return TcpProbe(_getaddrinfo, anyio.wait_readable)
 
 
 class _Close:

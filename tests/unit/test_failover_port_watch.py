@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
+import anyio
 import pytest
 import tenacity
 from unitkit import A, B
@@ -16,7 +22,7 @@ from unitkit import A, B
 import failover.schedule
 from failover.errors import ConnectionLostError
 from failover.policy import FailoverPolicy
-from failover.ports import PortWatch, TcpProbe, tcp_refused, watch
+from failover.ports import PortWatch, PortWatcher, TcpProbe, tcp_refused, watch
 from failover.schedule import PORT_WATCH, ReconnectPlan
 from failover.supervisor import port_probe
 from failover.url import BrokerURL
@@ -125,3 +131,82 @@ async def test_the_tcp_probe_tells_a_refused_port_from_one_that_accepts() -> Non
         if close is not None:
             close()
         listener.close()
+
+
+@contextmanager
+def _closed_port() -> Iterator[BrokerURL]:
+    """A loopback broker that nothing listens on (its port bound, not listening: no one else
+    takes it meanwhile)."""
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        yield BrokerURL("amqp", "127.0.0.1", spare.getsockname()[1])
+
+
+async def test_F5_the_port_watchers_thread_ends_a_wait_once_the_port_accepts() -> None:
+    """The supervisor's probe hands its waits to one thread of the process: a wait on a port
+    that starts listening during it ends early, True; on a port that keeps refusing it runs
+    out, False. Two connections watching the same port share its probes."""
+    watcher = PortWatcher()
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    port = spare.getsockname()[1]
+    broker = BrokerURL("amqp", "127.0.0.1", port)
+    probes = [TcpProbe(None, anyio.wait_readable, watcher) for _ in range(2)]
+    assert all(probe.watches for probe in probes)
+    results: list[bool] = []
+
+    async def wait_on(probe: TcpProbe) -> None:
+        results.append(await watch(probe, broker, 30.0, interval=0.005, clock=_no, sleep=_no))
+
+    started = time.monotonic()
+    try:
+        async with anyio.create_task_group() as tasks:
+            for probe in probes:
+                tasks.start_soon(wait_on, probe)
+            await anyio.sleep(0.05)
+            spare.listen()  # the port opens: both waits end, long before their 30 s
+        assert results == [True, True]
+        assert time.monotonic() - started < 20  # a hang bound, not a measure
+        with _closed_port() as closed:
+            assert not await watch(probes[0], closed, 0.05, interval=0.005, clock=_no, sleep=_no)
+    finally:
+        spare.close()
+        for probe in probes:
+            probe.close()
+
+
+async def test_a_wait_the_thread_cannot_probe_is_slept_with_the_walks_sleep() -> None:
+    """An unresolvable name (no resolver) and a wait no longer than the interval are only
+    slept, with the sleep the walk gives (a virtual clock's, in unit tests)."""
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    probe = TcpProbe(None, anyio.wait_readable, PortWatcher())
+    try:
+        name = BrokerURL("amqp", "localhost", 5672)
+        assert not await watch(probe, name, 0.04, interval=0.005, clock=_no, sleep=sleep)
+        with _closed_port() as local:
+            assert not await watch(probe, local, 0.004, interval=0.005, clock=_no, sleep=sleep)
+        assert slept == [0.04, 0.004]
+    finally:
+        probe.close()
+
+
+async def test_the_port_watchers_thread_ends_when_nothing_is_watched() -> None:
+    watcher = PortWatcher()
+    probe = TcpProbe(None, anyio.wait_readable, watcher)
+    try:
+        with _closed_port() as local:
+            assert not await watch(probe, local, 0.02, interval=0.005, clock=_no, sleep=_no)
+        assert [t for t in threading.enumerate() if t.name == "haclient-port-watch"]
+        with anyio.fail_after(20):  # a hang bound: it ends about a second after its last wait
+            while watcher.running:
+                await anyio.sleep(0.05)
+    finally:
+        probe.close()
+
+
+def _no(*args: object) -> Any:
+    raise AssertionError("the port watcher's thread keeps the time of a wait it watches")
