@@ -38,6 +38,8 @@ STAGE := .ci/stage
 
 # Every check and the whole suite, each stage timed (the breakdown is printed at the end).
 # tests/packaging builds the wheels and installs them into a fresh virtualenv (slow marker).
+# Tests marked `alone` run after the workers, one at a time: the Spark job's own JVM needs a
+# core of its own (beside four busy workers its set-up took 31-54 s; alone 17-19 s).
 # The set-up is a plain `make`, which `make -n test` prints instead of running.
 test:
 	@rm -f build/stages.txt
@@ -45,7 +47,8 @@ test:
 	@$(STAGE) lint sh -c '$(BIN)/ruff check . && $(BIN)/ruff format --check .'
 	@$(STAGE) types $(BIN)/mypy
 	@$(STAGE) docs $(BIN)/mkdocs build --strict --quiet --site-dir build/site
-	@$(STAGE) pytest $(BIN)/pytest -n $(TEST_WORKERS)
+	@$(STAGE) pytest $(BIN)/pytest -n $(TEST_WORKERS) -m "not alone"
+	@$(STAGE) alone $(BIN)/pytest -m alone
 	@$(STAGE) --report
 
 # The edit-test loop: the unit, codec, engine, selector and peer tiers and the rule tests on

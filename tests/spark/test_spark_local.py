@@ -41,6 +41,7 @@ from chaos.broker import BrokerThread
 pytestmark = [
     pytest.mark.usefixtures("pyspark_installed"),
     pytest.mark.slow,
+    pytest.mark.alone,  # `make test` runs it after the workers: its JVM needs a core of its own
     pytest.mark.timeout(400),
     pytest.mark.xdist_group("spark"),  # one worker: one SparkSession (a JVM) for every Spark test
 ]
