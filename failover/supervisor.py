@@ -259,17 +259,21 @@ class Supervisor(Generic[P]):
             return
         events_in, events = anyio.create_memory_object_stream[m.Event](math.inf)
         steps_in, steps = anyio.create_memory_object_stream[_Step](math.inf)
-        with scope, events_in, events, steps_in, steps:
-            async with anyio.create_task_group() as tasks:
-                self._tasks, self._events, self._steps = tasks, events_in, steps_in
-                self._standby.bind(tasks, events_in)
-                tasks.start_soon(self._work, steps, name="haclient failover walk")
-                self._feed(m.Start(self._clock()))
-                while self._machine.state not in _ENDED:
-                    self._feed(self._checked(await events.receive()))
-                # given up: the lost connection's close still goes; nothing else is waited for
-                self._standby.cancel()
-                steps_in.close()
+        try:
+            with scope, events_in, events, steps_in, steps:
+                async with anyio.create_task_group() as tasks:
+                    self._tasks, self._events, self._steps = tasks, events_in, steps_in
+                    self._standby.bind(tasks, events_in)
+                    tasks.start_soon(self._work, steps, name="haclient failover walk")
+                    self._feed(m.Start(self._clock()))
+                    while self._machine.state not in _ENDED:
+                        self._feed(self._checked(await events.receive()))
+                    # given up: the lost connection's close still goes; nothing else waits
+                    self._standby.cancel()
+                    steps_in.close()
+        finally:
+            # stopped mid-walk too: its port probe's sockets close once no task waits on them
+            self._walker.end_walk()
         self._tasks = self._events = self._steps = None
 
     def _checked(self, event: m.Event) -> m.Event:
