@@ -284,6 +284,8 @@ class MessageConsumer:
         if receiver is None or receiver.is_closed:
             return
         amqp = self._context.amqp()
+        if receiver.engine is not amqp.engine:  # not restored on the connection in use
+            return
         outstanding = receiver.credit + amqp.queued(receiver)
         if self._prefetch == 0:
             if outstanding == 0:
