@@ -432,9 +432,10 @@ class MessageConsumer:
 
     def _decode_while_confirming(self, at: Connected) -> None:
         """An acknowledgement the broker confirms is a wait for its answer: decode the next
-        message meanwhile (``haclient.aio.decoding``)."""
-        if self._acks.confirms and self._receiver is not None:
-            self._decoder.decode_ahead(at.amqp, self._receiver, at.physical.prefixes)
+        message meanwhile (``haclient.aio.decoding``), from the link on ``at``'s connection."""
+        receiver = self._receiver
+        if self._acks.confirms and receiver is not None and receiver.engine is at.amqp.engine:
+            self._decoder.decode_ahead(at.amqp, receiver, at.physical.prefixes)
 
     def _handing_out(self, raw: ReceivedMessage, message: Message, at: Connected) -> PendingAck:
         """The pending acknowledgement of ``message``, about to be handed out, which the
