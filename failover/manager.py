@@ -48,9 +48,10 @@ Rules it keeps:
    TLS) moves on to the next broker at once instead; when every broker of a pass refused, it
    goes to FAILED at once with an ``AuthenticationError`` naming each (F15,
    ``failover.states`` invariant 10).
-5. Callbacks (``connection_lost``, listeners) run synchronously on the manager's event loop; one
-   that raises is logged and changes nothing else. ``restore`` must use the connection it is
-   given, never ``wait_connected()`` (the gate is closed while it runs: it would wait forever).
+5. Callbacks (``adopt``, ``connection_lost``, listeners) run synchronously on the manager's
+   event loop; one that raises is logged and changes nothing else. ``restore`` must use the
+   connection it is given, never ``wait_connected()`` (the gate is closed while it runs: it
+   would wait forever).
 6. Time is the injected ``clock`` and ``sleep`` (anyio's by default): the plan's delays are
    slept with ``sleep``, and downtime, the gate's timeouts and the time budget
    (``policy.give_up_after``, from the loss or from the start of the first connect; see
@@ -98,6 +99,7 @@ from failover.listeners import AnyListener, Listeners
 from failover.policy import FailoverPolicy
 from failover.ports import PortProbe
 from failover.protocols import (
+    Adopter,
     Connector,
     FailoverListener,
     ManagedConnection,
@@ -160,9 +162,11 @@ class ConnectionManager(Generic[P]):
             probe of a preferred broker, F16) and ``failover.backup`` (the warm spare, F17):
             a connection that may never be used, so nothing of it should be counted or
             announced yet (default: ``connector``).
-        adopt: Called (synchronously, rule 5) with each physical connection when it becomes
-            the one in use: the first connect, each failover, whichever connector opened it,
-            before anything is restored on it.
+        adopt: The client's part (``failover.protocols.Adopter``) when a physical connection
+            becomes the one in use: the first connect, each failover, whichever connector
+            opened it, before anything is restored on it. Called synchronously (rule 5); it
+            returns the brokers that connection's broker announced, which the manager follows
+            as ``announce_brokers`` does (F12), and calls the manager for nothing.
         may_return: Whether a return to a preferred broker (F16) may start now, asked
             (synchronously) right before it starts: a client says no while a commit is on its
             way, whose outcome the return would put in doubt (default: always).
@@ -194,7 +198,7 @@ class ConnectionManager(Generic[P]):
         reconnect_wait: Wait | None = None,
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
-        adopt: Callable[[P], object] | None = None,
+        adopt: Adopter[P] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
         port_probe: Callable[[], PortProbe] | None = default_port_probe,
@@ -241,7 +245,7 @@ class ConnectionManager(Generic[P]):
         reconnect_wait: Wait | None = None,
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
-        adopt: Callable[[P], object] | None = None,
+        adopt: Adopter[P] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
         port_probe: Callable[[], PortProbe] | None = default_port_probe,

@@ -8,6 +8,8 @@ resources restore, in which tiers.
 - ``ManagedConnection``: one physical connection, as far as the manager needs to know it
   (``wait_closed`` and ``close``).
 - ``Connector``: opens one ``ManagedConnection`` to one ``BrokerURL``.
+- ``Adopter``: the client's part when a connection becomes the one in use; it answers with
+  the brokers that connection's broker announced, and calls nothing back.
 - ``Resource``: something built on the physical connection that failover builds again;
   ``RestoreOrder`` suggests its ``restore_order``. A ``StagedResource`` can also begin its
   restore without waiting for the answer.
@@ -24,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 from failover.url import BrokerURL
 
 __all__ = [
+    "Adopter",
     "Connector",
     "FailoverListener",
     "Finish",
@@ -57,6 +60,13 @@ P_contra = TypeVar("P_contra", contravariant=True)
 
 #: Opens one physical connection to one broker; raises on failure (the cause F4 reports).
 Connector = Callable[[BrokerURL], Awaitable[P]]
+
+#: The client takes a physical connection into use (the first connect, each failover, whichever
+#: connector opened it), before anything is restored on it: the one its sessions see from now
+#: on. It returns the brokers that connection's broker announced (its Open's list, F12; None or
+#: empty: none), which the supervisor hands the failover machine itself, after the actions of the
+#: adoption: the client tells the manager nothing. Called synchronously; must not block.
+Adopter = Callable[[P], Iterable[BrokerURL] | None]
 
 
 class RestoreOrder(enum.IntEnum):

@@ -41,7 +41,7 @@ from failover.gate import ConnectionGate
 from failover.listeners import Listeners, call_quietly
 from failover.policy import FailoverPolicy
 from failover.ports import PortProbe, TcpProbe
-from failover.protocols import Connector, P, Resource, restore_tiers
+from failover.protocols import Adopter, Connector, P, Resource, restore_tiers
 from failover.restore import Link, Restore
 from failover.schedule import Stop, Wait
 from failover.standby import Standby, close_all, close_quietly
@@ -90,8 +90,9 @@ class Supervisor(Generic[P]):
         reconnect_stop: A tenacity stop replacing the policy's pass count and time budget.
         standby_connector: Opens the ready connections (F16, F17): like ``connector``, but
             for a connection that may never be used (default: ``connector``).
-        adopt: Called with each physical connection when it becomes the one in use (the
-            first connect, each failover), before anything is restored on it.
+        adopt: The client's part when a connection becomes the one in use
+            (``failover.protocols.Adopter``): called with it, before anything is restored on
+            it; the brokers it returns go to the machine as ``BrokersAnnounced``.
         may_return: Whether a return (F16) may start now (``failover.standby``).
         startup_patience: How long the first connect keeps trying a broker starting up
             (``failover.schedule``; 0: not at all).
@@ -112,7 +113,7 @@ class Supervisor(Generic[P]):
         reconnect_wait: Wait | None = None,
         reconnect_stop: Stop | None = None,
         standby_connector: Connector[P] | None = None,
-        adopt: Callable[[P], object] | None = None,
+        adopt: Adopter[P] | None = None,
         may_return: Callable[[], bool] | None = None,
         startup_patience: float = 0.0,
         port_probe: Callable[[], PortProbe] | None = port_probe,
@@ -286,7 +287,7 @@ class Supervisor(Generic[P]):
 
     def _feed(self, event: m.Event) -> list[m.Action]:
         """Hand ``event`` to the machine and carry out what it says, in order. An event that
-        comes while actions are carried out (``adopt`` announcing the new broker's list, a
+        comes while actions are carried out (the list a connection just adopted announced, a
         listener reporting a loss) waits for them: the actions of one event are carried out
         together, in the order the machine gave them, never interleaved with another's."""
         if self._feeding:
@@ -353,15 +354,30 @@ class Supervisor(Generic[P]):
     # --- The actions done at once ----------------------------------------------------------
 
     def _adopt_opened(self, action: m.Adopt) -> None:
-        """The connection just opened is the one in use: the gate knows it, a task watches it."""
+        """The connection just opened is the one in use: the client takes it (``adopt``), the
+        gate knows it, a task watches it; the brokers its broker announced are the machine's
+        next event (F12), once this event's actions are carried out."""
         connection, self._opened = self._opened, None
         assert connection is not None and self._tasks is not None
         link = Link(connection, action.broker, action.epoch)
         self._link = link
-        if self._adopt is not None:
-            call_quietly(self._adopt, connection)
+        announced = self._adopted(connection)
         self._gate.open(connection, link.epoch)
         self._tasks.start_soon(self._watch, link)
+        assert self._feeding  # an action: the event waits for the others (``_feed``)
+        self._deferred.append(m.BrokersAnnounced(self._clock(), announced, action.broker))
+
+    def _adopted(self, connection: P) -> tuple[BrokerURL, ...]:
+        """The client's part of an adoption (``failover.protocols.Adopter``): the brokers
+        ``connection``'s broker announced. An exception is logged: nothing announced."""
+        if self._adopt is None:
+            return ()
+        try:
+            announced = self._adopt(connection)
+        except Exception:
+            _log.exception("adopting a connection raised (ignored): %r", self._adopt)
+            return ()
+        return () if announced is None else tuple(announced)
 
     def _open_gate(self) -> None:
         if self._gate.state is ConnectionState.RESTORING:

@@ -22,6 +22,7 @@ from haclient.message import Message
 
 if TYPE_CHECKING:
     from haclient.aio.context import SessionContext
+    from haclient.aio.gate import Connected
     from haclient.aio.physical import PhysicalConnection
 
 __all__ = ["QueueBrowser"]
@@ -49,6 +50,7 @@ class QueueBrowser:
         self._selector = selector
         self._link_name = link_name
         self._receiver: Receiver | None = None
+        self._at: Connected | None = None  # the connection the link was attached on
         self._credit = max(1, min(context.options.prefetch_for(queue, browser=True), 1000))
         self._closed = False
         self._exhausted = False
@@ -76,9 +78,15 @@ class QueueBrowser:
         """The JMS selector, if any."""
         return self._selector
 
-    async def _attach(self) -> None:
-        physical, amqp_session = self._context.link_context()
-        self._receiver = await physical.amqp.open_receiver(
+    async def _attach(self, at: Connected) -> None:
+        """Attach the link on ``at``'s connection (the one its call was admitted on), in the
+        session begun on it.
+
+        Raises:
+            ReplacedError: failover replaced ``at``'s connection (``SessionContext.session_on``).
+        """
+        amqp_session = self._context.session_on(at)
+        self._receiver = await at.amqp.open_receiver(
             self._source,
             session=amqp_session,
             name=self._link_name,
@@ -86,6 +94,7 @@ class QueueBrowser:
             snd_settle_mode=SenderSettleMode.SETTLED,
             timeout=self._context.options.attach_timeout,
         )
+        self._at = at
 
     def __aiter__(self) -> QueueBrowser:
         return self
@@ -109,9 +118,9 @@ class QueueBrowser:
                 raise BrowserFailoverError(
                     f"the connection failed over while browsing {self._queue}: browse again"
                 )
-            receiver = self._receiver
-            assert receiver is not None
-            amqp = self._context.amqp()
+            receiver, at = self._receiver, self._at
+            assert receiver is not None and at is not None
+            amqp = at.amqp  # the enumeration's connection: the link's, never another's
             raw = amqp.receive_nowait(receiver)
             if raw is None:
                 try:
@@ -131,7 +140,7 @@ class QueueBrowser:
             try:
                 return from_amqp(
                     MessageView(raw.payload),
-                    prefixes=self._context.physical().prefixes,
+                    prefixes=at.physical.prefixes,
                     consumer_destination=self._queue,
                 )
             except MessageFormatError:
@@ -144,9 +153,9 @@ class QueueBrowser:
             return
         self._closed = True
         self._context.forget(self)
-        current = self._context.connection.current
-        if self._receiver is not None and current is not None:
-            current.amqp.detach(self._receiver)
+        at = self._at
+        if self._receiver is not None and at is not None and at.amqp.is_open:
+            at.amqp.detach(self._receiver)  # on its own connection, never the next one
 
     def _session_closed(self) -> None:
         self._closed = True

@@ -347,15 +347,15 @@ class Connection:
         wait until it is in use (``_adopt``)."""
         return await open_physical(self._host.task_group, broker, self._options, self._container_id)
 
-    def _adopt(self, physical: PhysicalConnection) -> None:
-        """``physical`` becomes the connection in use (the manager calls this before the
-        restore): the one the sessions see, and the one whose broker list counts (F12)."""
+    def _adopt(self, physical: PhysicalConnection) -> list[BrokerURL]:
+        """``physical`` becomes the connection in use (the manager's ``Adopter``, before the
+        restore): the one the sessions see, and the one whose broker lists count (F12).
+        Returns the brokers its Open announced, which the manager follows itself: this tells
+        the manager nothing."""
         self._context.current = physical
-        self._manager.announce_brokers(
-            advertised_brokers(physical.advertised_brokers), source=physical.broker
-        )
         if self._manager.policy.method is FailoverMethod.EXCHANGE:
             self._host.start_soon(self._follow_membership, physical)
+        return advertised_brokers(physical.advertised_brokers)
 
     def _learn(
         self, physical: PhysicalConnection, brokers: Iterable[BrokerURL], *, complete: bool

@@ -210,18 +210,28 @@ class MessageConsumer:
             return None
         if isinstance(self._destination, TemporaryQueue | TemporaryTopic):
             self._source = replace(self._source, address=address_of(self._destination))
-        return self._begin_attach()
+        return self._begin_attach(Connected(physical, epoch))
 
     # Link --------------------------------------------------------------------------------------
+    #
+    # The link comes from the ``at`` a call was admitted on (the gate's, or the restore's
+    # connection): it is attached only on ``at``'s connection, in the session begun on it, and
+    # a call takes messages only from the link attached on its own connection (``_link_on``).
 
-    async def _attach(self) -> None:
-        """Attach the link (on the session's current connection) and grant the prefetch."""
-        await self._begin_attach()()
+    async def _attach(self, at: Connected) -> None:
+        """Attach the link on ``at``'s connection and grant the prefetch."""
+        await self._begin_attach(at)()
 
-    def _begin_attach(self) -> Callable[[], Awaitable[None]]:
-        """Send the attach (granting the prefetch); the call returned waits for the answer."""
+    def _begin_attach(self, at: Connected) -> Callable[[], Awaitable[None]]:
+        """Send the attach on ``at``'s connection (granting the prefetch); the call returned
+        waits for the answer.
+
+        Raises:
+            ReplacedError: failover replaced ``at``'s connection (``SessionContext.session_on``).
+        """
         context = self._context
-        physical, amqp_session = context.link_context()
+        amqp_session = context.session_on(at)
+        physical = at.physical
         # E7: a selector this client evaluates on this broker parses before the attach, also
         # one `validate_selector=false` let through unparsed (InvalidSelectorError).
         client_selector(self._selector, context.options.selectors, physical.product)
@@ -255,12 +265,27 @@ class MessageConsumer:
 
         return attached
 
+    def _link_on(self, at: Connected) -> Receiver | None:
+        """The link attached on ``at``'s connection; None when there is none on it (not
+        restored there: nothing to receive, as from a link that ended).
+
+        Raises:
+            ReplacedError: failover replaced ``at``'s connection since the call was admitted.
+        """
+        receiver = self._receiver
+        if receiver is not None and receiver.engine is at.amqp.engine:
+            return receiver
+        self._context.check_current(at)
+        return None
+
     def _top_up(self) -> None:
         """Keep about ``prefetch`` messages granted (or one for a receive, with prefetch 0)."""
         receiver = self._receiver
         if receiver is None or receiver.is_closed:
             return
         amqp = self._context.amqp()
+        if receiver.engine is not amqp.engine:  # not restored on the connection in use
+            return
         outstanding = receiver.credit + amqp.queued(receiver)
         if self._prefetch == 0:
             if outstanding == 0:
@@ -324,7 +349,7 @@ class MessageConsumer:
         # release) would come back with the next drain, and the next, for ever
         while not self._closed and self._context.connection.switch.started:
             at = self._context.gate.connected_nowait()
-            receiver = self._receiver
+            receiver = None if at is None else self._link_on(at)
             if at is None or receiver is None or receiver.is_closed or not drainable(at):
                 return None
             raw = at.amqp.receive_nowait(receiver)
@@ -407,9 +432,10 @@ class MessageConsumer:
 
     def _decode_while_confirming(self, at: Connected) -> None:
         """An acknowledgement the broker confirms is a wait for its answer: decode the next
-        message meanwhile (``haclient.aio.decoding``)."""
-        if self._acks.confirms and self._receiver is not None:
-            self._decoder.decode_ahead(at.amqp, self._receiver, at.physical.prefixes)
+        message meanwhile (``haclient.aio.decoding``), from the link on ``at``'s connection."""
+        receiver = self._receiver
+        if self._acks.confirms and receiver is not None and receiver.engine is at.amqp.engine:
+            self._decoder.decode_ahead(at.amqp, receiver, at.physical.prefixes)
 
     def _handing_out(self, raw: ReceivedMessage, message: Message, at: Connected) -> PendingAck:
         """The pending acknowledgement of ``message``, about to be handed out, which the
@@ -494,17 +520,21 @@ class MessageConsumer:
         connected, taken without waiting (no cancel scope, no loop turn). None: nothing
         ready, take the waiting path; ``_Skip.AGAIN``: one was taken and dropped
         (undecodable, filtered out, a duplicate)."""
-        receiver = self._receiver
-        if receiver is None or not self._context.connection.switch.started:
+        if self._receiver is None or not self._context.connection.switch.started:
             return None
         at = self._context.gate.connected_nowait()
-        raw = None if at is None else at.amqp.receive_nowait(receiver)
+        receiver = None if at is None else self._link_on(at)
+        raw = None if at is None or receiver is None else at.amqp.receive_nowait(receiver)
         return None if at is None or raw is None else self._taken(at, raw)
 
     async def _take_on(self, at: Connected, deadline: float) -> _Taken | _Skip | None:
-        """One message from the link on ``at``: None at the deadline or once closed."""
-        receiver = self._receiver
-        if self._closed or receiver is None:
+        """One message from the link on ``at``: None at the deadline or once closed.
+
+        Raises:
+            ReplacedError: failover replaced ``at``'s connection (the gate runs this again).
+        """
+        receiver = None if self._closed else self._link_on(at)
+        if receiver is None:
             return None
         amqp = at.amqp
         self._top_up()

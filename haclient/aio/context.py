@@ -32,7 +32,7 @@ from haclient.aio.acks import AckStrategy, ack_strategy, settle
 from haclient.aio.confirm import Confirmer
 from haclient.aio.dedup import DuplicateWindow, HandedOut
 from haclient.aio.emulated_transaction import EmulatedTransaction
-from haclient.aio.gate import Gate, deadline_after
+from haclient.aio.gate import Connected, Gate, ReplacedError, deadline_after
 from haclient.aio.pending import PendingAck
 from haclient.aio.stats import Counters
 from haclient.aio.temporaries import TemporaryDestinations
@@ -40,7 +40,11 @@ from haclient.aio.termini import SubscriptionNames
 from haclient.aio.transaction import NativeTransaction, SessionTransaction
 from haclient.amqp.types import ACCEPTED, Modified, Outcome, Released
 from haclient.destination import TemporaryQueue, TemporaryTopic
-from haclient.errors import ClosedError, ConnectionFailedError
+from haclient.errors import (
+    ClosedError,
+    ConnectionFailedError,
+    IllegalStateError,
+)
 from haclient.message import Message, MessageIdGenerator, uuid_message_ids
 from haclient.modes import AckConfirmation, AckMode
 
@@ -297,11 +301,31 @@ class SessionContext:
     def amqp(self) -> AmqpConnection:
         return self.connection.physical().amqp
 
-    def link_context(self) -> tuple[PhysicalConnection, AmqpSession]:
-        """The connection and AMQP session to attach a link on."""
+    def session_on(self, at: Connected) -> AmqpSession:
+        """The AMQP session to attach a link on for a call admitted on ``at`` (the gate's, or
+        a restore's connection): the session begun on ``at``'s connection, never another's.
+
+        Raises:
+            ClosedError: the session or its connection is closed.
+            ReplacedError: failover replaced ``at``'s connection since the call was admitted
+                (the gate runs it again on the new one, F3).
+            IllegalStateError: ``at`` is the connection in use but the session was not begun
+                on it (its restore failed: ``resource_not_restored``).
+        """
         self.check_open()
-        assert self.amqp_session is not None
-        return self.physical(), self.amqp_session
+        session = self.amqp_session
+        if session is not None and session.engine is at.amqp.engine:
+            return session
+        self.check_current(at)
+        raise IllegalStateError("the session was not restored on the connection in use")
+
+    def check_current(self, at: Connected) -> None:
+        """Raise ``ReplacedError`` if failover replaced ``at``'s connection (the gate's
+        answer to a call admitted on it: run it again on the new one, F3)."""
+        if at.physical is not self.connection.current:
+            raise ReplacedError(
+                f"the connection this call was admitted on (epoch {at.epoch}) was replaced"
+            )
 
     def note_confirmation(self, confirmation: AckConfirmation) -> None:
         """A consumer learnt how the broker confirms acknowledgements (A6)."""

@@ -16,8 +16,11 @@ its caller chose:
 The manager is told why the connection ended (its own end error), never what the caller made of
 it: an in-doubt commit's ``TransactionRolledBackError`` is no reason to give failover up.
 
-A delivery that came on a connection failover replaced cannot be settled on the new one; such a
-settlement raises ``StaleDeliveryError``, which counts as a loss that the manager already knows.
+Everything a call does on the network comes from the ``Connected`` it was admitted on, links
+included. A call that finds the session or link it needs on another connection than its own
+(failover replaced its connection meanwhile) raises ``ReplacedError``; a delivery that came on a
+replaced connection cannot be settled on the new one either (``StaleDeliveryError``). Both count
+as a loss that the manager already knows: the gate runs the call again on the new connection.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from haclient.aio.tracing import Tracing
     from haclient.amqp.connection import AmqpConnection
 
-__all__ = ["Connected", "Gate", "StaleDeliveryError", "deadline_after"]
+__all__ = ["Connected", "Gate", "ReplacedError", "StaleDeliveryError", "deadline_after"]
 
 T = TypeVar("T")
 
@@ -62,7 +65,12 @@ def deadline_after(
     return now() + timeout
 
 
-class StaleDeliveryError(ConnectionLostError):
+class ReplacedError(ConnectionLostError):
+    """Failover replaced the connection a call was admitted on: what the call needs (a
+    session, a link) is on the new one, which the call never uses (F3: it runs again)."""
+
+
+class StaleDeliveryError(ReplacedError):
     """A delivery to settle came on a connection that is gone (failover replaced it)."""
 
 
@@ -122,7 +130,7 @@ class Gate:
 
     def lost(self, at: Connected, error: BaseException) -> bool:
         """True if ``error`` came from the loss of ``at``'s connection (failover then runs)."""
-        if isinstance(error, StaleDeliveryError):
+        if isinstance(error, ReplacedError):
             return True  # that connection is already replaced
         if at.physical.is_open:
             return False

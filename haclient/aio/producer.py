@@ -49,7 +49,6 @@ from haclient.destination import Destination
 from haclient.errors import (
     AMQPError,
     ClosedError,
-    ConnectionLostError,
     HAClientError,
     IllegalStateError,
     error_from_condition,
@@ -186,19 +185,15 @@ class MessageProducer:
         """The link to send to ``destination`` on ``at``'s connection: cached, or attached now.
 
         Raises:
-            ConnectionLostError: ``at``'s connection is no longer the session's (failover
-                replaced it since the call was admitted).
+            ConnectionLostError: failover replaced ``at``'s connection since the call was
+                admitted (``SessionContext.session_on``).
         """
         key = self._link_key(at, destination)
         link = self._attached_link(at, key)
         if link is not None:
             return link
         self._check_open()
-        amqp_session = self._context.amqp_session
-        if amqp_session is None or amqp_session.engine is not at.amqp.engine:
-            raise ConnectionLostError(
-                f"the connection this call was admitted on (epoch {at.epoch}) was replaced"
-            )
+        amqp_session = self._context.session_on(at)
         link = await at.amqp.open_sender(
             producer_target(key, at.physical.prefixes),
             session=amqp_session,

@@ -243,7 +243,7 @@ class Session:
                 subscription=subscription,
                 on_close=on_close,
             )
-            await consumer._attach()
+            await consumer._attach(at)
             return consumer
 
         consumer = await self._run(create, timeout)
@@ -404,20 +404,21 @@ class Session:
             )
 
         async def unsubscribe(at: Connected) -> None:
-            physical, amqp_session = self._context.link_context()
-            link = await physical.amqp.open_receiver(
+            amqp_session = self._context.session_on(at)
+            amqp = at.amqp
+            link = await amqp.open_receiver(
                 Terminus.null(),
                 session=amqp_session,
                 name=name,
                 credit=0,
                 timeout=self._context.options.attach_timeout,
             )
-            physical.amqp.detach(link)
+            amqp.detach(link)
             # The broker removes the subscription when it handles that close: a round trip
             # makes unsubscribe() return after it did (the close is written before the Begin).
-            await physical.amqp.flush()
-            probe = await physical.amqp.open_session(timeout=self._context.options.attach_timeout)
-            physical.amqp.end_session(probe)
+            await amqp.flush()
+            probe = await amqp.open_session(timeout=self._context.options.attach_timeout)
+            amqp.end_session(probe)
 
         await self._run(unsubscribe, timeout)
 
@@ -443,7 +444,7 @@ class Session:
                 selector=selector,
                 link_name=self._connection.link_name("browser"),
             )
-            await browser._attach()
+            await browser._attach(at)
             return browser
 
         browser = await self._run(create, timeout)

@@ -6,12 +6,19 @@ cached on the old connection is never used on the new one.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import anyio
 import pytest
+from apikit import Api, Bed, Proxy
 from failoverkit import TIMEOUT, brokers, failover_url
 
 from haclient import aio
+from haclient.aio.gate import Connected, ReplacedError
 from haclient.destination import Queue
-from haclient.errors import ConnectionLostError
+from haclient.errors import BrowserFailoverError, ConnectionLostError
 from haclient.message import TextMessage
 
 pytestmark = pytest.mark.anyio
@@ -46,3 +53,88 @@ async def test_F3_a_call_never_uses_a_link_of_a_connection_other_than_its_own() 
             link = await producer._link_for(after, Queue("one-connection"))
             assert link.engine is after.amqp.engine
             assert link is not old_link
+
+
+def _core(proxy: Proxy, blocking_attribute: str) -> Any:
+    """The async core object behind ``proxy`` (the blocking facade wraps one)."""
+    target = proxy.target
+    return getattr(target, blocking_attribute, target) if blocking_attribute else target
+
+
+async def _on_core(api: Api, connection: Proxy, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the core's event loop: the test's own (aio), or the blocking API's."""
+    if api.name == "aio":
+        return await api.call(fn, *args)
+    loop = connection.target._loop
+    run = loop.run if inspect.iscoroutinefunction(fn) else loop.call
+    return await api.call(run, fn, *args)
+
+
+async def test_F3_a_consumer_or_browser_call_never_uses_a_link_of_another_connection(
+    api: Api,
+) -> None:
+    """Admitted on connection N, a consumer's or a browser's call uses no link of N+1 (nor
+    attaches one there: ``ReplacedError``, and the gate runs it again) and no link of N-1 (a
+    consumer not restored on N has no link there: nothing to receive). Through the blocking
+    API too, whose calls are the core's."""
+    with brokers(2) as (first, second):
+        queue, browsed = Queue(Bed.unique("one-link")), Queue(Bed.unique("one-browse"))
+        connection = await api.connect(failover_url(first, second))
+        async with connection:
+            await connection.start()
+            session = await connection.create_session()
+            consumer = await session.create_consumer(queue)
+            unrestored = await session.create_consumer(Queue(Bed.unique("one-stale")))
+            browser = await session.create_browser(browsed)
+            producer = await session.create_producer(None)
+            context = _core(connection, "_connection")._context
+            core_consumer = _core(consumer, "_consumer")
+            core_unrestored = _core(unrestored, "_consumer")
+            core_browser = _core(browser, "_browser")
+            before = await _on_core(api, connection, context.gate.connected_nowait)
+            assert before is not None and before.epoch == 0
+            old_link = core_consumer._receiver
+            assert old_link.engine is before.amqp.engine
+            assert core_browser._at == before
+            # this one keeps its link of epoch 0 (N-1 of the connection after the failover)
+            await _on_core(api, connection, context.manager.unregister, core_unrestored)
+
+            cut = ConnectionLostError("cut for the test")
+            assert await _on_core(api, connection, context.manager.report_lost, 0, cut)
+            await producer.send(queue, TextMessage("after"), timeout=TIMEOUT)  # F3: on the new one
+            received = await consumer.receive(TIMEOUT)
+            assert received is not None and received.text == "after"
+            after = await _on_core(api, connection, context.gate.connected_nowait)
+            assert after is not None and after.epoch == 1 and after.physical is not before.physical
+            new_link = core_consumer._receiver
+            assert new_link is not old_link and new_link.engine is after.amqp.engine
+
+            # admitted on N (epoch 0): no link of N+1, cached or attached, for either
+            async def take(at: Connected) -> object:
+                return await core_consumer._take_on(at, anyio.current_time() + TIMEOUT)
+
+            async def begin_attach(at: Connected) -> None:
+                core_consumer._begin_attach(at)
+
+            with pytest.raises(ReplacedError, match="epoch 0"):
+                await _on_core(api, connection, core_consumer._link_on, before)
+            with pytest.raises(ReplacedError, match="epoch 0") as replaced:
+                await _on_core(api, connection, take, before)
+            assert await _on_core(api, connection, context.gate.lost, before, replaced.value)
+            with pytest.raises(ReplacedError, match="epoch 0"):
+                await _on_core(api, connection, begin_attach, before)
+            with pytest.raises(ReplacedError, match="epoch 0"):
+                await _on_core(api, connection, core_browser._attach, before)
+            with pytest.raises(ReplacedError, match="epoch 0"):
+                await _on_core(api, connection, core_consumer._context.session_on, before)
+            with pytest.raises(BrowserFailoverError):  # its enumeration was on N (F10)
+                await anext(aiter(browser))
+
+            # admitted on N+1 (epoch 1): its own links, never one of N
+            assert await _on_core(api, connection, core_consumer._link_on, after) is new_link
+            assert await _on_core(api, connection, core_unrestored._link_on, after) is None
+            assert await unrestored.receive(0.2) is None
+            await producer.send(browsed, TextMessage("browsed"), timeout=TIMEOUT)
+            again = await session.create_browser(browsed)
+            assert _core(again, "_browser")._at == after
+            assert [m.text async for m in again] == ["browsed"]

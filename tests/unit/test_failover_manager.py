@@ -1440,6 +1440,26 @@ async def test_F12_other_methods_ignore_advertised_lists() -> None:
         assert connection.broker == B
 
 
+@pytest.mark.anyio
+async def test_F12_no_list_is_taken_once_the_connection_failed_or_closed() -> None:
+    """No failover follows FAILED or CLOSED: a list learned or announced then is ignored, and
+    ``brokers`` stays the list the last failover walked."""
+    network = Network()
+    async with running(network, [A], EXCHANGE) as manager:
+        assert manager.learn_brokers([X]) == (X, A)
+        network.last.drop(ResourceLockedError("another connection took the client id"))
+        await until(lambda: manager.state is S.FAILED)
+        assert manager.learn_brokers([Y]) == (X, A)
+        assert manager.announce_brokers([Y], source=X) == (X, A)
+        assert manager.brokers == (X, A)
+    async with running(Network(), [A], EXCHANGE) as closing:
+        assert closing.learn_brokers([X]) == (X, A)
+    assert closing.state is S.CLOSED
+    assert closing.learn_brokers([Y]) == (X, A)
+    assert closing.announce_brokers([Y], source=X) == (X, A)
+    assert closing.brokers == (X, A)
+
+
 # --- Close -------------------------------------------------------------------------------------
 
 

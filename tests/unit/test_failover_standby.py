@@ -189,16 +189,16 @@ async def test_F17_a_failover_takes_the_spare_first_and_a_new_spare_follows() ->
 
 @pytest.mark.anyio
 async def test_F17_a_list_announced_while_a_connection_is_adopted_moves_the_spare_at_once() -> None:
-    # adopt runs while the supervisor carries out the actions of the connect, and announces
-    # the broker's list then: that event waits for those actions, so the spare follows it
+    # adopt runs while the supervisor carries out the actions of the connect, and returns the
+    # broker's list: the supervisor feeds it to the machine after those actions, and the
+    # spare follows it
     network = Network()
     policy = FailoverPolicy(
         backup=True, open_server_list_action="replace", jitter=0.0, fast_period=0.0
     )
-    manager: Manager
 
-    def adopt(connection: FakeConnection) -> None:
-        manager.announce_brokers([C], source=connection.broker)
+    def adopt(connection: FakeConnection) -> list[BrokerURL]:
+        return [C]
 
     manager = Manager(
         network.connect,
