@@ -544,7 +544,12 @@ class Tracing:
     def bound(fn: Callable[..., T]) -> Callable[..., T]:
         """``fn``, to run in another thread in the OpenTelemetry context of now (a blocking
         listener runs inside its ``process`` span)."""
-        now = otel_context.get_current()
+        return Tracing.bound_to(otel_context.get_current(), fn)
+
+    @staticmethod
+    def bound_to(context: object, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn``, to run in the OpenTelemetry context ``context`` (from ``context_now``)."""
+        now: Any = context
 
         def in_context(*args: Any) -> T:
             token = otel_context.attach(now)
