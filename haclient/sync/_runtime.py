@@ -246,11 +246,9 @@ class Doorbell:
         """On the loop: from now on, ``drain(boundary)`` every boundary rung."""
 
         def answer() -> None:
-            try:
-                while self._reader.recv(4096):
-                    pass
-            except (BlockingIOError, InterruptedError):
-                pass
+            # One ring is one byte: one read takes them (if it was full, the rest come next turn).
+            with suppress(BlockingIOError, InterruptedError):
+                self._reader.recv(4096)
             rung = self._rung
             while rung:
                 drain(rung.popleft())

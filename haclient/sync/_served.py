@@ -48,7 +48,7 @@ from haclient.sync._boundary import (
     timeout_left,
 )
 from haclient.sync._dispatch import Dispatcher, wait_for_job
-from haclient.sync._lane import Lane, settle_all
+from haclient.sync._lane import Lane, settle_all, started_now
 from haclient.sync._runtime import LoopThread
 
 __all__ = [
@@ -266,8 +266,9 @@ class Served:
             tracing = self.boundary.tracing
             if tracing is not None and request.trace is not None:
                 coro = tracing.carried_from(request.trace, coro)
-            task = asyncio.get_running_loop().create_task(self._run(request, coro))
-            self.tasks[request.number] = task
+            task = started_now(self._run(request, coro))
+            if not task.done():
+                self.tasks[request.number] = task
 
     async def _run(self, request: Request, coro: Coroutine[Any, Any, Any]) -> None:
         value: Any = None
