@@ -103,8 +103,11 @@ class Dispatcher:
             complete(error)
 
     def announce(self, name: str, args: tuple[Any, ...]) -> None:
-        """From the loop: tell every observer that has ``name`` (a failover event)."""
-        self.submit(functools.partial(self._announce, name, args))
+        """From the loop: tell every observer that has ``name`` (a failover event). With none,
+        nothing is queued (and no thread started): a connection without failover listeners
+        has no notifier thread."""
+        if self.observers:
+            self.submit(functools.partial(self._announce, name, args))
 
     def _announce(self, name: str, args: tuple[Any, ...]) -> None:
         for observer in list(self.observers):
