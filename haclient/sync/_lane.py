@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from haclient.aio.connection import Connection as AsyncConnection
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.errors import ClosedError
 from haclient.outgoing import Encoded
@@ -48,12 +49,14 @@ class Lane:
     def __init__(
         self,
         producer: AsyncMessageProducer,
+        connection: AsyncConnection,
         outbox: Outbox,
         dispatcher: Dispatcher,
         tracing: object,
         close_timeout: float,
     ) -> None:
         self._producer = producer
+        self._connection = connection
         self._outbox = outbox
         self._dispatcher = dispatcher
         self._tracing = tracing
@@ -106,6 +109,7 @@ class Lane:
         terms = self._producer.encoding_terms(self._terms)
         if terms is not None and terms is not self._terms:
             self._terms = terms
+            self._outbox.broker = self._connection.broker
             self._outbox.terms = terms  # failover: the caller encodes for the new connection
 
     async def _drain(self) -> None:
@@ -163,6 +167,7 @@ class Lane:
             error = exc
         finally:
             self._sending = None
+        self._refresh_terms()  # it may have gone out after a failover: on a new connection
         self._outbox.handed_over()
         self._finish(request, error)
 

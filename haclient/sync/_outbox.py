@@ -55,6 +55,9 @@ class Outbox:
         """What a message put now is encoded for (replaced by the loop after failover)."""
         self.closed = False
         """True once the loop closed the producer."""
+        self.broker: object = None
+        """The broker in use when ``terms`` was last replaced (a value the loop gives: a
+        traced send's span names it, never read from the connection in this thread)."""
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._unsent = 0

@@ -469,10 +469,13 @@ async def _create_producer(served: Served, request: Request, session: Any) -> tu
     destination, outbox = request.args
     producer = await session.create_producer(destination, timeout=timeout_left(request.deadline))
     terms = producer_terms(producer)
+    assert served.connection is not None
+    outbox.broker = served.connection.broker
     outbox.terms = terms.encoding
     handle = served.keep(producer, parent=request.handle)
     served.lanes[handle] = Lane(
         producer,
+        served.connection,
         outbox,
         served.dispatchers[request.handle],
         served.boundary.tracing,

@@ -173,7 +173,17 @@ class MessageProducer:
         if tracing is None:
             self._hand_over(message, deadline)
         else:  # the trace context goes into the properties before the message is encoded
-            tracing.posted(destination, message, None, lambda: self._hand_over(message, deadline))
+            tracing.posted(
+                destination,
+                message,
+                None,
+                lambda: self._hand_over(message, deadline),
+                self._broker_now,
+            )
+
+    def _broker_now(self) -> object:
+        """The broker in use as the loop last told this producer (for a traced send's span)."""
+        return self._outbox.broker
 
     def _prepare(
         self,
@@ -282,6 +292,7 @@ class MessageProducer:
             destination,
             sent,
             lambda ended: self._hand_over(sent, deadline, on_completion, ended),
+            self._broker_now,
         )
 
     def flush(self) -> None:
