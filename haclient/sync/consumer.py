@@ -152,7 +152,10 @@ class MessageConsumer:
         """
         if self._closed:
             raise StopIteration
-        message = self.receive()
+        try:
+            message = self.receive()
+        except ClosedError:  # closed with its session or connection
+            raise StopIteration from None
         if message is None:
             raise StopIteration
         return message
