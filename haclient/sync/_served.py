@@ -10,7 +10,7 @@ the connection's, in the caller's trace context, and gives its outcome to the re
 ``Reply``. A ``CANCEL`` cancels the task (or the send) of the request it names.
 
 Everything here runs on the loop thread; nothing here is called from another thread. What goes
-back is a value: a handle and a frozen record of facts (``ProducerTerms``, ``SessionFacts`` ...),
+back is a value: a handle and a frozen record of facts (``_facts``: ``ProducerTerms`` ...),
 a destination, a received message the loop no longer touches (its acknowledger bound to a
 ``MessageAcknowledger``: a request through the same boundary).
 
@@ -25,20 +25,15 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from haclient.aio.connection import Connection as AsyncConnection
 from haclient.aio.connection import ConnectionFactory as AsyncConnectionFactory
-from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
-from haclient.aio.producer import MessageProducer as AsyncMessageProducer
-from haclient.destination import NO_PREFIXES, Destination, Queue, TemporaryQueue
 from haclient.errors import ClosedError, HAClientError, IllegalStateError
-from haclient.message import DeliveryMode, Message
+from haclient.message import Message
 from haclient.modes import AckMode
-from haclient.outgoing import EncodingTerms
 from haclient.sync._boundary import (
     CONNECTION,
     Boundary,
@@ -48,140 +43,21 @@ from haclient.sync._boundary import (
     timeout_left,
 )
 from haclient.sync._dispatch import Dispatcher, wait_for_job
+from haclient.sync._facts import (
+    BrowserFacts,
+    ConnectionFacts,
+    ConsumerFacts,
+    FailoverRelay,
+    SessionFacts,
+    consumer_facts,
+    producer_terms,
+)
 from haclient.sync._lane import Lane, settle_all, started_now
 from haclient.sync._runtime import LoopThread
 
-__all__ = [
-    "BrowserFacts",
-    "ConnectionFacts",
-    "ConsumerFacts",
-    "ProducerTerms",
-    "Serving",
-    "SessionFacts",
-]
+__all__ = ["Served", "Serving", "add_operations"]
 
 log = logging.getLogger("haclient.sync")
-
-
-# What goes back: values -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionFacts:
-    """What a blocking connection learns of its async connection once, when opened."""
-
-    connection_id: str
-    client_id: str | None
-    url: Any
-    tracing: Any
-
-
-@dataclass(frozen=True, slots=True)
-class SessionFacts:
-    """What a blocking session learns of its async session once (fixed for its life)."""
-
-    ack_mode: AckMode
-    transacted: bool
-    transactions_emulated: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerTerms:
-    """What a blocking producer learns of its async producer once, when made: nothing of
-    it is read from another thread afterwards."""
-
-    destination: Destination | None
-    encoding: EncodingTerms
-    pipelined: frozenset[DeliveryMode]
-    ids: Callable[[], str]
-    validate_names: bool
-    send_timeout: float | None
-    close_timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerFacts:
-    """What a blocking consumer learns of its async consumer once (fixed for its life)."""
-
-    destination: Destination
-    message_selector: str | None
-    no_local: bool
-    subscription_name: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class BrowserFacts:
-    """What a blocking browser learns of its async browser once."""
-
-    queue: Queue | TemporaryQueue
-    message_selector: str | None
-
-
-def producer_terms(producer: AsyncMessageProducer) -> ProducerTerms:
-    """``producer``'s terms for the blocking producer that wraps it."""
-    encoding = producer.encoding_terms() or EncodingTerms(-1, NO_PREFIXES, None)
-    return ProducerTerms(
-        producer.destination,
-        encoding,
-        producer.pipelined_modes(),
-        producer.message_ids(),
-        producer.validate_names,
-        producer.send_timeout(),
-        producer.close_timeout(),
-    )
-
-
-def consumer_facts(consumer: AsyncMessageConsumer) -> ConsumerFacts:
-    return ConsumerFacts(
-        consumer.destination,
-        consumer.message_selector,
-        consumer.no_local,
-        consumer.subscription_name,
-    )
-
-
-class _FailoverRelay:
-    """The loop's listener of a blocking connection's failover events: each event goes to the
-    connection's notifier thread as its name and arguments (``Dispatcher.announce``), where
-    the application's listeners are called. It has every name of ``failover.listeners.CALLS``."""
-
-    def __init__(self, notifier: Dispatcher) -> None:
-        self._notifier = notifier
-
-    def _tell(self, name: str, *args: Any) -> None:
-        self._notifier.announce(name, args)
-
-    def failover_started(self, cause: BaseException) -> None:
-        self._tell("failover_started", cause)
-
-    def failover_completed(self, broker: Any, downtime: float) -> None:
-        self._tell("failover_completed", broker, downtime)
-
-    def failover_failed(self, cause: BaseException) -> None:
-        self._tell("failover_failed", cause)
-
-    def resource_not_restored(self, resource: Any, error: BaseException) -> None:
-        self._tell("resource_not_restored", resource, error)
-
-    def on_connection_established(self, broker: Any) -> None:
-        self._tell("on_connection_established", broker)
-
-    def on_connection_interrupted(self, broker: Any) -> None:
-        self._tell("on_connection_interrupted", broker)
-
-    def on_connection_restored(self, broker: Any) -> None:
-        self._tell("on_connection_restored", broker)
-
-    def on_connection_failure(self, error: BaseException) -> None:
-        self._tell("on_connection_failure", error)
-
-    def message_dead_lettered(
-        self, destination: Any, message_id: str | None, delivery_count: int, outcome: str
-    ) -> None:
-        self._tell("message_dead_lettered", destination, message_id, delivery_count, outcome)
-
-    def send_failed(self, destination: Any, message_id: str | None, error: BaseException) -> None:
-        self._tell("send_failed", destination, message_id, error)
 
 
 # The loop's half ------------------------------------------------------------------------------
@@ -411,7 +287,7 @@ async def _open(served: Served, request: Request, target: Any) -> ConnectionFact
     factory: AsyncConnectionFactory
     factory, client_id, username, password, notifier = request.args
     connecting = factory.create_connection(
-        client_id=client_id, username=username, password=password, listener=_FailoverRelay(notifier)
+        client_id=client_id, username=username, password=password, listener=FailoverRelay(notifier)
     )
     connection = await connecting.open_in(served.loop_thread.host_group)
     served.connection = connection

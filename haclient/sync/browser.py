@@ -10,7 +10,7 @@ from haclient.destination import Queue, TemporaryQueue
 from haclient.errors import ClosedError
 from haclient.message import Message
 from haclient.sync._boundary import Boundary, Op
-from haclient.sync._served import BrowserFacts
+from haclient.sync._facts import BrowserFacts
 
 __all__ = ["QueueBrowser"]
 

@@ -35,6 +35,7 @@ from haclient.errors import ClosedError, HAClientError
 from haclient.modes import AckMode
 from haclient.sync._boundary import CONNECTION, Boundary, Op, Reply
 from haclient.sync._dispatch import Dispatcher
+from haclient.sync._facts import ConnectionFacts
 from haclient.sync._forward import Forwarded
 from haclient.sync._runtime import (
     LoopThread,
@@ -44,7 +45,7 @@ from haclient.sync._runtime import (
     unregister_for_exit,
     warn_unclosed,
 )
-from haclient.sync._served import ConnectionFacts, Serving
+from haclient.sync._served import Serving
 from haclient.sync.session import Session
 
 __all__ = ["Connection", "ConnectionFactory", "connect"]

@@ -22,7 +22,7 @@ from haclient.errors import ClosedError
 from haclient.message import Message
 from haclient.sync._boundary import Op
 from haclient.sync._context import SessionContext
-from haclient.sync._served import ConsumerFacts
+from haclient.sync._facts import ConsumerFacts
 
 __all__ = ["MessageConsumer", "MessageListener"]
 

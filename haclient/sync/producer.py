@@ -25,9 +25,9 @@ from haclient.message import DeliveryMode, Message
 from haclient.outgoing import OutgoingEncoder, resolve_send, stamp_send
 from haclient.sync._boundary import Op, Reply
 from haclient.sync._context import SessionContext
+from haclient.sync._facts import ProducerTerms
 from haclient.sync._forward import Forwarded
 from haclient.sync._outbox import Outbox, deadline_after
-from haclient.sync._served import ProducerTerms
 
 __all__ = ["CompletionListener", "MessageProducer", "ProducerTerms"]
 

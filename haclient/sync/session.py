@@ -15,8 +15,8 @@ from haclient.modes import AckConfirmation, AckMode
 from haclient.sync._boundary import Boundary, Op
 from haclient.sync._context import SessionContext
 from haclient.sync._dispatch import Dispatcher
+from haclient.sync._facts import SessionFacts
 from haclient.sync._outbox import Outbox
-from haclient.sync._served import SessionFacts
 from haclient.sync.browser import QueueBrowser
 from haclient.sync.consumer import MessageConsumer
 from haclient.sync.producer import MessageProducer
