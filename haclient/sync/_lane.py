@@ -140,7 +140,6 @@ class Lane:
         error: BaseException | None = None
         self._cancels = 0
         self._sending = request
-        self._refresh_terms()
         producer = self._producer
         encoded: Encoded = request.args[0]
         deadline = request.deadline
