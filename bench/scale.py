@@ -75,7 +75,6 @@ from bench.failover import KILL_BROKER, Hosts, RestoreResult, measure_restore
 from bench.failover_client import FAILOVER_TIMEOUT
 from bench.failover_ha import HaMember, wait_accepting
 from bench.throughput import HOST, PASSWORD, USER, BenchError, Progress, check, machine_info
-from failover.manager import ConnectionState
 from haclient.destination import Queue
 from haclient.message import DeliveryMode, TextMessage
 from haclient.modes import AckMode
@@ -411,6 +410,18 @@ def _collections_counted(result: FailoverResult) -> Iterator[None]:
         gc.callbacks.remove(note)
 
 
+class _Completed:
+    """A failover listener that keeps when, and to which broker, the failover completed."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.broker: Any = None
+
+    def failover_completed(self, broker: Any, downtime: float) -> None:
+        self.broker = broker
+        self.at = time.monotonic()
+
+
 def _watch(
     clients: Sequence[Client],
     master: HaMember,
@@ -419,6 +430,12 @@ def _watch(
     offset: float,
     log: Any,
 ) -> None:
+    # Each connection says when it completed (a failover listener, called on the
+    # connection's notifier thread): no read of the connections' state per sweep, which would
+    # be a request through each one's boundary, competing with the failover on the loop.
+    seen: list[Any] = [_Completed() for _ in clients]
+    for client, listener in zip(clients, seen, strict=True):
+        client.connection.add_listener(listener)
     cpu0, standby_cpu0 = time.process_time(), broker_cpu(standby.proc.pid if standby.proc else None)
     t_kill = master.kill()
     result.kill_wall = t_kill + offset
@@ -431,16 +448,12 @@ def _watch(
     deadline = opened + FAILOVER_MARGIN_GOAL + FAILOVER_TIMEOUT
     progress = Progress("connections failed over", len(clients))
     while len(done) < len(clients) and time.monotonic() < deadline:
-        now = time.monotonic()
-        for n, client in enumerate(clients):
+        for n, listener in enumerate(seen):
             if n in done:
                 continue
-            conn = client.connection
-            if conn.state is not ConnectionState.CONNECTED:  # the cheaper read first: this
-                continue  # thread competes with the loop thread for the GIL
-            broker = conn.broker
-            if broker and broker.port == standby.port:
-                done[n] = now - t_kill
+            at, broker = listener.at, listener.broker
+            if at is not None and broker is not None and broker.port == standby.port:
+                done[n] = at - t_kill
         progress.update(len(done))
         time.sleep(SWEEP_EVERY)
     progress.close()

@@ -164,11 +164,18 @@ class Tracing:
             attributes["messaging.client.id"] = self._connection.client_id
         return attributes
 
-    def _finish(self, span: trace.Span) -> None:
-        """Name the broker actually used: the one in use now (after a failover, the new one)."""
-        current = self._connection.current
-        if current is not None:
-            span.set_attributes(server_attributes(current.broker))
+    def _finish(self, span: trace.Span, broker_now: Callable[[], Any] | None = None) -> None:
+        """Name the broker actually used: the one in use now (after a failover, the new one),
+        read on the loop; in another thread, what ``broker_now()`` says (the blocking API's
+        value that the loop keeps up to date: it never reads the connection from its
+        threads)."""
+        if broker_now is None:
+            current = self._connection.current
+            broker = None if current is None else current.broker
+        else:
+            broker = broker_now()
+        if broker is not None:
+            span.set_attributes(server_attributes(broker))
 
     def _note_transaction(self, session: Any, span: trace.Span) -> None:
         if session is not None and getattr(session, "transaction", None) is not None:
@@ -246,10 +253,12 @@ class Tracing:
         self._note_transaction(session, span)
         return span
 
-    def _end_send(self, span: trace.Span, message: Message) -> None:
+    def _end_send(
+        self, span: trace.Span, message: Message, broker_now: Callable[[], Any] | None = None
+    ) -> None:
         """End a ``send`` span: the message's id (stamped by now) and the broker in use."""
         span.set_attributes(message_attributes(message))
-        self._finish(span)
+        self._finish(span, broker_now)
         span.end()
 
     async def send(
@@ -302,7 +311,12 @@ class Tracing:
                 raise
 
     def posted(
-        self, destination: Destination, message: Message, session: Any, post: Callable[[], T]
+        self,
+        destination: Destination,
+        message: Message,
+        session: Any,
+        post: Callable[[], T],
+        broker_now: Callable[[], Any] | None = None,
     ) -> T:
         """Run ``post()`` (a blocking send, in the caller's thread, which encodes the message
         after this put the trace context in its properties) in a ``send`` span, a child of
@@ -317,13 +331,14 @@ class Tracing:
             failed(span, exc)
             raise
         finally:
-            self._end_send(span, message)
+            self._end_send(span, message, broker_now)
 
     def posted_async(
         self,
         destination: Destination,
         message: Message,
         post: Callable[[Callable[[BaseException | None], None]], T],
+        broker_now: Callable[[], Any] | None = None,
     ) -> T:
         """Run ``post(ended)`` (a blocking ``send_async``, in the caller's thread) in a ``send``
         span, a child of the caller's current span, that lasts until ``ended(error)`` is
@@ -337,7 +352,7 @@ class Tracing:
                 failed(span, error)
             if span.is_recording():  # once
                 span.set_attributes(attributes)
-                self._finish(span)
+                self._finish(span, broker_now)
                 span.end()
 
         try:
@@ -544,7 +559,12 @@ class Tracing:
     def bound(fn: Callable[..., T]) -> Callable[..., T]:
         """``fn``, to run in another thread in the OpenTelemetry context of now (a blocking
         listener runs inside its ``process`` span)."""
-        now = otel_context.get_current()
+        return Tracing.bound_to(otel_context.get_current(), fn)
+
+    @staticmethod
+    def bound_to(context: object, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn``, to run in the OpenTelemetry context ``context`` (from ``context_now``)."""
+        now: Any = context
 
         def in_context(*args: Any) -> T:
             token = otel_context.attach(now)

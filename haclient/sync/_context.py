@@ -7,15 +7,11 @@ so they never hold (or import) the session: the blocking classes import downward
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from haclient.modes import AckMode
+from haclient.sync._boundary import Boundary
 from haclient.sync._dispatch import Dispatcher
-from haclient.sync._loop import EventLoop
-
-if TYPE_CHECKING:
-    from haclient.sync._outbox import Outbox
 
 __all__ = ["SessionContext"]
 
@@ -25,14 +21,14 @@ class SessionContext:
     """A session's share with its producers and consumers.
 
     Attributes:
-        loop: The connection's way into the event-loop thread.
+        boundary: The connection's one way into the event-loop thread.
+        handle: The session's handle there.
         dispatcher: The session's dispatcher thread, where listeners and completion callbacks
             run.
         ack_mode: The session's acknowledge mode (fixed for the session's life).
-        outboxes: The outboxes of its open producers, which its close settles (C9).
     """
 
-    loop: EventLoop
+    boundary: Boundary
+    handle: int
     dispatcher: Dispatcher
     ack_mode: AckMode
-    outboxes: list[Outbox] = field(default_factory=list)

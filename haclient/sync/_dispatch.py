@@ -1,14 +1,19 @@
 """A session's dispatcher thread, on which its listeners and completion callbacks run.
 
 ``Dispatcher`` is a plain thread fed by a queue: a session's message listeners and completion
-callbacks run on it, one at a time, never on the loop thread. It remembers which consumer's
-listener it is running, so that a ``close()`` called from inside that listener can tell.
-``wait_for_job`` lets the loop wait for such a job without blocking.
+callbacks run on it, one at a time, never on the loop thread. The application's functions stay
+on this side: the blocking facade registers them here (``listeners`` by consumer handle,
+``completions`` by send number, ``observers`` for a connection's failover events), and the
+event loop tells the dispatcher only values: a message for a consumer's handle (``deliver``),
+a send's number and error (``completed``), an event's name and arguments (``announce``). It
+remembers which consumer's listener it is running, so that a ``close()`` called from inside
+that listener can tell. ``wait_for_job`` lets the loop wait for such a job without blocking.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import inspect
 import logging
 import queue
@@ -43,8 +48,16 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._stopped = False
         self.current: object | None = None
-        """The consumer whose listener the dispatcher thread runs now (read it only from
-        that thread: see ``running``)."""
+        """The handle of the consumer whose listener the dispatcher thread runs now (read it
+        only from that thread: see ``running``)."""
+        self.listeners: dict[int, Callable[[Any], object]] = {}
+        """Message listeners by consumer handle (set by the blocking consumer)."""
+        self.completions: dict[int, Callable[[BaseException | None], None]] = {}
+        """``send_async`` outcomes owed, by send number (set by the blocking producer)."""
+        self.observers: list[Any] = []
+        """A connection's failover listeners (the notifier's; set by the blocking connection)."""
+        self.tracing: Any = None
+        """The connection's tracing, when it traces: a listener runs in its ``process`` span."""
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -73,6 +86,35 @@ class Dispatcher:
                 self._thread.start()
             self._queue.put(job)
 
+    def deliver(
+        self, handle: int, message: Any, trace: object = None
+    ) -> concurrent.futures.Future[None]:
+        """From the loop: run the listener of consumer ``handle`` with ``message`` (in the
+        trace context ``trace``); the future completes when it returned (or raised)."""
+        return run_listener_job(self, handle, message, trace)
+
+    def completed(self, number: int, error: BaseException | None) -> None:
+        """From the loop: the outcome of ``send_async`` number ``number``."""
+        self.submit(functools.partial(self._complete, number, error))
+
+    def _complete(self, number: int, error: BaseException | None) -> None:
+        complete = self.completions.pop(number, None)
+        if complete is not None:
+            complete(error)
+
+    def announce(self, name: str, args: tuple[Any, ...]) -> None:
+        """From the loop: tell every observer that has ``name`` (a failover event). With none,
+        nothing is queued (and no thread started): a connection without failover listeners
+        has no notifier thread."""
+        if self.observers:
+            self.submit(functools.partial(self._announce, name, args))
+
+    def _announce(self, name: str, args: tuple[Any, ...]) -> None:
+        for observer in list(self.observers):
+            method = getattr(observer, name, None)
+            if method is not None:
+                self._guard(functools.partial(method, *args))
+
     def _serve(self) -> None:
         while (job := self._queue.get()) is not None:
             self._guard(job)
@@ -99,21 +141,26 @@ class Dispatcher:
 
 
 def run_listener_job(
-    dispatcher: Dispatcher,
-    owner: object,
-    fn: Callable[..., object],
-    *args: Any,
+    dispatcher: Dispatcher, handle: int, message: Any, trace: object = None
 ) -> concurrent.futures.Future[None]:
-    """Submit ``fn(*args)`` to ``dispatcher`` as the listener of ``owner``; the future completes
-    when it returned (or raised). A job whose future was cancelled before it started is skipped."""
+    """Submit the listener of consumer ``handle`` with ``message`` to ``dispatcher``; the
+    future completes when it returned (or raised). A job whose future was cancelled before it
+    started is skipped; one whose consumer has no listener any more returns."""
     future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def job() -> None:
         if not future.set_running_or_notify_cancel():
             return
-        dispatcher.current = owner
+        fn = dispatcher.listeners.get(handle)
+        if fn is None:
+            future.set_result(None)
+            return
+        tracing = dispatcher.tracing
+        if tracing is not None and trace is not None:
+            fn = tracing.bound_to(trace, fn)
+        dispatcher.current = handle
         try:
-            result = fn(*args)
+            result = fn(message)
             if inspect.isawaitable(result):
                 if inspect.iscoroutine(result):
                     result.close()

@@ -38,10 +38,12 @@ import contextvars
 import itertools
 import logging
 import os
+import socket
 import threading
 import warnings
 import weakref
 from _thread import get_ident
+from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any, Protocol
@@ -66,23 +68,30 @@ class LoopThread:
     Thread-safety: ``submit`` and ``stop`` may be called from any thread.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, serving: Callable[[LoopThread], Any]) -> None:
         self.name = name
+        self._serving = serving
         self.loop: asyncio.AbstractEventLoop | None = None
         self._host: TaskGroup | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._context = contextvars.Context()
+        self.doorbell = Doorbell()
+        """How a connection's boundary wakes this loop (``haclient.sync._boundary``)."""
+        self.serving: Any = None
+        """The loop's half of the boundaries (``haclient.sync._served.Serving``): the loop's."""
         self.forked = False
         """True in a process forked after this loop thread started: it does not run there."""
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         _loop_threads.add(self)
 
     @classmethod
-    def start(cls, name: str | None = None) -> LoopThread:
-        """Start a loop thread; return once its loop runs."""
-        loop_thread = cls(name or f"haclient-loop-{next(_numbers)}")
+    def start(cls, serving: Callable[[LoopThread], Any], name: str | None = None) -> LoopThread:
+        """Start a loop thread; return once its loop runs. ``serving(loop_thread)`` makes, on
+        the loop, the loop's half of the boundaries that ring it (``_served.Serving``): given
+        with the thread, as a thread's target is, never afterwards."""
+        loop_thread = cls(name or f"haclient-loop-{next(_numbers)}", serving)
         loop_thread.thread.start()
         loop_thread._ready.wait()
         if loop_thread._failure is not None:
@@ -104,12 +113,17 @@ class LoopThread:
         self._context = contextvars.copy_context()  # anyio's: where the backend is known
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with anyio.create_task_group() as host:
-            self._host = host
-            self._ready.set()
-            await self._stop.wait()
-            host.cancel_scope.cancel()
-        self._host = None
+        self.serving = serving = self._serving(self)  # the loop's half of every boundary
+        self.doorbell.answer_on(self.loop, serving.drain)
+        try:
+            async with anyio.create_task_group() as host:
+                self._host = host
+                self._ready.set()
+                await self._stop.wait()
+                host.cancel_scope.cancel()
+        finally:
+            self.doorbell.close(self.loop)
+            self._host = None
 
     @property
     def running(self) -> bool:
@@ -126,6 +140,7 @@ class LoopThread:
         """In a forked child: the thread did not come along; drop the loop, whose wake-up
         socket is the parent's, so that nothing can be submitted to it."""
         self.forked = True
+        self.doorbell.forked()
         self.loop = None
         self._host = None
         self._stop = None
@@ -196,17 +211,76 @@ def _nothing() -> None:
     """A callback that only wakes the loop."""
 
 
+class Doorbell:
+    """How a thread tells a loop thread that a boundary has requests: it appends the boundary
+    (a queue: data, never a function) to ``rung`` and writes a byte to a socket the loop
+    watches; the loop reads the bytes and drains each boundary rung.
+
+    Thread-safety: ``ring`` from any thread; the rest on the loop thread.
+    """
+
+    def __init__(self) -> None:
+        self._rung: deque[Any] = deque()
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+        self._open = False
+
+    def ring(self, boundary: object) -> None:
+        """Tell the loop that ``boundary`` has requests.
+
+        Raises:
+            RuntimeError: the loop does not answer (stopped, or a forked child's).
+        """
+        if not self._open:
+            raise RuntimeError("the event loop has stopped")
+        self._rung.append(boundary)
+        try:
+            self._writer.send(b"\0")
+        except (BlockingIOError, InterruptedError):
+            pass  # the socket is full of rings the loop has not read yet: it will look
+        except OSError:
+            raise RuntimeError("the event loop has stopped") from None
+
+    def answer_on(self, loop: asyncio.AbstractEventLoop, drain: Callable[[Any], None]) -> None:
+        """On the loop: from now on, ``drain(boundary)`` every boundary rung."""
+
+        def answer() -> None:
+            # One ring is one byte: one read takes them (if it was full, the rest come next turn).
+            with suppress(BlockingIOError, InterruptedError):
+                self._reader.recv(4096)
+            rung = self._rung
+            while rung:
+                drain(rung.popleft())
+
+        loop.add_reader(self._reader.fileno(), answer)
+        self._open = True
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop, as it ends: no more rings."""
+        self._open = False
+        with suppress(Exception):
+            loop.remove_reader(self._reader.fileno())
+        self._reader.close()
+        self._writer.close()
+
+    def forked(self) -> None:
+        """In a forked child: the sockets are the parent's loop's; never write to them."""
+        self._open = False
+
+
 _loop_threads: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 _shared: LoopThread | None = None
 _shared_lock = threading.Lock()
 
 
-def shared_loop() -> LoopThread:
-    """The process's shared loop thread, started on first use (and again if it was stopped)."""
+def shared_loop(serving: Callable[[LoopThread], Any]) -> LoopThread:
+    """The process's shared loop thread, started on first use (and again if it was stopped)
+    with ``serving`` (see ``LoopThread.start``)."""
     global _shared
     with _shared_lock:
         if _shared is None or not _shared.running:
-            _shared = LoopThread.start("haclient-loop")
+            _shared = LoopThread.start(serving, "haclient-loop")
             _register_exit_hook()
         return _shared
 

@@ -1,23 +1,18 @@
-"""The blocking ``QueueBrowser``: ``haclient.aio.QueueBrowser`` through the connection's loop."""
+"""The blocking ``QueueBrowser``: requests about one ``haclient.aio.QueueBrowser`` through the
+connection's boundary."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 
-from haclient.aio.browser import QueueBrowser as AsyncQueueBrowser
 from haclient.destination import Queue, TemporaryQueue
+from haclient.errors import ClosedError
 from haclient.message import Message
-from haclient.sync._forward import Forwarded
-from haclient.sync._loop import EventLoop
+from haclient.sync._boundary import Boundary, Op
+from haclient.sync._facts import BrowserFacts
 
 __all__ = ["QueueBrowser"]
-
-
-async def _next_or_none(browser: AsyncQueueBrowser) -> Message | None:
-    try:
-        return await browser.__anext__()
-    except StopAsyncIteration:
-        return None
 
 
 class QueueBrowser:
@@ -26,12 +21,20 @@ class QueueBrowser:
     never removes or acknowledges anything. Every method may be called from any thread.
     """
 
-    def __init__(self, browser: AsyncQueueBrowser, loop: EventLoop) -> None:
-        self._browser = browser
-        self._loop = loop
+    def __init__(self, boundary: Boundary, handle: int, facts: BrowserFacts) -> None:
+        self._boundary = boundary
+        self._handle = handle
+        self._facts = facts
 
-    queue = Forwarded[Queue | TemporaryQueue]("_browser", "The queue browsed.")
-    message_selector = Forwarded[str | None]("_browser", "The JMS selector, if any.")
+    @property
+    def queue(self) -> Queue | TemporaryQueue:
+        """The queue browsed."""
+        return self._facts.queue
+
+    @property
+    def message_selector(self) -> str | None:
+        """The JMS selector, if any."""
+        return self._facts.message_selector
 
     def __iter__(self) -> Iterator[Message]:
         return self
@@ -43,14 +46,18 @@ class QueueBrowser:
             StopIteration: no more messages (or the browser is closed).
             BrowserFailoverError: the connection failed over during the enumeration (F10).
         """
-        message = self._loop.run(_next_or_none, self._browser)
+        try:
+            message = self._boundary.call(Op.BROWSE, self._handle)
+        except ClosedError:
+            raise StopIteration from None
         if message is None:
             raise StopIteration
-        return message
+        return message  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Detach the browser. Idempotent; callable from any thread."""
-        self._loop.run_close(self._browser.close)
+        with suppress(ClosedError):  # closed with its session
+            self._boundary.call(Op.CLOSE_BROWSER, self._handle, close=True)
 
     def __repr__(self) -> str:
-        return f"<blocking {self._browser!r}>"
+        return f"<blocking browser {self._handle} of {self._facts.queue}>"

@@ -1,11 +1,15 @@
 """The blocking ``Connection``, ``ConnectionFactory`` and ``connect()``.
 
-How this works: a connection's ``haclient.aio.Connection`` lives on an event-loop thread
-(``EventLoop``): the process's shared one by default, or one of its own with
-``private_loop=True``. It is opened as ``async with aio.connect(...)`` in a task of that loop
-that holds it until the connection closes (so the connection's background tasks belong to
-that task); each blocking method is one call into that loop. Failover listeners are called on
-a thread of the connection's (started with the first event, never the loop's).
+How this works: a connection's ``haclient.aio.Connection`` lives on an event-loop thread: the
+process's shared one by default, or one of its own with ``private_loop=True``. The blocking
+objects never touch it: they hold handles (numbers) and the facts learnt once when each object
+was made, and every blocking method is one request through the connection's ``Boundary``
+(``haclient.sync._boundary``), the one thread boundary between the application's threads and
+the loop, carried out by the loop's half (``haclient.sync._served``). The connection is opened
+by an ``OPEN`` request, on the loop, in the loop thread's host task group (so its background
+tasks belong to that group). Failover listeners are called on a thread of the connection's
+(started with the first event, never the loop's): the loop tells it each event's name and
+arguments, and the listeners themselves never cross.
 
 A connection the application never closes does not keep the process alive: at interpreter
 exit it is closed within its ``close_timeout`` (``_runtime``'s exit hook), and when the
@@ -23,72 +27,28 @@ from failover.listeners import AnyListener
 from failover.manager import ConnectionState
 from failover.schedule import Stop, Wait
 from failover.url import BrokerURL, FailoverURL
-from haclient.aio.connection import Connection as AsyncConnection
 from haclient.aio.connection import ConnectionFactory as AsyncConnectionFactory
 from haclient.aio.connection import ConnectionStatistics
-from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.aio.options import ConnectionOptions
 from haclient.destination import TemporaryQueue, TemporaryTopic
+from haclient.errors import ClosedError, HAClientError
 from haclient.modes import AckMode
+from haclient.sync._boundary import CONNECTION, Boundary, Op, Reply
 from haclient.sync._dispatch import Dispatcher
+from haclient.sync._facts import ConnectionFacts
 from haclient.sync._forward import Forwarded
-from haclient.sync._loop import EventLoop
-from haclient.sync._outbox import Outbox, settle_all
 from haclient.sync._runtime import (
+    LoopThread,
     keep_alive,
     register_for_exit,
+    shared_loop,
     unregister_for_exit,
     warn_unclosed,
 )
+from haclient.sync._served import Serving
 from haclient.sync.session import Session
 
 __all__ = ["Connection", "ConnectionFactory", "connect"]
-
-
-class _ThreadedFailoverListener:
-    """Calls a failover listener's methods on the connection's notifier thread, in order: it
-    has every name of ``failover.listeners.CALLS`` and forwards those the listener has."""
-
-    def __init__(self, listener: AnyListener, notifier: Dispatcher) -> None:
-        self.listener = listener
-        self._notifier = notifier
-
-    def _forward(self, name: str, *args: Any) -> None:
-        method = getattr(self.listener, name, None)
-        if method is not None:
-            self._notifier.submit(lambda: method(*args))
-
-    def failover_started(self, cause: BaseException) -> None:
-        self._forward("failover_started", cause)
-
-    def failover_completed(self, broker: BrokerURL, downtime: float) -> None:
-        self._forward("failover_completed", broker, downtime)
-
-    def failover_failed(self, cause: BaseException) -> None:
-        self._forward("failover_failed", cause)
-
-    def resource_not_restored(self, resource: Any, error: BaseException) -> None:
-        self._forward("resource_not_restored", resource, error)
-
-    def on_connection_established(self, broker: BrokerURL) -> None:
-        self._forward("on_connection_established", broker)
-
-    def on_connection_interrupted(self, broker: BrokerURL) -> None:
-        self._forward("on_connection_interrupted", broker)
-
-    def on_connection_restored(self, broker: BrokerURL) -> None:
-        self._forward("on_connection_restored", broker)
-
-    def on_connection_failure(self, error: BaseException) -> None:
-        self._forward("on_connection_failure", error)
-
-    def message_dead_lettered(
-        self, destination: Any, message_id: str | None, delivery_count: int, outcome: str
-    ) -> None:
-        self._forward("message_dead_lettered", destination, message_id, delivery_count, outcome)
-
-    def send_failed(self, destination: Any, message_id: str | None, error: BaseException) -> None:
-        self._forward("send_failed", destination, message_id, error)
 
 
 def _notifier() -> Dispatcher:
@@ -98,16 +58,6 @@ def _notifier() -> Dispatcher:
 
 _ENDED = (ConnectionState.FAILED, ConnectionState.CLOSED)
 """States in which a connection no longer keeps the process alive (``jms.useDaemonThread``)."""
-
-
-async def _close_from_listener(
-    running: AsyncMessageConsumer | None, connection: AsyncConnection, outboxes: list[Outbox]
-) -> BaseException | None:
-    if running is not None:  # C4: the listener calling this must not be waited for
-        await running.close(from_listener=True)
-    failure = await settle_all(outboxes)  # C9: the first failure is raised by close()
-    await connection.close()
-    return failure
 
 
 class Connection:
@@ -122,58 +72,93 @@ class Connection:
 
     def __init__(
         self,
-        connection: AsyncConnection,
-        loop: EventLoop,
+        boundary: Boundary,
+        facts: ConnectionFacts,
         close_timeout: float,
-        notifier: Dispatcher | None = None,
-        listener: _ThreadedFailoverListener | None = None,
+        notifier: Dispatcher,
         *,
         daemon: bool = True,
     ) -> None:
-        """``notifier`` and ``listener``: the thread and the wrapped listener given to
-        ``connect()``, made before the connection was; ``daemon``: ``use_daemon_thread``."""
-        self._connection = connection
-        self._loop = loop
+        """``boundary``: the connection's way into its loop; ``facts``: what ``OPEN``
+        returned; ``notifier``: the thread its failover listeners are called on;
+        ``daemon``: ``use_daemon_thread``."""
+        self._boundary = boundary
+        self._facts = facts
         self._close_timeout = close_timeout
-        self._notifier = notifier or _notifier()
-        self._listeners: dict[int, _ThreadedFailoverListener] = {}
-        if listener is not None:
-            self._listeners[id(listener.listener)] = listener
+        self._notifier = notifier
         self._sessions: set[Session] = set()
         self._lock = threading.Lock()
         self._closing = threading.Lock()
+        self._final: ConnectionStatistics | None = None  # the statistics once closed
         # jms.useDaemonThread=false: the process stays alive while this connection is open
         # (C7); else it is closed at exit (C6).
         self._kept: threading.Event | None = None
         if daemon:
             register_for_exit(self)
         else:
-            self._kept = keep_alive(self, ended=lambda: connection.state in _ENDED)
+            self._kept = keep_alive(self, ended=self._ended)
 
     # Properties --------------------------------------------------------------------------------
 
-    client_id = Forwarded[str | None](
-        "_connection",
-        "The client id (the AMQP container id), or None when the application set none.",
-    )
-    connection_id = Forwarded[str](
-        "_connection", "This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``)."
-    )
-    url = Forwarded[FailoverURL]("_connection", "The parsed URL (passwords masked when printed).")
-    brokers = Forwarded[tuple[BrokerURL, ...]](
-        "_connection",
-        "The brokers the next failover walks: the URL's list, or for ``exchange`` the newest"
-        " list the brokers gave, followed by the URL's (F12).",
-    )
-    broker = Forwarded[BrokerURL | None](
-        "_connection", "The broker in use, None when not connected."
-    )
-    state = Forwarded[ConnectionState](
-        "_connection",
-        "The connection's state (CONNECTED, FAILING_OVER, RESTORING, FAILED, CLOSED ...).",
-    )
-    is_closed = Forwarded[bool]("_connection", "True once ``close()`` was called.")
-    is_started = Forwarded[bool]("_connection", "True between ``start()`` and ``stop()``.")
+    @property
+    def client_id(self) -> str | None:
+        """The client id (the AMQP container id), or None when the application set none."""
+        return self._facts.client_id
+
+    @property
+    def connection_id(self) -> str:
+        """This connection's id, ``<prefix><uuid>`` (``jms.connectionIDPrefix``)."""
+        return self._facts.connection_id
+
+    @property
+    def url(self) -> FailoverURL:
+        """The parsed URL (passwords masked when printed)."""
+        return self._facts.url  # type: ignore[no-any-return]
+
+    def _read(self, name: str, closed: Any) -> Any:
+        """The async connection's attribute ``name``, read on the loop (``closed`` once the
+        connection is closed)."""
+        if self._boundary.closed or self._boundary.loop_thread.forked:
+            return closed
+        try:
+            return self._boundary.call(Op.READ, CONNECTION, name)
+        except ClosedError:
+            if self._boundary.closed:
+                return closed
+            raise
+
+    @property
+    def brokers(self) -> tuple[BrokerURL, ...]:
+        """The brokers the next failover walks: the URL's list, or for ``exchange`` the newest
+        list the brokers gave, followed by the URL's (F12)."""
+        return self._read("brokers", tuple(self.url.brokers))  # type: ignore[no-any-return]
+
+    @property
+    def broker(self) -> BrokerURL | None:
+        """The broker in use, None when not connected."""
+        return self._read("broker", None)  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> ConnectionState:
+        """The connection's state (CONNECTED, FAILING_OVER, RESTORING, FAILED, CLOSED ...)."""
+        return self._read("state", ConnectionState.CLOSED)  # type: ignore[no-any-return]
+
+    @property
+    def is_closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._read("is_closed", True)  # type: ignore[no-any-return]
+
+    @property
+    def is_started(self) -> bool:
+        """True between ``start()`` and ``stop()``."""
+        return self._read("is_started", False)  # type: ignore[no-any-return]
+
+    def _ended(self) -> bool:
+        """For ``keep_alive``: whether the connection ended without ``close()``."""
+        try:
+            return self.state in _ENDED
+        except HAClientError:
+            return True
 
     # Methods -----------------------------------------------------------------------------------
 
@@ -186,18 +171,19 @@ class Connection:
         given to ``connect()``); and of messages a consumer dead-lettered (E6):
         ``message_dead_lettered(destination, message_id, delivery_count, outcome)``. They are
         called in order on a thread of the connection (not the event loop), so they may block
-        and use the blocking API."""
-        wrapper = _ThreadedFailoverListener(listener, self._notifier)
+        and use the blocking API. The listener stays on this side: the loop tells that thread
+        each event's name and arguments."""
+        self._boundary.check_caller()
         with self._lock:
-            self._listeners[id(listener)] = wrapper
-        self._loop.call(self._connection.add_listener, wrapper)
+            if all(known is not listener for known in self._notifier.observers):
+                self._notifier.observers = [*self._notifier.observers, listener]
 
     def remove_listener(self, listener: AnyListener) -> None:
         """Stop telling ``listener``."""
         with self._lock:
-            wrapper = self._listeners.pop(id(listener), None)
-        if wrapper is not None:
-            self._loop.call(self._connection.remove_listener, wrapper)
+            self._notifier.observers = [
+                known for known in self._notifier.observers if known is not listener
+            ]
 
     def start(self) -> None:
         """Start (or restart) delivery of messages to consumers and listeners.
@@ -205,7 +191,7 @@ class Connection:
         Raises:
             ClosedError: the connection is closed.
         """
-        self._loop.run(self._connection.start)
+        self._boundary.call(Op.START, CONNECTION)
 
     def stop(self) -> None:
         """Pause delivery: ``receive()`` waits and listeners are not called until ``start()``.
@@ -214,7 +200,7 @@ class Connection:
         Raises:
             ClosedError: the connection is closed.
         """
-        self._loop.run(self._connection.stop)
+        self._boundary.call(Op.STOP, CONNECTION)
 
     def create_session(
         self, ack_mode: AckMode = AckMode.AUTO, *, timeout: float | None = None
@@ -227,11 +213,15 @@ class Connection:
             ConfigurationError: ``ack_mode`` is not an acknowledge mode.
             NotImplementedByBrokerError: TRANSACTED on a broker without transactions.
         """
-        session = Session(
-            self._loop.run(self._connection.create_session, ack_mode, timeout=timeout),
-            self._loop,
-            self._forget_session,
-        )
+        dispatcher = Session._new_dispatcher(self._boundary)
+        try:
+            handle, facts = self._boundary.call(
+                Op.CREATE_SESSION, CONNECTION, ack_mode, dispatcher, timeout=timeout
+            )
+        except BaseException:
+            dispatcher.stop()
+            raise
+        session = Session(self._boundary, handle, facts, dispatcher, self._forget_session)
         with self._lock:
             self._sessions.add(session)
         return session
@@ -246,11 +236,20 @@ class Connection:
         Raises:
             InvalidDestinationError: this connection did not create it.
         """
-        self._loop.run(self._connection.delete_temporary, destination)
+        self._boundary.call(Op.DELETE_TEMPORARY, CONNECTION, destination)
 
     def statistics(self) -> ConnectionStatistics:
-        """A frozen snapshot of the connection's state and counters (touches no network)."""
-        return self._loop.call_or_direct(self._connection.statistics)
+        """A frozen snapshot of the connection's state and counters (touches no network);
+        once closed, the last one, taken as it closed."""
+        if not self._boundary.closed and not self._boundary.loop_thread.forked:
+            try:
+                return self._boundary.call(Op.STATISTICS, CONNECTION)  # type: ignore[no-any-return]
+            except ClosedError:
+                if not self._boundary.closed:
+                    raise
+        if self._final is None:
+            raise ClosedError("the connection is closed (it closed without its statistics)")
+        return self._final
 
     def close(self) -> None:
         """Close the connection and everything it made, then end its threads. Idempotent;
@@ -265,32 +264,28 @@ class Connection:
                 reported yet, once closed (C9; ``FailoverTimeoutError`` ... as ``send`` raises
                 it).
         """
-        if self._loop.stopped:
+        boundary = self._boundary
+        if boundary.closed or boundary.loop_thread.forked:
             if self._kept is not None:
                 self._kept.set()
             return
         with self._lock:
             sessions = list(self._sessions)
-        running = next((s._running_consumer() for s in sessions if s._running_consumer()), None)
-        # One closer at a time (haclient.aio's close is not meant to run twice at once); the
-        # others wait until it is closed. From inside a listener, never wait: the closer in
-        # progress waits for this listener to return.
+        running = next((h for s in sessions if (h := s._running_consumer()) is not None), None)
+        # One closer at a time; the others wait until it is closed. From inside a listener,
+        # never wait: the closer in progress waits for this listener to return.
         if not self._closing.acquire(blocking=running is None):
             return
         failure: BaseException | None = None
         try:
-            if self._loop.stopped:
+            if boundary.closed:
                 return
-            outboxes = [outbox for session in sessions for outbox in session._context.outboxes]
-            failure = self._loop.run_close(
-                _close_from_listener, running, self._connection, outboxes
-            )
+            outcome = boundary.call(Op.CLOSE_CONNECTION, CONNECTION, running, False, close=True)
+            if outcome is not None:
+                failure, self._final = outcome
         finally:
             try:
-                self._loop.stop()
-                for session in sessions:
-                    session._connection_closed()
-                self._notifier.stop()
+                self._end_threads(sessions)
             finally:
                 unregister_for_exit(self)
                 if self._kept is not None:
@@ -299,22 +294,37 @@ class Connection:
         if failure is not None:
             raise failure
 
+    def _end_threads(self, sessions: list[Session]) -> None:
+        self._boundary.closed = True
+        if self._boundary.private:
+            self._boundary.loop_thread.stop()
+        for session in sessions:
+            session._connection_closed()
+        self._notifier.stop()
+
     def _close_at_exit(self) -> None:
         """At interpreter exit, for a connection still open: close it within ``close_timeout``
         (plus a second), or drop it, then warn. Threads are not waited for."""
-        if self._loop.stopped:
+        boundary = self._boundary
+        if boundary.closed:
             return
         try:
             with suppress(Exception):  # the exit goes on whatever happens here
-                self._loop.stop(timeout=self._close_timeout + 1)
+                reply = Reply()
+                boundary.put(
+                    boundary.request(Op.CLOSE_CONNECTION, CONNECTION, (None, True), None, reply)
+                )
+                reply.done.acquire(True, self._close_timeout + 1)
+                boundary.closed = True
         finally:  # last: under -W error the warning raises
             warn_unclosed(self)
 
     def __del__(self) -> None:
-        loop = getattr(self, "_loop", None)  # absent when __init__ failed
-        if loop is None or loop.stopped:
+        boundary = getattr(self, "_boundary", None)  # absent when __init__ failed
+        if boundary is None or boundary.closed or boundary.loop_thread.forked:
             return
-        loop.stop_soon()  # first: under -W error the warning raises
+        with suppress(ClosedError):  # first: under -W error the warning raises
+            boundary.post(Op.CLOSE_CONNECTION, CONNECTION, None, True)
         warn_unclosed(self, source=self)
 
     def __enter__(self) -> Connection:
@@ -324,7 +334,7 @@ class Connection:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<blocking {self._connection!r}>"
+        return f"<blocking connection {self._facts.connection_id}>"
 
 
 class ConnectionFactory:
@@ -375,28 +385,28 @@ class ConnectionFactory:
             KeyboardInterrupt: Ctrl-C while connecting (the attempt is cancelled).
         """
         notifier = _notifier()
-        wrapper = None if listener is None else _ThreadedFailoverListener(listener, notifier)
-        loop = EventLoop.start(private=self._private_loop)
+        if listener is not None:
+            notifier.observers.append(listener)
+        loop_thread = LoopThread.start(Serving) if self._private_loop else shared_loop(Serving)
+        boundary = Boundary(loop_thread, private=self._private_loop)
         try:
-            # Its background tasks belong to the loop thread's host task group, not to a
-            # free-standing task; loop.stop() closes it.
-            connecting = self._factory.create_connection(
-                client_id=client_id, username=username, password=password, listener=wrapper
+            # Opened on the loop, with its background tasks in the loop thread's host task
+            # group; what crosses: the factory's settings, the credentials, the notifier.
+            facts = boundary.call(
+                Op.OPEN, CONNECTION, self._factory, client_id, username, password, notifier
             )
-            connection = loop.open(connecting.open_in, AsyncConnection.close)
-            loop.tracing = connection._context.tracing
         except BaseException:
-            loop.stop()
+            with suppress(ClosedError):
+                boundary.post(Op.CLOSE_CONNECTION, CONNECTION, None, True)
+            boundary.closed = True
+            if self._private_loop:
+                loop_thread.stop()
             notifier.stop()  # after on_connection_failure, if the listener has it
             raise
+        boundary.tracing = facts.tracing
         options = self._factory.options
         return Connection(
-            connection,
-            loop,
-            options.close_timeout,
-            notifier,
-            wrapper,
-            daemon=options.use_daemon_thread,
+            boundary, facts, options.close_timeout, notifier, daemon=options.use_daemon_thread
         )
 
 

@@ -1,10 +1,14 @@
-"""The blocking ``MessageConsumer``: ``haclient.aio.MessageConsumer`` through the connection's loop.
+"""The blocking ``MessageConsumer``: requests about one ``haclient.aio.MessageConsumer``
+through the connection's boundary.
 
-How this works: ``receive()`` is one call into the loop. A listener set with
-``set_message_listener(fn)`` is registered with the async consumer as a small coroutine that
-hands the message to the session's dispatcher thread and waits until ``fn`` returned, so the
-async layer acknowledges after it (AUTO) or redelivers when it raised. ``close()`` knows when it
-is called from inside its own listener (the dispatcher thread runs that listener) and then
+How this works: ``receive()`` is one ``RECEIVE`` request (its timeout as its deadline); the
+message that comes back is the loop's no more: its ``acknowledge()`` is a request through the
+same boundary naming the consumer's handle and a number (``MessageAcknowledger``). A listener
+set with ``set_message_listener(fn)`` stays on this side, registered with the session's
+dispatcher under the consumer's handle; the request (``LISTEN``) only says "on" or "off", and
+the loop hands each message to the dispatcher thread and waits until ``fn`` returned, so the
+async layer acknowledges after it (AUTO) or redelivers when it raised. ``close()`` knows when
+it is called from inside its own listener (the dispatcher thread runs that listener) and then
 does not wait for the listener (C4).
 """
 
@@ -13,16 +17,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
-import anyio
-
-from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
 from haclient.destination import Destination
+from haclient.errors import ClosedError
 from haclient.message import Message
-from haclient.modes import AckMode
+from haclient.sync._boundary import Op
 from haclient.sync._context import SessionContext
-from haclient.sync._dispatch import run_listener_job, wait_for_job
-from haclient.sync._forward import Forwarded
-from haclient.sync._loop import EventLoop, partial_run
+from haclient.sync._facts import ConsumerFacts
 
 __all__ = ["MessageConsumer", "MessageListener"]
 
@@ -33,21 +33,6 @@ _CLOSE_WAIT = 30.0
 """Seconds ``close()`` waits for blocked ``receive()`` calls to return (they return at once)."""
 
 
-def _no_op(*, timeout: float | None = None) -> None:
-    """The blocking acknowledger of a message whose session acknowledges by itself."""
-
-
-def make_acknowledge_blocking(message: Message, loop: EventLoop, ack_mode: AckMode) -> Message:
-    """Replace the async acknowledger the async layer gave ``message`` by a blocking one."""
-    acknowledger = message._acknowledger
-    if acknowledger is not None:
-        if ack_mode.acknowledged_by_application:
-            message._bind_acknowledger(partial_run(loop, acknowledger))
-        else:  # the session acknowledges: the async acknowledger does nothing
-            message._bind_acknowledger(_no_op)
-    return message
-
-
 class MessageConsumer:
     """Receives messages from a destination (JMS ``MessageConsumer``); blocking.
 
@@ -56,35 +41,60 @@ class MessageConsumer:
     from inside this consumer's own listener.
     """
 
-    def __init__(self, consumer: AsyncMessageConsumer, context: SessionContext) -> None:
-        self._consumer = consumer
+    def __init__(self, handle: int, facts: ConsumerFacts, context: SessionContext) -> None:
+        self._handle = handle
+        self._facts = facts
         self._context = context
-        self._loop = context.loop
+        self._boundary = context.boundary
         self._listener: MessageListener | None = None
+        self._closed = False
         self._receiving = 0
         self._receivers_done = threading.Condition()
 
     # Properties --------------------------------------------------------------------------------
 
-    destination = Forwarded[Destination]("_consumer", "The destination messages come from.")
-    message_selector = Forwarded[str | None]("_consumer", "The JMS selector, if any.")
-    no_local_emulated = Forwarded[bool](
-        "_consumer",
-        "Whether this client withholds its own messages because the broker does not (E2).",
-    )
-    selector_emulated = Forwarded[bool](
-        "_consumer",
-        "Whether this client evaluates the selector because the broker does not (E1, E5).",
-    )
-    no_local = Forwarded[bool](
-        "_consumer", "Whether messages published by this connection's client id are withheld."
-    )
-    subscription_name = Forwarded[str | None](
-        "_consumer", "The durable or shared subscription's name, if this consumes one."
-    )
-    is_closed = Forwarded[bool](
-        "_consumer", "True once ``close()`` was called (or the session or connection closed)."
-    )
+    @property
+    def destination(self) -> Destination:
+        """The destination messages come from."""
+        return self._facts.destination
+
+    @property
+    def message_selector(self) -> str | None:
+        """The JMS selector, if any."""
+        return self._facts.message_selector
+
+    @property
+    def no_local(self) -> bool:
+        """Whether messages published by this connection's client id are withheld."""
+        return self._facts.no_local
+
+    @property
+    def subscription_name(self) -> str | None:
+        """The durable or shared subscription's name, if this consumes one."""
+        return self._facts.subscription_name
+
+    def _read(self, name: str, closed: bool) -> bool:
+        if self._boundary.closed or self._boundary.loop_thread.forked:
+            return closed
+        try:
+            return self._boundary.call(Op.READ, self._handle, name)  # type: ignore[no-any-return]
+        except ClosedError:
+            return closed
+
+    @property
+    def no_local_emulated(self) -> bool:
+        """Whether this client withholds its own messages because the broker does not (E2)."""
+        return self._read("no_local_emulated", False)
+
+    @property
+    def selector_emulated(self) -> bool:
+        """Whether this client evaluates the selector because the broker does not (E1, E5)."""
+        return self._read("selector_emulated", False)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once ``close()`` was called (or the session or connection closed)."""
+        return self._closed or self._read("is_closed", True)
 
     @property
     def message_listener(self) -> MessageListener | None:
@@ -111,14 +121,12 @@ class MessageConsumer:
         with self._receivers_done:
             self._receiving += 1
         try:
-            message = self._loop.run(self._consumer.receive, timeout)
+            message = self._boundary.call(Op.RECEIVE, self._handle, timeout=timeout)
         finally:
             with self._receivers_done:
                 self._receiving -= 1
                 self._receivers_done.notify_all()
-        if message is None:
-            return None
-        return make_acknowledge_blocking(message, self._loop, self._context.ack_mode)
+        return message  # type: ignore[no-any-return]
 
     def receive_nowait(self) -> Message | None:
         """A message if one is already here (prefetched); else, unless
@@ -142,9 +150,12 @@ class MessageConsumer:
         Raises:
             StopIteration: the consumer is closed.
         """
-        if self._consumer.is_closed:
+        if self._closed:
             raise StopIteration
-        message = self.receive()
+        try:
+            message = self.receive()
+        except ClosedError:  # closed with its session or connection
+            raise StopIteration from None
         if message is None:
             raise StopIteration
         return message
@@ -163,23 +174,20 @@ class MessageConsumer:
         Raises:
             ClosedError: the consumer is closed.
         """
+        listeners = self._context.dispatcher.listeners
         if listener is None:
-            self._loop.run(self._consumer.set_message_listener, None)
+            self._boundary.call(Op.LISTEN, self._handle, False)
+            listeners.pop(self._handle, None)
             self._listener = None
             return
-        dispatcher = self._context.dispatcher
-        loop = self._loop
-        ack_mode = self._context.ack_mode
-        waiter = anyio.CapacityLimiter(1)  # one worker thread waits for this consumer's jobs
-
-        async def relay(message: Message) -> None:
-            # On the loop: hand over to the dispatcher thread and wait until the listener ran.
-            make_acknowledge_blocking(message, loop, ack_mode)
-            run = listener if loop.tracing is None else loop.tracing.bound(listener)
-            await wait_for_job(run_listener_job(dispatcher, self, run, message), waiter)
-
+        listeners[self._handle] = listener  # it stays here; the loop names the handle
         self._listener = listener
-        self._loop.run(self._consumer.set_message_listener, relay)
+        try:
+            self._boundary.call(Op.LISTEN, self._handle, True)
+        except BaseException:
+            listeners.pop(self._handle, None)
+            self._listener = None
+            raise
 
     # Closing -----------------------------------------------------------------------------------
 
@@ -194,10 +202,15 @@ class MessageConsumer:
         Raises:
             IllegalStateError: called from the event-loop thread.
         """
-        inside = from_listener or self._context.dispatcher.running() is self
-        self._loop.run_close(self._consumer.close, from_listener=inside)
+        inside = from_listener or self._context.dispatcher.running() == self._handle
+        try:
+            self._boundary.call(Op.CLOSE_CONSUMER, self._handle, inside, close=True)
+        except ClosedError:
+            pass  # closed with its session
+        finally:
+            self._closed = True
         with self._receivers_done:
             self._receivers_done.wait_for(lambda: self._receiving == 0, timeout=_CLOSE_WAIT)
 
     def __repr__(self) -> str:
-        return f"<blocking {self._consumer!r}>"
+        return f"<blocking consumer {self._handle} of {self._facts.destination}>"

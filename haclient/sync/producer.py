@@ -1,71 +1,59 @@
-"""The blocking ``MessageProducer``: sends cross into the event loop through its ``Outbox``.
+"""The blocking ``MessageProducer``: its sends cross into the event loop as snapshots.
 
 Where the thread boundary is: ``send()`` runs in the application's thread up to a snapshot of the
 message. It resolves the destination, stamps the headers on the application's message (JMS: they
 are visible on it afterwards), and encodes it there, with this producer's own encoder, ids and
 defaults (``delivery_mode``, ``priority`` ...: kept here, read by no other thread). What crosses
-to the loop is that snapshot (``haclient.outgoing.Encoded``: bytes, destination, message id),
-the send's deadline and where its outcome goes (``haclient.sync._outbox.Sending``), put into the
-producer's outbox; never the message object. The other calls (``send_async``, ``flush``,
-``close``) are blocking calls into the loop (``EventLoop.run``) after the sends queued before.
+to the loop is one ``SEND`` request through the connection's boundary
+(``haclient.sync._boundary``): that snapshot (``haclient.outgoing.Encoded``: bytes, destination,
+message id), the send's deadline and where its outcome goes (a ``Reply`` its caller waits on,
+or this producer's ``Outbox``); never the message object. ``send_async`` crosses the same way,
+with a number naming its completion, which stays on this side (the session's dispatcher calls
+it). ``flush`` and ``close`` are requests through the same boundary, after the sends put before
+them (the boundary keeps their order).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import itertools
+import logging
 
 from haclient.aio.producer import CompletionListener
-from haclient.aio.producer import MessageProducer as AsyncMessageProducer
-from haclient.destination import NO_PREFIXES, Destination
+from haclient.destination import Destination
 from haclient.errors import ClosedError
 from haclient.message import DeliveryMode, Message
-from haclient.outgoing import EncodingTerms, OutgoingEncoder, resolve_send, stamp_send
+from haclient.outgoing import OutgoingEncoder, resolve_send, stamp_send
+from haclient.sync._boundary import Op, Reply
 from haclient.sync._context import SessionContext
+from haclient.sync._facts import ProducerTerms
 from haclient.sync._forward import Forwarded
-from haclient.sync._outbox import Completion, Outbox, Sending, deadline_after
+from haclient.sync._outbox import Outbox, deadline_after
 
-__all__ = ["CompletionListener", "MessageProducer", "ProducerTerms", "producer_terms"]
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerTerms:
-    """What a blocking producer learns of its async producer once, on the loop, when made:
-    nothing of it is read from another thread afterwards."""
-
-    encoding: EncodingTerms
-    pipelined: frozenset[DeliveryMode]
-    ids: Callable[[], str]
-    validate_names: bool
-    send_timeout: float | None
-    close_timeout: float
+__all__ = ["CompletionListener", "MessageProducer", "ProducerTerms"]
 
 
-def producer_terms(producer: AsyncMessageProducer) -> ProducerTerms:
-    """On the loop: ``producer``'s terms for the blocking producer that wraps it."""
-    encoding = producer.encoding_terms() or EncodingTerms(-1, NO_PREFIXES, None)
-    return ProducerTerms(
-        encoding,
-        producer.pipelined_modes(),
-        producer.message_ids(),
-        producer.validate_names,
-        producer.send_timeout(),
-        producer.close_timeout(),
-    )
-
-
-@dataclass(slots=True)
 class _Defaults:
     """A blocking producer's send defaults (JMS), read and written in the application's
     threads only."""
 
-    delivery_mode: DeliveryMode = DeliveryMode.PERSISTENT
-    priority: int = 4
-    time_to_live: float = 0.0
-    delivery_delay: float = 0.0
-    disable_message_id: bool = False
-    preserve_message_id: bool = False
-    disable_message_timestamp: bool = False
+    __slots__ = (
+        "delivery_delay",
+        "delivery_mode",
+        "disable_message_id",
+        "disable_message_timestamp",
+        "preserve_message_id",
+        "priority",
+        "time_to_live",
+    )
+
+    def __init__(self) -> None:
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0.0
+        self.delivery_delay = 0.0
+        self.disable_message_id = False
+        self.preserve_message_id = False
+        self.disable_message_timestamp = False
 
 
 class MessageProducer:
@@ -75,19 +63,19 @@ class MessageProducer:
     """
 
     def __init__(
-        self, producer: AsyncMessageProducer, terms: ProducerTerms, context: SessionContext
+        self, handle: int, terms: ProducerTerms, outbox: Outbox, context: SessionContext
     ) -> None:
-        self._producer = producer
+        self._handle = handle
         self._context = context
-        self._loop = context.loop
-        self._destination = producer.destination  # fixed for its life
+        self._boundary = context.boundary
+        self._destination = terms.destination  # fixed for its life
         self._defaults = _Defaults()
         self._ids = terms.ids
         self._pipelined = terms.pipelined
         self._send_timeout = terms.send_timeout
         self._encoder = OutgoingEncoder(validate_names=terms.validate_names)
-        self._outbox = Outbox(producer, context.loop, terms.encoding, terms.close_timeout)
-        context.outboxes.append(self._outbox)
+        self._outbox = outbox
+        self._closed = False
 
     # Properties --------------------------------------------------------------------------------
 
@@ -96,9 +84,16 @@ class MessageProducer:
         """The destination, or None for an anonymous producer."""
         return self._destination
 
-    is_closed = Forwarded[bool](
-        "_producer", "True once closed (or its session or connection closed)."
-    )
+    @property
+    def is_closed(self) -> bool:
+        """True once closed (or its session or connection closed)."""
+        if self._closed or self._outbox.closed or self._boundary.closed:
+            return True
+        try:
+            return self._boundary.call(Op.READ, self._handle, "is_closed")  # type: ignore[no-any-return]
+        except ClosedError:
+            return True
+
     delivery_mode = Forwarded[DeliveryMode](
         "_defaults", "Default delivery mode of ``send`` (PERSISTENT).", settable=True
     )
@@ -174,11 +169,21 @@ class MessageProducer:
             delivery_delay,
             timeout,
         )
-        tracing = self._loop.tracing
+        tracing = self._boundary.tracing
         if tracing is None:
             self._hand_over(message, deadline)
         else:  # the trace context goes into the properties before the message is encoded
-            tracing.posted(destination, message, None, lambda: self._hand_over(message, deadline))
+            tracing.posted(
+                destination,
+                message,
+                None,
+                lambda: self._hand_over(message, deadline),
+                self._broker_now,
+            )
+
+    def _broker_now(self) -> object:
+        """The broker in use as the loop last told this producer (for a traced send's span)."""
+        return self._outbox.broker
 
     def _prepare(
         self,
@@ -191,9 +196,9 @@ class MessageProducer:
         timeout: float | None,
     ) -> tuple[Destination, Message, float]:
         """In the caller's thread: check, resolve and stamp a send; its deadline."""
-        self._loop.check_caller()
+        self._boundary.check_caller()
         self._outbox.raise_failure()
-        if self._outbox.closed:
+        if self._outbox.closed or self._closed:
             raise ClosedError("the producer is closed")
         deadline = deadline_after(self._send_timeout if timeout is None else timeout)
         destination, message = resolve_send(self._destination, destination_or_message, message)
@@ -210,22 +215,35 @@ class MessageProducer:
         return destination, message, deadline
 
     def _hand_over(
-        self, message: Message, deadline: float, completion: Completion | None = None
+        self,
+        message: Message,
+        deadline: float,
+        completion: CompletionListener | None = None,
+        ended: object = None,
     ) -> None:
-        """Encode ``message`` here and put the snapshot into the outbox; for a send that waits
-        (PERSISTENT, in a transaction ..., or a ``send_async`` until queued for the socket),
-        wait for the loop's outcome."""
-        tracing = self._loop.tracing
-        sending = Sending(
-            self._encoder.snapshot(message, self._outbox.terms),
-            deadline,
-            waits=completion is not None or message.delivery_mode not in self._pipelined,
-            trace=None if tracing is None else tracing.context_now(),
-            completion=completion,
+        """Encode ``message`` here and put the snapshot through the boundary; for a send that
+        waits (PERSISTENT, in a transaction ..., or a ``send_async`` until queued for the
+        socket), wait for the loop's outcome."""
+        encoded = self._encoder.snapshot(message, self._outbox.terms)
+        waits = completion is not None or message.delivery_mode not in self._pipelined
+        boundary = self._boundary
+        if completion is None:
+            args: tuple[object, ...] = (encoded,)
+        else:  # the listener and the message stay here; a number names them
+            number = next(_completions)
+            self._context.dispatcher.completions[number] = _Completion(completion, message, ended)
+            args = (encoded, number)
+        request = boundary.request(
+            Op.SEND, self._handle, args, deadline, Reply() if waits else None
         )
-        self._outbox.put(sending)
-        if sending.waits:
-            self._outbox.wait(sending)
+        self._outbox.reserve(deadline)
+        try:
+            boundary.put(request)
+        except BaseException:
+            self._outbox.handed_over()
+            raise
+        if waits:
+            boundary.wait(request)
 
     def send_async(
         self,
@@ -265,17 +283,16 @@ class MessageProducer:
             delivery_delay,
             timeout,
         )
-        dispatcher, sent = self._context.dispatcher, message
-        tracing = self._loop.tracing
+        tracing = self._boundary.tracing
         if tracing is None:
-            self._hand_over(sent, deadline, Completion(on_completion, sent, dispatcher))
+            self._hand_over(message, deadline, on_completion)
             return
+        sent = message
         tracing.posted_async(  # the span lasts until the outcome (``ended``)
             destination,
             sent,
-            lambda ended: self._hand_over(
-                sent, deadline, Completion(on_completion, sent, dispatcher, ended)
-            ),
+            lambda ended: self._hand_over(sent, deadline, on_completion, ended),
+            self._broker_now,
         )
 
     def flush(self) -> None:
@@ -286,7 +303,7 @@ class MessageProducer:
                 yet (``ResourceLimitError`` ... as ``send()`` raises it).
         """
         self._outbox.raise_failure()
-        self._loop.run(self._outbox.flush)
+        self._boundary.call(Op.FLUSH, self._handle)
         self._outbox.raise_failure()  # a queued send's, found while flushing
 
     def close(self) -> None:
@@ -297,12 +314,38 @@ class MessageProducer:
                 send not reported yet, once closed (C9; ``FailoverTimeoutError`` ... as
                 ``send()`` raises it).
         """
-        try:
-            self._loop.run_close(self._outbox.settle)
-        finally:
-            if self._outbox in self._context.outboxes:
-                self._context.outboxes.remove(self._outbox)
+        if not self._closed:
+            try:
+                self._boundary.call(Op.CLOSE_PRODUCER, self._handle, close=True)
+            except ClosedError:
+                pass  # closed with its session: its failure, if any, is raised below
+            finally:
+                self._closed = True
         self._outbox.raise_failure()
 
     def __repr__(self) -> str:
-        return f"<blocking {self._producer!r}>"
+        return f"<blocking producer {self._handle} to {self._destination}>"
+
+
+class _Completion:
+    """A ``send_async``'s outcome on this side: called on the session's dispatcher thread
+    with the error (None: accepted), it calls the application's listener with its message."""
+
+    __slots__ = ("_ended", "_listener", "_message")
+
+    def __init__(self, listener: CompletionListener, message: Message, ended: object) -> None:
+        self._listener = listener
+        self._message = message
+        self._ended = ended  # the send's span, when the connection traces
+
+    def __call__(self, error: BaseException | None) -> None:
+        if self._ended is not None:
+            try:
+                self._ended(error)  # type: ignore[operator]
+            except Exception:
+                log.exception("ending the span of a send failed")
+        self._listener(self._message, error)
+
+
+_completions = itertools.count(1)
+log = logging.getLogger("haclient.sync")

@@ -1,51 +1,29 @@
-"""The blocking ``Session``: ``haclient.aio.Session`` through the connection's loop, plus the
-session's dispatcher thread, on which its message listeners and completion callbacks run.
+"""The blocking ``Session``: requests about one ``haclient.aio.Session`` through the
+connection's boundary, plus the session's dispatcher thread, on which its message listeners and
+completion callbacks run.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
-from haclient.aio.consumer import MessageConsumer as AsyncMessageConsumer
-from haclient.aio.producer import MessageProducer as AsyncMessageProducer
-from haclient.aio.session import Session as AsyncSession
 from haclient.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from haclient.errors import ClosedError
 from haclient.modes import AckConfirmation, AckMode
+from haclient.sync._boundary import Boundary, Op
 from haclient.sync._context import SessionContext
 from haclient.sync._dispatch import Dispatcher
-from haclient.sync._forward import Forwarded
-from haclient.sync._loop import EventLoop
-from haclient.sync._outbox import Outbox, settle_all
+from haclient.sync._facts import SessionFacts
+from haclient.sync._outbox import Outbox
 from haclient.sync.browser import QueueBrowser
 from haclient.sync.consumer import MessageConsumer
-from haclient.sync.producer import MessageProducer, ProducerTerms, producer_terms
+from haclient.sync.producer import MessageProducer
 
 __all__ = ["Session"]
 
 _session_numbers = itertools.count(1)
-
-
-async def close_from_listener(
-    running: AsyncMessageConsumer | None, session: AsyncSession, outboxes: list[Outbox]
-) -> BaseException | None:
-    """Close ``session`` from inside the listener of ``running`` (one of its consumers): that
-    consumer first, without waiting for its own listener (C4), then its blocking producers'
-    queued sends (their outcomes: the first failure is returned, for ``close()`` to raise, C9),
-    then the rest."""
-    if running is not None:
-        await running.close(from_listener=True)
-    failure = await settle_all(outboxes)
-    await session.close()
-    return failure
-
-
-async def _open_producer(
-    session: AsyncSession, destination: Destination | None, timeout: float | None
-) -> tuple[AsyncMessageProducer, ProducerTerms]:
-    """On the loop: a producer, and what its blocking producer learns of it once."""
-    producer = await session.create_producer(destination, timeout=timeout)
-    return producer, producer_terms(producer)
 
 
 class Session:
@@ -57,29 +35,63 @@ class Session:
     """
 
     def __init__(
-        self, session: AsyncSession, loop: EventLoop, forget: Callable[[Session], None]
+        self,
+        boundary: Boundary,
+        handle: int,
+        facts: SessionFacts,
+        dispatcher: Dispatcher,
+        forget: Callable[[Session], None],
     ) -> None:
-        self._session = session
-        self._loop = loop
+        self._boundary = boundary
+        self._handle = handle
+        self._facts = facts
         self._forget = forget  # tells the connection this session is closed
-        self._dispatcher = Dispatcher(f"haclient-session-{next(_session_numbers)}-dispatcher")
-        self._context = SessionContext(loop, self._dispatcher, session.ack_mode)
+        self._dispatcher = dispatcher
+        self._closed = False
+        self._context = SessionContext(boundary, handle, dispatcher, facts.ack_mode)
+
+    @staticmethod
+    def _new_dispatcher(boundary: Boundary) -> Dispatcher:
+        """A session's dispatcher thread (started by its first job)."""
+        dispatcher = Dispatcher(f"haclient-session-{next(_session_numbers)}-dispatcher")
+        dispatcher.tracing = boundary.tracing
+        return dispatcher
+
+    def _call(self, op: Op, *args: Any, timeout: float | None = None) -> Any:
+        return self._boundary.call(op, self._handle, *args, timeout=timeout)
 
     # Properties --------------------------------------------------------------------------------
 
-    ack_mode = Forwarded[AckMode]("_session", "The acknowledge mode.")
-    transacted = Forwarded[bool]("_session", "True for a TRANSACTED session.")
-    transactions_emulated = Forwarded[bool](
-        "_session", "True when the client emulates this session's transactions (E3): not atomic."
-    )
+    @property
+    def ack_mode(self) -> AckMode:
+        """The acknowledge mode."""
+        return self._facts.ack_mode
+
+    @property
+    def transacted(self) -> bool:
+        """True for a TRANSACTED session."""
+        return self._facts.transacted
+
+    @property
+    def transactions_emulated(self) -> bool:
+        """True when the client emulates this session's transactions (E3): not atomic."""
+        return self._facts.transactions_emulated
 
     @property
     def ack_confirmation(self) -> AckConfirmation:
         """How acknowledgements are confirmed by the broker in this session (A6); see
         ``haclient.aio.Session.ack_confirmation``."""
-        return self._loop.call_or_direct(lambda: self._session.ack_confirmation)
+        return self._call(Op.READ, "ack_confirmation")  # type: ignore[no-any-return]
 
-    is_closed = Forwarded[bool]("_session", "True once closed (or the connection closed).")
+    @property
+    def is_closed(self) -> bool:
+        """True once closed (or the connection closed)."""
+        if self._closed or self._boundary.closed or self._boundary.loop_thread.forked:
+            return True
+        try:
+            return self._call(Op.READ, "is_closed")  # type: ignore[no-any-return]
+        except ClosedError:
+            return True
 
     # Factories ---------------------------------------------------------------------------------
     # Every call that needs the network takes ``timeout``: seconds to wait at most while the
@@ -95,8 +107,9 @@ class Session:
             InvalidDestinationError: the broker refused the destination.
             ClosedError: the session is closed.
         """
-        producer, terms = self._loop.run(_open_producer, self._session, destination, timeout)
-        return MessageProducer(producer, terms, self._context)
+        outbox = Outbox()
+        handle, terms = self._call(Op.CREATE_PRODUCER, destination, outbox, timeout=timeout)
+        return MessageProducer(handle, terms, outbox, self._context)
 
     def create_consumer(
         self,
@@ -113,10 +126,10 @@ class Session:
             InvalidSelectorError: the selector is not valid JMS (the column is given).
             InvalidDestinationError: the destination does not exist or was refused.
         """
-        consumer = self._loop.run(
-            self._session.create_consumer, destination, selector, no_local, timeout=timeout
+        handle, facts = self._call(
+            Op.CREATE_CONSUMER, destination, selector, no_local, timeout=timeout
         )
-        return MessageConsumer(consumer, self._context)
+        return MessageConsumer(handle, facts, self._context)
 
     def create_durable_consumer(
         self,
@@ -134,30 +147,30 @@ class Session:
             IllegalStateError: the connection has no client id (JMS needs one here).
             ResourceLockedError: another consumer is active on the subscription.
         """
-        consumer = self._loop.run(
-            self._session.create_durable_consumer, topic, name, selector, no_local, timeout=timeout
+        handle, facts = self._call(
+            Op.CREATE_DURABLE_CONSUMER, topic, name, selector, no_local, timeout=timeout
         )
-        return MessageConsumer(consumer, self._context)
+        return MessageConsumer(handle, facts, self._context)
 
     def create_shared_consumer(
         self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
     ) -> MessageConsumer:
         """A consumer on the shared non-durable subscription ``name`` (S3); consumers with the
         same name share its messages, and it ends with its last consumer."""
-        consumer = self._loop.run(
-            self._session.create_shared_consumer, topic, name, selector, timeout=timeout
+        handle, facts = self._call(
+            Op.CREATE_SHARED_CONSUMER, topic, name, selector, timeout=timeout
         )
-        return MessageConsumer(consumer, self._context)
+        return MessageConsumer(handle, facts, self._context)
 
     def create_shared_durable_consumer(
         self, topic: Topic, name: str, selector: str | None = None, *, timeout: float | None = None
     ) -> MessageConsumer:
         """A consumer on the shared durable subscription ``name`` (S1, S3): it outlives its
         consumers until ``unsubscribe(name)``; without a client id its name is global."""
-        consumer = self._loop.run(
-            self._session.create_shared_durable_consumer, topic, name, selector, timeout=timeout
+        handle, facts = self._call(
+            Op.CREATE_SHARED_DURABLE_CONSUMER, topic, name, selector, timeout=timeout
         )
-        return MessageConsumer(consumer, self._context)
+        return MessageConsumer(handle, facts, self._context)
 
     def unsubscribe(self, name: str, *, timeout: float | None = None) -> None:
         """Remove the durable subscription ``name`` (S4).
@@ -166,7 +179,7 @@ class Session:
             ResourceLockedError: a consumer is active on it (this connection's or another's).
             InvalidDestinationError: there is no such subscription.
         """
-        self._loop.run(self._session.unsubscribe, name, timeout=timeout)
+        self._call(Op.UNSUBSCRIBE, name, timeout=timeout)
 
     def create_browser(
         self, queue: Queue, selector: str | None = None, *, timeout: float | None = None
@@ -177,18 +190,16 @@ class Session:
             InvalidDestinationError: not a queue, or the broker refused it.
             InvalidSelectorError: the selector is not valid JMS.
         """
-        return QueueBrowser(
-            self._loop.run(self._session.create_browser, queue, selector, timeout=timeout),
-            self._loop,
-        )
+        handle, facts = self._call(Op.CREATE_BROWSER, queue, selector, timeout=timeout)
+        return QueueBrowser(self._boundary, handle, facts)
 
     def create_temporary_queue(self, *, timeout: float | None = None) -> TemporaryQueue:
         """A temporary queue, deleted when the connection closes; it survives failover (F6)."""
-        return self._loop.run(self._session.create_temporary_queue, timeout=timeout)
+        return self._call(Op.CREATE_TEMPORARY_QUEUE, timeout=timeout)  # type: ignore[no-any-return]
 
     def create_temporary_topic(self, *, timeout: float | None = None) -> TemporaryTopic:
         """A temporary topic, deleted when the connection closes; it survives failover (F6)."""
-        return self._loop.run(self._session.create_temporary_topic, timeout=timeout)
+        return self._call(Op.CREATE_TEMPORARY_TOPIC, timeout=timeout)  # type: ignore[no-any-return]
 
     # Acknowledgements and transactions ---------------------------------------------------------
 
@@ -200,7 +211,7 @@ class Session:
             IllegalStateError: the session is closed.
             AcknowledgeFailedError: the connection failed over since the delivery (F8).
         """
-        self._loop.run(self._session.acknowledge, timeout=timeout)
+        self._call(Op.ACKNOWLEDGE, timeout=timeout)
 
     def recover(self, *, timeout: float | None = None) -> None:
         """Redeliver every message delivered and not acknowledged, from the oldest.
@@ -209,7 +220,7 @@ class Session:
             IllegalStateError: the session is transacted (use ``rollback``) or closed.
             AcknowledgeFailedError: the connection failed over since the delivery (F8).
         """
-        self._loop.run(self._session.recover, timeout=timeout)
+        self._call(Op.RECOVER, timeout=timeout)
 
     def commit(self, *, timeout: float | None = None) -> None:
         """Commit the sends and acknowledgements of the open transaction (A4).
@@ -219,7 +230,7 @@ class Session:
                 when the connection ended with the commit in flight, F7).
             IllegalStateError: the session is not transacted, or closed.
         """
-        self._loop.run(self._session.commit, timeout=timeout)
+        self._call(Op.COMMIT, timeout=timeout)
 
     def rollback(self, *, timeout: float | None = None) -> None:
         """Roll the open transaction back: sends are dropped, received messages come back.
@@ -227,14 +238,14 @@ class Session:
         Raises:
             IllegalStateError: the session is not transacted, or closed.
         """
-        self._loop.run(self._session.rollback, timeout=timeout)
+        self._call(Op.ROLLBACK, timeout=timeout)
 
     # Closing -----------------------------------------------------------------------------------
 
-    def _running_consumer(self) -> AsyncMessageConsumer | None:
-        """The async consumer whose listener runs in the calling thread, if any."""
+    def _running_consumer(self) -> int | None:
+        """The handle of the consumer whose listener runs in the calling thread, if any."""
         running = self._dispatcher.running()
-        return running._consumer if isinstance(running, MessageConsumer) else None
+        return running if isinstance(running, int) else None
 
     def close(self) -> None:
         """Close the session and everything it made, then end its dispatcher thread.
@@ -242,7 +253,8 @@ class Session:
 
         An open transaction is rolled back; unacknowledged CLIENT messages go back to the
         broker; DUPS_OK's pending acknowledgements are flushed. A listener running on the
-        dispatcher thread is waited for, unless this is called from inside it.
+        dispatcher thread is waited for, unless this is called from inside it. The queued
+        sends of its producers are handed over first (C9).
 
         Raises:
             IllegalStateError: called from the event-loop thread.
@@ -250,13 +262,12 @@ class Session:
                 reported yet, once closed (C9; ``FailoverTimeoutError`` ... as ``send`` raises
                 it).
         """
-        outboxes = self._context.outboxes
         try:
-            failure = self._loop.run_close(
-                close_from_listener, self._running_consumer(), self._session, list(outboxes)
+            failure = self._boundary.call(
+                Op.CLOSE_SESSION, self._handle, self._running_consumer(), close=True
             )
         finally:
-            outboxes.clear()
+            self._closed = True
             self._forget(self)
             self._dispatcher.stop()
         if failure is not None:
@@ -272,4 +283,4 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<blocking {self._session!r}>"
+        return f"<blocking session {self._handle} ({self._facts.ack_mode.name})>"

@@ -97,7 +97,7 @@ def test_posted_sends_return_while_the_loop_is_busy_and_go_out_after(
             released.wait(HANG)
             loop_free.set()
 
-        conn._loop.call_soon(hold_the_loop)
+        conn._boundary.loop_thread.loop.call_soon_threadsafe(hold_the_loop)
         assert holding.wait(HANG)
         try:
             for n in range(100):

@@ -18,6 +18,7 @@ from queue import SimpleQueue
 
 import anyio
 import pytest
+from blockingkit import loop_lane, loop_object, on_loop
 
 import haclient
 from chaos.broker import BrokerThread
@@ -58,7 +59,7 @@ def send(conn: haclient.Connection, queue: Queue, *bodies: str) -> None:
 
 
 def loop_thread(conn: haclient.Connection) -> int:
-    ident = conn._loop.thread_id
+    ident = conn._boundary.loop_thread.thread.ident
     assert ident is not None
     return ident
 
@@ -247,10 +248,10 @@ def interrupt_once_receiving(conn: haclient.Connection, consumer: haclient.Messa
     loop, not guessed with a sleep)."""
 
     def waiting() -> bool:
-        return bool(consumer._consumer._waits)
+        return bool(loop_object(conn, consumer)._waits)
 
     deadline = time.monotonic() + HANG
-    while not conn._loop.call(waiting):
+    while not on_loop(conn, waiting):
         assert time.monotonic() < deadline, "the receive never waited"
         time.sleep(0.005)
     _thread.interrupt_main()
@@ -294,7 +295,7 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
 
     def interrupt_once_sending() -> None:
         deadline = time.monotonic() + HANG
-        while not conn._loop.call(lambda: producer._outbox._sending is not None):
+        while not on_loop(conn, lambda: loop_lane(conn, producer)._sending is not None):
             assert time.monotonic() < deadline, "the send never waited"
             time.sleep(0.005)
         _thread.interrupt_main()
@@ -331,7 +332,7 @@ def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(
             return exc
         return None
 
-    error = conn._loop.call(on_the_loop)
+    error = on_loop(conn, on_the_loop)
     assert isinstance(error, IllegalStateError)
     assert "event-loop thread" in str(error)
     assert consumer.receive_nowait() is None  # still usable from a normal thread
@@ -423,7 +424,7 @@ def test_connection_factory_and_producer_defaults(broker: BrokerThread, queue: Q
         assert conn.statistics().messages_sent == 1
     assert conn.state is ConnectionState.CLOSED
     assert conn.statistics().state is ConnectionState.CLOSED
-    assert conn._loop.stopped
+    assert conn._boundary.closed
     with pytest.raises(haclient.ClosedError):
         conn.create_session()
 
@@ -523,7 +524,7 @@ def test_the_blocking_connection_tasks_are_owned_by_the_loops_host(
 ) -> None:
     """No free-standing connection task: the connection's tasks descend from the loop
     thread's main task, whose host task group holds the connection's own."""
-    tasks = conn._loop.call(anyio.get_running_tasks)
+    tasks = on_loop(conn, anyio.get_running_tasks)
     by_id = {task.id: task for task in tasks}
     host = next(task for task in tasks if task.name == "haclient connection tasks")
     main = by_id[host.parent_id]

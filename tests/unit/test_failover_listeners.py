@@ -16,7 +16,7 @@ from failover.policy import FailoverMethod, FailoverPolicy
 from failover.protocols import FailoverListener
 from failover.url import BrokerURL
 from haclient.errors import ConnectionFailedError, ConnectionLostError
-from haclient.sync.connection import _ThreadedFailoverListener
+from haclient.sync._facts import FailoverRelay as _ThreadedFailoverListener
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
