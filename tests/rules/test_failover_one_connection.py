@@ -6,11 +6,13 @@ cached on the old connection is never used on the new one.
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from apikit import Api, Bed, Proxy
 from failoverkit import TIMEOUT, brokers, failover_url
@@ -55,19 +57,41 @@ async def test_F3_a_call_never_uses_a_link_of_a_connection_other_than_its_own() 
             assert link is not old_link
 
 
-def _core(proxy: Proxy, blocking_attribute: str) -> Any:
-    """The async core object behind ``proxy`` (the blocking facade wraps one)."""
+def _core(connection: Proxy, proxy: Proxy) -> Any:
+    """The async core object behind ``proxy``: itself (aio), or the object the blocking
+    facade's connection keeps on its loop under the facade's handle."""
     target = proxy.target
-    return getattr(target, blocking_attribute, target) if blocking_attribute else target
+    if isinstance(target, aio.Connection | aio.Session | aio.MessageConsumer | aio.QueueBrowser):
+        return target
+    from haclient.sync._served import CONNECTION, Serving
+
+    boundary = connection.target._boundary
+    served = Serving.of(boundary.loop_thread, boundary)
+    assert served is not None
+    handle = CONNECTION if proxy is connection else target._handle
+    return served.objects[handle]
 
 
 async def _on_core(api: Api, connection: Proxy, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on the core's event loop: the test's own (aio), or the blocking API's."""
+    """``fn(*args)`` on the core's event loop: the test's own (aio), or, for the test only, the
+    blocking API's loop thread (the library itself never hands a function to that thread)."""
     if api.name == "aio":
-        return await api.call(fn, *args)
-    loop = connection.target._loop
-    run = loop.run if inspect.iscoroutinefunction(fn) else loop.call
-    return await api.call(run, fn, *args)
+        result = fn(*args)
+        return await result if inspect.isawaitable(result) else result
+    loop_thread = connection.target._boundary.loop_thread
+    loop = loop_thread.loop
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    async def run() -> None:
+        try:
+            result = fn(*args)
+            done.set_result(await result if inspect.isawaitable(result) else result)
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    context = loop_thread._context.copy()  # the loop's own: anyio knows its backend there
+    loop.call_soon_threadsafe(lambda: loop.create_task(run(), context=context))
+    return await anyio.to_thread.run_sync(done.result, TIMEOUT)
 
 
 async def test_F3_a_consumer_or_browser_call_never_uses_a_link_of_another_connection(
@@ -87,10 +111,10 @@ async def test_F3_a_consumer_or_browser_call_never_uses_a_link_of_another_connec
             unrestored = await session.create_consumer(Queue(Bed.unique("one-stale")))
             browser = await session.create_browser(browsed)
             producer = await session.create_producer(None)
-            context = _core(connection, "_connection")._context
-            core_consumer = _core(consumer, "_consumer")
-            core_unrestored = _core(unrestored, "_consumer")
-            core_browser = _core(browser, "_browser")
+            context = _core(connection, connection)._context
+            core_consumer = _core(connection, consumer)
+            core_unrestored = _core(connection, unrestored)
+            core_browser = _core(connection, browser)
             before = await _on_core(api, connection, context.gate.connected_nowait)
             assert before is not None and before.epoch == 0
             old_link = core_consumer._receiver
@@ -136,5 +160,5 @@ async def test_F3_a_consumer_or_browser_call_never_uses_a_link_of_another_connec
             assert await unrestored.receive(0.2) is None
             await producer.send(browsed, TextMessage("browsed"), timeout=TIMEOUT)
             again = await session.create_browser(browsed)
-            assert _core(again, "_browser")._at == after
+            assert _core(connection, again)._at == after
             assert [m.text async for m in again] == ["browsed"]
