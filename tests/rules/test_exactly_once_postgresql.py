@@ -47,7 +47,7 @@ try:
 except ModuleNotFoundError:  # every test takes postgres_server, which skips (or fails in CI)
     psycopg = None
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90), pytest.mark.postgresql]
 
 TIMEOUT = 10.0
 
