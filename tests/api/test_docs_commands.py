@@ -111,10 +111,15 @@ def test_the_make_targets_run_what_the_docs_say() -> None:
     """``make -n`` prints the recipes without running them."""
     expected = {
         "demo": ["pip install", "-e . -e ./chaos", "python -m chaos.demo"],
-        "test": ["mypy", "mkdocs build --strict", "pytest"],
+        "test": ["mypy", "mkdocs build --strict", '-m "not alone"', "pytest -m alone"],
         "docs": ["'.[docs]'", "mkdocs serve --dev-addr 127.0.0.1:8000"],
         "docs-check": ["'.[docs]'", "chromium", "python -m tools.docs_check"],
-        "test-quick": ["pytest -n 12", '-m "not rabbitmq"', "tests/unit", "tests/rules"],
+        "test-quick": [
+            "pytest -n 12",
+            '-m "not rabbitmq and not postgresql"',
+            "tests/unit",
+            "tests/rules",
+        ],
         "test-under-load": [".ci/under-load"],
     }
     targets = [
