@@ -16,8 +16,13 @@ broker. Each round runs every variant, one after another, in an order that rotat
 - ``off``: no watch (``failover.schedule.PORT_WATCH = None``): the attempts alone;
 - ``loop``: the watch as it was first built: the waiting task wakes every
   ``PortWatch.interval`` to probe the port itself (a ``TcpProbe`` given no ``wait_readable``);
-- ``thread``: the watch as it is: one thread of the process probes every watched port and
-  wakes the waiting task once the port accepts or the wait ends.
+- ``thread``: the watch in one thread of the process, which probes every watched port and
+  wakes the waiting task once the port accepts or the wait ends; every attempt connects;
+- ``stand-in``: as it is: the thread, and a watched wait through which the port refused
+  stands in for its attempt (``failover.walk``): no connect.
+
+A variant may name the watch's interval in milliseconds: ``stand-in@8`` probes every 8 ms
+(default: ``failover.schedule.PORT_WATCH``'s).
 
 The *cost* of a variant is its median less the median of ``off``. The machine's other work
 shows in every variant alike; run several rounds.
@@ -33,28 +38,44 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 
+import failover.ports
 import failover.schedule
 import failover.supervisor
+import failover.walk
 from bench.broker import BrokerProcess
 from bench.throughput import HOST, PASSWORD, USER, machine_info
 from chaos.net import free_port
-from failover.ports import TcpProbe
+from failover.ports import PortWatch, TcpProbe, Watched
 from haclient import aio
 
 __all__ = ["VARIANTS", "main", "measure"]
 
-VARIANTS = ("off", "loop", "thread")
+VARIANTS = ("off", "loop", "thread", "stand-in")
 _PORT_WATCH = failover.schedule.PORT_WATCH
+_WATCH_PORT = failover.ports.watch_port
+
+
+async def _no_stand_in(*args: Any, **kwargs: Any) -> Watched:
+    """``watch_port`` as the walk had it before a wait stood in: a refused wait ran out."""
+    got = await _WATCH_PORT(*args, **kwargs)
+    return Watched.RAN_OUT if got is Watched.REFUSED else got
+
+
 _SETTLE = 0.3  # seconds from the kill to the window: the loss noticed, the fast phase begun
 
 
 @contextmanager
 def _variant(name: str) -> Iterator[None]:
     """The client as ``name`` has it, for the block (see the module docstring)."""
-    failover.schedule.PORT_WATCH = None if name == "off" else _PORT_WATCH
+    name, _, interval = name.partition("@")
+    watch = _PORT_WATCH if not interval else PortWatch(float(interval) / 1000)
+    failover.schedule.PORT_WATCH = None if name == "off" else watch
+    if name != "stand-in":
+        setattr(failover.walk, "watch_port", _no_stand_in)  # noqa: B010
     if name == "loop":  # the supervisor's port_probe() makes a TcpProbe without wait_readable
         setattr(failover.supervisor, "TcpProbe", lambda resolve, *_: TcpProbe(resolve))  # noqa: B010
     try:
@@ -62,11 +83,12 @@ def _variant(name: str) -> Iterator[None]:
     finally:
         failover.schedule.PORT_WATCH = _PORT_WATCH
         setattr(failover.supervisor, "TcpProbe", TcpProbe)  # noqa: B010
+        setattr(failover.walk, "watch_port", _WATCH_PORT)  # noqa: B010
 
 
 async def measure(variant: str, work_dir: Path, window: float) -> float:
     """This process's CPU, in % of one CPU, over ``window`` s while both brokers refuse."""
-    broker = BrokerProcess(f"cost-{variant}", work_dir, store=False)
+    broker = BrokerProcess(f"cost-{variant.replace('@', '-')}", work_dir, store=False)
     await anyio.to_thread.run_sync(broker.start)
     try:
         closed = free_port(HOST)
@@ -113,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     variants = tuple(args.variants.split(","))
-    if not set(variants) <= set(VARIANTS) or args.rounds < 1 or args.window <= 0:
+    names = {variant.partition("@")[0] for variant in variants}
+    if not names <= set(VARIANTS) or args.rounds < 1 or args.window <= 0:
         parser.error(f"variants among {VARIANTS}, rounds >= 1, window > 0")
     info = machine_info()
     print(f"{info['date_utc']}, {info['cpus']} CPUs ({info['cpu_model']}), window {args.window} s")

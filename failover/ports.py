@@ -43,6 +43,7 @@ Nothing here knows of AMQP: a probe is a TCP connection opened and closed.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import ipaddress
 import itertools
@@ -59,7 +60,16 @@ from typing import Any
 
 from failover.url import BrokerURL
 
-__all__ = ["PortProbe", "PortWatch", "PortWatcher", "TcpProbe", "tcp_refused", "watch"]
+__all__ = [
+    "PortProbe",
+    "PortWatch",
+    "PortWatcher",
+    "TcpProbe",
+    "Watched",
+    "tcp_refused",
+    "watch",
+    "watch_port",
+]
 
 #: Polls one broker's port once: True once it accepted a TCP connection.
 PortProbe = Callable[[BrokerURL], Awaitable[bool]]
@@ -70,10 +80,19 @@ WaitReadable = Callable[[socket.socket], Awaitable[None]]
 #: A TCP address to probe: the socket family and ``(host, port)``.
 Address = tuple[int, tuple[str, int]]
 
-_ACCEPTED, _RAN_OUT = b"1", b"0"
+_ACCEPTED, _RAN_OUT, _REFUSED = b"1", b"0", b"2"
 _IDLE = 1.0  # seconds the thread waits with nothing to watch before it ends
 _MIN_STEP = 0.001  # seconds: the shortest tick, whatever interval a wait asks
+_PROBE_SLACK = 0.001  # seconds: a tick's own time, a late wake (a refusal older: not "fresh")
 _SEND_TIMEOUT = struct.pack("ll", 0, 1000)  # 1 ms: how long a local connect may block
+
+
+class Watched(enum.Enum):
+    """How a watched wait ended."""
+
+    ACCEPTED = "accepted"  # the port accepted a probe: the attempt goes now
+    RAN_OUT = "ran out"  # the wait ran its course; whether the port refused at its end is unknown
+    REFUSED = "refused"  # ran its course, the port refusing a probe within an interval of its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +124,36 @@ async def watch(
     sleep: Callable[[float], Awaitable[None]],
 ) -> bool:
     """Wait ``wait`` seconds, probing ``broker``'s port every ``interval``; return early, True,
-    once it accepts (False: the wait ran out). A ``TcpProbe`` that can hand the wait to the
-    port watcher's thread does (see the module docstring); any other probe is called every
-    ``interval`` of ``clock``, slept with ``sleep``."""
+    once it accepts (False: the wait ran out). See ``watch_port``."""
+    got = await watch_port(probe, broker, wait, interval=interval, clock=clock, sleep=sleep)
+    return got is Watched.ACCEPTED
+
+
+async def watch_port(
+    probe: PortProbe,
+    broker: BrokerURL,
+    wait: float,
+    *,
+    interval: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+) -> Watched:
+    """Wait ``wait`` seconds, probing ``broker``'s port every ``interval``; return early,
+    ``ACCEPTED``, once it accepts. A ``TcpProbe`` that can hand the wait to the port watcher's
+    thread does (see the module docstring); its wait that runs out is ``REFUSED`` when the
+    thread saw the port refuse a probe within ``interval`` of the wait's end, else ``RAN_OUT``.
+    Any other probe is called every ``interval`` of ``clock``, slept with ``sleep``; its wait
+    that runs out is ``RAN_OUT`` (its False does not tell a refusal from no answer yet)."""
     if isinstance(probe, TcpProbe) and probe.watches:
         return await probe.watch(broker, wait, interval=interval, sleep=sleep)
     deadline = clock() + wait
     while True:
         left = deadline - clock()
         if left <= 0:
-            return False
+            return Watched.RAN_OUT
         await sleep(min(interval, left))
         if await probe(broker):
-            return True
+            return Watched.ACCEPTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +163,7 @@ class _Wait:
     address: Address
     deadline: float  # time.monotonic()
     interval: float
-    bell: socket.socket  # the thread's end: rung once, with _ACCEPTED or _RAN_OUT
+    bell: socket.socket  # the thread's end: rung once, with _ACCEPTED, _REFUSED or _RAN_OUT
 
 
 class PortWatcher:
@@ -203,10 +239,10 @@ class PortWatcher:
                 elif now - idle_since >= _IDLE:
                     self._running = False
                     return
-            accepted = {address for address, port in ports.items() if port.probe()}
+            accepted = {address for address, port in ports.items() if port.probe(now)}
             now = time.monotonic()
             if accepted or now >= deadline:
-                self._ring(accepted, now)
+                self._ring(accepted, now, ports)
             tick = now + step
             while True:  # sleep to the next tick, ringing the deadlines on the way
                 wake = min(tick, deadline)
@@ -215,7 +251,7 @@ class PortWatcher:
                     now = time.monotonic()
                 if now >= tick:
                     break
-                self._ring(set(), now)
+                self._ring(set(), now, ports)
                 with self._lock:
                     deadline = min((e.deadline for e in self._waits.values()), default=math.inf)
 
@@ -224,16 +260,20 @@ class PortWatcher:
         for address in [address for address in ports if address not in watched]:
             ports.pop(address).close()
 
-    def _ring(self, accepted: set[Address], now: float) -> None:
-        """Ring, once, each wait whose port ``accepted`` or whose deadline passed."""
+    def _ring(self, accepted: set[Address], now: float, ports: dict[Address, _Port]) -> None:
+        """Ring, once, each wait whose port ``accepted`` or whose deadline passed: refused when
+        its port refused a probe within the wait's interval of now."""
         with self._lock:
             for key, entry in list(self._waits.items()):
                 if entry.address in accepted:
                     outcome = _ACCEPTED
-                elif entry.deadline <= now:
-                    outcome = _RAN_OUT
-                else:
+                elif entry.deadline > now:
                     continue
+                else:
+                    port = ports.get(entry.address)
+                    seen = -math.inf if port is None else port.refused_at
+                    fresh = now - seen <= entry.interval + _PROBE_SLACK
+                    outcome = _REFUSED if fresh else _RAN_OUT
                 del self._waits[key]
                 self._version += 1
                 with contextlib.suppress(OSError):  # full: rung before, the waiter knows
@@ -251,17 +291,21 @@ class _Port:
         self._local = _loopback(self._sockaddr[0])
         self._sock: socket.socket | None = None
         self._reuse = True  # False once connecting a refused socket again failed otherwise
+        self.refused_at = -math.inf  # when a probe last saw the port refuse (time.monotonic())
 
-    def probe(self) -> bool:
-        """True once the port accepted a connection (closed at once, before a byte)."""
+    def probe(self, now: float) -> bool:
+        """True once the port accepted a connection (closed at once, before a byte); a
+        refusal seen sets ``refused_at`` to ``now``."""
         sock = self._sock
         fresh = sock is None
         if sock is None:
             sock = self._sock = self._socket()
         try:
             code = sock.connect_ex(self._sockaddr)
-            if code == errno.ECONNREFUSED and not self._local:  # the last probe's answer
-                code = sock.connect_ex(self._sockaddr)  # and the next probe
+            if code == errno.ECONNREFUSED:
+                self.refused_at = now
+                if not self._local:  # the last probe's answer; and the next probe
+                    code = sock.connect_ex(self._sockaddr)
         except (OSError, ValueError):
             code = -1
         if code == errno.ECONNREFUSED and self._reuse:
@@ -325,14 +369,15 @@ class TcpProbe:
         *,
         interval: float,
         sleep: Callable[[float], Awaitable[None]],
-    ) -> bool:
+    ) -> Watched:
         """Wait ``wait`` seconds while the port watcher probes ``broker``'s port every
-        ``interval``; True once it accepted, False when the wait ran out (a port that cannot
-        be probed: ``sleep(wait)``)."""
+        ``interval``: ``ACCEPTED`` once it accepted; when the wait ran out, ``REFUSED`` if a
+        probe saw the port refuse within ``interval`` of its end, else ``RAN_OUT`` (a port that
+        cannot be probed: ``sleep(wait)``)."""
         address = await self._address(broker)
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
-            return False
+            return Watched.RAN_OUT
         if self._bell is None:
             ours, theirs = socket.socketpair()
             ours.setblocking(False)
@@ -345,7 +390,10 @@ class TcpProbe:
             await self._wait_readable(ours)
         finally:
             self._watcher.remove(key)
-        return _ACCEPTED in _drain(ours)
+        rung = _drain(ours)
+        if _ACCEPTED in rung:
+            return Watched.ACCEPTED
+        return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
 
     async def __call__(self, broker: BrokerURL) -> bool:
         key = (broker.host, broker.port or 0)
