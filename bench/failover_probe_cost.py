@@ -13,6 +13,7 @@ included; the broker runs in a process of its own) over ``--window`` seconds of 
 prints it as a percentage of one CPU. The connection is closed and the next round starts a new
 broker. Each round runs every variant, one after another, in an order that rotates:
 
+- ``idle``: the baseline: the client connected to A, nothing killed, no failover going on;
 - ``off``: no watch (``failover.schedule.PORT_WATCH = None``): the attempts alone;
 - ``loop``: the watch as it was first built: the waiting task wakes every
   ``PortWatch.interval`` to probe the port itself (a ``TcpProbe`` given no ``wait_readable``);
@@ -24,7 +25,9 @@ broker. Each round runs every variant, one after another, in an order that rotat
 A variant may name the watch's interval in milliseconds: ``stand-in@8`` probes every 8 ms
 (default: ``failover.schedule.PORT_WATCH``'s).
 
-The *cost* of a variant is its median less the median of ``off``. The machine's other work
+The *cost* of a variant is its median less the median of ``off`` (what the watch adds to the
+attempts); its *total*, its median less the median of ``idle`` (what the failover costs while
+both ports refuse: attempts and watch). The machine's other work
 shows in every variant alike; run several rounds.
 """
 
@@ -54,7 +57,7 @@ from haclient import aio
 
 __all__ = ["VARIANTS", "main", "measure"]
 
-VARIANTS = ("off", "loop", "thread", "stand-in")
+VARIANTS = ("idle", "off", "loop", "thread", "stand-in")
 _PORT_WATCH = failover.schedule.PORT_WATCH
 _WATCH_PORT = failover.ports.watch_port
 
@@ -97,8 +100,9 @@ async def measure(variant: str, work_dir: Path, window: float) -> float:
             conn = await aio.connect(url, username=USER, password=PASSWORD)
             try:
                 assert broker.proc is not None
-                broker.proc.kill()
-                broker.proc.wait()
+                if variant != "idle":
+                    broker.proc.kill()
+                    broker.proc.wait()
                 await anyio.sleep(_SETTLE)
                 cpu, wall = time.process_time(), time.monotonic()
                 await anyio.sleep(window)
@@ -142,11 +146,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{info['date_utc']}, {info['cpus']} CPUs ({info['cpu_model']}), window {args.window} s")
     got = anyio.run(_run, args.rounds, args.window, variants)
     base = statistics.median(got["off"]) if "off" in got else None
-    print("\n| variant | CPU median | min | max | cost (median - off) |\n|---|---|---|---|---|")
+    idle = statistics.median(got["idle"]) if "idle" in got else None
+    print(
+        "\n| variant | CPU median | min | max | cost (median - off) | total (median - idle) |"
+        "\n|---|---|---|---|---|---|"
+    )
     for name, values in got.items():
         median = statistics.median(values)
-        cost = "-" if base is None or name == "off" else f"{median - base:+.2f} %"
-        print(f"| {name} | {median:.2f} % | {min(values):.2f} | {max(values):.2f} | {cost} |")
+        cost = "-" if base is None or name in ("off", "idle") else f"{median - base:+.2f} %"
+        total = "-" if idle is None or name == "idle" else f"{median - idle:+.2f} %"
+        print(
+            f"| {name} | {median:.2f} % | {min(values):.2f} | {max(values):.2f} | {cost} "
+            f"| {total} |"
+        )
     return 0
 
 

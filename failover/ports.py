@@ -54,7 +54,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,15 +137,17 @@ async def watch_port(
     interval: float,
     clock: Callable[[], float],
     sleep: Callable[[float], Awaitable[None]],
+    also: Iterable[BrokerURL] = (),
 ) -> Watched:
     """Wait ``wait`` seconds, probing ``broker``'s port every ``interval``; return early,
     ``ACCEPTED``, once it accepts. A ``TcpProbe`` that can hand the wait to the port watcher's
     thread does (see the module docstring); its wait that runs out is ``REFUSED`` when the
-    thread saw the port refuse a probe within ``interval`` of the wait's end, else ``RAN_OUT``.
+    thread saw the port refuse a probe within ``interval`` of the wait's end, else ``RAN_OUT``;
+    the thread probes the ports of ``also`` meanwhile (``TcpProbe.refused_lately``).
     Any other probe is called every ``interval`` of ``clock``, slept with ``sleep``; its wait
     that runs out is ``RAN_OUT`` (its False does not tell a refusal from no answer yet)."""
     if isinstance(probe, TcpProbe) and probe.watches:
-        return await probe.watch(broker, wait, interval=interval, sleep=sleep)
+        return await probe.watch(broker, wait, interval=interval, sleep=sleep, also=also)
     deadline = clock() + wait
     while True:
         left = deadline - clock()
@@ -163,7 +165,7 @@ class _Wait:
     address: Address
     deadline: float  # time.monotonic()
     interval: float
-    bell: socket.socket  # the thread's end: rung once, with _ACCEPTED, _REFUSED or _RAN_OUT
+    bell: socket.socket | None  # the thread's end: rung once (_ACCEPTED, _REFUSED, _RAN_OUT)
 
 
 class PortWatcher:
@@ -178,14 +180,19 @@ class PortWatcher:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
+        # address -> when the thread's latest probe of it saw it refuse (none: it accepted)
+        self._refused_at: dict[Address, float] = {}
         self._waits: dict[int, _Wait] = {}
         self._keys = itertools.count()
         self._version = 0  # changes with the waits
         self._running = False
 
-    def add(self, address: Address, wait: float, interval: float, bell: socket.socket) -> int:
+    def add(
+        self, address: Address, wait: float, interval: float, bell: socket.socket | None
+    ) -> int:
         """Watch ``address`` for ``wait`` seconds from now; returns the key ``remove`` takes.
-        Its first probe comes within ``interval`` (the thread's next tick)."""
+        Its first probe comes within ``interval`` (the thread's next tick). Without a ``bell``
+        the port is only probed, for ``refused_lately``."""
         entry = _Wait(address, time.monotonic() + wait, max(interval, _MIN_STEP), bell)
         with self._lock:
             key = next(self._keys)
@@ -195,6 +202,12 @@ class PortWatcher:
                 self._running = True
                 threading.Thread(target=self._run, name="haclient-port-watch", daemon=True).start()
         return key
+
+    def refused_lately(self, address: Address, within: float) -> bool:
+        """Whether the thread's latest probe of ``address`` saw it refuse, ``within`` seconds
+        (and a tick's slack) of now."""
+        seen = self._refused_at.get(address, -math.inf)
+        return time.monotonic() - seen <= max(within, _MIN_STEP) + _PROBE_SLACK
 
     @property
     def running(self) -> bool:
@@ -220,8 +233,12 @@ class PortWatcher:
         ticks, sleep until the next one or the earliest deadline. Between the waits of a
         failover (an attempt takes about a millisecond) the grid goes on, so that the next wait
         joins it without waking the thread; after ``_IDLE`` with no wait the thread ends.
-        Kept lean: it runs 200 times a second while a port is watched."""
+        A port only probed (no bell: ``refused_lately``) is probed at the last tick before its
+        wait's end, not at every tick. Kept lean: it runs 200 times a second while a port is
+        watched."""
         seen, deadline, step = -1, math.inf, PortWatch().interval
+        dense: set[Address] = set()  # the ports of waits with a bell: probed at every tick
+        ends: dict[Address, list[float]] = {}  # the others: the ends of their waits
         now = time.monotonic()
         idle_since = now
         while True:
@@ -231,6 +248,11 @@ class PortWatcher:
                     deadline = min((entry.deadline for entry in waits), default=math.inf)
                     step = min((entry.interval for entry in waits), default=step)
                     self._drop_ports(ports, {entry.address for entry in waits})
+                    dense = {entry.address for entry in waits if entry.bell is not None}
+                    ends = {}
+                    for entry in waits:
+                        if entry.bell is None:
+                            ends.setdefault(entry.address, []).append(entry.deadline)
                     for entry in waits:
                         if entry.address not in ports:
                             ports[entry.address] = _Port(entry.address)
@@ -239,7 +261,17 @@ class PortWatcher:
                 elif now - idle_since >= _IDLE:
                     self._running = False
                     return
-            accepted = {address for address, port in ports.items() if port.probe(now)}
+            accepted = set()
+            for address, port in ports.items():
+                if address not in dense and all(
+                    end - now > step + _PROBE_SLACK for end in ends.get(address, ())
+                ):
+                    continue  # only probed: not its wait's last tick yet
+                if port.probe(now):
+                    accepted.add(address)
+                    self._refused_at.pop(address, None)
+                elif port.refused_at == now:
+                    self._refused_at[address] = now
             now = time.monotonic()
             if accepted or now >= deadline:
                 self._ring(accepted, now, ports)
@@ -270,14 +302,14 @@ class PortWatcher:
                 elif entry.deadline > now:
                     continue
                 else:
-                    port = ports.get(entry.address)
-                    seen = -math.inf if port is None else port.refused_at
+                    seen = self._refused_at.get(entry.address, -math.inf)
                     fresh = now - seen <= entry.interval + _PROBE_SLACK
                     outcome = _REFUSED if fresh else _RAN_OUT
                 del self._waits[key]
                 self._version += 1
-                with contextlib.suppress(OSError):  # full: rung before, the waiter knows
-                    entry.bell.send(outcome)
+                if entry.bell is not None:
+                    with contextlib.suppress(OSError):  # full: rung before, the waiter knows
+                        entry.bell.send(outcome)
 
 
 class _Port:
@@ -369,11 +401,13 @@ class TcpProbe:
         *,
         interval: float,
         sleep: Callable[[float], Awaitable[None]],
+        also: Iterable[BrokerURL] = (),
     ) -> Watched:
         """Wait ``wait`` seconds while the port watcher probes ``broker``'s port every
         ``interval``: ``ACCEPTED`` once it accepted; when the wait ran out, ``REFUSED`` if a
         probe saw the port refuse within ``interval`` of its end, else ``RAN_OUT`` (a port that
-        cannot be probed: ``sleep(wait)``)."""
+        cannot be probed: ``sleep(wait)``). The ports of ``also`` are probed meanwhile, for
+        ``refused_lately``; they do not end the wait."""
         address = await self._address(broker)
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
@@ -386,14 +420,28 @@ class TcpProbe:
         ours, theirs = self._bell
         _drain(ours)  # a ring of a wait that ended otherwise (cancelled)
         key = self._watcher.add(address, wait, interval, theirs)
+        keys = [key]
         try:
+            for other in also:
+                probed = await self._address(other)
+                if probed is not None and probed != address:
+                    keys.append(self._watcher.add(probed, wait, interval, None))
             await self._wait_readable(ours)
         finally:
-            self._watcher.remove(key)
+            for key in keys:
+                self._watcher.remove(key)
         rung = _drain(ours)
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
         return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
+
+    async def refused_lately(self, broker: BrokerURL, within: float) -> bool:
+        """Whether the port watcher's latest probe of ``broker``'s port saw it refuse, within
+        ``within`` seconds of now (False: it accepted, was not probed lately, or cannot be)."""
+        if self._wait_readable is None:
+            return False
+        address = await self._address(broker)
+        return address is not None and self._watcher.refused_lately(address, within)
 
     async def __call__(self, broker: BrokerURL) -> bool:
         key = (broker.host, broker.port or 0)

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic
 
 from failover.events import AttemptFailed, Connect, Opened
-from failover.ports import PortProbe, Watched, tcp_refused, watch_port
+from failover.ports import PortProbe, TcpProbe, Watched, tcp_refused, watch_port
 from failover.protocols import Connector, P
 from failover.url import BrokerURL
 
@@ -76,6 +76,7 @@ class Walker(Generic[P]):
         self._probe: PortProbe | None = None  # this walk's, made at its first watched wait
         # broker -> the error of its last attempt made, when that was a refused TCP connection
         self._refused: dict[BrokerURL, Exception] = {}
+        self._interval: float | None = None  # of this walk's last watched wait
 
     async def attempt(self, action: Connect) -> tuple[Opened | AttemptFailed, P | None]:
         """Wait ``action``'s delay, then connect: ``Opened`` and the connection, or
@@ -83,18 +84,18 @@ class Walker(Generic[P]):
         wait through which the port refused stands in for the connect (module docstring)."""
         attempt = action.attempt
         broker = attempt.broker
-        if attempt.delay > 0 and await self._wait(action) is Watched.REFUSED:
-            refused = self._refused.get(broker)
-            if refused is not None:
-                _log.debug(
-                    "the port of %s refused through the wait: attempt %d stands as refused",
-                    broker,
-                    attempt.number,
-                )
-                stood_in = getattr(self._connector, "stood_in", None)
-                if stood_in is not None:
-                    stood_in(broker)
-                return AttemptFailed(self._clock(), broker, refused), None
+        watched = await self._wait(action) if attempt.delay > 0 else Watched.RAN_OUT
+        refused = self._refused.get(broker)
+        if refused is not None and await self._refuses(broker, watched):
+            _log.debug(
+                "the port of %s refused through the wait: attempt %d stands as refused",
+                broker,
+                attempt.number,
+            )
+            stood_in = getattr(self._connector, "stood_in", None)
+            if stood_in is not None:
+                stood_in(broker)
+            return AttemptFailed(self._clock(), broker, refused), None
         _log.debug("connecting to %s (attempt %d)", broker, attempt.number)
         try:
             connection = await self._connector(broker)
@@ -114,10 +115,22 @@ class Walker(Generic[P]):
         """The walk is over (a connection in use, or given up): close its port probe, forget
         its refusals."""
         self._refused.clear()
+        self._interval = None
         probe, self._probe = self._probe, None
         close = getattr(probe, "close", None)
         if close is not None:
             close()
+
+    async def _refuses(self, broker: BrokerURL, watched: Watched) -> bool:
+        """Whether the port of ``broker`` is known to refuse now: its wait said so, or (an
+        attempt that follows another at once, in a pass) the port watcher probed it during
+        the last watched wait and its latest probe, within the interval, saw it refuse."""
+        if watched is not Watched.RAN_OUT:
+            return watched is Watched.REFUSED
+        probe, interval = self._probe, self._interval
+        if not isinstance(probe, TcpProbe) or interval is None:
+            return False
+        return await probe.refused_lately(broker, interval)
 
     async def _wait(self, action: Connect) -> Watched:
         """Wait the attempt's delay; a wait that watches the port ends once it accepts."""
@@ -127,6 +140,7 @@ class Walker(Generic[P]):
             return Watched.RAN_OUT
         if self._probe is None:
             self._probe = self._port_probe()
+        self._interval = action.watch.interval
         watched = await watch_port(
             self._probe,
             attempt.broker,
@@ -134,6 +148,8 @@ class Walker(Generic[P]):
             interval=action.watch.interval,
             clock=self._clock,
             sleep=self._sleep,
+            # the pass's other refused brokers, tried at once after this one: probed too
+            also=[other for other in self._refused if other != attempt.broker],
         )
         if watched is Watched.ACCEPTED:
             _log.debug(
