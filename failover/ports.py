@@ -18,7 +18,11 @@ Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the sup
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
 rings the waiting task's *bell* (its end of a socket pair) once, with one byte: ``b"1"`` when
-the port accepted, ``b"0"`` when the wait ran out. What crosses to the thread is a snapshot
+the port accepted, ``b"2"`` when the wait ran out with a probe within the interval of its end
+refused (``Watched.REFUSED``: the walk lets the wait stand in for the attempt,
+``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
+without a bell (the brokers its pass tries at once after it): those are probed at the wait's
+last tick only, for ``refused_lately``. What crosses to the thread is a snapshot
 (the address, the deadline, the bell); the event loop sleeps until the bell rings, one wake
 per wait as for an unwatched wait, instead of one per probe. The thread keeps one socket per
 watched port and connects it again after each refusal (a refused socket connects again on

@@ -17,7 +17,10 @@ A connector that counts its attempts (the application's metrics) is told, throug
 ``stood_in(broker)`` when it has one (``StandIn`` adds it to a plain connector). A refused
 connect costs the client ~0.3 ms of CPU, a probe ~0.05 ms: while the ports refuse, the probes
 the wait made anyway prove what the connect would have found. Without such an error (the
-first watched wait of a walk follows a real refusal, so there is one), it connects.
+first watched wait of a walk follows a real refusal, so there is one), it connects. The
+brokers a pass tries at once after a watched wait (no wait of their own) stand in the same way
+when their last attempt made was refused: the watch probes their ports at its last tick
+(``also``), and an attempt that follows finds that probe within the interval.
 """
 
 from __future__ import annotations
