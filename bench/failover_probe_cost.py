@@ -41,31 +41,28 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 
-import failover.ports
 import failover.schedule
 import failover.supervisor
 import failover.walk
 from bench.broker import BrokerProcess
 from bench.throughput import HOST, PASSWORD, USER, machine_info
 from chaos.net import free_port
-from failover.ports import PortWatch, TcpProbe, Watched
+from failover.ports import PortWatch, TcpProbe
 from haclient import aio
 
 __all__ = ["VARIANTS", "main", "measure"]
 
 VARIANTS = ("idle", "off", "loop", "thread", "stand-in")
 _PORT_WATCH = failover.schedule.PORT_WATCH
-_WATCH_PORT = failover.ports.watch_port
+_REFUSES = failover.walk.Walker._refuses
 
 
-async def _no_stand_in(*args: Any, **kwargs: Any) -> Watched:
-    """``watch_port`` as the walk had it before a wait stood in: a refused wait ran out."""
-    got = await _WATCH_PORT(*args, **kwargs)
-    return Watched.RAN_OUT if got is Watched.REFUSED else got
+async def _no_stand_in(*_: object) -> bool:
+    """``Walker._refuses`` as the walk had it before a wait stood in: never known."""
+    return False
 
 
 _SETTLE = 0.3  # seconds from the kill to the window: the loss noticed, the fast phase begun
@@ -78,7 +75,7 @@ def _variant(name: str) -> Iterator[None]:
     watch = _PORT_WATCH if not interval else PortWatch(float(interval) / 1000)
     failover.schedule.PORT_WATCH = None if name == "off" else watch
     if name != "stand-in":
-        setattr(failover.walk, "watch_port", _no_stand_in)  # noqa: B010
+        setattr(failover.walk.Walker, "_refuses", _no_stand_in)  # noqa: B010
     if name == "loop":  # the supervisor's port_probe() makes a TcpProbe without wait_readable
         setattr(failover.supervisor, "TcpProbe", lambda resolve, *_: TcpProbe(resolve))  # noqa: B010
     try:
@@ -86,7 +83,7 @@ def _variant(name: str) -> Iterator[None]:
     finally:
         failover.schedule.PORT_WATCH = _PORT_WATCH
         setattr(failover.supervisor, "TcpProbe", TcpProbe)  # noqa: B010
-        setattr(failover.walk, "watch_port", _WATCH_PORT)  # noqa: B010
+        setattr(failover.walk.Walker, "_refuses", _REFUSES)  # noqa: B010
 
 
 async def measure(variant: str, work_dir: Path, window: float) -> float:
