@@ -424,16 +424,19 @@ class TcpProbe:
         ours, theirs = self._bell
         _drain(ours)  # a ring of a wait that ended otherwise (cancelled)
         key = self._watcher.add(address, wait, interval, theirs)
-        keys = [key]
+        keys, ended = [key], False
         try:
             for other in also:
                 probed = await self._address(other)
                 if probed is not None and probed != address:
                     keys.append(self._watcher.add(probed, wait, interval, None))
             await self._wait_readable(ours)
+            ended = True
         finally:
             for key in keys:
                 self._watcher.remove(key)
+            if not ended:  # cancelled (the manager closing mid-walk): the bell goes with it
+                self._close_bell()
         rung = _drain(ours)
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
@@ -488,6 +491,9 @@ class TcpProbe:
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
+        self._close_bell()
+
+    def _close_bell(self) -> None:
         bell, self._bell = self._bell, None
         for sock in bell or ():
             sock.close()
