@@ -17,10 +17,10 @@ nothing else changes.
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (its end of a socket pair) once, with one byte: ``b"1"`` when
-the port accepted, ``b"2"`` when the wait ran out with a probe within the interval of its end
-refused (``Watched.REFUSED``: the walk lets the wait stand in for the attempt,
-``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
+rings the waiting task's *bell* (its end of a socket pair made for the wait) once, with one
+byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
+interval of its end refused (``Watched.REFUSED``: the walk lets the wait stand in for the
+attempt, ``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
 without a bell (the brokers its pass tries at once after it): those are probed at the wait's
 last tick only, for ``refused_lately``. What crosses to the thread is a snapshot
 (the address, the deadline, the bell); the event loop sleeps until the bell rings, one wake
@@ -378,7 +378,7 @@ class TcpProbe:
     whether it was accepted (see the module docstring). One per failover: a host name is
     resolved once, with ``resolve`` (None: a name is not probed; the wait runs its course).
     Given ``wait_readable``, ``watch`` hands its waits to ``watcher`` (default: the process's),
-    one at a time. ``close()`` drops a connect still under way and the bell."""
+    one at a time. ``close()`` drops a connect still under way."""
 
     def __init__(
         self,
@@ -391,7 +391,6 @@ class TcpProbe:
         self._watcher = watcher or _WATCHER
         self._addresses: dict[tuple[str, int], Address | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
-        self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
 
     @property
     def watches(self) -> bool:
@@ -416,28 +415,24 @@ class TcpProbe:
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
             return Watched.RAN_OUT
-        if self._bell is None:
-            ours, theirs = socket.socketpair()
+        ours, theirs = socket.socketpair()  # this wait's bell, closed with it
+        try:
             ours.setblocking(False)
             theirs.setblocking(False)
-            self._bell = ours, theirs
-        ours, theirs = self._bell
-        _drain(ours)  # a ring of a wait that ended otherwise (cancelled)
-        key = self._watcher.add(address, wait, interval, theirs)
-        keys, ended = [key], False
-        try:
-            for other in also:
-                probed = await self._address(other)
-                if probed is not None and probed != address:
-                    keys.append(self._watcher.add(probed, wait, interval, None))
-            await self._wait_readable(ours)
-            ended = True
+            keys = [self._watcher.add(address, wait, interval, theirs)]
+            try:
+                for other in also:
+                    probed = await self._address(other)
+                    if probed is not None and probed != address:
+                        keys.append(self._watcher.add(probed, wait, interval, None))
+                await self._wait_readable(ours)
+            finally:
+                for key in keys:
+                    self._watcher.remove(key)  # then the thread no longer touches the bell
+            rung = _drain(ours)
         finally:
-            for key in keys:
-                self._watcher.remove(key)
-            if not ended:  # cancelled (the manager closing mid-walk): the bell goes with it
-                self._close_bell()
-        rung = _drain(ours)
+            ours.close()
+            theirs.close()
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
         return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
@@ -487,16 +482,10 @@ class TcpProbe:
         return self._addresses[key]
 
     def close(self) -> None:
-        """Drop the connects still under way, and the bell."""
+        """Drop the connects still under way."""
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
-        self._close_bell()
-
-    def _close_bell(self) -> None:
-        bell, self._bell = self._bell, None
-        for sock in bell or ():
-            sock.close()
 
 
 def _loopback(host: str) -> bool:
