@@ -13,13 +13,21 @@ included; the broker runs in a process of its own) over ``--window`` seconds of 
 prints it as a percentage of one CPU. The connection is closed and the next round starts a new
 broker. Each round runs every variant, one after another, in an order that rotates:
 
+- ``idle``: the baseline: the client connected to A, nothing killed, no failover going on;
 - ``off``: no watch (``failover.schedule.PORT_WATCH = None``): the attempts alone;
 - ``loop``: the watch as it was first built: the waiting task wakes every
   ``PortWatch.interval`` to probe the port itself (a ``TcpProbe`` given no ``wait_readable``);
-- ``thread``: the watch as it is: one thread of the process probes every watched port and
-  wakes the waiting task once the port accepts or the wait ends.
+- ``thread``: the watch in one thread of the process, which probes every watched port and
+  wakes the waiting task once the port accepts or the wait ends; every attempt connects;
+- ``stand-in``: as it is: the thread, and a watched wait through which the port refused
+  stands in for its attempt (``failover.walk``): no connect.
 
-The *cost* of a variant is its median less the median of ``off``. The machine's other work
+A variant may name the watch's interval in milliseconds: ``stand-in@8`` probes every 8 ms
+(default: ``failover.schedule.PORT_WATCH``'s).
+
+The *cost* of a variant is its median less the median of ``off`` (what the watch adds to the
+attempts); its *total*, its median less the median of ``idle`` (what the failover costs while
+both ports refuse: attempts and watch). The machine's other work
 shows in every variant alike; run several rounds.
 """
 
@@ -38,23 +46,36 @@ import anyio
 
 import failover.schedule
 import failover.supervisor
+import failover.walk
 from bench.broker import BrokerProcess
 from bench.throughput import HOST, PASSWORD, USER, machine_info
 from chaos.net import free_port
-from failover.ports import TcpProbe
+from failover.ports import PortWatch, TcpProbe
 from haclient import aio
 
 __all__ = ["VARIANTS", "main", "measure"]
 
-VARIANTS = ("off", "loop", "thread")
+VARIANTS = ("idle", "off", "loop", "thread", "stand-in")
 _PORT_WATCH = failover.schedule.PORT_WATCH
+_REFUSES = failover.walk.Walker._refuses
+
+
+async def _no_stand_in(*_: object) -> bool:
+    """``Walker._refuses`` as the walk had it before a wait stood in: never known."""
+    return False
+
+
 _SETTLE = 0.3  # seconds from the kill to the window: the loss noticed, the fast phase begun
 
 
 @contextmanager
 def _variant(name: str) -> Iterator[None]:
     """The client as ``name`` has it, for the block (see the module docstring)."""
-    failover.schedule.PORT_WATCH = None if name == "off" else _PORT_WATCH
+    name, _, interval = name.partition("@")
+    watch = _PORT_WATCH if not interval else PortWatch(float(interval) / 1000)
+    failover.schedule.PORT_WATCH = None if name == "off" else watch
+    if name != "stand-in":
+        setattr(failover.walk.Walker, "_refuses", _no_stand_in)  # noqa: B010
     if name == "loop":  # the supervisor's port_probe() makes a TcpProbe without wait_readable
         setattr(failover.supervisor, "TcpProbe", lambda resolve, *_: TcpProbe(resolve))  # noqa: B010
     try:
@@ -62,11 +83,12 @@ def _variant(name: str) -> Iterator[None]:
     finally:
         failover.schedule.PORT_WATCH = _PORT_WATCH
         setattr(failover.supervisor, "TcpProbe", TcpProbe)  # noqa: B010
+        setattr(failover.walk.Walker, "_refuses", _REFUSES)  # noqa: B010
 
 
 async def measure(variant: str, work_dir: Path, window: float) -> float:
     """This process's CPU, in % of one CPU, over ``window`` s while both brokers refuse."""
-    broker = BrokerProcess(f"cost-{variant}", work_dir, store=False)
+    broker = BrokerProcess(f"cost-{variant.replace('@', '-')}", work_dir, store=False)
     await anyio.to_thread.run_sync(broker.start)
     try:
         closed = free_port(HOST)
@@ -75,8 +97,9 @@ async def measure(variant: str, work_dir: Path, window: float) -> float:
             conn = await aio.connect(url, username=USER, password=PASSWORD)
             try:
                 assert broker.proc is not None
-                broker.proc.kill()
-                broker.proc.wait()
+                if variant != "idle":
+                    broker.proc.kill()
+                    broker.proc.wait()
                 await anyio.sleep(_SETTLE)
                 cpu, wall = time.process_time(), time.monotonic()
                 await anyio.sleep(window)
@@ -113,17 +136,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     variants = tuple(args.variants.split(","))
-    if not set(variants) <= set(VARIANTS) or args.rounds < 1 or args.window <= 0:
+    names = {variant.partition("@")[0] for variant in variants}
+    if not names <= set(VARIANTS) or args.rounds < 1 or args.window <= 0:
         parser.error(f"variants among {VARIANTS}, rounds >= 1, window > 0")
     info = machine_info()
     print(f"{info['date_utc']}, {info['cpus']} CPUs ({info['cpu_model']}), window {args.window} s")
     got = anyio.run(_run, args.rounds, args.window, variants)
     base = statistics.median(got["off"]) if "off" in got else None
-    print("\n| variant | CPU median | min | max | cost (median - off) |\n|---|---|---|---|---|")
+    idle = statistics.median(got["idle"]) if "idle" in got else None
+    print(
+        "\n| variant | CPU median | min | max | cost (median - off) | total (median - idle) |"
+        "\n|---|---|---|---|---|---|"
+    )
     for name, values in got.items():
         median = statistics.median(values)
-        cost = "-" if base is None or name == "off" else f"{median - base:+.2f} %"
-        print(f"| {name} | {median:.2f} % | {min(values):.2f} | {max(values):.2f} | {cost} |")
+        cost = "-" if base is None or name in ("off", "idle") else f"{median - base:+.2f} %"
+        total = "-" if idle is None or name == "idle" else f"{median - idle:+.2f} %"
+        print(
+            f"| {name} | {median:.2f} % | {min(values):.2f} | {max(values):.2f} | {cost} "
+            f"| {total} |"
+        )
     return 0
 
 

@@ -17,8 +17,12 @@ nothing else changes.
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (its end of a socket pair) once, with one byte: ``b"1"`` when
-the port accepted, ``b"0"`` when the wait ran out. What crosses to the thread is a snapshot
+rings the waiting task's *bell* (its end of a socket pair made for the wait) once, with one
+byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
+interval of its end refused (``Watched.REFUSED``: the walk lets the wait stand in for the
+attempt, ``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
+without a bell (the brokers its pass tries at once after it): those are probed at the wait's
+last tick only, for ``refused_lately``. What crosses to the thread is a snapshot
 (the address, the deadline, the bell); the event loop sleeps until the bell rings, one wake
 per wait as for an unwatched wait, instead of one per probe. The thread keeps one socket per
 watched port and connects it again after each refusal (a refused socket connects again on
@@ -43,6 +47,7 @@ Nothing here knows of AMQP: a probe is a TCP connection opened and closed.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import ipaddress
 import itertools
@@ -53,13 +58,22 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from failover.url import BrokerURL
 
-__all__ = ["PortProbe", "PortWatch", "PortWatcher", "TcpProbe", "tcp_refused", "watch"]
+__all__ = [
+    "PortProbe",
+    "PortWatch",
+    "PortWatcher",
+    "TcpProbe",
+    "Watched",
+    "tcp_refused",
+    "watch",
+    "watch_port",
+]
 
 #: Polls one broker's port once: True once it accepted a TCP connection.
 PortProbe = Callable[[BrokerURL], Awaitable[bool]]
@@ -70,10 +84,19 @@ WaitReadable = Callable[[socket.socket], Awaitable[None]]
 #: A TCP address to probe: the socket family and ``(host, port)``.
 Address = tuple[int, tuple[str, int]]
 
-_ACCEPTED, _RAN_OUT = b"1", b"0"
+_ACCEPTED, _RAN_OUT, _REFUSED = b"1", b"0", b"2"
 _IDLE = 1.0  # seconds the thread waits with nothing to watch before it ends
 _MIN_STEP = 0.001  # seconds: the shortest tick, whatever interval a wait asks
+_PROBE_SLACK = 0.001  # seconds: a tick's own time, a late wake (a refusal older: not "fresh")
 _SEND_TIMEOUT = struct.pack("ll", 0, 1000)  # 1 ms: how long a local connect may block
+
+
+class Watched(enum.Enum):
+    """How a watched wait ended."""
+
+    ACCEPTED = "accepted"  # the port accepted a probe: the attempt goes now
+    RAN_OUT = "ran out"  # the wait ran its course; whether the port refused at its end is unknown
+    REFUSED = "refused"  # ran its course, the port refusing a probe within an interval of its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +128,38 @@ async def watch(
     sleep: Callable[[float], Awaitable[None]],
 ) -> bool:
     """Wait ``wait`` seconds, probing ``broker``'s port every ``interval``; return early, True,
-    once it accepts (False: the wait ran out). A ``TcpProbe`` that can hand the wait to the
-    port watcher's thread does (see the module docstring); any other probe is called every
-    ``interval`` of ``clock``, slept with ``sleep``."""
+    once it accepts (False: the wait ran out). See ``watch_port``."""
+    got = await watch_port(probe, broker, wait, interval=interval, clock=clock, sleep=sleep)
+    return got is Watched.ACCEPTED
+
+
+async def watch_port(
+    probe: PortProbe,
+    broker: BrokerURL,
+    wait: float,
+    *,
+    interval: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+    also: Iterable[BrokerURL] = (),
+) -> Watched:
+    """Wait ``wait`` seconds, probing ``broker``'s port every ``interval``; return early,
+    ``ACCEPTED``, once it accepts. A ``TcpProbe`` that can hand the wait to the port watcher's
+    thread does (see the module docstring); its wait that runs out is ``REFUSED`` when the
+    thread saw the port refuse a probe within ``interval`` of the wait's end, else ``RAN_OUT``;
+    the thread probes the ports of ``also`` meanwhile (``TcpProbe.refused_lately``).
+    Any other probe is called every ``interval`` of ``clock``, slept with ``sleep``; its wait
+    that runs out is ``RAN_OUT`` (its False does not tell a refusal from no answer yet)."""
     if isinstance(probe, TcpProbe) and probe.watches:
-        return await probe.watch(broker, wait, interval=interval, sleep=sleep)
+        return await probe.watch(broker, wait, interval=interval, sleep=sleep, also=also)
     deadline = clock() + wait
     while True:
         left = deadline - clock()
         if left <= 0:
-            return False
+            return Watched.RAN_OUT
         await sleep(min(interval, left))
         if await probe(broker):
-            return True
+            return Watched.ACCEPTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +169,7 @@ class _Wait:
     address: Address
     deadline: float  # time.monotonic()
     interval: float
-    bell: socket.socket  # the thread's end: rung once, with _ACCEPTED or _RAN_OUT
+    bell: socket.socket | None  # the thread's end: rung once (_ACCEPTED, _REFUSED, _RAN_OUT)
 
 
 class PortWatcher:
@@ -142,14 +184,19 @@ class PortWatcher:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
+        # address -> when the thread's latest probe of it saw it refuse (none: it accepted)
+        self._refused_at: dict[Address, float] = {}
         self._waits: dict[int, _Wait] = {}
         self._keys = itertools.count()
         self._version = 0  # changes with the waits
         self._running = False
 
-    def add(self, address: Address, wait: float, interval: float, bell: socket.socket) -> int:
+    def add(
+        self, address: Address, wait: float, interval: float, bell: socket.socket | None
+    ) -> int:
         """Watch ``address`` for ``wait`` seconds from now; returns the key ``remove`` takes.
-        Its first probe comes within ``interval`` (the thread's next tick)."""
+        Its first probe comes within ``interval`` (the thread's next tick). Without a ``bell``
+        the port is only probed, for ``refused_lately``."""
         entry = _Wait(address, time.monotonic() + wait, max(interval, _MIN_STEP), bell)
         with self._lock:
             key = next(self._keys)
@@ -159,6 +206,12 @@ class PortWatcher:
                 self._running = True
                 threading.Thread(target=self._run, name="haclient-port-watch", daemon=True).start()
         return key
+
+    def refused_lately(self, address: Address, within: float) -> bool:
+        """Whether the thread's latest probe of ``address`` saw it refuse, ``within`` seconds
+        (and a tick's slack) of now."""
+        seen = self._refused_at.get(address, -math.inf)
+        return time.monotonic() - seen <= max(within, _MIN_STEP) + _PROBE_SLACK
 
     @property
     def running(self) -> bool:
@@ -184,8 +237,12 @@ class PortWatcher:
         ticks, sleep until the next one or the earliest deadline. Between the waits of a
         failover (an attempt takes about a millisecond) the grid goes on, so that the next wait
         joins it without waking the thread; after ``_IDLE`` with no wait the thread ends.
-        Kept lean: it runs 200 times a second while a port is watched."""
+        A port only probed (no bell: ``refused_lately``) is probed at the last tick before its
+        wait's end, not at every tick. Kept lean: it runs 200 times a second while a port is
+        watched."""
         seen, deadline, step = -1, math.inf, PortWatch().interval
+        dense: set[Address] = set()  # the ports of waits with a bell: probed at every tick
+        ends: dict[Address, list[float]] = {}  # the others: the ends of their waits
         now = time.monotonic()
         idle_since = now
         while True:
@@ -195,6 +252,11 @@ class PortWatcher:
                     deadline = min((entry.deadline for entry in waits), default=math.inf)
                     step = min((entry.interval for entry in waits), default=step)
                     self._drop_ports(ports, {entry.address for entry in waits})
+                    dense = {entry.address for entry in waits if entry.bell is not None}
+                    ends = {}
+                    for entry in waits:
+                        if entry.bell is None:
+                            ends.setdefault(entry.address, []).append(entry.deadline)
                     for entry in waits:
                         if entry.address not in ports:
                             ports[entry.address] = _Port(entry.address)
@@ -203,10 +265,20 @@ class PortWatcher:
                 elif now - idle_since >= _IDLE:
                     self._running = False
                     return
-            accepted = {address for address, port in ports.items() if port.probe()}
+            accepted = set()
+            for address, port in ports.items():
+                if address not in dense and all(
+                    end - now > step + _PROBE_SLACK for end in ends.get(address, ())
+                ):
+                    continue  # only probed: not its wait's last tick yet
+                if port.probe(now):
+                    accepted.add(address)
+                    self._refused_at.pop(address, None)
+                elif port.refused_at == now:
+                    self._refused_at[address] = now
             now = time.monotonic()
             if accepted or now >= deadline:
-                self._ring(accepted, now)
+                self._ring(accepted, now, ports)
             tick = now + step
             while True:  # sleep to the next tick, ringing the deadlines on the way
                 wake = min(tick, deadline)
@@ -215,7 +287,7 @@ class PortWatcher:
                     now = time.monotonic()
                 if now >= tick:
                     break
-                self._ring(set(), now)
+                self._ring(set(), now, ports)
                 with self._lock:
                     deadline = min((e.deadline for e in self._waits.values()), default=math.inf)
 
@@ -224,20 +296,24 @@ class PortWatcher:
         for address in [address for address in ports if address not in watched]:
             ports.pop(address).close()
 
-    def _ring(self, accepted: set[Address], now: float) -> None:
-        """Ring, once, each wait whose port ``accepted`` or whose deadline passed."""
+    def _ring(self, accepted: set[Address], now: float, ports: dict[Address, _Port]) -> None:
+        """Ring, once, each wait whose port ``accepted`` or whose deadline passed: refused when
+        its port refused a probe within the wait's interval of now."""
         with self._lock:
             for key, entry in list(self._waits.items()):
                 if entry.address in accepted:
                     outcome = _ACCEPTED
-                elif entry.deadline <= now:
-                    outcome = _RAN_OUT
-                else:
+                elif entry.deadline > now:
                     continue
+                else:
+                    seen = self._refused_at.get(entry.address, -math.inf)
+                    fresh = now - seen <= entry.interval + _PROBE_SLACK
+                    outcome = _REFUSED if fresh else _RAN_OUT
                 del self._waits[key]
                 self._version += 1
-                with contextlib.suppress(OSError):  # full: rung before, the waiter knows
-                    entry.bell.send(outcome)
+                if entry.bell is not None:
+                    with contextlib.suppress(OSError):  # full: rung before, the waiter knows
+                        entry.bell.send(outcome)
 
 
 class _Port:
@@ -251,17 +327,21 @@ class _Port:
         self._local = _loopback(self._sockaddr[0])
         self._sock: socket.socket | None = None
         self._reuse = True  # False once connecting a refused socket again failed otherwise
+        self.refused_at = -math.inf  # when a probe last saw the port refuse (time.monotonic())
 
-    def probe(self) -> bool:
-        """True once the port accepted a connection (closed at once, before a byte)."""
+    def probe(self, now: float) -> bool:
+        """True once the port accepted a connection (closed at once, before a byte); a
+        refusal seen sets ``refused_at`` to ``now``."""
         sock = self._sock
         fresh = sock is None
         if sock is None:
             sock = self._sock = self._socket()
         try:
             code = sock.connect_ex(self._sockaddr)
-            if code == errno.ECONNREFUSED and not self._local:  # the last probe's answer
-                code = sock.connect_ex(self._sockaddr)  # and the next probe
+            if code == errno.ECONNREFUSED:
+                self.refused_at = now
+                if not self._local:  # the last probe's answer; and the next probe
+                    code = sock.connect_ex(self._sockaddr)
         except (OSError, ValueError):
             code = -1
         if code == errno.ECONNREFUSED and self._reuse:
@@ -298,7 +378,7 @@ class TcpProbe:
     whether it was accepted (see the module docstring). One per failover: a host name is
     resolved once, with ``resolve`` (None: a name is not probed; the wait runs its course).
     Given ``wait_readable``, ``watch`` hands its waits to ``watcher`` (default: the process's),
-    one at a time. ``close()`` drops a connect still under way and the bell."""
+    one at a time. ``close()`` drops a connect still under way."""
 
     def __init__(
         self,
@@ -311,7 +391,6 @@ class TcpProbe:
         self._watcher = watcher or _WATCHER
         self._addresses: dict[tuple[str, int], Address | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
-        self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
 
     @property
     def watches(self) -> bool:
@@ -325,27 +404,46 @@ class TcpProbe:
         *,
         interval: float,
         sleep: Callable[[float], Awaitable[None]],
-    ) -> bool:
+        also: Iterable[BrokerURL] = (),
+    ) -> Watched:
         """Wait ``wait`` seconds while the port watcher probes ``broker``'s port every
-        ``interval``; True once it accepted, False when the wait ran out (a port that cannot
-        be probed: ``sleep(wait)``)."""
+        ``interval``: ``ACCEPTED`` once it accepted; when the wait ran out, ``REFUSED`` if a
+        probe saw the port refuse within ``interval`` of its end, else ``RAN_OUT`` (a port that
+        cannot be probed: ``sleep(wait)``). The ports of ``also`` are probed meanwhile, for
+        ``refused_lately``; they do not end the wait."""
         address = await self._address(broker)
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
-            return False
-        if self._bell is None:
-            ours, theirs = socket.socketpair()
+            return Watched.RAN_OUT
+        ours, theirs = socket.socketpair()  # this wait's bell, closed with it
+        try:
             ours.setblocking(False)
             theirs.setblocking(False)
-            self._bell = ours, theirs
-        ours, theirs = self._bell
-        _drain(ours)  # a ring of a wait that ended otherwise (cancelled)
-        key = self._watcher.add(address, wait, interval, theirs)
-        try:
-            await self._wait_readable(ours)
+            keys = [self._watcher.add(address, wait, interval, theirs)]
+            try:
+                for other in also:
+                    probed = await self._address(other)
+                    if probed is not None and probed != address:
+                        keys.append(self._watcher.add(probed, wait, interval, None))
+                await self._wait_readable(ours)
+            finally:
+                for key in keys:
+                    self._watcher.remove(key)  # then the thread no longer touches the bell
+            rung = _drain(ours)
         finally:
-            self._watcher.remove(key)
-        return _ACCEPTED in _drain(ours)
+            ours.close()
+            theirs.close()
+        if _ACCEPTED in rung:
+            return Watched.ACCEPTED
+        return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
+
+    async def refused_lately(self, broker: BrokerURL, within: float) -> bool:
+        """Whether the port watcher's latest probe of ``broker``'s port saw it refuse, within
+        ``within`` seconds of now (False: it accepted, was not probed lately, or cannot be)."""
+        if self._wait_readable is None:
+            return False
+        address = await self._address(broker)
+        return address is not None and self._watcher.refused_lately(address, within)
 
     async def __call__(self, broker: BrokerURL) -> bool:
         key = (broker.host, broker.port or 0)
@@ -384,13 +482,10 @@ class TcpProbe:
         return self._addresses[key]
 
     def close(self) -> None:
-        """Drop the connects still under way, and the bell."""
+        """Drop the connects still under way."""
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
-        bell, self._bell = self._bell, None
-        for sock in bell or ():
-            sock.close()
 
 
 def _loopback(host: str) -> bool:

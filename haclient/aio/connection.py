@@ -31,6 +31,7 @@ from failover.manager import ConnectionManager, ConnectionState
 from failover.policy import FailoverMethod
 from failover.schedule import Stop, Wait, checked_strategies
 from failover.url import BrokerURL, FailoverURL, parse_url
+from failover.walk import StandIn
 from haclient.aio._host import TaskHost
 from haclient.aio.checks import ensure_open
 from haclient.aio.context import ConnectionContext
@@ -244,7 +245,7 @@ class Connection:
         self._name, self._release_name = PROCESS_NAMES.claim(self, self._container_id)
         self._host: TaskHost = None  # type: ignore[assignment]  # set by _open
         self._manager: ConnectionManager[PhysicalConnection] = ConnectionManager.from_url(
-            self._connect,
+            StandIn(self._connect, self._count_failed_attempt),  # F5: a wait stands in for one
             url,
             reconnect_wait=reconnect_wait,
             reconnect_stop=reconnect_stop,
@@ -323,6 +324,9 @@ class Connection:
             raise
         self._context.counters.attempt(broker, succeeded=True)
         return physical
+
+    def _count_failed_attempt(self, broker: BrokerURL) -> None:
+        self._context.counters.attempt(broker, succeeded=False)
 
     def _client_id_refused(self, broker: BrokerURL) -> None:
         """Count a refusal of the client id as in use; the first of each failover is a warning

@@ -1,0 +1,203 @@
+"""F5: a watched wait through which the broker's port refused stands in for its attempt
+(``failover.walk``): the attempt is not made, and fails with the error of that broker's last
+refused connect, counted, logged and given up on as a refused attempt; a port that opens
+during the wait still gets a real attempt at once."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import anyio
+import pytest
+
+import failover.schedule
+from failover.errors import ConnectionFailedError
+from failover.events import AttemptFailed, Connect, Opened
+from failover.manager import ConnectionManager
+from failover.policy import Attempt, FailoverPolicy
+from failover.ports import PortWatch, PortWatcher, TcpProbe, tcp_refused
+from failover.url import BrokerURL
+from failover.walk import StandIn, Walker
+
+pytestmark = pytest.mark.anyio
+
+HANG = 30.0  # seconds: a hang bound, not a measure
+
+
+@contextmanager
+def _closed_port() -> Iterator[socket.socket]:
+    """A loopback port that nothing listens on (bound, not listening: no one else takes it)."""
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        yield spare
+
+
+def _broker(sock: socket.socket) -> BrokerURL:
+    return BrokerURL("amqp", "127.0.0.1", sock.getsockname()[1])
+
+
+class _Conn:
+    """A TCP connection, as the manager needs to know one."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self._stream = stream
+        self.is_open = True
+
+    async def wait_closed(self) -> BaseException | None:
+        await anyio.sleep_forever()
+        return None
+
+    async def close(self) -> None:
+        self.is_open = False
+        await self._stream.aclose()
+
+
+class _Tcp:
+    """A connector that opens a real TCP connection (refused where nothing listens), and
+    counts its calls and the attempts stood in for."""
+
+    def __init__(self) -> None:
+        self.calls: list[BrokerURL] = []
+        self.stood_in: list[BrokerURL] = []
+
+    async def __call__(self, broker: BrokerURL) -> _Conn:
+        self.calls.append(broker)
+        return _Conn(await anyio.connect_tcp(broker.host, broker.port or 0))
+
+
+def _walker(connector: _Tcp, watcher: PortWatcher) -> Walker[_Conn]:
+    return Walker(
+        StandIn(connector, connector.stood_in.append),
+        clock=time.monotonic,
+        sleep=anyio.sleep,
+        port_probe=lambda: TcpProbe(None, anyio.wait_readable, watcher),
+    )
+
+
+def _connect(index: int, broker: BrokerURL, delay: float, number: int) -> Connect:
+    watch = PortWatch() if delay > 0 else None
+    return Connect(Attempt(index, broker, delay, number), watch)
+
+
+async def test_F5_a_wait_through_which_the_port_refused_stands_in_for_its_attempt() -> None:
+    """The first attempt on each broker connects (refused); the next, after a watched wait
+    on A, stands in for A, and for B right after it (B's port probed at the wait's end):
+    refused with the error of the broker's last connect, the connector not called, its
+    ``stood_in`` told."""
+    connector, watcher = _Tcp(), PortWatcher()
+    walker = _walker(connector, watcher)
+    with _closed_port() as a_sock, _closed_port() as b_sock, anyio.fail_after(HANG):
+        a, b = _broker(a_sock), _broker(b_sock)
+        first_a, _ = await walker.attempt(_connect(0, a, 0.0, 1))
+        first_b, _ = await walker.attempt(_connect(1, b, 0.0, 2))
+        assert isinstance(first_a, AttemptFailed) and tcp_refused(first_a.error)
+        assert isinstance(first_b, AttemptFailed) and tcp_refused(first_b.error)
+        assert connector.calls == [a, b]
+        for number in (3, 5):
+            again_a, conn = await walker.attempt(_connect(0, a, 0.03, number))
+            again_b, _ = await walker.attempt(_connect(1, b, 0.0, number + 1))
+            assert isinstance(again_a, AttemptFailed) and conn is None
+            assert again_a.error is first_a.error and again_a.broker == a
+            assert isinstance(again_b, AttemptFailed) and again_b.error is first_b.error
+        assert connector.calls == [a, b]  # no connect since
+        assert connector.stood_in == [a, b, a, b]
+        walker.end_walk()
+        # a new walk: nothing refused in it yet, so its first attempt connects
+        await walker.attempt(_connect(0, a, 0.0, 1))
+        assert connector.calls == [a, b, a]
+        walker.end_walk()
+
+
+async def test_F5_a_port_that_opens_during_the_wait_gets_a_real_attempt_at_once() -> None:
+    """A's port opens during its watched wait: the wait ends, the attempt connects. B's port
+    opens while A is watched: A's attempt stands in, B's right after it connects."""
+    connector, watcher = _Tcp(), PortWatcher()
+    walker = _walker(connector, watcher)
+    with _closed_port() as a_sock, _closed_port() as b_sock, anyio.fail_after(HANG):
+        a, b = _broker(a_sock), _broker(b_sock)
+        await walker.attempt(_connect(0, a, 0.0, 1))
+        await walker.attempt(_connect(1, b, 0.0, 2))
+
+        async def open_a_later() -> None:
+            await anyio.sleep(0.05)
+            a_sock.listen()
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(open_a_later)
+            opened, conn = await walker.attempt(_connect(0, a, 10.0, 3))
+        assert isinstance(opened, Opened) and conn is not None
+        assert time.monotonic() - started < HANG / 2  # long before its 10 s
+        await conn.close()
+        assert connector.calls == [a, b, a] and connector.stood_in == []
+        walker.end_walk()
+
+    with _closed_port() as a_sock, _closed_port() as b_sock, anyio.fail_after(HANG):
+        a, b = _broker(a_sock), _broker(b_sock)
+        connector = _Tcp()
+        walker = _walker(connector, watcher)
+        await walker.attempt(_connect(0, a, 0.0, 1))
+        await walker.attempt(_connect(1, b, 0.0, 2))
+        b_sock.listen()
+        stood, _ = await walker.attempt(_connect(0, a, 0.03, 3))
+        opened, conn = await walker.attempt(_connect(1, b, 0.0, 4))
+        assert isinstance(stood, AttemptFailed) and connector.stood_in == [a]
+        assert isinstance(opened, Opened) and conn is not None
+        assert connector.calls == [a, b, b]
+        await conn.close()
+        walker.end_walk()
+
+
+async def _give_up(watch: PortWatch | None, cycles: int) -> tuple[int, _Tcp, list[str]]:
+    """A first connect to two closed ports with ``cycles`` passes: the attempts it made, the
+    connector's record and the attempt-failed log lines."""
+    connector = _Tcp()
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.msg.startswith("attempt %d to connect"):
+                records.append(record.getMessage())
+
+    log = logging.getLogger("haclient.failover")
+    handler, level = Keep(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    saved = failover.schedule.PORT_WATCH
+    failover.schedule.PORT_WATCH = watch
+    try:
+        with ExitStack() as stack, anyio.fail_after(HANG):
+            brokers = [_broker(stack.enter_context(_closed_port())) for _ in range(2)]
+            policy = FailoverPolicy(startup_cyclecount=cycles, jitter=0.0)
+            manager = ConnectionManager(
+                StandIn(connector, connector.stood_in.append), brokers, policy
+            )
+            async with manager:
+                with pytest.raises(ConnectionFailedError) as failed:
+                    await manager.start()
+            assert tcp_refused(failed.value.cause)
+            made = manager.statistics().attempts
+    finally:
+        failover.schedule.PORT_WATCH = saved
+        log.removeHandler(handler)
+        log.setLevel(level)
+    return made, connector, records
+
+
+async def test_F5_F4_stood_in_attempts_count_and_give_up_as_refused_ones() -> None:
+    """The same first connect, watched (attempts stood in for) and not: the same attempts
+    counted, the same give-up, the same records; the connector's calls and its stood-in
+    attempts add up to the attempts made."""
+    made, connector, records = await _give_up(PortWatch(), cycles=4)
+    plain_made, plain, plain_records = await _give_up(None, cycles=4)
+    assert made == plain_made == 8 == len(plain.calls)
+    assert connector.stood_in  # most of them: the ports refused through the waits
+    assert len(connector.calls) + len(connector.stood_in) == made
+    assert len(records) == len(plain_records) == made
+    assert [line.split(":", 1)[0].split(" to ")[0] for line in records] == [
+        line.split(":", 1)[0].split(" to ")[0] for line in plain_records
+    ]
