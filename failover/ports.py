@@ -178,7 +178,11 @@ class PortWatcher:
     accepts, or at its deadline. ``add`` and ``remove`` are safe from any thread; once
     ``remove`` returned, the thread no longer touches that wait's bell."""
 
-    def __init__(self) -> None:
+    def __init__(self, slack: float = _PROBE_SLACK) -> None:
+        """``slack``: how much older than a wait's interval a refusal may be and still count
+        as the port's latest word (a late wake of the thread on a busy machine makes it older;
+        then the wait ends as run out and the attempt is made for real, the safe side)."""
+        self.slack = slack
         self._reset()
         os.register_at_fork(after_in_child=self._reset)
 
@@ -211,7 +215,7 @@ class PortWatcher:
         """Whether the thread's latest probe of ``address`` saw it refuse, ``within`` seconds
         (and a tick's slack) of now."""
         seen = self._refused_at.get(address, -math.inf)
-        return time.monotonic() - seen <= max(within, _MIN_STEP) + _PROBE_SLACK
+        return time.monotonic() - seen <= max(within, _MIN_STEP) + self.slack
 
     @property
     def running(self) -> bool:
@@ -268,7 +272,7 @@ class PortWatcher:
             accepted = set()
             for address, port in ports.items():
                 if address not in dense and all(
-                    end - now > step + _PROBE_SLACK for end in ends.get(address, ())
+                    end - now > step + self.slack for end in ends.get(address, ())
                 ):
                     continue  # only probed: not its wait's last tick yet
                 if port.probe(now):
@@ -307,7 +311,7 @@ class PortWatcher:
                     continue
                 else:
                     seen = self._refused_at.get(entry.address, -math.inf)
-                    fresh = now - seen <= entry.interval + _PROBE_SLACK
+                    fresh = now - seen <= entry.interval + self.slack
                     outcome = _REFUSED if fresh else _RAN_OUT
                 del self._waits[key]
                 self._version += 1
