@@ -8,14 +8,14 @@ import os
 import random
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import anyio
 from anyio.abc import Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
 
-__all__ = ["Acceptor", "TcpServer", "free_port"]
+__all__ = ["Acceptor", "Address", "PortHold", "TcpServer", "bound_addresses", "free_port"]
 
 _JOIN_TIMEOUT = 10.0
 _ACCEPT_END_WAIT = 1.0
@@ -93,6 +93,64 @@ def _server_ports() -> tuple[int, int]:
     if last < 64000:
         return last + 1, 65535
     return 10000, 65535  # no room outside it: anywhere
+
+
+Address = tuple[socket.AddressFamily, Any]
+"""A socket's family and the address it is bound to (``getsockname()``)."""
+
+
+def bound_addresses(listeners: Sequence[Listener[SocketStream]]) -> list[Address]:
+    """The address each of ``listeners`` (TCP) is bound to, for a ``PortHold`` once they
+    close."""
+    found = []
+    for listener in listeners:
+        raw = _socket_listener(listener).extra(SocketAttribute.raw_socket)
+        found.append((socket.AddressFamily(raw.family), raw.getsockname()))
+    return found
+
+
+class PortHold:
+    """The port of a server that stopped listening, kept from every other socket until the
+    server listens on it again.
+
+    How this works: one socket per address the server listened on, bound with
+    ``SO_REUSEADDR`` (as a listener binds) and never listening. A connection to the port is
+    refused, as if nothing were bound; but the kernel gives the port to no socket that binds
+    port 0 and to no outgoing connection, where without the hold another server (of another
+    test worker, say) could be given it while clients of the stopped one still retry it (a
+    failover), and those clients would meet that other server. The server binds the port again
+    explicitly (two reusable sockets of which one is not listening may share a port), then
+    ``release()`` s the hold.
+
+    Args:
+        addresses: ``(family, sockaddr)`` of each address to hold; one already bound by a
+            socket that does not allow reuse is skipped.
+    """
+
+    def __init__(self, addresses: Iterable[Address]) -> None:
+        self._sockets: list[socket.socket] = []
+        for family, address in addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+            except OSError:
+                sock.close()
+                continue
+            self._sockets.append(sock)
+
+    @property
+    def held(self) -> bool:
+        """Whether any address is held."""
+        return bool(self._sockets)
+
+    def release(self) -> None:
+        """Let the port go. Idempotent."""
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
 
 
 class TcpServer:

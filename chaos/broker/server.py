@@ -58,7 +58,7 @@ from chaos.broker.state import (
 from chaos.broker.store import SqlitePersistence
 from chaos.broker.store_lock import StoreLock
 from chaos.broker.topology import Topology, parse_peer
-from chaos.net import Acceptor
+from chaos.net import Acceptor, Address, PortHold, bound_addresses
 from haclient.amqp.config import EngineConfig, Role, TlsServerOptions
 from haclient.amqp.driver import Driver
 from haclient.amqp.types import ErrorCondition
@@ -301,6 +301,8 @@ class Broker:
         self._sockets: dict[int, SocketStream] = {}
         self._connection_ids = itertools.count(1)
         self._accepting = False
+        self._addresses: list[Address] = []
+        self._port_hold = PortHold(())  # while stopped: the port stays the broker's
 
     def __repr__(self) -> str:
         return f"<Broker {self.url} running={self.running}>"
@@ -415,6 +417,7 @@ class Broker:
             with anyio.CancelScope(shield=True):
                 await self.stop()
         finally:
+            self._port_hold.release()
             task_group, self._task_group = self._task_group, None
             assert task_group is not None
             result = await task_group.__aexit__(exc_type, exc, tb)
@@ -482,7 +485,9 @@ class Broker:
 
     async def _serve(self, *, task_status: TaskStatus[None]) -> None:
         listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self._port)
+        self._port_hold.release()
         self._port = int(listener.extra(SocketAttribute.local_port))
+        self._addresses = bound_addresses(listener.listeners)
         self._stopped = stopped = anyio.Event()
         self._accepting = True
         self._readiness = readiness = Readiness(
@@ -593,6 +598,9 @@ class Broker:
             await self._acceptor.stop()  # never a cancelled accept: see ``Acceptor``
         self._scope.cancel()
         await self._stopped.wait()
+        # Until it starts again, nothing else is given its port (``PortHold``): clients that
+        # retry it meet a refusal, never another server.
+        self._port_hold = PortHold(self._addresses)
         self.persistence.close()
         if self._store_lock is not None:
             # After close: a store is never written without its lock. In-process the OS

@@ -3,7 +3,9 @@
 A proxy's listener and connections run in a task of the server's task group under a cancel
 scope of their own; ``stop()`` cancels it and waits until the listener and every socket are
 closed, so that once an API call that disables or deletes a proxy has answered, new connections
-are refused.
+are refused. A disabled proxy keeps its port from every other socket (``chaos.net.PortHold``)
+until it listens there again, moves to another address or is deleted: clients that retry it
+meet a refusal, never another server given that port.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
-from chaos.net import Acceptor
+from chaos.net import Acceptor, Address, PortHold, bound_addresses
 from chaos.toxiproxy.link import Connection
 from chaos.toxiproxy.model import (
     PROXY_FIELDS,
@@ -48,6 +50,8 @@ class Proxy:
         self._scope: anyio.CancelScope | None = None
         self._acceptor: Acceptor | None = None
         self._stopped = anyio.Event()
+        self._addresses: list[Address] = []
+        self._port_hold = PortHold(())
 
     def to_json(self) -> dict[str, Any]:
         """The API's view of the proxy, with its toxics."""
@@ -70,6 +74,8 @@ class Proxy:
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise ApiError(500, f"listen tcp {format_address(host, port)}: bind: {reason}") from exc
+        self._port_hold.release()
+        self._addresses = bound_addresses(listener.listeners)
         port = int(listener.extra(SocketAttribute.local_port))
         self.listen = format_address(host, port)
         self.enabled = True
@@ -78,7 +84,8 @@ class Proxy:
         self._task_group.start_soon(self._serve, listener, self._scope, self._stopped)
 
     async def stop(self) -> None:
-        """Close the listener and every connection, and wait until they are. Idempotent."""
+        """Close the listener and every connection, and wait until they are; the port stays
+        held until ``start()`` or ``release_port()``. Idempotent."""
         if not self.enabled or self._scope is None:
             return
         self.enabled = False
@@ -86,6 +93,11 @@ class Proxy:
             await self._acceptor.stop()  # never a cancelled accept: see ``Acceptor``
         self._scope.cancel()
         await self._stopped.wait()
+        self._port_hold = PortHold(self._addresses)
+
+    def release_port(self) -> None:
+        """Let a stopped proxy's port go (it is deleted, replaced or moves). Idempotent."""
+        self._port_hold.release()
 
     async def _serve(
         self, listener: MultiListener[SocketStream], scope: anyio.CancelScope, done: Any

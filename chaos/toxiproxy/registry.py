@@ -92,6 +92,7 @@ class Registry:
             loopback_address(fields["listen"])
         if replacing is not None:
             await replacing.stop()
+            replacing.release_port()
         proxy = Proxy(fields["name"], fields["listen"], fields["upstream"], self._task_group)
         if fields["enabled"]:
             await proxy.start()
@@ -114,6 +115,8 @@ class Registry:
             if fields["enabled"]:  # refused before anything stops; a disabled one binds nothing
                 loopback_address(fields["listen"])
             await proxy.stop()
+            if fields["listen"] != proxy.listen:
+                proxy.release_port()
             proxy.listen, proxy.upstream = fields["listen"], fields["upstream"]
         if fields["enabled"] and not proxy.enabled:
             await proxy.start()
@@ -128,7 +131,13 @@ class Registry:
 
     async def _delete(self, proxy: Proxy) -> None:
         await proxy.stop()
+        proxy.release_port()
         del self.proxies[proxy.name]
+
+    def release_ports(self) -> None:
+        """Let the ports of every stopped proxy go (the server closes)."""
+        for proxy in self.proxies.values():
+            proxy.release_port()
 
     async def populate(self, body: Any) -> tuple[list[Proxy], ApiError | None]:
         """Create or replace the proxies of a list: the ones done, and the error that stopped

@@ -87,6 +87,8 @@ class ToxiproxyServer:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
+        if self.registry is not None:
+            self.registry.release_ports()  # the disabled proxies' (``Proxy.stop``)
 
     @staticmethod
     async def _serve(listener: anyio.abc.Listener[SocketStream], tg: TaskGroup, api: Api) -> None:

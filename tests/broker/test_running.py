@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +136,29 @@ def test_cli_bad_redelivery_limits_are_argparse_errors(
         build_parser().parse_args(argv)
     assert caught.value.code == 2
     assert error in capsys.readouterr().err
+
+
+def _bind_without_reuse(port: int) -> None:
+    """Bind ``port`` as a socket that does not allow reuse (the strictest claim on a port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_a_stopped_broker_keeps_its_port_refused_and_from_every_other_socket() -> None:
+    """While it is down, a broker's port refuses connections as if nothing were bound, yet no
+    other socket can take it: a client still retrying it (a failover) never meets another
+    server given that port (another test worker's broker, one in the 60 tests of ``make
+    test-quick`` met so). It listens there again on start, and lets it go when closed."""
+    with BrokerThread() as thread:
+        port = thread.port
+        for stop in (thread.kill, lambda: thread.portal.call(thread.broker.stop)):
+            stop()
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT).close()
+            with pytest.raises(OSError) as taken:
+                _bind_without_reuse(port)
+            assert taken.value.errno == errno.EADDRINUSE
+            thread.portal.call(thread.broker.start)
+            assert thread.port == port
+            socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT).close()
+    _bind_without_reuse(port)  # closed for good: the port is free again

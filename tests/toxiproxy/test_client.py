@@ -220,3 +220,28 @@ def test_item10_these_tests_run_against_the_server_TOXIPROXY_URL_names() -> None
         finally:
             server.terminate()
             server.wait(timeout=20)
+
+
+def _bind_without_reuse(port: int) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+@embedded("the embedded server holds a disabled proxy's port; the real one lets it go")
+def test_a_disabled_proxy_keeps_its_port_refused_and_from_every_other_socket(
+    client: ToxiproxyClient,
+) -> None:
+    """A client retrying a disabled proxy (a failover through it) meets a refusal, never
+    another server given the port meanwhile; deleting the proxy lets the port go."""
+    with TcpServer(lambda sock: None) as upstream:
+        port = port_of(client.create_proxy("held", upstream.address).listen)
+        client.disable("held")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        with pytest.raises(OSError, match="in use"):
+            _bind_without_reuse(port)
+        client.enable("held")
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        client.disable("held")
+        client.delete_proxy("held")
+        _bind_without_reuse(port)
