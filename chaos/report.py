@@ -20,18 +20,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from markdown_it import MarkdownIt
-from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from chaos.audit import PROMISES, AuditResult, Event, StreamSummary, Violation
 from chaos.bed import FaultRecord
 from chaos.scenarios.runner import MatrixRun
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = [
     "FAULT_MEANINGS",
@@ -350,7 +349,19 @@ def _trace_lines(run: MatrixRun, events: list[Event]) -> list[str]:
     return lines
 
 
+def _pyplot() -> ModuleType:
+    """matplotlib's pyplot on the Agg backend, imported when a report draws its plots: importing
+    this module (every ``haclient-chaos`` command does) costs ~0.6 s less."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
+
+
 def _plot_throughput(run: MatrixRun, events: list[Event], path: Path) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 3.5))
     t0 = run.started
     width = max(0.25, (run.ended - t0) / 300)  # seconds per bin: about 300 bins at most
@@ -379,6 +390,9 @@ def _counts_figure(xlabel: str, path: Path) -> Iterator[Axes]:
     """Axes for a histogram of counts, saved to ``path`` when the block ends. The count axis
     is logarithmic (the long tail is what matters) but labelled in plain numbers; an empty
     plot says "none"."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     yield ax
     if ax.has_data():

@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+# One worker: the docs and the tests are read once (cached), not once per worker.
+pytestmark = pytest.mark.xdist_group("docs-contract")
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 TESTS = ROOT / "tests"

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# One worker: the graph is read once (a cached parse of every module), not once per worker.
+pytestmark = pytest.mark.xdist_group("import-graph")
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("haclient", "failover", "haerrors", "chaos", "bench")
 
