@@ -17,7 +17,10 @@ nothing else changes.
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (its end of a socket pair made for the wait) once, with one
+rings the waiting task's *bell* (a socket pair the probe makes at its first wait and keeps
+for the next ones, one at a time, until ``close``: the thread rings a wait's bell only until
+``PortWatcher.remove`` returned, so a wait reads its own ring, and the next wait starts with
+what a cancelled one left unread drained) once, with one
 byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
 interval of its end refused (``Watched.REFUSED``: the walk lets the wait stand in for the
 attempt, ``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
@@ -395,6 +398,7 @@ class TcpProbe:
         self._watcher = watcher or _WATCHER
         self._addresses: dict[tuple[str, int], Address | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
+        self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
 
     @property
     def watches(self) -> bool:
@@ -419,24 +423,21 @@ class TcpProbe:
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
             return Watched.RAN_OUT
-        ours, theirs = socket.socketpair()  # this wait's bell, closed with it
+        if self._bell is None:
+            self._bell = _bell()
+        ours, theirs = self._bell
+        _drain(ours)  # a ring a cancelled wait left unread
+        keys = [self._watcher.add(address, wait, interval, theirs)]
         try:
-            ours.setblocking(False)
-            theirs.setblocking(False)
-            keys = [self._watcher.add(address, wait, interval, theirs)]
-            try:
-                for other in also:
-                    probed = await self._address(other)
-                    if probed is not None and probed != address:
-                        keys.append(self._watcher.add(probed, wait, interval, None))
-                await self._wait_readable(ours)
-            finally:
-                for key in keys:
-                    self._watcher.remove(key)  # then the thread no longer touches the bell
-            rung = _drain(ours)
+            for other in also:
+                probed = await self._address(other)
+                if probed is not None and probed != address:
+                    keys.append(self._watcher.add(probed, wait, interval, None))
+            await self._wait_readable(ours)
         finally:
-            ours.close()
-            theirs.close()
+            for key in keys:
+                self._watcher.remove(key)  # then the thread no longer touches the bell
+        rung = _drain(ours)  # this wait's ring: the thread rang it before remove returned
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
         return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
@@ -486,10 +487,13 @@ class TcpProbe:
         return self._addresses[key]
 
     def close(self) -> None:
-        """Drop the connects still under way."""
+        """Drop the connects still under way, and the bell of the waits."""
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
+        bell, self._bell = self._bell, None
+        for sock in bell or ():
+            sock.close()
 
 
 def _loopback(host: str) -> bool:
@@ -497,6 +501,14 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _bell() -> tuple[socket.socket, socket.socket]:
+    """A bell of the waits of one ``TcpProbe``: a socket pair, both ends non-blocking."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    return ours, theirs
 
 
 def _drain(sock: socket.socket) -> bytes:
