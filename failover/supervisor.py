@@ -422,29 +422,46 @@ class Supervisor(Generic[P]):
             self._report(m.ConnectionLost(self._clock(), link.epoch, cause))
 
     async def _work(self, steps: MemoryObjectReceiveStream[_Step]) -> None:
-        """The walk's steps, one after the other: each reports its outcome as an event."""
+        """The walk's steps, one after the other: each reports its outcome as an event. The
+        step a stood-in attempt's failure called for (fed at once) is taken at once too: a
+        pass of stood-in attempts runs in one turn of the event loop."""
         async with steps:
-            async for step in steps:
-                if isinstance(step, _Close):
-                    await close_quietly(step.connection)
-                    if step.connection in self._closing:
-                        self._closing.remove(step.connection)
-                elif isinstance(step, m.Connect):
-                    event, self._opened = await self._walker.attempt(step)
-                    if self._stopped and self._opened is not None:  # closed while it ran
-                        await close_quietly(self._opened)
-                        return
-                    if self._walker.stood_in and self._next_in_line():
-                        self._feed_at_once(event)
-                    else:
-                        self._report(event)
-                elif isinstance(step, m.UseReady):
-                    self._opened = self._standby.take_ready(step.broker)
-                    now = self._clock()
-                    ready = self._opened is not None
-                    self._report(m.Opened(now, step.broker) if ready else m.ReadyGone(now))
-                else:
-                    await self._restore(step)
+            async for first in steps:
+                step: _Step | None = first
+                while step is not None:
+                    step = await self._carry_out_step(step, steps)
+                if self._stopped:  # stop() closes what is left
+                    return
+
+    async def _carry_out_step(
+        self, step: _Step, steps: MemoryObjectReceiveStream[_Step]
+    ) -> _Step | None:
+        """Carry out ``step``; the next step when a stood-in failure was fed at once and the
+        machine queued one (else None: the next comes from the stream)."""
+        if isinstance(step, _Close):
+            await close_quietly(step.connection)
+            if step.connection in self._closing:
+                self._closing.remove(step.connection)
+        elif isinstance(step, m.Connect):
+            event, self._opened = await self._walker.attempt(step)
+            if self._stopped and self._opened is not None:  # closed while it ran
+                await close_quietly(self._opened)
+                return None
+            if self._walker.stood_in and self._next_in_line():
+                self._feed_at_once(event)
+                try:
+                    return steps.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    return None
+            self._report(event)
+        elif isinstance(step, m.UseReady):
+            self._opened = self._standby.take_ready(step.broker)
+            now = self._clock()
+            ready = self._opened is not None
+            self._report(m.Opened(now, step.broker) if ready else m.ReadyGone(now))
+        else:
+            await self._restore(step)
+        return None
 
     def _next_in_line(self) -> bool:
         """Whether an event reported now would be the next the loop of ``run`` feeds: no
