@@ -399,6 +399,7 @@ class TcpProbe:
         self._addresses: dict[tuple[str, int], Address | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
         self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
+        self._unread = False  # a wait on the bell ended before it read its ring
 
     @property
     def watches(self) -> bool:
@@ -426,7 +427,9 @@ class TcpProbe:
         if self._bell is None:
             self._bell = _bell()
         ours, theirs = self._bell
-        _drain(ours)  # a ring a cancelled wait left unread
+        if self._unread:
+            _drain(ours)  # a ring the last wait, interrupted, left unread
+        self._unread = True
         keys = [self._watcher.add(address, wait, interval, theirs)]
         try:
             for other in also:
@@ -437,7 +440,11 @@ class TcpProbe:
         finally:
             for key in keys:
                 self._watcher.remove(key)  # then the thread no longer touches the bell
-        rung = _drain(ours)  # this wait's ring: the thread rang it before remove returned
+        self._unread = False
+        try:  # this wait's one ring (it woke us): the thread rang it before remove returned
+            rung = ours.recv(64)
+        except (BlockingIOError, InterruptedError):  # woken without it: the safe side
+            rung = b""
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
         return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
