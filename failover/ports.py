@@ -61,6 +61,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -385,7 +386,8 @@ class TcpProbe:
     whether it was accepted (see the module docstring). One per failover: a host name is
     resolved once, with ``resolve`` (None: a name is not probed; the wait runs its course).
     Given ``wait_readable``, ``watch`` hands its waits to ``watcher`` (default: the process's),
-    one at a time. ``close()`` drops a connect still under way."""
+    one at a time, on one bell (made at the first). ``close()`` drops a connect still under way
+    and the bell; a probe dropped without it closes its bell when collected."""
 
     def __init__(
         self,
@@ -400,6 +402,7 @@ class TcpProbe:
         self._pending: dict[tuple[str, int], socket.socket] = {}
         self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
         self._unread = False  # a wait on the bell ended before it read its ring
+        self._bell_closer: Callable[[], object] = _nothing
 
     @property
     def watches(self) -> bool:
@@ -426,6 +429,9 @@ class TcpProbe:
             return Watched.RAN_OUT
         if self._bell is None:
             self._bell = _bell()
+            # closed by close(), or with the probe should a walk be dropped without it (the
+            # finalizer holds the sockets: never collected open, so no ResourceWarning)
+            self._bell_closer = weakref.finalize(self, _close_bell, self._bell)
         ours, theirs = self._bell
         if self._unread:
             _drain(ours)  # a ring the last wait, interrupted, left unread
@@ -498,9 +504,8 @@ class TcpProbe:
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
-        bell, self._bell = self._bell, None
-        for sock in bell or ():
-            sock.close()
+        self._bell = None
+        self._bell_closer()
 
 
 def _loopback(host: str) -> bool:
@@ -508,6 +513,15 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _nothing() -> None:
+    pass
+
+
+def _close_bell(bell: tuple[socket.socket, socket.socket]) -> None:
+    for sock in bell:
+        sock.close()
 
 
 def _bell() -> tuple[socket.socket, socket.socket]:

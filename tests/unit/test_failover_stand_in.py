@@ -5,6 +5,7 @@ during the wait still gets a real attempt at once."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import time
@@ -291,7 +292,7 @@ async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the
 ) -> None:
     """A ``TcpProbe`` makes one socket pair for all its waits; a wait interrupted after its
     port accepted, before it read its ring, does not end the next wait early."""
-    made: list[object] = []
+    made: list[tuple[socket.socket, socket.socket]] = []
     socketpair = socket.socketpair
 
     def counting() -> tuple[socket.socket, socket.socket]:
@@ -329,3 +330,27 @@ async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the
                 cut.close()
         finally:
             probe.close()
+    assert all(sock.fileno() == -1 for pair in made for sock in pair)
+
+
+async def test_F5_a_probe_dropped_without_close_closes_its_bell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A walk dropped without its end (a task collected mid-walk) leaves no bell open, and
+    none to the collector's ResourceWarning."""
+    made: list[tuple[socket.socket, socket.socket]] = []
+    socketpair = socket.socketpair
+
+    def counting() -> tuple[socket.socket, socket.socket]:
+        pair = socketpair()
+        made.append(pair)
+        return pair
+
+    monkeypatch.setattr(socket, "socketpair", counting)
+    with _closed_port() as a_sock, anyio.fail_after(HANG):
+        probe = TcpProbe(None, anyio.wait_readable, _lenient())
+        got = await probe.watch(_broker(a_sock), 0.03, interval=0.005, sleep=anyio.sleep)
+        assert got is Watched.REFUSED
+        del probe
+        gc.collect()
+    assert len(made) == 1 and all(sock.fileno() == -1 for sock in made[0])
