@@ -14,6 +14,12 @@ what came of it as the machine's next event on the same stream, calling nobody b
 - the ready connections (``failover.standby``): the spare, the probe of the preferred brokers;
 - one watcher per connection in use: its end is ``ConnectionLost``.
 
+One shortcut: an attempt a watched wait stood in for (F5, ``failover.walk``: no connect made)
+is fed to the machine on the walk's own step, when its failure would be the next event anyway
+(nothing queued before it, the loop waiting), and the step it calls for is taken at once: the
+same actions in the same order, without two task switches per attempt, so that a pass of
+stood-in attempts runs without going back to the event loop (bench/README.md, issue 39 item 14).
+
 What the application reports (``report_lost``, a learned broker list) and ``stop`` feed the
 machine at once, on the caller's step: the gate closes in the very step a loss is noticed. The
 supervisor holds only what carrying out needs: the connection in use (a ``Link``), a connection
@@ -424,7 +430,7 @@ class Supervisor(Generic[P]):
     async def _work(self, steps: MemoryObjectReceiveStream[_Step]) -> None:
         """The walk's steps, one after the other: each reports its outcome as an event. The
         step a stood-in attempt's failure called for (fed at once) is taken at once too: a
-        pass of stood-in attempts runs in one turn of the event loop."""
+        pass of stood-in attempts runs without going back to the event loop."""
         async with steps:
             async for first in steps:
                 step: _Step | None = first
