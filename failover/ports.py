@@ -83,8 +83,8 @@ __all__ = [
 PortProbe = Callable[[BrokerURL], Awaitable[bool]]
 #: Resolves a host name as ``getaddrinfo`` does (``anyio.getaddrinfo``'s signature, for TCP).
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, Any, Any, Any, Any]]]]
-#: Waits until a socket has bytes to read (``anyio.wait_readable``).
-WaitReadable = Callable[[socket.socket], Awaitable[None]]
+#: Waits until a socket, given by its file descriptor, has bytes to read (``anyio.wait_readable``).
+WaitReadable = Callable[[int], Awaitable[None]]
 #: A TCP address to probe: the socket family and ``(host, port)``.
 Address = tuple[int, tuple[str, int]]
 
@@ -442,7 +442,7 @@ class TcpProbe:
                 probed = await self._address(other)
                 if probed is not None and probed != address:
                     keys.append(self._watcher.add(probed, wait, interval, None))
-            await self._wait_readable(ours)
+            await self._wait_readable(ours.fileno())  # a number: the selector's fast path
         finally:
             for key in keys:
                 self._watcher.remove(key)  # then the thread no longer touches the bell

@@ -303,8 +303,8 @@ async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the
     class Interrupted(Exception):
         pass
 
-    async def rung_then_interrupted(sock: socket.socket) -> None:
-        await anyio.wait_readable(sock)
+    async def rung_then_interrupted(fd: int) -> None:
+        await anyio.wait_readable(fd)
         raise Interrupted
 
     monkeypatch.setattr(socket, "socketpair", counting)
