@@ -29,6 +29,11 @@ The *cost* of a variant is its median less the median of ``off`` (what the watch
 attempts); its *total*, its median less the median of ``idle`` (what the failover costs while
 both ports refuse: attempts and watch). The machine's other work
 shows in every variant alike; run several rounds.
+
+A second table splits each variant by thread: the event loop's (``time.thread_time`` of this,
+the loop's, thread), the port watch's (its ``/proc/self/task/TID/schedstat``, nanoseconds),
+the attempts the connection counted in the window (``connection_attempts``) and the event
+loop's CPU per attempt.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -86,8 +93,40 @@ def _variant(name: str) -> Iterator[None]:
         setattr(failover.walk.Walker, "_refuses", _REFUSES)  # noqa: B010
 
 
-async def measure(variant: str, work_dir: Path, window: float) -> float:
-    """This process's CPU, in % of one CPU, over ``window`` s while both brokers refuse."""
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One run of a variant: CPU in % of one CPU over the window, and the attempts' rate."""
+
+    process: float  # every thread of this process
+    loop: float  # the event loop's thread
+    watch: float  # the port watch's thread (0: it did not run)
+    rate: float  # connection attempts counted in the window, per second
+
+    @property
+    def per_attempt_us(self) -> float | None:
+        """The event loop's CPU per attempt, microseconds (None: no attempt)."""
+        return None if not self.rate else self.loop * 1e4 / self.rate
+
+
+def _watch_cpu() -> float:
+    """CPU seconds the port watch's thread has used so far (0: it does not run)."""
+    for thread in threading.enumerate():
+        if thread.name == "haclient-port-watch" and thread.native_id is not None:
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+                    return int(stat.read().split()[0]) / 1e9
+            except OSError:
+                return 0.0
+    return 0.0
+
+
+def _attempts(conn: aio.Connection) -> int:
+    return sum(conn.statistics().connection_attempts.values())
+
+
+async def measure(variant: str, work_dir: Path, window: float) -> Sample:
+    """This process's CPU, in % of one CPU, over ``window`` s while both brokers refuse, and
+    its split (see the module docstring)."""
     broker = BrokerProcess(f"cost-{variant.replace('@', '-')}", work_dir, store=False)
     await anyio.to_thread.run_sync(broker.start)
     try:
@@ -101,19 +140,22 @@ async def measure(variant: str, work_dir: Path, window: float) -> float:
                     broker.proc.kill()
                     broker.proc.wait()
                 await anyio.sleep(_SETTLE)
-                cpu, wall = time.process_time(), time.monotonic()
+                made, watch = _attempts(conn), _watch_cpu()
+                cpu, loop, wall = time.process_time(), time.thread_time(), time.monotonic()
                 await anyio.sleep(window)
-                cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+                cpu, loop = time.process_time() - cpu, time.thread_time() - loop
+                wall = time.monotonic() - wall
+                watch, made = max(_watch_cpu() - watch, 0.0), _attempts(conn) - made
             finally:
                 with anyio.move_on_after(10, shield=True):
                     await conn.close()
     finally:
         broker.stop()
-    return 100.0 * cpu / wall
+    return Sample(100.0 * cpu / wall, 100.0 * loop / wall, 100.0 * watch / wall, made / wall)
 
 
-async def _run(rounds: int, window: float, variants: Sequence[str]) -> dict[str, list[float]]:
-    got: dict[str, list[float]] = {name: [] for name in variants}
+async def _run(rounds: int, window: float, variants: Sequence[str]) -> dict[str, list[Sample]]:
+    got: dict[str, list[Sample]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="bench-probe-cost-") as tmp:
         for index in range(rounds):
             order = [*variants[index % len(variants) :], *variants[: index % len(variants)]]
@@ -121,7 +163,7 @@ async def _run(rounds: int, window: float, variants: Sequence[str]) -> dict[str,
                 got[name].append(await measure(name, Path(tmp), window))
             print(
                 f"round {index + 1}: "
-                + ", ".join(f"{name} {got[name][-1]:.2f} %" for name in variants),
+                + ", ".join(f"{name} {got[name][-1].process:.2f} %" for name in variants),
                 flush=True,
             )
     return got
@@ -141,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"variants among {VARIANTS}, rounds >= 1, window > 0")
     info = machine_info()
     print(f"{info['date_utc']}, {info['cpus']} CPUs ({info['cpu_model']}), window {args.window} s")
-    got = anyio.run(_run, args.rounds, args.window, variants)
+    samples = anyio.run(_run, args.rounds, args.window, variants)
+    got = {name: [sample.process for sample in runs] for name, runs in samples.items()}
     base = statistics.median(got["off"]) if "off" in got else None
     idle = statistics.median(got["idle"]) if "idle" in got else None
     print(
@@ -156,7 +199,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {name} | {median:.2f} % | {min(values):.2f} | {max(values):.2f} | {cost} "
             f"| {total} |"
         )
+    _print_split(samples)
     return 0
+
+
+def _print_split(samples: dict[str, list[Sample]]) -> None:
+    """The by-thread table (medians over the rounds)."""
+    print(
+        "\n| variant | event loop | watch thread | attempts/s | event loop per attempt |"
+        "\n|---|---|---|---|---|"
+    )
+    for name, runs in samples.items():
+        loop = statistics.median(sample.loop for sample in runs)
+        watch = statistics.median(sample.watch for sample in runs)
+        rate = statistics.median(sample.rate for sample in runs)
+        costs = [cost for sample in runs if (cost := sample.per_attempt_us) is not None]
+        each = f"{statistics.median(costs):.0f} us" if costs else "-"
+        print(f"| {name} | {loop:.2f} % | {watch:.2f} % | {rate:.0f} | {each} |")
 
 
 if __name__ == "__main__":

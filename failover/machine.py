@@ -374,7 +374,8 @@ class FailoverMachine:
         if walk is None or self.pending not in (Pending.ATTEMPT, Pending.READY):
             return []
         error = event.error
-        self.failure = self.failures[str(event.broker)] = error
+        key = str(event.broker)  # once: a broker's text costs more than the rest of a step
+        self.failure = self.failures[key] = error
         if self.pending is Pending.READY:  # the ready connection failed: as a loss in restore
             walk.failed = walk.last = error
             self.pending = Pending.NOTHING
@@ -392,7 +393,8 @@ class FailoverMachine:
             walk.counted += 1
             every = self.policy.warn_after_attempts
             due = every > 0 and walk.counted % every == 0
-        key = str(attempt.broker)
+        if attempt.broker is not event.broker:
+            key = str(attempt.broker)
         refused = is_refusal(error, retriable=self._retriable(error))
         warn = due or (refused and key not in walk.refusals)
         actions: list[Action] = [

@@ -17,7 +17,10 @@ nothing else changes.
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (its end of a socket pair made for the wait) once, with one
+rings the waiting task's *bell* (a socket pair the probe makes at its first wait and keeps
+for the next ones, one at a time, until ``close``: the thread rings a wait's bell only until
+``PortWatcher.remove`` returned, so a wait reads its own ring, and the next wait starts with
+what a cancelled one left unread drained) once, with one
 byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
 interval of its end refused (``Watched.REFUSED``: the walk lets the wait stand in for the
 attempt, ``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
@@ -58,6 +61,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +83,8 @@ __all__ = [
 PortProbe = Callable[[BrokerURL], Awaitable[bool]]
 #: Resolves a host name as ``getaddrinfo`` does (``anyio.getaddrinfo``'s signature, for TCP).
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, Any, Any, Any, Any]]]]
-#: Waits until a socket has bytes to read (``anyio.wait_readable``).
-WaitReadable = Callable[[socket.socket], Awaitable[None]]
+#: Waits until a socket, given by its file descriptor, has bytes to read (``anyio.wait_readable``).
+WaitReadable = Callable[[int], Awaitable[None]]
 #: A TCP address to probe: the socket family and ``(host, port)``.
 Address = tuple[int, tuple[str, int]]
 
@@ -382,7 +386,8 @@ class TcpProbe:
     whether it was accepted (see the module docstring). One per failover: a host name is
     resolved once, with ``resolve`` (None: a name is not probed; the wait runs its course).
     Given ``wait_readable``, ``watch`` hands its waits to ``watcher`` (default: the process's),
-    one at a time. ``close()`` drops a connect still under way."""
+    one at a time, on one bell (made at the first). ``close()`` drops a connect still under way
+    and the bell; a probe dropped without it closes its bell when collected."""
 
     def __init__(
         self,
@@ -395,6 +400,9 @@ class TcpProbe:
         self._watcher = watcher or _WATCHER
         self._addresses: dict[tuple[str, int], Address | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
+        self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
+        self._unread = False  # a wait on the bell ended before it read its ring
+        self._bell_closer: Callable[[], object] = _nothing
 
     @property
     def watches(self) -> bool:
@@ -419,24 +427,30 @@ class TcpProbe:
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
             return Watched.RAN_OUT
-        ours, theirs = socket.socketpair()  # this wait's bell, closed with it
+        if self._bell is None:
+            self._bell = _bell()
+            # closed by close(), or with the probe should a walk be dropped without it (the
+            # finalizer holds the sockets: never collected open, so no ResourceWarning)
+            self._bell_closer = weakref.finalize(self, _close_bell, self._bell)
+        ours, theirs = self._bell
+        if self._unread:
+            _drain(ours)  # a ring the last wait, interrupted, left unread
+        self._unread = True
+        keys = [self._watcher.add(address, wait, interval, theirs)]
         try:
-            ours.setblocking(False)
-            theirs.setblocking(False)
-            keys = [self._watcher.add(address, wait, interval, theirs)]
-            try:
-                for other in also:
-                    probed = await self._address(other)
-                    if probed is not None and probed != address:
-                        keys.append(self._watcher.add(probed, wait, interval, None))
-                await self._wait_readable(ours)
-            finally:
-                for key in keys:
-                    self._watcher.remove(key)  # then the thread no longer touches the bell
-            rung = _drain(ours)
+            for other in also:
+                probed = await self._address(other)
+                if probed is not None and probed != address:
+                    keys.append(self._watcher.add(probed, wait, interval, None))
+            await self._wait_readable(ours.fileno())  # a number: the selector's fast path
         finally:
-            ours.close()
-            theirs.close()
+            for key in keys:
+                self._watcher.remove(key)  # then the thread no longer touches the bell
+        self._unread = False
+        try:  # this wait's one ring (it woke us): the thread rang it before remove returned
+            rung = ours.recv(64)
+        except (BlockingIOError, InterruptedError):  # woken without it: the safe side
+            rung = b""
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
         return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
@@ -486,10 +500,12 @@ class TcpProbe:
         return self._addresses[key]
 
     def close(self) -> None:
-        """Drop the connects still under way."""
+        """Drop the connects still under way, and the bell of the waits."""
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
+        self._bell = None
+        self._bell_closer()
 
 
 def _loopback(host: str) -> bool:
@@ -497,6 +513,23 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _nothing() -> None:
+    pass
+
+
+def _close_bell(bell: tuple[socket.socket, socket.socket]) -> None:
+    for sock in bell:
+        sock.close()
+
+
+def _bell() -> tuple[socket.socket, socket.socket]:
+    """A bell of the waits of one ``TcpProbe``: a socket pair, both ends non-blocking."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    return ours, theirs
 
 
 def _drain(sock: socket.socket) -> bytes:

@@ -219,6 +219,9 @@ class ReconnectPlan:
         self._not_ready_since: dict[int, float] = {}  # broker index -> its first drop
         self._port_watch = PORT_WATCH if wait is None else None  # only the policy's own wait
         self._refused: set[int] = set()  # broker indices whose last attempt's port refused
+        self._noted: tuple[int | None, BaseException | None] = (None, None)  # _note_not_ready's
+        # Only a wait or stop given to the manager may read the retry state's outcome.
+        self._outcome = wait is not None or stop is not None
         # The first connect's retry of a broker starting up: only with the policy's own stop.
         self._startup_patience = startup_patience if startup and stop is None else 0.0
 
@@ -275,7 +278,7 @@ class ReconnectPlan:
         index = next(self._cycle, None)
         if index is None:
             return None
-        state = self.retry_state(now, failure, 0.0)
+        state = self.retry_state(now, failure, 0.0, outcome=self._outcome)
         # A refusal was an answer, not a broker on its way back: another broker goes at once.
         at_once = refused and index != self._last
         delay = 0.0 if at_once else max(0.0, float(self._wait(state)))
@@ -329,8 +332,9 @@ class ReconnectPlan:
     def _note_not_ready(self, now: float, failure: BaseException | None) -> None:
         """Remember when the broker of the last attempt first dropped it before answering (and
         forget it once it failed otherwise), and whether its port refused the connection."""
-        if self._last is None or failure is None:
-            return
+        if self._last is None or failure is None or self._noted == (self._last, failure):
+            return  # nothing to note, or noted already (``starting_up`` then ``next``)
+        self._noted = (self._last, failure)
         if tcp_refused(failure):
             self._refused.add(self._last)
         else:
@@ -351,17 +355,18 @@ class ReconnectPlan:
         return min(delay, quick.delay + quick.jitter * self._rng.random())
 
     def retry_state(
-        self, now: float, failure: BaseException | None, upcoming: float
+        self, now: float, failure: BaseException | None, upcoming: float, *, outcome: bool = True
     ) -> RetryCallState:
-        """The retry state of this plan at ``now`` (of the caller's clock) after ``failure``."""
+        """The retry state of this plan at ``now`` (of the caller's clock) after ``failure``
+        (in ``outcome``, unless told not to: the policy's own wait and stop never read it)."""
         state = RetryCallState(self._retrying, None, (), {})
         state.attempt_number = self._made
         state.start_time = self._began
         state.idle_for = self._slept
         state.upcoming_sleep = upcoming
-        if failure is not None:
-            outcome = tenacity.Future(self._made)
-            outcome.set_exception(failure)
-            state.outcome = outcome
+        if failure is not None and outcome:
+            future = tenacity.Future(self._made)
+            future.set_exception(failure)
+            state.outcome = future
         state.outcome_timestamp = now
         return state

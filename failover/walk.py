@@ -80,6 +80,7 @@ class Walker(Generic[P]):
         # broker -> the error of its last attempt made, when that was a refused TCP connection
         self._refused: dict[BrokerURL, Exception] = {}
         self._interval: float | None = None  # of this walk's last watched wait
+        self.stood_in = False  # whether the last attempt was stood in for (no connect made)
 
     async def attempt(self, action: Connect) -> tuple[Opened | AttemptFailed, P | None]:
         """Wait ``action``'s delay, then connect: ``Opened`` and the connection, or
@@ -89,7 +90,9 @@ class Walker(Generic[P]):
         broker = attempt.broker
         watched = await self._wait(action) if attempt.delay > 0 else Watched.RAN_OUT
         refused = self._refused.get(broker)
-        if refused is not None and await self._refuses(broker, watched):
+        self.stood_in = refused is not None and await self._refuses(broker, watched)
+        if self.stood_in:
+            assert refused is not None
             _log.debug(
                 "the port of %s refused through the wait: attempt %d stands as refused",
                 broker,

@@ -5,6 +5,7 @@ during the wait still gets a real attempt at once."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import time
@@ -15,11 +16,13 @@ import anyio
 import pytest
 
 import failover.schedule
+import failover.supervisor
+from failover import machine as m
 from failover.errors import ConnectionFailedError
 from failover.events import AttemptFailed, Connect, Opened
 from failover.manager import ConnectionManager
 from failover.policy import Attempt, FailoverPolicy
-from failover.ports import PortWatch, PortWatcher, TcpProbe, tcp_refused
+from failover.ports import PortWatch, PortWatcher, TcpProbe, Watched, tcp_refused
 from failover.url import BrokerURL
 from failover.walk import StandIn, Walker
 
@@ -213,3 +216,141 @@ async def test_F5_F4_stood_in_attempts_count_and_give_up_as_refused_ones() -> No
     assert [line.split(":", 1)[0].split(" to ")[0] for line in records] == [
         line.split(":", 1)[0].split(" to ")[0] for line in plain_records
     ]
+
+
+async def test_F5_F4_stood_in_attempts_log_and_warn_as_refused_ones() -> None:
+    """Every record of the attempts, level included (a warning every ``warn_after_attempts``
+    failures), is the same whether the attempts were stood in for or made; the same count,
+    the same give-up."""
+
+    async def levels(watch: PortWatch | None) -> tuple[int, list[tuple[int, str]]]:
+        records: list[tuple[int, str]] = []
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.msg.startswith(("attempt %d to connect", "could not connect")):
+                    records.append((record.levelno, record.getMessage().split(":", 1)[0]))
+
+        log = logging.getLogger("haclient.failover")
+        handler, level = Keep(), log.level
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        saved = failover.schedule.PORT_WATCH
+        failover.schedule.PORT_WATCH = watch
+        try:
+            with ExitStack() as stack, anyio.fail_after(HANG):
+                brokers = [_broker(stack.enter_context(_closed_port())) for _ in range(2)]
+                policy = FailoverPolicy(startup_cyclecount=6, jitter=0.0, warn_after_attempts=3)
+                watcher = _lenient()
+                manager = ConnectionManager(
+                    StandIn(_Tcp(), lambda _: None),
+                    brokers,
+                    policy,
+                    port_probe=lambda: TcpProbe(None, anyio.wait_readable, watcher),
+                )
+                async with manager:
+                    with pytest.raises(ConnectionFailedError):
+                        await manager.start()
+                made = manager.statistics().attempts
+        finally:
+            failover.schedule.PORT_WATCH = saved
+            log.removeHandler(handler)
+            log.setLevel(level)
+        return made, records
+
+    made, records = await levels(PortWatch())
+    plain_made, plain_records = await levels(None)
+    assert made == plain_made == 12
+    assert [lv for lv, _ in records].count(logging.WARNING) == 12 // 3
+    normal = [(lv, text.split(" to ")[0]) for lv, text in records]
+    assert normal == [(lv, text.split(" to ")[0]) for lv, text in plain_records]
+
+
+async def test_F5_a_pass_of_stood_in_attempts_is_fed_on_the_walks_own_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stood-in attempt's failure goes to the machine on the walk's step, not through the
+    supervisor's stream of events (two task switches an attempt, most of what it cost the
+    event loop); the attempts that connected go through the stream as before."""
+    reported: list[object] = []
+    report = failover.supervisor.Supervisor._report
+
+    def recording(self: failover.supervisor.Supervisor[_Conn], event: m.Event) -> None:
+        reported.append(event)
+        report(self, event)
+
+    monkeypatch.setattr(failover.supervisor.Supervisor, "_report", recording)
+    made, connector, _ = await _give_up(PortWatch(), cycles=4)
+    failed = [event for event in reported if isinstance(event, AttemptFailed)]
+    assert connector.stood_in and len(connector.calls) + len(connector.stood_in) == made
+    # the connects' failures, and the last one, which gave up, again to wake the loop
+    assert len(failed) == len(connector.calls) + 1
+
+
+async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the_next_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``TcpProbe`` makes one socket pair for all its waits; a wait interrupted after its
+    port accepted, before it read its ring, does not end the next wait early."""
+    made: list[tuple[socket.socket, socket.socket]] = []
+    socketpair = socket.socketpair
+
+    def counting() -> tuple[socket.socket, socket.socket]:
+        pair = socketpair()
+        made.append(pair)
+        return pair
+
+    class Interrupted(Exception):
+        pass
+
+    async def rung_then_interrupted(fd: int) -> None:
+        await anyio.wait_readable(fd)
+        raise Interrupted
+
+    monkeypatch.setattr(socket, "socketpair", counting)
+    watcher = _lenient()
+    with _closed_port() as a_sock, _closed_port() as b_sock, anyio.fail_after(HANG):
+        a, b = _broker(a_sock), _broker(b_sock)
+        probe = TcpProbe(None, anyio.wait_readable, watcher)
+        try:
+            for _ in range(3):
+                got = await probe.watch(a, 0.03, interval=0.005, sleep=anyio.sleep)
+                assert got is Watched.REFUSED
+            assert len(made) == 1
+            a_sock.listen()
+            cut = TcpProbe(None, rung_then_interrupted, watcher)
+            try:
+                with pytest.raises(Interrupted):
+                    await cut.watch(a, 10.0, interval=0.005, sleep=anyio.sleep)
+                cut._wait_readable = anyio.wait_readable
+                started = time.monotonic()
+                got = await cut.watch(b, 0.05, interval=0.005, sleep=anyio.sleep)
+                assert got is Watched.REFUSED and time.monotonic() - started >= 0.04
+            finally:
+                cut.close()
+        finally:
+            probe.close()
+    assert all(sock.fileno() == -1 for pair in made for sock in pair)
+
+
+async def test_F5_a_probe_dropped_without_close_closes_its_bell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A walk dropped without its end (a task collected mid-walk) leaves no bell open, and
+    none to the collector's ResourceWarning."""
+    made: list[tuple[socket.socket, socket.socket]] = []
+    socketpair = socket.socketpair
+
+    def counting() -> tuple[socket.socket, socket.socket]:
+        pair = socketpair()
+        made.append(pair)
+        return pair
+
+    monkeypatch.setattr(socket, "socketpair", counting)
+    with _closed_port() as a_sock, anyio.fail_after(HANG):
+        probe = TcpProbe(None, anyio.wait_readable, _lenient())
+        got = await probe.watch(_broker(a_sock), 0.03, interval=0.005, sleep=anyio.sleep)
+        assert got is Watched.REFUSED
+        del probe
+        gc.collect()
+    assert len(made) == 1 and all(sock.fileno() == -1 for sock in made[0])
