@@ -207,7 +207,9 @@ class Lane:
             task = asyncio.current_task()
             if not self._cancels or task is None or task.uncancel() > 0:
                 raise  # the connection's: it is going away
-            self._cancels = 0  # ours alone: the caller let go of it
+            self._cancels = 0  # ours alone: the caller let go of it, or a close dropped it
+            if not (self._queue and self._queue[0] is request):
+                return  # dropped: ``drop_all`` gave its outcome (once: C9)
         except Exception as exc:
             error = exc
         finally:
