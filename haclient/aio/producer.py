@@ -35,6 +35,7 @@ import anyio
 from failover.manager import RestoreOrder
 from haclient.aio.checks import ensure_open
 from haclient.aio.gate import Connected, deadline_after
+from haclient.aio.in_flight import InFlight
 from haclient.aio.termini import producer_target
 from haclient.aio.transaction import BufferedSend
 from haclient.amqp.endpoints import Delivery, Sender
@@ -356,6 +357,83 @@ class MessageProducer:
         if self._pipelined_at_once(destination, encoded):
             return
         await self._send_until_done(destination, encoded, wait=None, deadline=deadline)
+
+    def send_encoded_then(
+        self,
+        encoded: Encoded,
+        deadline: float,
+        completed: Callable[[BaseException | None], None],
+    ) -> InFlight | None:
+        """``send_encoded`` of a message that waits for the broker's outcome, without a task
+        when nothing has to be waited for first (connected, an attached link with credit, no
+        transaction, no earlier refusal to raise first, not traced): it is transferred now,
+        and ``completed(error)`` is called once, on the loop, from the event-loop turn that
+        brings its outcome (None: accepted; else the refusal). When the connection is lost
+        first, the general path takes it over from where it is (re-sent with the same id on
+        the next connection, F11, waiting at the gate until ``deadline``, F4) and
+        ``completed`` gets that path's outcome (``haclient.aio.in_flight``). The returned
+        ``InFlight``'s ``cancel()`` lets go of it (``completed`` is then not called).
+
+        Returns:
+            None, nothing done, when any of that does not hold: then ``send_encoded``.
+        """
+        if (
+            self._closed
+            or self._unconfirmed
+            or self._failure is not None
+            or self._context.transaction is not None
+            or self._context.tracing is not None
+            or not self._waits(encoded.delivery_mode)
+        ):
+            return None
+        at = self._context.gate.connected_nowait()
+        if at is None or not at.physical.is_open:
+            return None
+        link = self._attached_link(at, self._link_key(at, encoded.destination))
+        if link is None or link.credit <= 0 or encoded.terms.epoch != at.epoch:
+            return None
+        try:
+            self._check_open()
+        except HAClientError:
+            return None
+        delivery = self._booked(
+            at.amqp.send_nowait(link, encoded.payload, wake_writer=False), encoded
+        )
+        in_flight = InFlight(
+            at,
+            delivery,
+            completed,
+            unconfirmed=self._unconfirmed,
+            check=lambda outcome: self._check_outcome(outcome, encoded),
+            resume=lambda error: self._resume_send(at, encoded, delivery, deadline, error),
+            spawn=self._context.start_soon,
+        )
+        if not at.amqp.when_settled(delivery, in_flight.settled):  # cannot be: just sent
+            in_flight.settled(delivery.remote_outcome, None)
+        return in_flight
+
+    async def _resume_send(
+        self,
+        at: Connected,
+        encoded: Encoded,
+        delivery: Delivery,
+        deadline: float,
+        error: BaseException,
+    ) -> None:
+        """An ``InFlight`` send from its failed wait: what ``_send_until_done``'s attempt does
+        after that wait raised (``gate.run``): the loss of the connection re-sends it, same id,
+        on the next one (F11), within ``deadline`` at the gate (F4); any other error is the
+        send's."""
+        if not isinstance(error, HAClientError) or not self._context.gate.lost(at, error):
+            raise error
+        await self._send_until_done(
+            encoded.destination,
+            encoded,
+            wait=True,
+            in_transaction=False,
+            sent=(at, delivery),
+            deadline=deadline,
+        )
 
     @property
     def traced(self) -> bool:

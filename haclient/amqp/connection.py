@@ -91,16 +91,18 @@ class _Slot:
     """One awaited answer: set once with a value or an error.
 
     The event is made only when someone actually waits: most pipelined deliveries are settled
-    before anybody asks, and an ``anyio.Event`` per message is measurable.
+    before anybody asks, and an ``anyio.Event`` per message is measurable. ``then``, when set,
+    is called once with the answer (value, error) as it is set (``when_settled``).
     """
 
-    __slots__ = ("_event", "done", "error", "value")
+    __slots__ = ("_event", "done", "error", "then", "value")
 
     def __init__(self) -> None:
         self._event: anyio.Event | None = None
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
+        self.then: Callable[[Any, BaseException | None], None] | None = None
 
     def set(self, value: Any = None) -> None:
         if not self.done:
@@ -116,6 +118,13 @@ class _Slot:
         self.done = True
         if self._event is not None:
             self._event.set()
+        then, self.then = self.then, None
+        if then is not None:
+            error = self.error
+            try:
+                then(self.value, None if error is None else _fresh(error))
+            except Exception:  # the event handler goes on: the others' answers
+                log.exception("a settlement callback raised")
 
     async def wait(self) -> Any:
         if not self.done:
@@ -517,6 +526,34 @@ class AmqpConnection:
         if not slot.done:
             self._write_before_waiting()
         return await slot.wait()  # type: ignore[no-any-return]
+
+    def when_settled(
+        self, delivery: Delivery, then: Callable[[Outcome | None, BaseException | None], None]
+    ) -> bool:
+        """``wait_settled`` without a task: ``then(outcome, None)`` once the peer settled
+        ``delivery``, or ``then(None, error)`` once waiting for that fails (its link or this
+        connection ended: the error ``wait_settled`` would raise). It is called from the event
+        handler of the loop turn that learns it, so nobody resumes a turn later: one event-loop
+        turn fewer than awaiting. What is queued is written first, as ``wait_settled`` writes
+        it. ``then`` runs inside the event handler: it must not block, and must not raise (an
+        exception is logged). ``forget_when_settled`` takes it back.
+
+        Returns:
+            False, nothing registered, when no outcome is awaited for ``delivery`` (it was
+            sent settled, or its outcome came already: ``delivery.remote_outcome``).
+        """
+        slot = self._outcomes.get(delivery)
+        if slot is None or slot.done:
+            return False
+        slot.then = then
+        self._write_before_waiting()
+        return True
+
+    def forget_when_settled(self, delivery: Delivery) -> None:
+        """Take back ``when_settled``'s callback for ``delivery``: it will not be called."""
+        slot = self._outcomes.get(delivery)
+        if slot is not None:
+            slot.then = None
 
     async def send(
         self, sender: Sender, payload: bytes, *, state: Outcome | None = None

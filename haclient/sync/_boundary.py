@@ -9,10 +9,10 @@ destination ...), its deadline, and where its outcome goes (a ``Reply`` the call
 or none). It never carries a function, a coroutine, or the application's objects.
 
 The boundary is a queue and a doorbell. ``put`` appends to the queue; the first request into an
-idle queue rings the loop thread's doorbell (``_runtime.Doorbell``: one byte written to a
-socket the loop watches), and the loop takes every request queued by then in one batch
-(``take_all``) and carries them out in order (``haclient.sync._served``, the loop's half). A
-burst of sends thus costs the loop one wake-up, not one per send.
+idle queue rings the loop thread's doorbell (``_runtime.Doorbell``: an eventfd, or a socket
+pair where there is none, that the loop watches), and the loop takes every request queued by
+then in one batch (``take_all``) and carries them out in order (``haclient.sync._served``, the
+loop's half). A burst of sends thus costs the loop one wake-up, not one per send.
 
 The loop gives a request's outcome to its ``Reply``: a value or an error, then releases the lock
 the caller waits on. What comes back is a value too: a handle, a frozen record of facts, a

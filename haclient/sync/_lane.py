@@ -5,9 +5,14 @@ producer). Each ``SEND`` request taken from the connection's boundary comes here
 message encoded in its caller's thread (``haclient.outgoing.Encoded``), its deadline and where
 its outcome goes. While nothing waits before it, a send goes to the async producer's pipelined
 path at once (``send_encoded_nowait``), inside the drain of the boundary's batch: no task, no
-further wake-up. The first that cannot (it waits for its outcome, a transaction, credit, or a
-connection) starts the lane's task, which sends it the general way (``send_encoded``, bounded
-by its deadline at the gate, F4) and the ones queued behind it in order.
+further wake-up. A send whose caller waits for its outcome (PERSISTENT ...) goes at once too
+when nothing has to be waited for first (``send_encoded_then``: connected, a link with credit,
+no transaction): its outcome goes to its ``Reply`` from the loop turn the broker's settlement
+arrives in, with no task to resume a turn later; a loss of the connection before that hands
+it to the general path (``haclient.aio.in_flight``), and sends put meanwhile queue behind it.
+The first that cannot (a transaction, credit, a connection to wait for) starts the lane's task,
+which sends it the general way (``send_encoded``, bounded by its deadline at the gate, F4) and
+the ones queued behind it in order.
 
 Outcomes (C9): a send whose caller waits gets its error in its ``Reply``. The first failure of
 one that did not wait is kept in the producer's ``Outbox`` (the caller's side) and raised by
@@ -26,11 +31,13 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any
 
 import anyio
 
 from haclient.aio.connection import Connection as AsyncConnection
+from haclient.aio.in_flight import InFlight
 from haclient.aio.producer import MessageProducer as AsyncMessageProducer
 from haclient.errors import ClosedError
 from haclient.outgoing import Encoded
@@ -67,17 +74,29 @@ class Lane:
         self._cancels = 0  # cancels of the task made by ``cancel``, not yet seen
         self._drained: anyio.Event | None = None
         self._terms = outbox.terms
+        # A send whose caller waits, transferred at once; its outcome comes by callback
+        self._in_flight: tuple[Request, InFlight] | None = None
 
     @property
     def producer(self) -> AsyncMessageProducer:
         return self._producer
 
+    @property
+    def sending(self) -> Request | None:
+        """The send whose outcome is awaited now (in flight, or the task's head), or None."""
+        return self._sending if self._in_flight is None else self._in_flight[0]
+
     def put(self, request: Request) -> None:
         """A ``SEND`` request from the boundary, in order."""
-        if self._task is None and not self._queue and self._send_now(request):
+        if (
+            self._task is None
+            and self._in_flight is None
+            and not self._queue
+            and (self._send_now(request) or self._send_at_once(request))
+        ):
             return
         self._queue.append(request)
-        if self._task is None:
+        if self._task is None and self._in_flight is None:
             task = started_now(self._drain())
             if not task.done():
                 self._task = task
@@ -104,6 +123,33 @@ class Lane:
             self._note(exc, encoded.message_id)
         self._outbox.handed_over()
         return True
+
+    def _send_at_once(self, request: Request) -> bool:
+        """Send ``request``, whose caller waits for its outcome, at once when that needs no
+        wait first: its outcome goes to its ``Reply`` from the loop turn that brings it
+        (``send_encoded_then``: no task, one loop turn fewer); the sends put meanwhile queue
+        behind it. True when it went so."""
+        if request.reply is None or len(request.args) > 1 or request.trace is not None:
+            return False
+        assert request.deadline is not None
+        in_flight = self._producer.send_encoded_then(
+            request.args[0], request.deadline, partial(self._sent_at_once, request)
+        )
+        if in_flight is None:
+            return False
+        self._in_flight = (request, in_flight)
+        return True
+
+    def _sent_at_once(self, request: Request, error: BaseException | None) -> None:
+        """The outcome of the send in flight (on the loop; in the AMQP event handler when it
+        came from the broker): to its caller; then the sends queued behind it, by the task."""
+        self._in_flight = None
+        self._refresh_terms()  # its outcome may have come after a failover
+        self._outbox.handed_over()
+        self._finish(request, error)
+        if self._queue and self._task is None:  # not run here: this may be an event handler
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+        self._wake_drained()
 
     def _refresh_terms(self) -> None:
         terms = self._producer.encoding_terms(self._terms)
@@ -161,7 +207,9 @@ class Lane:
             task = asyncio.current_task()
             if not self._cancels or task is None or task.uncancel() > 0:
                 raise  # the connection's: it is going away
-            self._cancels = 0  # ours alone: the caller let go of it
+            self._cancels = 0  # ours alone: the caller let go of it, or a close dropped it
+            if not (self._queue and self._queue[0] is request):
+                return  # dropped: ``drop_all`` gave its outcome (once: C9)
         except Exception as exc:
             error = exc
         finally:
@@ -173,6 +221,10 @@ class Lane:
     def cancel(self, number: int) -> bool:
         """A caller interrupted (Ctrl-C) while its send waits: stop sending it. True when
         that send is this lane's."""
+        if self._in_flight is not None and self._in_flight[0].number == number:
+            self._in_flight[1].cancel()
+            self._sent_at_once(self._in_flight[0], None)
+            return True
         for request in self._queue:
             if request.number == number:
                 break
@@ -207,6 +259,11 @@ class Lane:
         ``report``, no call is left to raise a failure: each is reported (C9)."""
         dropped = list(self._queue)
         self._queue.clear()
+        if self._in_flight is not None:  # first in order: it went before the queued ones
+            request, in_flight = self._in_flight
+            self._in_flight = None
+            in_flight.cancel()
+            dropped.insert(0, request)
         if report:
             kept = self._outbox.take_failure()
             if kept is not None:
@@ -230,7 +287,7 @@ class Lane:
 
     async def wait_drained(self) -> None:
         """Return once every send put so far was handed over (or failed)."""
-        while self._queue or self._task is not None:
+        while self._queue or self._task is not None or self._in_flight is not None:
             if self._drained is None:
                 self._drained = anyio.Event()
             await self._drained.wait()
@@ -252,7 +309,7 @@ class Lane:
             self._note(exc)
         finally:
             self._outbox.closed = True
-        if self._queue:  # still failing over after close_timeout: these never went out
+        if self._queue or self._in_flight is not None:  # still waiting after close_timeout
             head = self._sending
             task = self._task
             self.drop_all(ClosedError("the producer was closed before the send went out"))

@@ -46,6 +46,7 @@ from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -213,18 +214,29 @@ def _nothing() -> None:
 
 class Doorbell:
     """How a thread tells a loop thread that a boundary has requests: it appends the boundary
-    (a queue: data, never a function) to ``rung`` and writes a byte to a socket the loop
-    watches; the loop reads the bytes and drains each boundary rung.
+    (a queue: data, never a function) to ``rung`` and signals a file the loop watches (an
+    eventfd where the system has one: one counter, the cheapest such signal; else a socket
+    pair, one byte a ring); the loop reads the signal and drains each boundary rung.
 
     Thread-safety: ``ring`` from any thread; the rest on the loop thread.
     """
 
     def __init__(self) -> None:
         self._rung: deque[Any] = deque()
-        self._reader, self._writer = socket.socketpair()
-        self._reader.setblocking(False)
-        self._writer.setblocking(False)
+        self._sockets: tuple[socket.socket, socket.socket] | None = None
+        if hasattr(os, "eventfd"):
+            self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._signal: Callable[[], object] = partial(os.eventfd_write, self._fd, 1)
+            self._take: Callable[[], object] = partial(os.eventfd_read, self._fd)
+        else:
+            reader, writer = self._sockets = socket.socketpair()
+            reader.setblocking(False)
+            writer.setblocking(False)
+            self._fd = reader.fileno()
+            self._signal = partial(writer.send, b"\0")
+            self._take = partial(reader.recv, 4096)  # one ring is one byte: one read takes them
         self._open = False
+        self._lock = threading.Lock()  # a ring never signals a file closed (or reused) meanwhile
 
     def ring(self, boundary: object) -> None:
         """Tell the loop that ``boundary`` has requests.
@@ -232,40 +244,45 @@ class Doorbell:
         Raises:
             RuntimeError: the loop does not answer (stopped, or a forked child's).
         """
-        if not self._open:
-            raise RuntimeError("the event loop has stopped")
-        self._rung.append(boundary)
-        try:
-            self._writer.send(b"\0")
-        except (BlockingIOError, InterruptedError):
-            pass  # the socket is full of rings the loop has not read yet: it will look
-        except OSError:
-            raise RuntimeError("the event loop has stopped") from None
+        with self._lock:
+            if not self._open:
+                raise RuntimeError("the event loop has stopped")
+            self._rung.append(boundary)
+            try:
+                self._signal()
+            except (BlockingIOError, InterruptedError):
+                pass  # full of rings the loop has not read yet: it will look
+            except OSError:
+                raise RuntimeError("the event loop has stopped") from None
 
     def answer_on(self, loop: asyncio.AbstractEventLoop, drain: Callable[[Any], None]) -> None:
         """On the loop: from now on, ``drain(boundary)`` every boundary rung."""
+        take = self._take
 
         def answer() -> None:
-            # One ring is one byte: one read takes them (if it was full, the rest come next turn).
             with suppress(BlockingIOError, InterruptedError):
-                self._reader.recv(4096)
+                take()
             rung = self._rung
             while rung:
                 drain(rung.popleft())
 
-        loop.add_reader(self._reader.fileno(), answer)
+        loop.add_reader(self._fd, answer)
         self._open = True
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the loop, as it ends: no more rings."""
-        self._open = False
+        with self._lock:
+            self._open = False
         with suppress(Exception):
-            loop.remove_reader(self._reader.fileno())
-        self._reader.close()
-        self._writer.close()
+            loop.remove_reader(self._fd)
+        if self._sockets is None:
+            os.close(self._fd)
+        else:
+            for end in self._sockets:
+                end.close()
 
     def forked(self) -> None:
-        """In a forked child: the sockets are the parent's loop's; never write to them."""
+        """In a forked child: the file is the parent's loop's; never signal it."""
         self._open = False
 
 

@@ -47,6 +47,7 @@ NOT_API = {
     "pipelined_modes",
     "send_encoded_nowait",
     "send_encoded",
+    "send_encoded_then",
     "send_encoded_async",
     "send_encoded_all",
     "traced",

@@ -23,7 +23,7 @@ from blockingkit import loop_lane, loop_object, on_loop
 import haclient
 from chaos.broker import BrokerThread
 from failover.manager import ConnectionState
-from haclient import AckMode, Message, Queue, TextMessage
+from haclient import AckMode, DeliveryMode, Message, Queue, TextMessage
 from haclient.errors import IllegalStateError
 
 HANG = 10.0
@@ -283,11 +283,14 @@ def test_ctrl_c_during_receive_cancels_it_and_the_connection_stays_usable(
     assert message.body == "after ctrl-c"
 
 
+@pytest.mark.parametrize("path", ["at-once", "general"])
 def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
-    broker: BrokerThread, conn: haclient.Connection, queue: Queue
+    broker: BrokerThread, conn: haclient.Connection, queue: Queue, path: str
 ) -> None:
-    """A PERSISTENT blocking send waits on the loop for the broker's outcome (through the
-    producer's outbox); Ctrl-C cancels that wait and the producer goes on afterwards."""
+    """A PERSISTENT blocking send waits on the loop for the broker's outcome: sent at once, its
+    outcome awaited by callback, or the general way (behind a pipelined send not confirmed
+    yet, in the producer's lane's task); Ctrl-C cancels that wait and the producer goes on
+    afterwards."""
     assert threading.current_thread() is threading.main_thread()
     session = conn.create_session()
     producer = session.create_producer(queue)
@@ -295,13 +298,15 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
 
     def interrupt_once_sending() -> None:
         deadline = time.monotonic() + HANG
-        while not on_loop(conn, lambda: loop_lane(conn, producer)._sending is not None):
+        while not on_loop(conn, lambda: loop_lane(conn, producer).sending is not None):
             assert time.monotonic() < deadline, "the send never waited"
             time.sleep(0.005)
         _thread.interrupt_main()
 
     broker.pause()  # the broker reads nothing: the send waits for its outcome
     try:
+        if path == "general":
+            producer.send(TextMessage("pipelined"), delivery_mode=DeliveryMode.NON_PERSISTENT)
         with python_sigint_handler():
             interrupter = threading.Thread(target=interrupt_once_sending)
             interrupter.start()

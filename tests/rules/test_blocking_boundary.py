@@ -34,7 +34,8 @@ QUEUED_AT_MOST = 10_000
 
 class Relay:
     """A TCP relay from a free loopback port to ``host:port``; ``cut()`` drops every connection
-    it carries and refuses new ones, as a broker that went away."""
+    it carries and refuses new ones, as a broker that went away; ``hold()`` keeps back what
+    the broker sends from then on (its answers never arrive), as a broker that stalls."""
 
     def __init__(self, host: str, port: int) -> None:
         self._upstream = (host, port)
@@ -43,6 +44,7 @@ class Relay:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._cut = False
+        self._held = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -63,19 +65,23 @@ class Relay:
                     upstream.close()
                     return
                 self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, held in ((client, upstream, None), (upstream, client, self._held)):
+                threading.Thread(target=self._pump, args=(source, sink, held), daemon=True).start()
 
     @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(source: socket.socket, sink: socket.socket, held: threading.Event | None) -> None:
         try:
             while data := source.recv(65536):
-                sink.sendall(data)
+                if held is None or not held.is_set():
+                    sink.sendall(data)
         except OSError:
             pass
         for end in (source, sink):
             with suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
+
+    def hold(self) -> None:
+        self._held.set()
 
     def cut(self) -> None:
         with self._lock:
@@ -304,3 +310,140 @@ def test_C9_a_refusal_found_by_close_is_raised_by_it(reference_broker: BrokerThr
             session.close()
         assert session.is_closed
         session.close()  # idempotent
+
+
+# A synchronous send in flight: at once (its outcome by callback) or the general way ------------
+#
+# A PERSISTENT blocking send that needs no wait first goes out in the loop turn that takes it
+# and gets its outcome from the turn the broker's settlement arrives in (``send_encoded_then``:
+# no task); the same send behind a pipelined send whose outcome has not come goes the general
+# way (``send_encoded`` in the lane's task). ``Relay.hold`` keeps the broker's answers back:
+# with it, the pipelined send stays unconfirmed (so the next goes the general way), and the
+# PERSISTENT one stays in flight until the test drops the connection.
+
+IN_FLIGHT_PATHS = ["at-once", "general"]
+
+
+def _sync_send_in_flight(producer: haclient.MessageProducer, path: str, **send: object) -> dict:
+    """Start a PERSISTENT ``send`` by ``path`` on another thread, its outcome unanswered (the
+    relay holds); return what it will tell: ``error`` (None: returned) once ``done`` is set."""
+    if path == "general":  # a pipelined send first: unconfirmed while the relay holds
+        producer.send(TextMessage("pipelined first"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+    outcome: dict = {"done": threading.Event(), "message": TextMessage("in flight")}
+
+    def send_it() -> None:
+        try:
+            producer.send(outcome["message"], delivery_mode=DeliveryMode.PERSISTENT, **send)
+            outcome["error"] = None
+        except BaseException as exc:
+            outcome["error"] = exc
+        outcome["done"].set()
+
+    threading.Thread(target=send_it, daemon=True).start()
+    time.sleep(0.3)  # it went out; the broker's answer is held back
+    assert not outcome["done"].is_set(), outcome
+    return outcome
+
+
+@pytest.mark.parametrize("path", IN_FLIGHT_PATHS)
+def test_F11_a_blocking_sync_send_cut_off_before_its_outcome_is_sent_again_with_its_id(
+    bed: Bed, path: str
+) -> None:
+    """The connection drops while the send waits for the broker's outcome: it is sent again,
+    same id, on the next broker of the list, and ``send`` returns once that one accepted it."""
+    parts = urlsplit(bed.url)
+    login = f"{parts.username}:{parts.password}@" if parts.username else ""
+    with relayed(bed) as (relay, _):
+        url = (
+            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
+            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
+        )
+        queue = Queue(bed.unique("f11-in-flight"))
+        with haclient.connect(url, **bed.options()) as conn:
+            session = conn.create_session()
+            producer = session.create_producer(queue)
+            producer.send(TextMessage("before"))  # the link is attached
+            relay.hold()
+            outcome = _sync_send_in_flight(producer, path)
+            relay.cut()
+            assert outcome["done"].wait(HANG), "the send cut off never returned"
+            assert outcome["error"] is None, outcome["error"]
+            assert conn.statistics().messages_resent >= 1
+            sent_id = outcome["message"].message_id
+            conn.start()
+            consumer = session.create_consumer(queue)
+            got = []
+            while (message := consumer.receive(1.0)) is not None:
+                got.append(message)
+    in_flight = [m for m in got if m.text == "in flight"]  # type: ignore[attr-defined]
+    assert in_flight, [m.text for m in got]  # type: ignore[attr-defined]
+    assert {m.message_id for m in in_flight} == {sent_id}
+
+
+@pytest.mark.parametrize("path", IN_FLIGHT_PATHS)
+@pytest.mark.parametrize("bound", ["timeout=1", "jms.sendTimeout=1000"])
+def test_F4_a_blocking_sync_send_cut_off_with_no_broker_left_is_bounded_by_its_deadline(
+    bed: Bed, path: str, bound: str
+) -> None:
+    """Its connection drops while it waits for its outcome and no broker answers again: the
+    send raises ``FailoverTimeoutError`` at its deadline, long before failover gives up."""
+    options = {"failover.giveupafter": "20000"}
+    send: dict[str, object] = {"timeout": 1.0}
+    if bound.startswith("jms."):
+        options["jms.sendTimeout"] = "1000"
+        send = {}
+    with relayed(bed, **options) as (relay, url):
+        conn = haclient.connect(url, **bed.options())
+        try:
+            producer = conn.create_session().create_producer(Queue(bed.unique("f4-in-flight")))
+            producer.send(TextMessage("before"))
+            relay.hold()
+            started_at = time.monotonic()
+            outcome = _sync_send_in_flight(producer, path, **send)
+            relay.cut()
+            assert outcome["done"].wait(HANG), "the send cut off was not bounded"
+            assert isinstance(outcome["error"], FailoverTimeoutError), outcome["error"]
+            assert time.monotonic() - started_at < HANG
+        finally:
+            with suppress(HAClientError):
+                conn.close()
+
+
+@pytest.mark.parametrize("path", IN_FLIGHT_PATHS)
+def test_C9_a_blocking_sync_send_in_flight_when_its_connection_closes_gets_an_outcome(
+    bed: Bed, path: str
+) -> None:
+    """The connection is closed (from another thread) while the send waits for an outcome the
+    broker never gives: the send raises ``ClosedError`` once the close gave up waiting
+    (``close_timeout``); it is not left waiting."""
+    with relayed(bed, **{"jms.closeTimeout": "500"}) as (relay, url):
+        conn = haclient.connect(url, **bed.options())
+        try:
+            producer = conn.create_session().create_producer(Queue(bed.unique("c9-in-flight")))
+            producer.send(TextMessage("before"))
+            relay.hold()
+            outcome = _sync_send_in_flight(producer, path)
+            started_at = time.monotonic()
+            with suppress(HAClientError):
+                conn.close()
+            assert outcome["done"].wait(HANG), "the send was left waiting"
+            assert isinstance(outcome["error"], haclient.ClosedError), outcome["error"]
+            assert time.monotonic() - started_at < HANG
+        finally:
+            with suppress(HAClientError):
+                conn.close()
+
+
+def test_C9_a_refusal_of_a_blocking_sync_send_sent_at_once_is_raised_by_it(
+    reference_broker: BrokerThread,
+) -> None:
+    """A PERSISTENT send that went at once, refused by the broker (its queue deleted under the
+    producer): ``send`` raises the refusal, and the next send goes on."""
+    queue = Queue(Bed.unique("c9-refused-at-once"))
+    with haclient.connect(reference_broker.url) as conn:
+        producer = conn.create_session().create_producer(queue)
+        producer.send(TextMessage("accepted"))
+        assert reference_broker.delete_node(queue.name)
+        with pytest.raises(haclient.HAClientError, match="deleted"):
+            producer.send(TextMessage("refused"))
+        assert conn.statistics().sends_failed == 0  # raised to its caller: nothing lost
