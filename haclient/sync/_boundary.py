@@ -19,9 +19,12 @@ the caller waits on. What comes back is a value too: a handle, a frozen record o
 received message that the loop no longer touches (``_served`` binds its acknowledger to a
 ``MessageAcknowledger``: a handle and a number, answered through this same boundary).
 
-While it waits, a ``KeyboardInterrupt`` in the caller (Ctrl-C) puts a ``CANCEL`` request naming
-the interrupted one, waits briefly until the loop let go of it, and is raised again. The main
-thread waits in short slices, because an interrupt does not wake a thread blocked on a lock.
+A ``KeyboardInterrupt`` in the caller (Ctrl-C) anywhere between queueing a request and its
+outcome (``put_and_wait``) withdraws the request before it is raised again: taken back from the
+queue if the loop has not taken it, else cancelled by a ``CANCEL`` request naming it, waiting
+briefly until the loop let go of it; no request of an interrupted caller goes on without it.
+The main thread waits in short slices, because an interrupt does not wake a thread blocked on
+a lock.
 A call from the loop thread itself raises ``IllegalStateError``; one from a process forked
 after the connection was opened raises it too (``LoopThread.forked``), and nothing is written
 to the parent's doorbell.
@@ -37,6 +40,7 @@ import threading
 import time
 from _thread import allocate_lock, get_ident
 from collections import deque
+from contextlib import suppress
 from typing import Any
 
 from haclient.aio import gate
@@ -138,7 +142,7 @@ class Request:
         trace: The caller's trace context (a value), when the connection traces.
     """
 
-    __slots__ = ("args", "deadline", "handle", "number", "op", "reply", "trace")
+    __slots__ = ("args", "deadline", "handle", "number", "op", "queued", "reply", "trace")
 
     def __init__(
         self,
@@ -157,6 +161,9 @@ class Request:
         self.deadline = deadline
         self.reply = reply
         self.trace = trace
+        self.queued = False
+        """Set (under the boundary's lock) once ``put`` queued it, and cleared if it is taken
+        back before the loop took it (``withdraw``): True afterwards means it crossed."""
 
     def __repr__(self) -> str:
         return f"<Request {self.number} {self.op.name} on {self.handle}>"
@@ -230,21 +237,27 @@ class Boundary:
         Raises:
             ClosedError: the connection is closed (nothing was queued).
         """
-        with self._lock:
-            if self.closed:
-                raise ClosedError("the connection is closed")
-            self._queue.append(request)
-            if self._rung:
-                return
-            self._rung = True
         try:
+            with self._lock:
+                if self.closed:
+                    raise ClosedError("the connection is closed")
+                self._queue.append(request)
+                request.queued = True
+                if self._rung:
+                    return
+                self._rung = True
             self.loop_thread.doorbell.ring(self)
         except RuntimeError:  # the loop stopped
             with self._lock:
                 if request in self._queue:
                     self._queue.remove(request)
+                    request.queued = False
                 self._rung = False
             raise ClosedError("the connection is closed") from None
+        except KeyboardInterrupt:  # Ctrl-C between the queue and the doorbell: ring anyway,
+            with suppress(RuntimeError):  # or the loop would never look at this queue again
+                self.loop_thread.doorbell.ring(self)
+            raise
 
     def call(
         self, op: Op, handle: int, *args: Any, timeout: float | None = None, close: bool = False
@@ -267,38 +280,59 @@ class Boundary:
         deadline = None if timeout is None else _deadline_after(timeout)
         request = self.request(op, handle, args, deadline, Reply())
         try:
-            self.put(request)
-            return self.wait(request)
+            return self.put_and_wait(request)
         except ClosedError:
             if close and self.closed:
                 return None
             raise
 
-    def wait(self, request: Request) -> Any:
-        """Block until the loop gave ``request``'s outcome; return its value or raise its error.
+    def put_and_wait(self, request: Request) -> Any:
+        """``put`` then ``wait``, one step for Ctrl-C: wherever the interrupt falls once
+        ``request`` was queued (in ``put``, or before ``wait`` began), it is withdrawn first
+        (``withdraw``), so that no request of an interrupted caller goes on without it (a
+        receive that went on would take the next message for nobody).
 
         Raises:
-            KeyboardInterrupt: Ctrl-C while waiting; the request is cancelled first (a send
-                may have reached the broker).
-            Exception: what the operation raised.
+            KeyboardInterrupt: Ctrl-C; the request was withdrawn.
+            Exception: what ``put`` or the operation raised.
         """
+        try:
+            self.put(request)
+            return self._outcome(request)
+        except KeyboardInterrupt:
+            self.withdraw(request)
+            raise
+
+    def withdraw(self, request: Request) -> None:
+        """After Ctrl-C: take ``request`` back if the loop has not taken it yet (``queued``
+        is False again: nothing crossed); else put a ``CANCEL`` naming it and wait briefly
+        until the loop let go of it."""
+        with self._lock:
+            if request in self._queue:
+                self._queue.remove(request)
+                request.queued = False
+                return
+        if not request.queued:
+            return
+        try:
+            self.put(self.request(Op.CANCEL, request.handle, (request.number,)))
+        except ClosedError:
+            return
+        if request.reply is not None:
+            request.reply.done.acquire(True, _CANCEL_GRACE)
+
+    @staticmethod
+    def _outcome(request: Request) -> Any:
+        """Wait for ``request``'s outcome (the main thread in short slices: Ctrl-C does not wake
+        a thread blocked on a lock); its value, or raise its error."""
         reply = request.reply
         assert reply is not None
         done = reply.done
-        try:
-            if get_ident() == _MAIN_THREAD_IDENT:  # Ctrl-C does not wake a blocked lock
-                while not done.acquire(True, _POLL):
-                    pass
-            else:
-                done.acquire()
-        except KeyboardInterrupt:
-            try:
-                self.put(self.request(Op.CANCEL, request.handle, (request.number,)))
-            except ClosedError:
+        if get_ident() == _MAIN_THREAD_IDENT:
+            while not done.acquire(True, _POLL):
                 pass
-            else:
-                done.acquire(True, _CANCEL_GRACE)
-            raise
+        else:
+            done.acquire()
         error = reply.error
         if error is not None:
             reply.error = None  # no cycle through the traceback

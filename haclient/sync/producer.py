@@ -238,12 +238,14 @@ class MessageProducer:
         )
         self._outbox.reserve(deadline)
         try:
-            boundary.put(request)
+            if waits:
+                boundary.put_and_wait(request)
+            else:
+                boundary.put(request)
         except BaseException:
-            self._outbox.handed_over()
+            if not request.queued:  # it never reached the loop, which hands over the rest
+                self._outbox.handed_over()
             raise
-        if waits:
-            boundary.wait(request)
 
     def send_async(
         self,
