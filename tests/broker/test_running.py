@@ -6,6 +6,7 @@ import errno
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,14 @@ def _bind_without_reuse(port: int) -> None:
         sock.bind(("127.0.0.1", port))
 
 
+def _connect_and_reset(port: int) -> None:
+    """Connect to ``port`` and end with a reset: no TIME_WAIT left on either side's port (one
+    on the server's would refuse ``_bind_without_reuse`` as surely as a socket bound there)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
 def test_a_stopped_broker_keeps_its_port_refused_and_from_every_other_socket() -> None:
     """While it is down, a broker's port refuses connections as if nothing were bound, yet no
     other socket can take it: a client still retrying it (a failover) never meets another
@@ -160,5 +169,5 @@ def test_a_stopped_broker_keeps_its_port_refused_and_from_every_other_socket() -
             assert taken.value.errno == errno.EADDRINUSE
             thread.portal.call(thread.broker.start)
             assert thread.port == port
-            socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT).close()
+            _connect_and_reset(port)
     _bind_without_reuse(port)  # closed for good: the port is free again

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -232,8 +233,10 @@ def test_a_disabled_proxy_keeps_its_port_refused_and_from_every_other_socket(
     client: ToxiproxyClient,
 ) -> None:
     """A client retrying a disabled proxy (a failover through it) meets a refusal, never
-    another server given the port meanwhile; deleting the proxy lets the port go."""
-    with TcpServer(lambda sock: None) as upstream:
+    another server given the port meanwhile; deleting the proxy lets the port go. (The
+    connection through it ends with a reset and the upstream holds it open meanwhile: no
+    TIME_WAIT is left on the proxy's port, which would refuse the last bind as a hold does.)"""
+    with TcpServer(lambda sock: sock.recv(1)) as upstream:
         port = port_of(client.create_proxy("held", upstream.address).listen)
         client.disable("held")
         with pytest.raises(ConnectionRefusedError):
@@ -241,7 +244,9 @@ def test_a_disabled_proxy_keeps_its_port_refused_and_from_every_other_socket(
         with pytest.raises(OSError, match="in use"):
             _bind_without_reuse(port)
         client.enable("held")
-        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        through = socket.create_connection(("127.0.0.1", port), timeout=10)
+        through.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        through.close()
         client.disable("held")
         client.delete_proxy("held")
         _bind_without_reuse(port)
