@@ -43,6 +43,7 @@ from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import (
     ClosedError,
     ConnectionFailedError,
+    HAClientError,
     IllegalStateError,
 )
 from haclient.message import Message, MessageIdGenerator, uuid_message_ids
@@ -375,6 +376,47 @@ class SessionContext:
                 self.ack_stats.latency.observe(time.perf_counter() - started)
         self.connection.counters.acknowledged += len(acks)
         self.ack_stats.count += len(acks)
+
+    def settle_ack_then(
+        self, ack: PendingAck, then: Callable[[BaseException | None], None]
+    ) -> bool:
+        """``settle_acks([ack])`` without a task, when its confirmation is the broker's
+        settlement (receiver settle mode ``second``, A6) and nothing has to be waited for first
+        (no other acknowledgement of the session under way, the connection open, ``ack`` from
+        it): the outcome goes out now and ``then(error)`` is called once, on the loop, from the
+        event-loop turn that brings the broker's settlement (None: confirmed), or its failure
+        (the link or the connection ended: what ``settle_acks`` would raise).
+
+        Returns:
+            False, nothing done, when any of that does not hold: then ``settle_acks``.
+        """
+        if ack.confirmation is not AckConfirmation.SETTLE_SECOND or self._ack_lock.locked():
+            return False
+        current = self.connection.current
+        if self.amqp_session is None or current is None or not current.amqp.is_open:
+            return False
+        amqp = current.amqp
+        delivery = ack.raw.delivery
+        if delivery.link.engine is not amqp.engine or delivery.link.is_closed:
+            return False
+        started = time.perf_counter()
+        try:
+            amqp.settle(ack.raw, ACCEPTED, settle=False, wake_writer=False)
+        except HAClientError:  # the link ended: settle_acks raises it
+            return False
+        ack.sent = True
+
+        def settled(outcome: Outcome | None, error: BaseException | None) -> None:
+            if error is None:
+                delivery.settle()
+                self.ack_stats.latency.observe(time.perf_counter() - started)
+                self.connection.counters.acknowledged += 1
+                self.ack_stats.count += 1
+            then(error)
+
+        if not amqp.when_settled(delivery, settled):  # cannot be: its slot was just made
+            settled(None, None)
+        return True
 
     async def give_back(self, acks: list[PendingAck]) -> None:
         """Return delivered messages (marked redelivered), and the prefetched ones behind them,
