@@ -324,16 +324,17 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
     assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one may have reached the broker
 
 
-@pytest.mark.parametrize("path", ["at-once", "general"])
+@pytest.mark.parametrize("path", ["at-once", "at-once drain", "general"])
 def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_consumer_usable(
     broker: BrokerThread, queue: Queue, path: str
 ) -> None:
     """An AUTO receive whose message is prefetched waits on the loop for the broker's
-    confirmation of its acknowledgement: taken at once, its message given by callback, or the
-    general way (acknowledgements confirmed by an exchange: a task of the request); Ctrl-C
-    raises ``KeyboardInterrupt`` and the consumer goes on afterwards."""
+    confirmation of its acknowledgement (the broker's settlement, or its answer to a drain of
+    the session's probe): taken at once, its message given by callback, or the general way
+    (acknowledgements confirmed by a round trip: a task of the request); Ctrl-C raises
+    ``KeyboardInterrupt`` and the consumer goes on afterwards."""
     assert threading.current_thread() is threading.main_thread()
-    confirmation = "auto" if path == "at-once" else "drain"
+    confirmation = {"at-once": "auto", "at-once drain": "drain", "general": "round-trip"}[path]
     with haclient.connect(broker.url, ack_confirmation=confirmation) as conn:
         conn.start()
         session = conn.create_session()
@@ -348,16 +349,18 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
 
             served = Serving.of(conn._boundary.loop_thread, conn._boundary)
             assert served is not None
-            return bool(served.receiving if path == "at-once" else served.tasks)
+            return bool(served.receiving if path.startswith("at-once") else served.tasks)
 
         def interrupt_once_confirming() -> None:
             deadline = time.monotonic() + HANG
-            while not on_loop(conn, in_flight):
-                assert time.monotonic() < deadline, "the receive never waited"
-                time.sleep(0.005)
-            _thread.interrupt_main()
-            time.sleep(0.3)
-            broker.resume()
+            try:
+                while not on_loop(conn, in_flight):
+                    assert time.monotonic() < deadline, "the receive never waited"
+                    time.sleep(0.005)
+                _thread.interrupt_main()
+                time.sleep(0.3)
+            finally:
+                broker.resume()  # also when this failed: the receive is not left waiting
 
         broker.pause()  # the broker reads nothing: the receive waits for the confirmation
         try:
