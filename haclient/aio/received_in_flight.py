@@ -2,11 +2,12 @@
 confirmed in: no task.
 
 How this works: ``MessageConsumer.receive_then`` takes a message already prefetched, when
-nothing has to be waited for first (started, connected, AUTO with the broker's settlement as
-confirmation, no other acknowledgement of the session under way), and sends its
-acknowledgement at once (``AckStrategy.delivered_then``). The message is then given from the
-event handler of the loop turn that brings the broker's settlement (A1: confirmed before it is
-handed out): nobody resumes a loop turn later, as a task awaiting ``wait_settled`` would.
+nothing has to be waited for first (started, connected, AUTO confirmed by the broker's
+settlement or by its answer to a drain of the session's probe, no other acknowledgement of the
+session under way), and sends its acknowledgement at once (``AckStrategy.delivered_then``). The
+message is then given from the event handler of the loop turn that brings the confirmation
+(A1: confirmed before it is handed out): nobody resumes a loop turn later, as a task awaiting
+``wait_settled`` or ``drain`` would.
 
 Every rule of the general path (``receive``) holds, because anything but the broker's
 settlement hands the receive back to the general path's own code from where it is: when the
