@@ -71,6 +71,12 @@ class AckHost(Protocol):
     async def settle_acks(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
         """Accept ``acks`` on the current connection (confirmed unless ``confirm`` is False)."""
 
+    def settle_ack_then(
+        self, ack: PendingAck, then: Callable[[BaseException | None], None]
+    ) -> bool:
+        """``settle_acks([ack])`` without a task when nothing has to be waited for first;
+        ``then(error)`` once confirmed or failed. False: nothing done."""
+
     async def give_back(self, acks: list[PendingAck]) -> None:
         """Return ``acks`` for redelivery (and the prefetched messages behind them)."""
 
@@ -104,6 +110,8 @@ class AckStrategy:
     """Whether acknowledgements wait for the broker's confirmation (A6)."""
     presettled = False
     """Whether the broker sends deliveries settled (NO_ACK, A5): consumers attach that way."""
+    settles_at_once = False
+    """Whether ``delivered_then`` may hand a received message out without a task (AUTO)."""
     needs_flusher = False
     """Whether the mode acknowledges in the background: the session runs ``run()`` (A3)."""
     allows_recover = True
@@ -123,6 +131,22 @@ class AckStrategy:
         """``message`` is being handed out (to ``receive()``, or to a listener about to run)."""
         message._bind_acknowledger(_nothing)
         self._host.consumed([pending])
+
+    def delivered_then(
+        self,
+        pending: PendingAck,
+        message: Message,
+        completed: Callable[[BaseException | None], None],
+    ) -> bool:
+        """``delivered(pending, message, listener=False)`` without a task, when the mode can
+        (AUTO, its confirmation the broker's settlement) and nothing has to be waited for
+        first: ``completed(error)`` is called once, on the loop, from the event-loop turn that
+        brings the outcome (None: done; else what ``delivered`` would raise).
+
+        Returns:
+            False, nothing done: then ``delivered``.
+        """
+        return False
 
     async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
         """The listener returned (or raised, ``failed``) for ``pending``'s message."""
@@ -172,6 +196,7 @@ class AutoAck(AckStrategy):
 
     mode = AckMode.AUTO
     confirms = True
+    settles_at_once = True
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         message._bind_acknowledger(_nothing)
@@ -181,6 +206,22 @@ class AutoAck(AckStrategy):
             finally:
                 if pending.sent:  # confirmed, or in doubt: either way it is handed out
                     self._host.consumed([pending])
+
+    def delivered_then(
+        self,
+        pending: PendingAck,
+        message: Message,
+        completed: Callable[[BaseException | None], None],
+    ) -> bool:
+        def settled(error: BaseException | None) -> None:
+            if pending.sent:  # as ``delivered``: confirmed, or in doubt
+                self._host.consumed([pending])
+            completed(error)
+
+        if not self._host.settle_ack_then(pending, settled):
+            return False
+        message._bind_acknowledger(_nothing)
+        return True
 
     async def listener_done(self, pending: PendingAck, *, failed: bool) -> None:
         if failed:

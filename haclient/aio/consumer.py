@@ -48,6 +48,7 @@ from haclient.aio.emulation import (
 from haclient.aio.gate import Connected
 from haclient.aio.pending import PendingAck
 from haclient.aio.pull import drain, drain_timed_out, drainable, pulls
+from haclient.aio.received_in_flight import ReceiveInFlight
 from haclient.aio.redelivery import dead_letter_outcome, exceeds
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
@@ -90,6 +91,10 @@ T = TypeVar("T")
 
 _Taken = tuple[ReceivedMessage, Message, Connected]
 """A message taken from the link: the delivery, the decoded message, the connection it came on."""
+
+
+_AT_ONCE = frozenset({AckConfirmation.SETTLE_SECOND, AckConfirmation.DRAIN})
+"""Confirmations a receive can wait for without a task (``receive_then``)."""
 
 
 class _Skip(enum.Enum):
@@ -323,18 +328,117 @@ class MessageConsumer:
         if self._listener is not None:
             raise IllegalStateError("the consumer has a message listener: receive() is not allowed")
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
+        return await self._receive_until(deadline, timeout)
+
+    async def _receive_until(
+        self,
+        deadline: float,
+        timeout: float | None,
+        taken: _Taken | None = None,
+        pending: PendingAck | None = None,
+    ) -> Message | None:
+        """``receive``'s work from its deadline on (from ``taken``, already taken, when given,
+        its acknowledgement ``pending`` when it was booked)."""
         options = self._context.options
         while not self._held:
-            taken = await self._take(deadline)
-            if taken is None and not self._closed and pulls(timeout, self._prefetch, options):
-                taken = await self._pull()
             if taken is None:
-                return None
-            if await self._hand_out(taken):
-                if not taken[1].ack_in_doubt:
-                    return taken[1]
-                self._held.append(taken[1])
+                taken = await self._take(deadline)
+                if taken is None and not self._closed and pulls(timeout, self._prefetch, options):
+                    taken = await self._pull()
+                if taken is None:
+                    return None
+            handed = await self._hand_out(taken, pending)
+            message = taken[1]
+            taken = pending = None
+            if handed:
+                if not message.ack_in_doubt:
+                    return message
+                self._held.append(message)
         return await self._release_held(deadline)
+
+    def receive_then(
+        self,
+        timeout: float | None,
+        completed: Callable[[Message | None, BaseException | None], None],
+    ) -> ReceiveInFlight | None:
+        """``receive(timeout)`` without a task when a message is already prefetched and
+        nothing has to be waited for first (open, no listener, started, connected, nothing
+        held, not traced, AUTO confirmed by the broker's settlement or by a drain of a probe
+        it answered before, no other acknowledgement of the session under way): the message
+        is taken and its acknowledgement sent now, and ``completed(message, error)`` is called
+        once, on the loop, from the event-loop turn in which the broker confirms it (A1). When
+        waiting for that fails, the general path takes the receive over from where it is
+        (``haclient.aio.received_in_flight``: in doubt and held through a failover, F2/F9,
+        within ``timeout``, F4), and ``completed`` gets that path's outcome.
+
+        Returns:
+            None, nothing done, when any of that does not hold: then ``receive``.
+        """
+        context = self._context
+        if (
+            self._closed
+            or self._listener is not None
+            or self._held
+            or context.tracing is not None
+            or self._confirmation not in _AT_ONCE
+            or not self._acks.settles_at_once
+        ):
+            return None
+        try:
+            self._check_open()
+        except HAClientError:
+            return None
+        ready = self._take_ready()
+        while ready is _Skip.AGAIN:
+            ready = self._take_ready()
+        if not isinstance(ready, tuple):
+            return None
+        taken = ready
+        raw, message, at = taken
+        pending = self._handing_out(raw, message, at)
+        in_flight = ReceiveInFlight(completed, context.start_soon)
+        started = time.monotonic()
+
+        def resumed_after(timeout_left: float | None) -> float:
+            if timeout_left is None:
+                return math.inf
+            return anyio.current_time() + max(timeout_left - (time.monotonic() - started), 0.0)
+
+        def acknowledged(error: BaseException | None) -> None:
+            if error is None:
+                in_flight.handed_out(message)
+            else:
+                in_flight.hand_back(
+                    lambda: self._acknowledge_failed(
+                        taken, pending, error, resumed_after(timeout), timeout
+                    )
+                )
+
+        self._decode_while_confirming(at)
+        if not self._acks.delivered_then(pending, message, acknowledged):
+            # another acknowledgement came first: the general path, from the message taken
+            in_flight.hand_back(
+                lambda: self._receive_until(resumed_after(timeout), timeout, taken, pending)
+            )
+        return in_flight
+
+    async def _acknowledge_failed(
+        self,
+        taken: _Taken,
+        pending: PendingAck,
+        error: BaseException,
+        deadline: float,
+        timeout: float | None,
+    ) -> Message | None:
+        """A ``receive_then`` whose acknowledgement's wait failed: what ``_hand_out`` does
+        after that wait raised (``gate.run``'s ``on_lost``), then the rest of ``receive``."""
+        _raw, message, at = taken
+        if not isinstance(error, HAClientError) or not self._context.gate.lost(at, error):
+            raise error
+        if pending.sent:  # in doubt: handed out, flagged, once the failover ended (F2, F9)
+            message.redelivered = message.ack_in_doubt = True
+            self._held.append(message)
+        return await self._receive_until(deadline, timeout)
 
     async def _pull(self) -> _Taken | None:
         """Drain the link (granting one credit if it has none) and take what the broker sent
@@ -400,7 +504,7 @@ class MessageConsumer:
                 self._waits.discard(waiting)
         return _Skip.ENDED
 
-    async def _hand_out(self, taken: _Taken) -> bool:
+    async def _hand_out(self, taken: _Taken, pending: PendingAck | None = None) -> bool:
         """Acknowledge ``taken`` as the session's mode says before it is handed out (A1).
 
         False when the connection it came on was lost before the acknowledgement went out:
@@ -414,7 +518,8 @@ class MessageConsumer:
         Shielded from cancellation: once a message is taken from the link, a cancelled
         ``receive()`` must not leave it acknowledged and never returned."""
         raw, message, at = taken
-        pending = self._handing_out(raw, message, at)
+        if pending is None:
+            pending = self._handing_out(raw, message, at)
 
         async def acknowledge(at: Connected) -> bool:
             await self._acks.delivered(pending, message, listener=False)

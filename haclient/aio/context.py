@@ -43,6 +43,7 @@ from haclient.destination import TemporaryQueue, TemporaryTopic
 from haclient.errors import (
     ClosedError,
     ConnectionFailedError,
+    HAClientError,
     IllegalStateError,
 )
 from haclient.message import Message, MessageIdGenerator, uuid_message_ids
@@ -255,6 +256,8 @@ class SessionContext:
         # fast_acquire: an uncontended acknowledgement (AUTO: one per message) takes the lock
         # without a loop turn; contended, it waits in order as before.
         self._ack_lock = anyio.Lock(fast_acquire=True)
+        self._confirming_at_once = False  # a settle_ack_then's exchange is under way
+        self._at_once_waiting: anyio.Event | None = None
         self.confirmer = Confirmer(self._downgraded)
         self._forget = forget
         self._prefetched = prefetched
@@ -359,6 +362,10 @@ class SessionContext:
             return
         assert self.amqp_session is not None
         async with self._ack_lock:
+            while self._confirming_at_once:  # one exchange at a time (settle_ack_then)
+                if self._at_once_waiting is None:
+                    self._at_once_waiting = anyio.Event()
+                await self._at_once_waiting.wait()
             started = time.perf_counter()
             physical = self.physical()
             await settle(
@@ -375,6 +382,106 @@ class SessionContext:
                 self.ack_stats.latency.observe(time.perf_counter() - started)
         self.connection.counters.acknowledged += len(acks)
         self.ack_stats.count += len(acks)
+
+    def settle_ack_then(
+        self, ack: PendingAck, then: Callable[[BaseException | None], None]
+    ) -> bool:
+        """``settle_acks([ack])`` without a task, when nothing has to be waited for first (no
+        other acknowledgement of the session under way, the connection open, ``ack`` from it)
+        and its confirmation comes as an answer no timer bounds (A6): the broker's settlement
+        (receiver settle mode ``second``), or a drain of the session's probe that the broker
+        answered before. The outcome goes out now and ``then(error)`` is called once, on the
+        loop, from the event-loop turn that brings the confirmation (None: confirmed), or its
+        failure (the link or the connection ended: what ``settle_acks`` would raise; a probe
+        that failed with the connection open falls back as ``confirm`` does, in a task).
+
+        Returns:
+            False, nothing done, when any of that does not hold: then ``settle_acks``.
+        """
+        if self._ack_lock.locked() or self._confirming_at_once:
+            return False
+        current = self.connection.current
+        session = self.amqp_session
+        if session is None or current is None or not current.amqp.is_open:
+            return False
+        amqp = current.amqp
+        delivery = ack.raw.delivery
+        if delivery.link.engine is not amqp.engine or delivery.link.is_closed:
+            return False
+        confirmation = ack.confirmation
+        second = confirmation is AckConfirmation.SETTLE_SECOND
+        if not second and not self.confirmer.confirms_at_once(session, confirmation):
+            return False
+        started = time.perf_counter()
+        try:
+            amqp.settle(ack.raw, ACCEPTED, settle=not second, wake_writer=False)
+        except HAClientError:  # the link ended: settle_acks raises it
+            return False
+        ack.sent = True
+
+        def confirmed(error: BaseException | None) -> None:
+            if error is None:
+                if second:
+                    delivery.settle()
+                self.ack_stats.latency.observe(time.perf_counter() - started)
+                self.connection.counters.acknowledged += 1
+                self.ack_stats.count += 1
+            then(error)
+
+        if second:
+            if not amqp.when_settled(delivery, lambda _, error: confirmed(error)):
+                confirmed(None)  # cannot be: its slot was just made
+            return True
+
+        def answered(error: BaseException | None) -> None:
+            if error is not None and amqp.is_open:  # the probe failed: as ``confirm`` does
+                self.start_soon(self._confirm_again, amqp, ack, confirmed)
+                return
+            self._at_once_done()
+            confirmed(error)
+
+        self._confirming_at_once = True
+        try:
+            self.confirmer.confirm_then(amqp, answered)
+        except HAClientError as exc:
+            answered(exc)
+        return True
+
+    def _at_once_done(self) -> None:
+        """A confirmation exchange without a task ended: the next one may start."""
+        self._confirming_at_once = False
+        waiting, self._at_once_waiting = self._at_once_waiting, None
+        if waiting is not None:
+            waiting.set()
+
+    async def _confirm_again(
+        self,
+        amqp: AmqpConnection,
+        ack: PendingAck,
+        then: Callable[[BaseException | None], None],
+    ) -> None:
+        """A drain without a task whose probe failed, the connection open: ``confirm`` (which
+        falls back to a round trip on this session), then ``then`` with its outcome."""
+        error: BaseException | None = None
+        self._at_once_done()  # before the lock: a settle_acks holding it waits for this
+        try:
+            async with self._ack_lock:
+                assert self.amqp_session is not None
+                await self.confirmer.confirm(
+                    amqp,
+                    self.amqp_session,
+                    ack.confirmation,
+                    address=ack.probe_address,
+                    topic_prefix=self.physical().prefixes.topic,
+                    timeout=self.options.attach_timeout,
+                )
+        except Exception as exc:
+            error = exc
+        except BaseException:  # the connection's tasks cancelled: its close
+            self._at_once_done()
+            then(ClosedError("the connection closed while the acknowledgement waited"))
+            raise
+        then(error)
 
     async def give_back(self, acks: list[PendingAck]) -> None:
         """Return delivered messages (marked redelivered), and the prefetched ones behind them,

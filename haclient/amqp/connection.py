@@ -87,6 +87,14 @@ def _fresh(error: BaseException) -> BaseException:
     return error.with_traceback(None)
 
 
+def _call_back(then: Callable[[BaseException | None], None], error: BaseException | None) -> None:
+    """``then(error)`` from the event handler: an exception is logged, the handler goes on."""
+    try:
+        then(error)
+    except Exception:
+        log.exception("a drain callback raised")
+
+
 class _Slot:
     """One awaited answer: set once with a value or an error.
 
@@ -229,6 +237,7 @@ class AmqpConnection:
         self._session_errors: dict[Session, HAClientError] = {}  # ended by the peer, and why
         self._credit_changed: anyio.Event | None = None  # made when someone waits (see _credit)
         self._flows: dict[Link, int] = {}  # flow frames received per link (see wait_flow)
+        self._drains: dict[Receiver, Callable[[BaseException | None], None]] = {}  # drain_then
         self._names = itertools.count(1)
         self._unwritten = 0  # transfers queued since one was last written from its sender's task
         self._while_waiting: list[Callable[[], None]] = []  # see while_waiting
@@ -677,6 +686,37 @@ class AmqpConnection:
         finally:
             receiver.end_drain()
 
+    def drain_then(
+        self, receiver: Receiver, credit: int, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """``drain`` without a task: ``then(None)`` is called from the event handler of the
+        loop turn in which the peer's answer arrives (the link is then out of drain mode again,
+        as after ``drain``), or ``then(error)`` once the link or this connection ended first
+        (the error ``drain`` would raise). One drain at a time per link; ``then`` must not
+        block, and must not raise (an exception is logged).
+
+        Raises:
+            ClosedError, or the peer's reason: the link or the connection is gone (nothing asked).
+        """
+        self._check_link(receiver)
+        assert receiver not in self._drains, "one drain at a time per link"
+        receiver.drain(credit)
+        self._drains[receiver] = then
+        self._write_before_waiting()
+
+    def _drains_answered(self) -> None:
+        """Call back the ``drain_then`` whose answer came (end of an event batch)."""
+        for receiver in [r for r in self._drains if not r.draining]:
+            then = self._drains.pop(receiver)
+            receiver.end_drain()
+            _call_back(then, None)
+
+    def _drains_failed(self, link: Link | None, failure: HAClientError) -> None:
+        """Fail the ``drain_then`` of ``link`` (None: all of them)."""
+        for receiver in [r for r in self._drains if link is None or r is link]:
+            then = self._drains.pop(receiver)
+            _call_back(then, _fresh(failure))
+
     async def flush(self) -> None:
         """Wait until every frame queued so far has been written to the socket (in order)."""
         if self.driver is not None:
@@ -770,6 +810,8 @@ class AmqpConnection:
                 slot.set(session)  # no-op when the session was refused in this batch
         if opened is not None:
             self._opened.set(opened)  # no-op when the Close came in this batch
+        if self._drains:
+            self._drains_answered()
 
     def _credit(self) -> anyio.Event:
         """The event the next credit, drain or flow change sets: made only when a call waits,
@@ -840,6 +882,8 @@ class AmqpConnection:
             if delivery.link is link:
                 outcome_slot.fail(failure)
                 del self._outcomes[delivery]
+        if link in self._drains:
+            self._drains_failed(link, failure)
         self._signal_credit()
 
     def _error(self, error: ErrorCondition | None, context: str) -> HAClientError:
@@ -862,6 +906,7 @@ class AmqpConnection:
         self._sessions.clear()
         self._attaches.clear()
         self._outcomes.clear()
+        self._drains_failed(None, failure)
         for inbox in self._inboxes.values():
             inbox.wake()
         self._signal_credit()

@@ -53,11 +53,14 @@ NOT_API = {
     "traced",
     "take_failure",
     "report_lost",
+    "receive_then",
 }
 """The async objects' hooks for the failover manager, which the application never calls, the
 async producer's side of the thread boundary, which the blocking producer's outbox calls on
-the loop (``haclient.sync._outbox``), and its batch send of stored encodings, which the outbox
-relay calls on the loop (``haclient.exactly_once.relay``)."""
+the loop (``haclient.sync._outbox``), its batch send of stored encodings, which the outbox
+relay calls on the loop (``haclient.exactly_once.relay``), and the async consumer's receive
+without a task, which the blocking consumer's requests use on the loop
+(``haclient.sync._served``)."""
 
 
 def api(cls: type) -> dict[str, object]:

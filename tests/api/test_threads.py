@@ -357,6 +357,64 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
     assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one may have reached the broker
 
 
+@pytest.mark.parametrize("path", ["at-once", "at-once drain", "general"])
+def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_consumer_usable(
+    broker: BrokerThread, queue: Queue, path: str
+) -> None:
+    """An AUTO receive whose message is prefetched waits on the loop for the broker's
+    confirmation of its acknowledgement (the broker's settlement, or its answer to a drain of
+    the session's probe): taken at once, its message given by callback, or the general way
+    (acknowledgements confirmed by a round trip: a task of the request); Ctrl-C raises
+    ``KeyboardInterrupt`` and the consumer goes on afterwards."""
+    assert threading.current_thread() is threading.main_thread()
+    confirmation = {"at-once": "auto", "at-once drain": "drain", "general": "round-trip"}[path]
+    with haclient.connect(broker.url, ack_confirmation=confirmation) as conn:
+        conn.start()
+        session = conn.create_session()
+        consumer = session.create_consumer(queue)
+        send(conn, queue, "before", "interrupted", "after ctrl-c")
+        first = consumer.receive(timeout=HANG)
+        assert first is not None and first.body == "before"
+        time.sleep(0.3)  # the others arrive in its prefetch
+
+        def in_flight() -> bool:
+            from haclient.sync._served import Serving
+
+            served = Serving.of(conn._boundary.loop_thread, conn._boundary)
+            assert served is not None
+            return bool(served.receiving if path.startswith("at-once") else served.tasks)
+
+        def interrupt_once_confirming() -> None:
+            deadline = time.monotonic() + HANG
+            try:
+                while not on_loop(conn, in_flight):
+                    assert time.monotonic() < deadline, "the receive never waited"
+                    time.sleep(0.005)
+                _thread.interrupt_main()
+                time.sleep(0.3)
+            finally:
+                broker.resume()  # also when this failed: the receive is not left waiting
+
+        broker.pause()  # the broker reads nothing: the receive waits for the confirmation
+        try:
+            with python_sigint_handler():
+                interrupter = threading.Thread(target=interrupt_once_confirming)
+                interrupter.start()
+                started = time.monotonic()
+                try:
+                    with pytest.raises(KeyboardInterrupt):
+                        consumer.receive(timeout=60)
+                finally:
+                    interrupter.join(HANG)
+            assert time.monotonic() - started < HANG
+        finally:
+            broker.resume()
+        bodies = []
+        while (message := consumer.receive(timeout=2)) is not None:
+            bodies.append(message.body)  # type: ignore[attr-defined]
+        assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one was acknowledged
+
+
 def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(
     conn: haclient.Connection, queue: Queue
 ) -> None:

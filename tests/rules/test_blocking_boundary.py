@@ -447,3 +447,187 @@ def test_C9_a_refusal_of_a_blocking_sync_send_sent_at_once_is_raised_by_it(
         with pytest.raises(haclient.HAClientError, match="deleted"):
             producer.send(TextMessage("refused"))
         assert conn.statistics().sends_failed == 0  # raised to its caller: nothing lost
+
+
+# An AUTO receive in flight: at once (its message by callback) or the general way -----------------
+#
+# A blocking AUTO receive whose message is prefetched takes it and sends its acknowledgement in
+# the loop turn that takes the request, and gets its message from the turn the broker's
+# settlement arrives in (``MessageConsumer.receive_then``: no task), where the broker grants
+# receiver settle mode ``second`` (the reference broker), or from the turn the answer to a drain
+# of the session's probe arrives in (``ack_confirmation="drain"``, as in ActiveMQ mode, once the
+# probe was answered: the first receive's); with ``ack_confirmation="round-trip"`` the
+# acknowledgement is confirmed by attaching a link and the receive goes the general way (a task
+# of the request). RabbitMQ grants no mode ``second`` and has no drain: there all go the
+# general way.
+# ``Relay.hold`` keeps the broker's confirmation back, so the receive stays in flight.
+
+RECEIVE_PATHS = {"at-once": "auto", "at-once drain": "drain", "general": "round-trip"}
+
+
+def _receive_in_flight(consumer: haclient.MessageConsumer, **receive: object) -> dict:
+    """Start ``consumer.receive`` on another thread while the broker's confirmation of its
+    acknowledgement is held back; return what it will tell: ``message`` or ``error`` once
+    ``done`` is set."""
+    outcome: dict = {"done": threading.Event(), "message": None, "error": None}
+
+    def receive_it() -> None:
+        try:
+            outcome["message"] = consumer.receive(**receive)  # type: ignore[arg-type]
+        except BaseException as exc:
+            outcome["error"] = exc
+        outcome["done"].set()
+
+    threading.Thread(target=receive_it, daemon=True).start()
+    time.sleep(0.3)  # the acknowledgement went out; the broker's answer is held back
+    assert not outcome["done"].is_set(), outcome
+    return outcome
+
+
+def _assert_path(conn: haclient.Connection, kind: str, path: str) -> None:
+    """The receive in flight went by ``path``: at once, no task of its request (where the
+    broker grants mode ``second``), or the general way, a task of its request."""
+    from haclient.sync._served import Serving
+
+    served = Serving.of(conn._boundary.loop_thread, conn._boundary)  # read only, for the test
+    assert served is not None
+    at_once = path.startswith("at-once") and kind == "reference"
+    assert (len(served.receiving), len(served.tasks)) == ((1, 0) if at_once else (0, 1))
+
+
+def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclient.MessageConsumer:
+    """An AUTO consumer of ``queue`` that received "before" and has ``bodies`` prefetched."""
+    session = conn.create_session(AckMode.AUTO)
+    consumer = session.create_consumer(queue)
+    producer = session.create_producer(queue)
+    for body in ("before", *bodies):
+        producer.send(TextMessage(body))
+    first = consumer.receive(TIMEOUT)
+    assert first is not None and first.body == "before"  # type: ignore[attr-defined]
+    time.sleep(0.3)  # the others arrive in its prefetch
+    return consumer
+
+
+@pytest.mark.parametrize("path", RECEIVE_PATHS)
+def test_A1_a_blocking_auto_receive_cut_off_before_its_confirmation_returns_it_in_doubt(
+    bed: Bed, path: str
+) -> None:
+    """The connection drops while an AUTO receive waits for the broker's confirmation of its
+    acknowledgement: once failover reached the next broker, the message is returned flagged
+    ``ack_in_doubt`` and redelivered (F9), and no copy of it comes again (nothing twice,
+    nothing lost)."""
+    parts = urlsplit(bed.url)
+    login = f"{parts.username}:{parts.password}@" if parts.username else ""
+    with relayed(bed) as (relay, _):
+        url = (
+            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
+            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
+        )
+        queue = Queue(bed.unique("a1-in-flight"))
+        options = bed.options(ack_confirmation=RECEIVE_PATHS[path])
+        with haclient.connect(url, **options) as conn:
+            conn.start()
+            consumer = _prefetched(conn, queue, "in flight", "after")
+            relay.hold()
+            outcome = _receive_in_flight(consumer, timeout=HANG)
+            _assert_path(conn, bed.kind, path)
+            relay.cut()
+            assert outcome["done"].wait(HANG), "the receive cut off never returned"
+            assert outcome["error"] is None, outcome["error"]
+            message = outcome["message"]
+            assert message is not None and message.body == "in flight"
+            assert message.ack_in_doubt and message.redelivered
+            rest = []
+            while (more := consumer.receive(1.0)) is not None:
+                rest.append(more.body)  # type: ignore[attr-defined]
+    assert rest == ["after"]
+
+
+@pytest.mark.parametrize("path", RECEIVE_PATHS)
+def test_F4_a_blocking_auto_receive_cut_off_with_no_broker_left_ends_at_its_timeout(
+    bed: Bed, path: str
+) -> None:
+    """Its connection drops while the receive waits for the confirmation and no broker answers
+    again: the receive returns None at its own ``timeout``, long before failover gives up
+    (the message stays held, in doubt, for a receive once the connection is back: F2)."""
+    with relayed(bed, **{"failover.giveupafter": "20000"}) as (relay, url):
+        conn = haclient.connect(url, **bed.options(ack_confirmation=RECEIVE_PATHS[path]))
+        try:
+            conn.start()
+            consumer = _prefetched(conn, Queue(bed.unique("f4-receive")), "in flight")
+            relay.hold()
+            started_at = time.monotonic()
+            outcome = _receive_in_flight(consumer, timeout=1.0)
+            _assert_path(conn, bed.kind, path)
+            relay.cut()
+            assert outcome["done"].wait(HANG), "the receive cut off was not bounded"
+            assert outcome["error"] is None, outcome["error"]
+            assert outcome["message"] is None
+            assert time.monotonic() - started_at < HANG
+        finally:
+            with suppress(HAClientError):
+                conn.close()
+
+
+@pytest.mark.parametrize("path", RECEIVE_PATHS)
+def test_C9_a_blocking_auto_receive_in_flight_when_its_connection_closes_gets_an_outcome(
+    bed: Bed, path: str
+) -> None:
+    """The connection is closed (from another thread) while an AUTO receive waits for a
+    confirmation the broker never gives: the receive ends once the close gave up waiting
+    (``close_timeout``): with the message flagged in doubt, None, or the error that ended it;
+    it is not left waiting."""
+    with relayed(bed, **{"jms.closeTimeout": "500"}) as (relay, url):
+        conn = haclient.connect(url, **bed.options(ack_confirmation=RECEIVE_PATHS[path]))
+        try:
+            conn.start()
+            consumer = _prefetched(conn, Queue(bed.unique("c9-receive")), "in flight")
+            relay.hold()
+            outcome = _receive_in_flight(consumer, timeout=HANG * 2)
+            _assert_path(conn, bed.kind, path)
+            started_at = time.monotonic()
+            with suppress(HAClientError):
+                conn.close()
+            assert outcome["done"].wait(HANG), "the receive was left waiting"
+            assert time.monotonic() - started_at < HANG
+            message, error = outcome["message"], outcome["error"]
+            if error is not None:
+                assert isinstance(error, HAClientError), error
+            elif message is not None:
+                assert message.body == "in flight" and message.ack_in_doubt
+        finally:
+            with suppress(HAClientError):
+                conn.close()
+
+
+@pytest.mark.parametrize("path", RECEIVE_PATHS)
+def test_C2_a_consumer_closed_while_an_auto_receive_awaits_its_confirmation_returns_it(
+    reference_broker: BrokerThread, path: str
+) -> None:
+    """``consumer.close()`` from another thread while an AUTO receive waits for the broker's
+    confirmation (the broker paused): the close waits for that receive (C2), which returns
+    the message once the broker confirmed it (acknowledged, so never dropped); nothing of it
+    stays on the queue."""
+    queue = Queue(Bed.unique("c2-receive"))
+    with haclient.connect(reference_broker.url, ack_confirmation=RECEIVE_PATHS[path]) as conn:
+        conn.start()
+        consumer = _prefetched(conn, queue, "in flight")
+        reference_broker.pause()
+        try:
+            outcome = _receive_in_flight(consumer, timeout=HANG)
+            _assert_path(conn, "reference", path)
+            closed = threading.Event()
+            closer = threading.Thread(target=lambda: (consumer.close(), closed.set()))
+            closer.start()
+            time.sleep(0.3)
+        finally:
+            reference_broker.resume()
+        assert outcome["done"].wait(HANG), "the receive was left waiting"
+        assert closed.wait(HANG), "the close was left waiting"
+        closer.join(HANG)
+        assert outcome["error"] is None, outcome["error"]
+        message = outcome["message"]
+        assert message is not None and message.body == "in flight"
+        assert not message.ack_in_doubt
+        rest = conn.create_session().create_consumer(queue).receive(1.0)
+    assert rest is None
