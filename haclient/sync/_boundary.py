@@ -236,6 +236,8 @@ class Boundary:
 
         Raises:
             ClosedError: the connection is closed (nothing was queued).
+            KeyboardInterrupt: Ctrl-C meanwhile; the request may be queued (``queued``) and the
+                doorbell was rung all the same.
         """
         try:
             with self._lock:
@@ -271,7 +273,7 @@ class Boundary:
         Raises:
             IllegalStateError: called from the loop thread, or in a forked process.
             ClosedError: the connection is closed, before or during the call.
-            KeyboardInterrupt: Ctrl-C while waiting; the request was cancelled first.
+            KeyboardInterrupt: Ctrl-C while waiting; the request was withdrawn first.
             Exception: whatever the operation raised on the loop.
         """
         if close and (self.closed or self.loop_thread.forked):
