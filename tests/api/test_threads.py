@@ -304,7 +304,9 @@ def test_ctrl_c_between_queueing_a_receive_and_waiting_for_it_withdraws_the_rece
                 assert time.monotonic() < deadline, "the receive never waited"
                 time.sleep(0.005)
             _thread.interrupt_main()
-            time.sleep(0.5)  # the interrupt comes at the next check, still in here
+            deadline = time.monotonic() + HANG
+            while time.monotonic() < deadline:  # raised at the loop's next check, in here
+                pass
 
     monkeypatch.setattr(doorbell, "ring", ring_then_interrupt)
     with python_sigint_handler(), pytest.raises(KeyboardInterrupt):
@@ -375,7 +377,12 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
         send(conn, queue, "before", "interrupted", "after ctrl-c")
         first = consumer.receive(timeout=HANG)
         assert first is not None and first.body == "before"
-        time.sleep(0.3)  # the others arrive in its prefetch
+        inner = loop_object(conn, consumer)
+        deadline = time.monotonic() + HANG
+        while on_loop(conn, lambda: inner._context.amqp().queued(inner._receiver)) < 2:
+            assert time.monotonic() < deadline, "the others never arrived in its prefetch"
+            time.sleep(0.005)
+        interrupted = threading.Event()
 
         def in_flight() -> bool:
             from haclient.sync._served import Serving
@@ -391,7 +398,7 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
                     assert time.monotonic() < deadline, "the receive never waited"
                     time.sleep(0.005)
                 _thread.interrupt_main()
-                time.sleep(0.3)
+                interrupted.wait(HANG)  # the broker stays paused until the receive was interrupted
             finally:
                 broker.resume()  # also when this failed: the receive is not left waiting
 
@@ -405,6 +412,7 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
                     with pytest.raises(KeyboardInterrupt):
                         consumer.receive(timeout=60)
                 finally:
+                    interrupted.set()
                     interrupter.join(HANG)
             assert time.monotonic() - started < HANG
         finally:

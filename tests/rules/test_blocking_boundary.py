@@ -12,8 +12,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -324,6 +325,25 @@ def test_C9_a_refusal_found_by_close_is_raised_by_it(reference_broker: BrokerThr
 IN_FLIGHT_PATHS = ["at-once", "general"]
 
 
+def _served(facade: object) -> Any:
+    """For the test only: the loop's half of ``facade``'s connection (read from this thread:
+    attribute reads the tests poll, never a call into the loop)."""
+    from haclient.sync._served import Serving
+
+    boundary = facade._boundary  # type: ignore[attr-defined]
+    served = Serving.of(boundary.loop_thread, boundary)
+    assert served is not None
+    return served
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``HANG``."""
+    deadline = time.monotonic() + HANG
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
 def _sync_send_in_flight(producer: haclient.MessageProducer, path: str, **send: object) -> dict:
     """Start a PERSISTENT ``send`` by ``path`` on another thread, its outcome unanswered (the
     relay holds); return what it will tell: ``error`` (None: returned) once ``done`` is set."""
@@ -340,7 +360,8 @@ def _sync_send_in_flight(producer: haclient.MessageProducer, path: str, **send: 
         outcome["done"].set()
 
     threading.Thread(target=send_it, daemon=True).start()
-    time.sleep(0.3)  # it went out; the broker's answer is held back
+    lane = _served(producer).lanes[producer._handle]  # type: ignore[attr-defined]
+    _until(lambda: lane.sending is not None, "the send never waited for its outcome")
     assert not outcome["done"].is_set(), outcome
     return outcome
 
@@ -479,7 +500,8 @@ def _receive_in_flight(consumer: haclient.MessageConsumer, **receive: object) ->
         outcome["done"].set()
 
     threading.Thread(target=receive_it, daemon=True).start()
-    time.sleep(0.3)  # the acknowledgement went out; the broker's answer is held back
+    served = _served(consumer)
+    _until(lambda: bool(served.receiving or served.tasks), "the receive never waited")
     assert not outcome["done"].is_set(), outcome
     return outcome
 
@@ -504,7 +526,11 @@ def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclie
         producer.send(TextMessage(body))
     first = consumer.receive(TIMEOUT)
     assert first is not None and first.body == "before"  # type: ignore[attr-defined]
-    time.sleep(0.3)  # the others arrive in its prefetch
+    inner = _served(consumer).objects[consumer._handle]  # type: ignore[attr-defined]
+    _until(
+        lambda: inner._context.amqp().queued(inner._receiver) >= len(bodies),
+        "the others never arrived in its prefetch",
+    )
     return consumer
 
 
@@ -619,7 +645,8 @@ def test_C2_a_consumer_closed_while_an_auto_receive_awaits_its_confirmation_retu
             closed = threading.Event()
             closer = threading.Thread(target=lambda: (consumer.close(), closed.set()))
             closer.start()
-            time.sleep(0.3)
+            # the loop closed it; the close now waits for the receive in flight (C2)
+            _until(lambda: bool(consumer._closed), "the close never reached the loop")  # type: ignore[attr-defined]
         finally:
             reference_broker.resume()
         assert outcome["done"].wait(HANG), "the receive was left waiting"
