@@ -65,10 +65,13 @@ class ReceiveInFlight:
             self._complete(None, ClosedError("the connection closed while the receive waited"))
 
     def cancel(self) -> None:
-        """The caller let go (Ctrl-C): stop the general path's wait, if it was handed to it
-        (a message held stays for the next ``receive``); an acknowledgement in flight goes on."""
+        """The caller let go (Ctrl-C): its outcome is told now, ``ClosedError``, as a cancelled
+        task's is, so that the interrupted caller is let go at once even while the broker is
+        silent; the general path's wait is stopped, if it was handed to it (a message held
+        stays for the next ``receive``); an acknowledgement in flight goes on."""
         if self._scope is not None:
             self._scope.cancel()
+        self._complete(None, ClosedError("the call was cancelled while it was waiting"))
 
     def closed(self) -> None:
         """The connection is closed under it: ``ClosedError`` now, nothing later."""
