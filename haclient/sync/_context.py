@@ -26,9 +26,12 @@ class SessionContext:
         dispatcher: The session's dispatcher thread, where listeners and completion callbacks
             run.
         ack_mode: The session's acknowledge mode (fixed for the session's life).
+        close_timeout: The connection's ``close_timeout``: how long a ``close()`` waits for
+            what it waits for (a consumer's blocked ``receive()`` calls).
     """
 
     boundary: Boundary
     handle: int
     dispatcher: Dispatcher
     ack_mode: AckMode
+    close_timeout: float

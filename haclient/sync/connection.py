@@ -221,7 +221,9 @@ class Connection:
         except BaseException:
             dispatcher.stop()
             raise
-        session = Session(self._boundary, handle, facts, dispatcher, self._forget_session)
+        session = Session(
+            self._boundary, handle, facts, dispatcher, self._forget_session, self._close_timeout
+        )
         with self._lock:
             self._sessions.add(session)
         return session

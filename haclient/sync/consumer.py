@@ -29,9 +29,6 @@ __all__ = ["MessageConsumer", "MessageListener"]
 MessageListener = Callable[[Message], object]
 """A blocking message listener: a plain function taking the message (its result is ignored)."""
 
-_CLOSE_WAIT = 30.0
-"""Seconds ``close()`` waits for blocked ``receive()`` calls to return (they return at once)."""
-
 
 class MessageConsumer:
     """Receives messages from a destination (JMS ``MessageConsumer``); blocking.
@@ -195,9 +192,13 @@ class MessageConsumer:
         """Close the consumer (C1-C5). Idempotent; callable from any thread.
 
         A ``receive()`` blocked in another thread returns None, and this returns after it has
-        (C2). A listener running on the dispatcher thread is waited for (C3), unless this is
-        called from inside that listener (C4: detected; ``from_listener=True`` says so
-        explicitly). Nothing is acknowledged or rolled back (C5).
+        (C2), or after the connection's ``close_timeout`` at most: a ``receive()`` that already
+        took its message and waits for the broker to confirm its acknowledgement (AUTO, A1)
+        goes on waiting (a silent broker: until the connection fails over) and then returns
+        the message or raises, as A1 says. A listener running on the dispatcher thread is
+        waited for (C3), unless this is called from inside that listener (C4: detected;
+        ``from_listener=True`` says so explicitly). Nothing is acknowledged or rolled back
+        (C5).
 
         Raises:
             IllegalStateError: called from the event-loop thread.
@@ -210,7 +211,9 @@ class MessageConsumer:
         finally:
             self._closed = True
         with self._receivers_done:
-            self._receivers_done.wait_for(lambda: self._receiving == 0, timeout=_CLOSE_WAIT)
+            self._receivers_done.wait_for(
+                lambda: self._receiving == 0, timeout=self._context.close_timeout
+            )
 
     def __repr__(self) -> str:
         return f"<blocking consumer {self._handle} of {self._facts.destination}>"

@@ -41,6 +41,7 @@ class Session:
         facts: SessionFacts,
         dispatcher: Dispatcher,
         forget: Callable[[Session], None],
+        close_timeout: float,
     ) -> None:
         self._boundary = boundary
         self._handle = handle
@@ -48,7 +49,7 @@ class Session:
         self._forget = forget  # tells the connection this session is closed
         self._dispatcher = dispatcher
         self._closed = False
-        self._context = SessionContext(boundary, handle, dispatcher, facts.ack_mode)
+        self._context = SessionContext(boundary, handle, dispatcher, facts.ack_mode, close_timeout)
 
     @staticmethod
     def _new_dispatcher(boundary: Boundary) -> Dispatcher:

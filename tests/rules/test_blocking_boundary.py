@@ -658,3 +658,39 @@ def test_C2_a_consumer_closed_while_an_auto_receive_awaits_its_confirmation_retu
         assert not message.ack_in_doubt
         rest = conn.create_session().create_consumer(queue).receive(1.0)
     assert rest is None
+
+
+@pytest.mark.parametrize("path", RECEIVE_PATHS)
+def test_C2_a_consumer_close_waits_for_a_confirming_receive_no_longer_than_close_timeout(
+    reference_broker: BrokerThread, path: str
+) -> None:
+    """``consumer.close()`` from another thread while an AUTO receive waits for a confirmation
+    the broker holds back longer than ``close_timeout``: the close returns after
+    ``close_timeout`` (it waited a fixed 30 s before), and the receive, still waiting, returns
+    the message once the broker answers."""
+    queue = Queue(Bed.unique("c2-close-bounded"))
+    confirmation = RECEIVE_PATHS[path]
+    with haclient.connect(
+        reference_broker.url, ack_confirmation=confirmation, close_timeout=0.3
+    ) as conn:
+        conn.start()
+        consumer = _prefetched(conn, queue, "in flight")
+        reference_broker.pause()
+        try:
+            outcome = _receive_in_flight(consumer, timeout=HANG)
+            _assert_path(conn, "reference", path)
+            closed = threading.Event()
+            closer = threading.Thread(target=lambda: (consumer.close(), closed.set()))
+            closer.start()
+            assert closed.wait(HANG), "the close waited past close_timeout for the receive"
+            assert not outcome["done"].is_set(), "the receive ended without the broker's answer"
+        finally:
+            reference_broker.resume()
+        closer.join(HANG)
+        assert outcome["done"].wait(HANG), "the receive was left waiting"
+        assert outcome["error"] is None, outcome["error"]
+        message = outcome["message"]
+        assert message is not None and message.body == "in flight"
+        assert not message.ack_in_doubt
+        rest = conn.create_session().create_consumer(queue).receive(1.0)
+    assert rest is None
