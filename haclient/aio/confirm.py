@@ -54,6 +54,9 @@ _probe_names = itertools.count(1)
 FALLBACKS = (AckConfirmation.LINK_FLOW, AckConfirmation.DRAIN, AckConfirmation.ROUND_TRIP)
 """The confirmations for a broker without mode ``second``, cheapest first."""
 
+_AT_ONCE = frozenset({AckConfirmation.LINK_FLOW, AckConfirmation.DRAIN})
+"""The exchanges ``confirm_then`` makes without a task (the broker's answer calls back)."""
+
 
 def fallback_for(product: str | None, chosen: str = "auto") -> AckConfirmation:
     """The confirmation to use where mode ``second`` is not granted.
@@ -131,12 +134,12 @@ class Confirmer:
         await round_trip_on(amqp, session, address, timeout=timeout)
 
     def confirms_at_once(self, session: Session, kind: AckConfirmation) -> bool:
-        """Whether ``confirm_then`` can confirm on ``session`` now: the exchange is a drain on
-        the session's probe, which the broker answered before (so ``confirm`` would wait for
-        it without a timer too), and no drain of it is under way."""
+        """Whether ``confirm_then`` can confirm on ``session`` now: the exchange is a drain or
+        a link flow on the session's probe, which the broker answered before (so ``confirm``
+        would wait for it without a timer too), and no drain of it is under way."""
         probe = self._probe
         return (
-            self.effective(session, kind) is AckConfirmation.DRAIN
+            self.effective(session, kind) in _AT_ONCE
             and self._answered
             and self._session is session
             and probe is not None
@@ -145,19 +148,26 @@ class Confirmer:
         )
 
     def confirm_then(
-        self, amqp: AmqpConnection, then: Callable[[BaseException | None], None]
+        self,
+        amqp: AmqpConnection,
+        kind: AckConfirmation,
+        then: Callable[[BaseException | None], None],
     ) -> None:
-        """``confirm`` without a task, where ``confirms_at_once``: the output is cut and the
-        probe drained; ``then(None)`` is called from the event-loop turn that brings the
-        broker's answer, ``then(error)`` once the probe or the connection ended first (then
-        ``confirm`` is the way to go on: it falls back as it does for a failed exchange).
+        """``confirm`` without a task, where ``confirms_at_once(session, kind)``: the output is
+        cut and the probe drained (``DRAIN``) or given a credit more (``LINK_FLOW``);
+        ``then(None)`` is called from the event-loop turn that brings the broker's answer,
+        ``then(error)`` once the probe or the connection ended first (then ``confirm`` is the
+        way to go on: it falls back as it does for a failed exchange).
 
         Raises:
             ClosedError, or the peer's reason: the probe or the connection is gone.
         """
-        assert self._probe is not None
+        assert self._probe is not None and self._session is not None
         amqp.cut()
-        amqp.drain_then(self._probe, 1, then)
+        if self.effective(self._session, kind) is AckConfirmation.DRAIN:
+            amqp.drain_then(self._probe, 1, then)
+        else:
+            amqp.flow_then(self._probe, 1, then)
 
     async def _receiver(
         self,

@@ -93,7 +93,9 @@ _Taken = tuple[ReceivedMessage, Message, Connected]
 """A message taken from the link: the delivery, the decoded message, the connection it came on."""
 
 
-_AT_ONCE = frozenset({AckConfirmation.SETTLE_SECOND, AckConfirmation.DRAIN})
+_AT_ONCE = frozenset(
+    {AckConfirmation.SETTLE_SECOND, AckConfirmation.DRAIN, AckConfirmation.LINK_FLOW}
+)
 """Confirmations a receive can wait for without a task (``receive_then``)."""
 
 
@@ -363,11 +365,11 @@ class MessageConsumer:
     ) -> ReceiveInFlight | None:
         """``receive(timeout)`` without a task when a message is already prefetched and
         nothing has to be waited for first (open, no listener, started, connected, nothing
-        held, not traced, AUTO confirmed by the broker's settlement or by a drain of a probe
-        it answered before, no other acknowledgement of the session under way): the message
-        is taken and its acknowledgement sent now, and ``completed(message, error)`` is called
-        once, on the loop, from the event-loop turn in which the broker confirms it (A1). When
-        waiting for that fails, the general path takes the receive over from where it is
+        held, not traced, AUTO confirmed by the broker's settlement or by a drain or link flow
+        of a probe it answered before, no other acknowledgement of the session under way): the
+        message is taken and its acknowledgement sent now, and ``completed(message, error)`` is
+        called once, on the loop, from the event-loop turn in which the broker confirms it (A1).
+        When waiting for that fails, the general path takes the receive over from where it is
         (``haclient.aio.received_in_flight``: in doubt and held through a failover, F2/F9,
         within ``timeout``, F4), and ``completed`` gets that path's outcome.
 

@@ -389,11 +389,12 @@ class SessionContext:
         """``settle_acks([ack])`` without a task, when nothing has to be waited for first (no
         other acknowledgement of the session under way, the connection open, ``ack`` from it)
         and its confirmation comes as an answer no timer bounds (A6): the broker's settlement
-        (receiver settle mode ``second``), or a drain of the session's probe that the broker
-        answered before. The outcome goes out now and ``then(error)`` is called once, on the
-        loop, from the event-loop turn that brings the confirmation (None: confirmed), or its
-        failure (the link or the connection ended: what ``settle_acks`` would raise; a probe
-        that failed with the connection open falls back as ``confirm`` does, in a task).
+        (receiver settle mode ``second``), or a drain or link flow of the session's probe that
+        the broker answered before. The outcome goes out now and ``then(error)`` is called
+        once, on the loop, from the event-loop turn that brings the confirmation (None:
+        confirmed), or its failure (the link or the connection ended: what ``settle_acks``
+        would raise; a probe that failed with the connection open falls back as ``confirm``
+        does, in a task).
 
         Returns:
             False, nothing done, when any of that does not hold: then ``settle_acks``.
@@ -442,7 +443,7 @@ class SessionContext:
 
         self._confirming_at_once = True
         try:
-            self.confirmer.confirm_then(amqp, answered)
+            self.confirmer.confirm_then(amqp, confirmation, answered)
         except HAClientError as exc:
             answered(exc)
         return True
@@ -460,8 +461,9 @@ class SessionContext:
         ack: PendingAck,
         then: Callable[[BaseException | None], None],
     ) -> None:
-        """A drain without a task whose probe failed, the connection open: ``confirm`` (which
-        falls back to a round trip on this session), then ``then`` with its outcome."""
+        """A drain or link flow without a task whose probe failed, the connection open:
+        ``confirm`` (which falls back to a round trip on this session), then ``then`` with its
+        outcome."""
         error: BaseException | None = None
         self._at_once_done()  # before the lock: a settle_acks holding it waits for this
         try:

@@ -87,6 +87,14 @@ def _fresh(error: BaseException) -> BaseException:
     return error.with_traceback(None)
 
 
+@dataclass(slots=True)
+class _Answer:
+    """A ``drain_then`` or ``flow_then`` waiting for the peer's answering flow on its link."""
+
+    then: Callable[[BaseException | None], None]
+    flows_seen: int | None  # flow_then: the link's flows received when asked; None: a drain
+
+
 def _call_back(then: Callable[[BaseException | None], None], error: BaseException | None) -> None:
     """``then(error)`` from the event handler: an exception is logged, the handler goes on."""
     try:
@@ -237,7 +245,7 @@ class AmqpConnection:
         self._session_errors: dict[Session, HAClientError] = {}  # ended by the peer, and why
         self._credit_changed: anyio.Event | None = None  # made when someone waits (see _credit)
         self._flows: dict[Link, int] = {}  # flow frames received per link (see wait_flow)
-        self._drains: dict[Receiver, Callable[[BaseException | None], None]] = {}  # drain_then
+        self._answers: dict[Receiver, _Answer] = {}  # drain_then, flow_then
         self._names = itertools.count(1)
         self._unwritten = 0  # transfers queued since one was last written from its sender's task
         self._while_waiting: list[Callable[[], None]] = []  # see while_waiting
@@ -699,23 +707,52 @@ class AmqpConnection:
             ClosedError, or the peer's reason: the link or the connection is gone (nothing asked).
         """
         self._check_link(receiver)
-        assert receiver not in self._drains, "one drain at a time per link"
+        assert receiver not in self._answers, "one drain or flow answer at a time per link"
         receiver.drain(credit)
-        self._drains[receiver] = then
+        self._answers[receiver] = _Answer(then, None)
         self._write_before_waiting()
 
-    def _drains_answered(self) -> None:
-        """Call back the ``drain_then`` whose answer came (end of an event batch)."""
-        for receiver in [r for r in self._drains if not r.draining]:
-            then = self._drains.pop(receiver)
-            receiver.end_drain()
-            _call_back(then, None)
+    def flow_then(
+        self, receiver: Receiver, credit: int, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """Grant ``credit`` more and call ``then(None)`` from the event handler of the loop
+        turn in which the next flow frame of the peer on ``receiver`` arrives (``flow`` and
+        ``wait_flow`` without a task), or ``then(error)`` once the link or this connection
+        ended first. For a peer known to answer a flow with its own (RabbitMQ on a link it
+        sends on). One drain or flow answer at a time per link; ``then`` as for ``drain_then``.
 
-    def _drains_failed(self, link: Link | None, failure: HAClientError) -> None:
-        """Fail the ``drain_then`` of ``link`` (None: all of them)."""
-        for receiver in [r for r in self._drains if link is None or r is link]:
-            then = self._drains.pop(receiver)
-            _call_back(then, _fresh(failure))
+        Raises:
+            ClosedError, or the peer's reason: the link or the connection is gone (nothing asked).
+        """
+        self._check_link(receiver)
+        assert receiver not in self._answers, "one drain or flow answer at a time per link"
+        self._answers[receiver] = _Answer(then, self._flows.get(receiver, 0))
+        receiver.flow(credit)
+        self._write_before_waiting()
+
+    def _answers_came(self) -> None:
+        """Call back the ``drain_then`` and ``flow_then`` whose answer came (end of an event
+        batch)."""
+        came = [
+            (receiver, answer)
+            for receiver, answer in self._answers.items()
+            if (
+                not receiver.draining
+                if answer.flows_seen is None
+                else self._flows.get(receiver, 0) > answer.flows_seen
+            )
+        ]
+        for receiver, answer in came:
+            del self._answers[receiver]
+            if answer.flows_seen is None:
+                receiver.end_drain()
+            _call_back(answer.then, None)
+
+    def _answers_failed(self, link: Link | None, failure: HAClientError) -> None:
+        """Fail the ``drain_then`` and ``flow_then`` of ``link`` (None: all of them)."""
+        for receiver in [r for r in self._answers if link is None or r is link]:
+            answer = self._answers.pop(receiver)
+            _call_back(answer.then, _fresh(failure))
 
     async def flush(self) -> None:
         """Wait until every frame queued so far has been written to the socket (in order)."""
@@ -810,8 +847,8 @@ class AmqpConnection:
                 slot.set(session)  # no-op when the session was refused in this batch
         if opened is not None:
             self._opened.set(opened)  # no-op when the Close came in this batch
-        if self._drains:
-            self._drains_answered()
+        if self._answers:
+            self._answers_came()
 
     def _credit(self) -> anyio.Event:
         """The event the next credit, drain or flow change sets: made only when a call waits,
@@ -882,8 +919,8 @@ class AmqpConnection:
             if delivery.link is link:
                 outcome_slot.fail(failure)
                 del self._outcomes[delivery]
-        if link in self._drains:
-            self._drains_failed(link, failure)
+        if link in self._answers:
+            self._answers_failed(link, failure)
         self._signal_credit()
 
     def _error(self, error: ErrorCondition | None, context: str) -> HAClientError:
@@ -906,7 +943,7 @@ class AmqpConnection:
         self._sessions.clear()
         self._attaches.clear()
         self._outcomes.clear()
-        self._drains_failed(None, failure)
+        self._answers_failed(None, failure)
         for inbox in self._inboxes.values():
             inbox.wake()
         self._signal_credit()
