@@ -244,7 +244,7 @@ class MessageProducer:
                 boundary.put(request)
         except BaseException:
             if not request.queued:  # it never reached the loop, which hands over the rest
-                self._outbox.handed_over()
+                self._outbox.unreserve()
             raise
 
     def send_async(
