@@ -116,11 +116,11 @@ class Confirmer:
             try:
                 probe = self._probe
                 if self._answered and self._session is session and probe and not probe.is_closed:
-                    await _exchange(amqp, probe, kind)  # it answered here before: no timer
+                    await self._exchange(amqp, probe, kind)  # it answered here before: no timer
                     return
                 with anyio.fail_after(timeout):
                     probe = await self._receiver(amqp, session, kind, topic_prefix, timeout)
-                    await _exchange(amqp, probe, kind)
+                    await self._exchange(amqp, probe, kind)
                 self._answered = True
                 return
             except (TimeoutError, AttachTimeoutError, HAClientError) as exc:
@@ -132,6 +132,20 @@ class Confirmer:
                 self._failed.add((session, kind))
                 self._on_downgrade(AckConfirmation.ROUND_TRIP)
         await round_trip_on(amqp, session, address, timeout=timeout)
+
+    async def _exchange(self, amqp: AmqpConnection, probe: Receiver, kind: AckConfirmation) -> None:
+        """One exchange on ``probe``. One whose wait ends without the answer (cancelled, timed
+        out, failed) leaves the probe behind: its answer may still come, and the next exchange
+        on it would take that for its own (confirming what the broker has not seen yet); the
+        next exchange attaches a new probe."""
+        try:
+            await _exchange(amqp, probe, kind)
+        except BaseException:
+            if probe is self._probe:
+                self._probe, self._answered = None, False
+            if amqp.is_open and not probe.is_closed:
+                amqp.detach(probe)
+            raise
 
     def confirms_at_once(self, session: Session, kind: AckConfirmation) -> bool:
         """Whether ``confirm_then`` can confirm on ``session`` now: the exchange is a drain or
