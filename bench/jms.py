@@ -819,12 +819,15 @@ def pipelined_ceiling(results: Sequence[Measurement], broker: str) -> dict[str, 
     (annotations, id, address, timestamp: about 170 bytes here) and the Container a bare body
     (45 bytes), and RabbitMQ spends much more on a message past about 70 bytes. So the bound
     uses the broker's CPU on haclient's own messages: with a client that costs nothing it is
-    the most *any* client sending those messages can reach; with haclient's CPU, what it can.
+    the most *any* client sending those messages can reach; with haclient's CPU, what it can;
+    with the blocking API's, what that can, if its two threads (caller and loop, one GIL) took
+    turns without a gap.
     """
     ours_broker = median_cpu(results, broker, PIPELINED_SEND, HACLIENT, of_broker=True)
     theirs_broker = median_cpu(results, broker, PIPELINED_SEND, PROTON, of_broker=True)
     container = median_rate(results, broker, PIPELINED_SEND, PROTON)
     ours = median_cpu(results, broker, PIPELINED_SEND, HACLIENT)
+    blocking = median_cpu(results, broker, PIPELINED_SEND, BLOCKING)
     if ours_broker is None or theirs_broker is None or not container or ours is None:
         return None
     cores = os.cpu_count() or 1
@@ -841,6 +844,8 @@ def pipelined_ceiling(results: Sequence[Measurement], broker: str) -> dict[str, 
         "any_client_over_container": ceiling(0.0) / container,
         "haclient_msgs_per_s": ceiling(ours),
         "haclient_over_container": ceiling(ours) / container,
+        "blocking_msgs_per_s": None if blocking is None else ceiling(blocking),
+        "blocking_over_container": None if blocking is None else ceiling(blocking) / container,
     }
 
 
@@ -852,6 +857,12 @@ def ceiling_line(broker: str, c: dict[str, Any]) -> str:
         f"reach {c['any_client_msgs_per_s']:,.0f} msgs/s = {c['any_client_over_container']:.2f}x "
         f"Container; at haclient's CPU {c['haclient_msgs_per_s']:,.0f} = "
         f"{c['haclient_over_container']:.2f}x"
+        + (
+            ""
+            if c.get("blocking_msgs_per_s") is None
+            else f", at the blocking API's {c['blocking_msgs_per_s']:,.0f} = "
+            f"{c['blocking_over_container']:.2f}x"
+        )
     )
 
 
