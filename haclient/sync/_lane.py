@@ -88,13 +88,12 @@ class Lane:
 
     def put(self, request: Request) -> None:
         """A ``SEND`` request from the boundary, in order."""
-        if (
-            self._task is None
-            and self._in_flight is None
-            and not self._queue
-            and (self._send_now(request) or self._send_at_once(request))
-        ):
-            return
+        if self._task is None and self._in_flight is None and not self._queue:
+            # one or the other: _send_now takes the sends nobody waits for, _send_at_once
+            # those whose caller waits
+            sent = self._send_now(request) if request.reply is None else self._send_at_once(request)
+            if sent:
+                return
         self._queue.append(request)
         if self._task is None and self._in_flight is None:
             task = started_now(self._drain())
