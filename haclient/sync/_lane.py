@@ -142,8 +142,9 @@ class Lane:
     def _sent_at_once(self, request: Request, error: BaseException | None) -> None:
         """The outcome of the send in flight (on the loop; in the AMQP event handler when it
         came from the broker): to its caller; then the sends queued behind it, by the task."""
-        self._in_flight = None
-        self._refresh_terms()  # its outcome may have come after a failover
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None or in_flight[1].handed_back:
+            self._refresh_terms()  # it went out again after a failover: on a new connection
         self._outbox.handed_over()
         self._finish(request, error)
         if self._queue and self._task is None:  # not run here: this may be an event handler
