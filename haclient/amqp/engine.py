@@ -316,8 +316,9 @@ class Engine:
             if capacity < len(rest) and type(rest) is bytes:
                 rest = memoryview(rest)  # slices of more than fits, without copying the rest
             chunk = rest[:capacity]  # all of it (the same object) when it fits: the usual case
-            pushed = self._checked(cproton.pn_transport_push(pn_transport, chunk))
+            pushed = cproton.pn_transport_push(pn_transport, chunk)
             if pushed != len(chunk):
+                self._checked(pushed)  # raises when it is an error
                 raise OverflowError(f"unable to process all bytes: {pushed}, {len(chunk)}")
             rest = rest[len(chunk) :]
             if rest:
@@ -339,7 +340,8 @@ class Engine:
         if pending > 0:
             code, peeked = cproton.pn_transport_peek(pn_transport, pending)
             if code != PN_EOS:
-                self._checked(code)
+                if code < PN_EOS:
+                    self._checked(code)  # raises
                 out = bytes(peeked)
             cproton.pn_transport_pop(pn_transport, pending)
         if not self._bare:
