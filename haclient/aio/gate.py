@@ -131,6 +131,7 @@ class Gate:
             return None
         pair = self._manager.connected_nowait()
         if pair is None:
+            self._pair = self._connected = None  # nothing of a lost connection is kept here
             return None
         if pair is not self._pair:
             self._connected = Connected(*pair)
