@@ -101,6 +101,11 @@ class TlsServerLayer:
         """True when TLS records (handshake, alerts) wait to go out."""
         return self._outgoing.pending > 0
 
+    @property
+    def passes_through(self) -> bool:
+        """Never: every byte is encrypted or decrypted."""
+        return False
+
     def send(self, data: bytes) -> bytes:
         """Encrypt bytes from above; include handshake records waiting to go out."""
         if data:

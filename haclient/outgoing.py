@@ -251,7 +251,7 @@ class Encoded:
 class OutgoingEncoder:
     """Encodes one producer's messages for the wire, caching what repeats between them."""
 
-    __slots__ = ("_addresses", "_annotations", "_prefixes", "validate_names")
+    __slots__ = ("_addresses", "_annotations", "_headers", "_prefixes", "validate_names")
 
     def __init__(self, *, validate_names: bool = True) -> None:
         #: False (``jms.validatePropertyNames=false``, M10): a property name need only be a
@@ -260,6 +260,7 @@ class OutgoingEncoder:
         self._prefixes: DestinationPrefixes | None = None
         self._addresses: dict[Destination, _Address] = {}
         self._annotations: dict[tuple[int, int, int], bytes] = {}
+        self._headers: dict[tuple[bool, int], bytes] = {}  # without a ttl: by (durable, priority)
 
     def encode(
         self,
@@ -296,13 +297,7 @@ class OutgoingEncoder:
         to = self._address(message.destination)
         reply_to = self._address(message.reply_to)
         parts = [
-            header_section(
-                durable=message.delivery_mode == DeliveryMode.PERSISTENT,
-                priority=message.priority,
-                ttl_ms=ttl_millis(message),
-                first_acquirer=False,
-                delivery_count=0,
-            ),
+            self._header(message),
             self._message_annotations(message, to[1], reply_to[1]),
             properties_section(
                 [
@@ -377,6 +372,27 @@ class OutgoingEncoder:
         if cacheable:
             self._addresses[destination] = address
         return address
+
+    def _header(self, message: Message) -> bytes:
+        """The header section: the same bytes for every message of the same delivery mode
+        and priority without a time to live (the usual sends), encoded once."""
+        durable = message.delivery_mode == DeliveryMode.PERSISTENT
+        ttl_ms = ttl_millis(message)
+        key = (durable, message.priority)
+        if ttl_ms is None:
+            cached = self._headers.get(key)
+            if cached is not None:
+                return cached
+        header = header_section(
+            durable=durable,
+            priority=message.priority,
+            ttl_ms=ttl_ms,
+            first_acquirer=False,
+            delivery_count=0,
+        )
+        if ttl_ms is None and type(message.priority) is int and 0 <= message.priority <= 9:
+            self._headers[key] = header  # at most 20 of them
+        return header
 
     def _message_annotations(self, message: Message, dest_type: int, reply_type: int) -> bytes:
         delivery_time = delivery_time_millis(message)

@@ -151,9 +151,10 @@ class ConnectionContext:
 
     def check_open(self) -> None:
         """Raise if the connection is closed, or failover gave up (F4)."""
-        if self.closed or self.manager.state is ConnectionState.CLOSED:
+        state = self.manager.state  # read once: this runs per send
+        if self.closed or state is ConnectionState.CLOSED:
             raise ClosedError("the connection is closed")
-        if self.manager.state is ConnectionState.FAILED:
+        if state is ConnectionState.FAILED:
             raise ConnectionFailedError(cause=self.manager.failure, failures=self.manager.failures)
 
     def physical(self) -> PhysicalConnection:

@@ -97,6 +97,10 @@ class Gate:
         self._is_closed = is_closed
         self.blocked = BlockedCalls()
         self.tracing: Tracing | None = None  # haclient.aio.tracing, when the connection traces
+        # connected_nowait's last answer, and the manager's pair it was made of: the same pair
+        # (one per epoch) gives the same frozen value, not a new one per call (per send)
+        self._pair: object = None
+        self._connected: Connected | None = None
 
     async def wait(self, deadline: float = math.inf) -> Connected:
         """The connection to use: at once when connected, else once failover restored it.
@@ -125,8 +129,14 @@ class Gate:
         while connecting, failing over or closed: then ``wait`` is the way."""
         if self._is_closed():
             return None
-        connected = self._manager.connected_nowait()
-        return None if connected is None else Connected(*connected)
+        pair = self._manager.connected_nowait()
+        if pair is None:
+            self._pair = self._connected = None  # nothing of a lost connection is kept here
+            return None
+        if pair is not self._pair:
+            self._connected = Connected(*pair)
+            self._pair = pair
+        return self._connected
 
     def lost(self, at: Connected, error: BaseException) -> bool:
         """True if ``error`` came from the loss of ``at``'s connection (failover then runs)."""

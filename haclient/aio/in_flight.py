@@ -56,6 +56,7 @@ class InFlight:
         "at",
         "delivery",
         "done",
+        "handed_back",
     )
 
     def __init__(
@@ -72,6 +73,9 @@ class InFlight:
         self.at = at
         self.delivery = delivery
         self.done = False
+        self.handed_back = False
+        """True once the general path took it over (its outcome then comes from there: after
+        a failover, from another connection)."""
         self._completed = completed
         self._unconfirmed = unconfirmed
         self._check = check
@@ -114,6 +118,7 @@ class InFlight:
 
     def _hand_back(self, error: BaseException) -> None:
         """The wait for its outcome failed: the general path takes it from here, in a task."""
+        self.handed_back = True
         try:
             self._spawn(self._resumed, error)
         except Exception:  # the connection's tasks are ending: no task will run it

@@ -169,7 +169,12 @@ class MessageProducer:
         return _ANONYMOUS_RELAY in at.physical.offered_capabilities
 
     def _link_key(self, at: Connected, destination: Destination | None) -> Destination | None:
-        if destination is not None and destination != self._destination and self._relay_offered(at):
+        if (
+            destination is not self._destination  # first: no comparison for the usual case
+            and destination is not None
+            and destination != self._destination
+            and self._relay_offered(at)
+        ):
             return None  # one relay link for every destination
         return destination
 
@@ -396,9 +401,8 @@ class MessageProducer:
             self._check_open()
         except HAClientError:
             return None
-        delivery = self._booked(
-            at.amqp.send_nowait(link, encoded.payload, wake_writer=False), encoded
-        )
+        amqp = at.amqp
+        delivery = self._booked(amqp.send_nowait(link, encoded.payload, wake_writer=False), encoded)
         in_flight = InFlight(
             at,
             delivery,
@@ -408,7 +412,7 @@ class MessageProducer:
             resume=lambda error: self._resume_send(at, encoded, delivery, deadline, error),
             spawn=self._context.start_soon,
         )
-        if not at.amqp.when_settled(delivery, in_flight.settled):  # cannot be: just sent
+        if not amqp.when_settled(delivery, in_flight.settled):  # cannot be: just sent
             in_flight.settled(delivery.remote_outcome, None)
         return in_flight
 

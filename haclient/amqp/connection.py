@@ -283,7 +283,9 @@ class AmqpConnection:
     def _write_before_waiting(self) -> None:
         """Before waiting for the peer's answer: write what is queued from this task, then do
         the work queued for such a wait (``while_waiting``)."""
-        self._write_now()
+        driver = self.driver  # _write_now, inline: this runs per sync send
+        if driver is not None:
+            driver.write_now()
         if self._while_waiting:
             work, self._while_waiting = self._while_waiting, []
             for job in work:

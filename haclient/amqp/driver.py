@@ -125,7 +125,8 @@ class Driver:
         For a task about to wait for the peer's answer to what it just queued.
         """
         if self._socket is not None and self._writer_idle and not self._flush_waiters:
-            self._write_directly(self._take_output())  # staged frames first: the order holds
+            staged = self._staged  # staged frames first: the order holds
+            self._write_directly(self._take_output() if staged else self.engine.data_to_send())
         else:
             self.wakeup()
 
@@ -331,7 +332,9 @@ class Driver:
         engine.receive_data(data)
         # Tick now: proton counts the idle timeout from the first tick that sees new input, so
         # a late tick would make a silent peer's detection late (F13).
-        self._arm(engine.tick(self._now()))
+        deadline = engine.tick(self._now())
+        if deadline is not None and deadline < self._deadline:  # else _arm would do nothing
+            self._arm(deadline)
         self._dispatch()
         if not data:
             self.wakeup()

@@ -33,6 +33,7 @@ from haerrors import ClosedError
 __all__ = ["Delivery", "EngineState", "Link", "Receiver", "Sender", "Session"]
 
 _WRAPPER_ATTR = "_haclient_wrapper"
+_LOCAL_CLOSED = proton.Endpoint.LOCAL_CLOSED
 
 
 class EngineState(Protocol):
@@ -271,7 +272,7 @@ class Link:
     @property
     def credit(self) -> int:
         """Credit: messages the sender may still send (as this end knows it)."""
-        return int(self._pn.credit)
+        return int(cproton.pn_link_credit(self._pn._impl))  # per send: without proton's wrapper
 
     @property
     def unsettled(self) -> int:
@@ -281,7 +282,7 @@ class Link:
     @property
     def is_closed(self) -> bool:
         """True once this end has closed or detached the link."""
-        return self._detached or bool(self._pn.state & proton.Endpoint.LOCAL_CLOSED)
+        return self._detached or bool(cproton.pn_link_state(self._pn._impl) & _LOCAL_CLOSED)
 
     def open(
         self,
@@ -426,7 +427,7 @@ class Delivery:
         self._wrapper: proton.Delivery | None = None
         self.link = link
         self.received = False
-        link.engine.unsettled[impl] = self
+        link._engine.unsettled[impl] = self
 
     def __del__(self, _decref: Callable[[Any], None] = cproton.pn_decref) -> None:
         _decref(self._impl)  # bound at definition: module globals may be gone at exit
@@ -476,6 +477,6 @@ class Delivery:
 
     def forget(self) -> None:
         """Events for this delivery no longer find this object (it is settled here)."""
-        unsettled = self.link.engine.unsettled
+        unsettled = self.link._engine.unsettled
         if unsettled.get(self._impl) is self:
             del unsettled[self._impl]

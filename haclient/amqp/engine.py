@@ -54,6 +54,7 @@ log = logging.getLogger("haclient.amqp")
 frames_log = logging.getLogger("haclient.frames")
 
 _LOCAL_CLOSED = proton.Endpoint.LOCAL_CLOSED
+PN_EOS: Final = cproton.PN_EOS
 
 
 class ByteLayer(Protocol):
@@ -71,6 +72,12 @@ class ByteLayer(Protocol):
     """True once the peer ended the stream at this layer."""
     user: str | None
     """The identity the layer authenticated, if any."""
+
+    @property
+    def passes_through(self) -> bool:
+        """True once the layer hands every byte on unchanged, both ways, for the rest of the
+        stream (a SASL layer after a successful login): the engine then leaves it out."""
+        ...
 
     def receive(self, data: bytes) -> bytes: ...
 
@@ -150,6 +157,9 @@ class Engine:
             self._transport.tracer = _log_frame
             self._transport.trace(Transport.TRACE_FRM)
         self._transport.bind(self._connection)
+        self._pn_transport = self._transport._impl  # proton's C transport: the hot paths call
+        # the C binding directly, without proton's Python wrapper around each call
+        self._bare = False  # every layer passes bytes through now (see _note_layers)
 
     # Set-up ------------------------------------------------------------------------------------
 
@@ -236,28 +246,55 @@ class Engine:
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the socket; ``b""`` means the peer closed its end (EOF)."""
         eof = not data
-        for index, layer in enumerate(self._layers):
-            if index == self._head_at:
+        if not self._bare:
+            for index, layer in enumerate(self._layers):
+                if index == self._head_at:
+                    self._note_head(data)
+                data = layer.receive(data)
+                if layer.error is not None:
+                    self._fail_layer(layer.error)
+                    return
+                eof = eof or layer.eof
+            if self._head_at == len(self._layers):
                 self._note_head(data)
-            data = layer.receive(data)
-            if layer.error is not None:
-                self._fail_layer(layer.error)
-                return
-            eof = eof or layer.eof
-        if self._head_at == len(self._layers):
-            self._note_head(data)
+            self._note_layers()
         self._push(data)
-        self._eof_pending = self._eof_pending or eof
-        self._close_tail_when_drained()
+        if eof or self._eof_pending:
+            self._eof_pending = True
+            self._close_tail_when_drained()
         self._process()
 
     def _note_head(self, data: bytes) -> None:
         if len(self.head) < 8:
             self.head += data[: 8 - len(self.head)]
 
+    def _note_layers(self) -> None:
+        """Once the protocol header came and every layer passes bytes through unchanged for
+        good (no TLS, a SASL login done), bytes skip the layers: fewer calls per frame."""
+        if len(self.head) >= 8 and all(layer.passes_through for layer in self._layers):
+            self._bare = True
+
     def _close_tail_when_drained(self) -> None:
-        if self._eof_pending and not self._backlog and self._transport.capacity() >= 0:
+        if self._eof_pending and not self._backlog and self._capacity() >= 0:
             self._transport.close_tail()
+
+    # proton's Transport methods without their Python wrapper (per frame, several times): the
+    # same results and errors.
+
+    def _checked(self, code: int) -> int:
+        """``code`` (a count, or ``PN_EOS``), or the transport's error raised as proton's
+        Python binding raises it."""
+        if code < PN_EOS:
+            self._transport._check(code)
+        return code
+
+    def _capacity(self) -> int:
+        capacity: int = cproton.pn_transport_capacity(self._pn_transport)
+        return capacity if capacity >= PN_EOS else self._checked(capacity)
+
+    def _pending(self) -> int:
+        pending: int = cproton.pn_transport_pending(self._pn_transport)
+        return pending if pending >= PN_EOS else self._checked(pending)
 
     def _push(self, data: bytes) -> None:
         """Push input in slices of at most ``capacity()`` (proton raises past it).
@@ -265,21 +302,26 @@ class Engine:
         What does not fit stays in a backlog, retried after output was taken (proton frees
         input space as it processes); nothing is dropped while the transport still reads.
         """
-        transport = self._transport
         if self._backlog:
             data, self._backlog = self._backlog + data, b""
-        view = memoryview(data)
-        while view:
-            capacity = transport.capacity()
+        pn_transport = self._pn_transport
+        rest: bytes | memoryview = data
+        while rest:
+            capacity = self._capacity()
             if capacity < 0:  # the transport stopped reading (error or closed): input is moot
                 return
             if capacity == 0:
-                self._backlog = bytes(view)
+                self._backlog = bytes(rest)
                 return
-            chunk = view[:capacity]
-            transport.push(bytes(chunk))
-            view = view[len(chunk) :]
-            if view:
+            if capacity < len(rest) and type(rest) is bytes:
+                rest = memoryview(rest)  # slices of more than fits, without copying the rest
+            chunk = rest[:capacity]  # all of it (the same object) when it fits: the usual case
+            pushed = cproton.pn_transport_push(pn_transport, chunk)
+            if pushed != len(chunk):
+                self._checked(pushed)  # raises when it is an error
+                raise OverflowError(f"unable to process all bytes: {pushed}, {len(chunk)}")
+            rest = rest[len(chunk) :]
+            if rest:
                 self._process()
 
     def _fail_layer(self, error: ErrorCondition) -> None:
@@ -292,21 +334,26 @@ class Engine:
 
     def data_to_send(self) -> bytes:
         """Everything ready to be written to the socket now (possibly ``b""``)."""
-        transport = self._transport
-        pending = transport.pending()
+        pn_transport = self._pn_transport
+        pending = self._pending()
+        out = b""
         if pending > 0:
-            out = transport.peek(pending)
-            transport.pop(pending)
-        else:
-            out = b""
-        for layer in reversed(self._layers):
-            out = layer.send(out)
+            code, peeked = cproton.pn_transport_peek(pn_transport, pending)
+            if code != PN_EOS:
+                if code < PN_EOS:
+                    self._checked(code)  # raises
+                out = bytes(peeked)
+            cproton.pn_transport_pop(pn_transport, pending)
+        if not self._bare:
+            for layer in reversed(self._layers):
+                out = layer.send(out)
+            self._note_layers()
         if self._backlog:
             self._push(b"")
             self._close_tail_when_drained()
         if pending < 0 or self._backlog:
             self._process()
-        return bytes(out)
+        return out
 
     @property
     def has_events(self) -> bool:
@@ -317,9 +364,9 @@ class Engine:
     def wants_write(self) -> bool:
         """True when ``data_to_send`` has something (or must run: the transport ended or input
         waits for room). Cheap: asks proton how much output is pending."""
-        if self._transport.pending() != 0 or self._backlog:
+        if self._pending() != 0 or self._backlog:
             return True
-        return any(layer.has_output for layer in self._layers)
+        return not self._bare and any(layer.has_output for layer in self._layers)
 
     def tick(self, now: float) -> float | None:
         """Run heartbeat and idle-timeout logic at time ``now`` (seconds, monotonic).
@@ -327,9 +374,9 @@ class Engine:
         Returns:
             The time at which ``tick`` must be called next, or None if no timer is needed.
         """
-        deadline = self._transport.tick(now)
+        deadline = cproton.pn_transport_tick(self._pn_transport, int(now * 1000))
         self._process()
-        return deadline if deadline else None
+        return deadline / 1000 if deadline else None
 
     def release(self) -> None:
         """The connection is over: take our wrappers off proton's sessions and links, and forget
@@ -365,7 +412,7 @@ class Engine:
         handlers = _HANDLERS
         while True:
             raw = cproton.pn_collector_peek(impl)
-            if cproton.isnull(raw):
+            if not raw:  # a cffi pointer is false when NULL (``cproton.isnull``, inline)
                 return
             number = cproton.pn_event_type(raw)
             if number == _PN_DELIVERY:
@@ -456,7 +503,7 @@ class Engine:
         # The transport gave up (refused login, framing error, idle timeout): stop reading too,
         # or a peer that keeps its socket open (RabbitMQ after a failed login) would keep the
         # connection half-alive forever. TransportClosed follows once the output is flushed.
-        if self._transport.capacity() >= 0:
+        if self._capacity() >= 0:
             self._transport.close_tail()
 
     def _on_transport_closed(self, event: Event) -> None:

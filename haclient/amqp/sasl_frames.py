@@ -253,6 +253,12 @@ class SaslLayer(ABC):
         """True when ``send(b"")`` would return bytes."""
         return bool(self._frames) or (self._released and bool(self._held))
 
+    @property
+    def passes_through(self) -> bool:
+        """True once the login succeeded and what it held went out: from then on bytes pass
+        unchanged both ways (nothing is queued after the exchange)."""
+        return self._released and not self._held and not self._frames and self.error is None
+
     def send(self, data: bytes) -> bytes:
         """The queued frames, then the AMQP layer's bytes ``data`` once released (rule 2)."""
         if not self._released:

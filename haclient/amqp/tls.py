@@ -106,6 +106,11 @@ class TlsClientLayer:
         """True when TLS records (handshake, data, alerts) wait to go out."""
         return self._outgoing.pending > 0
 
+    @property
+    def passes_through(self) -> bool:
+        """Never: every byte is encrypted or decrypted."""
+        return False
+
     def receive(self, data: bytes) -> bytes:
         """Decrypt what arrived (``b""``: EOF); return the plain bytes for the layer above."""
         if self.error is not None or self.eof:

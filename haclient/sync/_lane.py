@@ -88,13 +88,12 @@ class Lane:
 
     def put(self, request: Request) -> None:
         """A ``SEND`` request from the boundary, in order."""
-        if (
-            self._task is None
-            and self._in_flight is None
-            and not self._queue
-            and (self._send_now(request) or self._send_at_once(request))
-        ):
-            return
+        if self._task is None and self._in_flight is None and not self._queue:
+            # one or the other: _send_now takes the sends nobody waits for, _send_at_once
+            # those whose caller waits
+            sent = self._send_now(request) if request.reply is None else self._send_at_once(request)
+            if sent:
+                return
         self._queue.append(request)
         if self._task is None and self._in_flight is None:
             task = started_now(self._drain())
@@ -143,8 +142,9 @@ class Lane:
     def _sent_at_once(self, request: Request, error: BaseException | None) -> None:
         """The outcome of the send in flight (on the loop; in the AMQP event handler when it
         came from the broker): to its caller; then the sends queued behind it, by the task."""
-        self._in_flight = None
-        self._refresh_terms()  # its outcome may have come after a failover
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None or in_flight[1].handed_back:
+            self._refresh_terms()  # it went out again after a failover: on a new connection
         self._outbox.handed_over()
         self._finish(request, error)
         if self._queue and self._task is None:  # not run here: this may be an event handler

@@ -279,6 +279,20 @@ def test_plain_sends_user_and_password() -> None:
     _assert_no_secret(repr(layer), repr(ClientAuth("alice", PASSWORD)))
 
 
+def test_the_layer_passes_bytes_through_once_logged_in_so_the_engine_can_leave_it_out() -> None:
+    layer = SaslClientLayer(ClientAuth("alice", PASSWORD), secure=True)
+    assert not layer.passes_through  # the exchange is ahead
+    _exchange(layer, Broker(("PLAIN",), USERS))
+    assert layer.error is None and layer.passes_through
+    assert layer.send(b"frame") == b"frame" and layer.receive(b"frame") == b"frame"
+    assert not layer.has_output and layer.passes_through
+
+
+def test_a_refused_layer_never_passes_bytes_through() -> None:
+    layer = _login(ClientAuth("alice", "nope"), Broker(("PLAIN",), USERS), secure=True)
+    assert layer.error is not None and not layer.passes_through
+
+
 def test_plain_with_a_wrong_password_is_refused() -> None:
     layer = _login(ClientAuth("alice", "nope"), Broker(("PLAIN",), USERS), secure=True)
     assert layer.error is not None and layer.error.name == UNAUTHORIZED
