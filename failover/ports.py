@@ -17,8 +17,9 @@ nothing else changes.
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (a socket pair the probe makes at its first wait and keeps
-for the next ones, one at a time, until ``close``: the thread rings a wait's bell only until
+rings the waiting task's *bell* (``failover.bell``: a socket pair the probe makes at its
+first wait and keeps for the next ones, one at a time, until ``close``; on asyncio the loop
+reads it in a reader callback kept as long; the thread rings a wait's bell only until
 ``PortWatcher.remove`` returned, so a wait reads its own ring, and the next wait starts with
 what a cancelled one left unread drained) once, with one
 byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
