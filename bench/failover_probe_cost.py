@@ -84,7 +84,7 @@ def _variant(name: str) -> Iterator[None]:
     if name != "stand-in":
         setattr(failover.walk.Walker, "_refuses", _no_stand_in)  # noqa: B010
     if name == "loop":  # the supervisor's port_probe() makes a TcpProbe without wait_readable
-        setattr(failover.supervisor, "TcpProbe", lambda resolve, *_: TcpProbe(resolve))  # noqa: B010
+        setattr(failover.supervisor, "TcpProbe", lambda resolve, *_, **__: TcpProbe(resolve))  # noqa: B010
     try:
         yield
     finally:

@@ -507,8 +507,8 @@ class FailoverPolicy:
         """The delay before the ``attempt``-th attempt (0-based) of a plan whose passes visit
         ``brokers`` brokers: ``base_delay`` plus the jitter, drawn from ``rng``, that every
         delay gets but an attempt at once (the first, or a new broker in the fast phase)."""
-        delay = self.base_delay(attempt, brokers=brokers)
-        at_once = attempt == 0 or self._at_once(attempt, brokers)
+        self._check(attempt, brokers)
+        delay, at_once = self._base(attempt, brokers)
         if self.jitter and (delay > 0 or not at_once):
             delay += self.jitter * (rng or random.Random()).random()
         return delay
@@ -543,36 +543,39 @@ class FailoverPolicy:
     def base_delay(self, attempt: int, *, brokers: int = 1) -> float:
         """The delay before the ``attempt``-th attempt (0-based) of a plan whose passes visit
         ``brokers`` brokers, without jitter (see the module docstring)."""
+        self._check(attempt, brokers)
+        return self._base(attempt, brokers)[0]
+
+    @staticmethod
+    def _check(attempt: int, brokers: int) -> None:
         if attempt < 0:
             raise ConfigurationError(f"attempt must be >= 0, not {attempt}", option="attempt")
         if brokers < 1:
             raise ConfigurationError(f"brokers must be >= 1, not {brokers}", option="brokers")
+
+    def _base(self, attempt: int, brokers: int) -> tuple[float, bool]:
+        """``base_delay`` (arguments checked), and whether the attempt goes at once: the first,
+        or one that moves on to the next broker of a pass of the fast phase (a fast pass tries
+        the whole list, one broker after another). One function, so that a plan's step works
+        the fast phase out once (bench/README.md, issue 39 item 14)."""
         if attempt == 0:
-            return self.initial_delay
-        per_pass = brokers * (self.retries or 1)
-        fast = self.fast_passes
-        if self._fast(attempt, per_pass):
-            return 0.0 if self._at_once(attempt, brokers) else self.fast_delay
+            return self.initial_delay, True
+        retries = self.retries or 1
+        per_pass = brokers * retries
+        fast = self.fast_passes if self.fast_period > 0.0 else -1
+        if attempt // per_pass <= fast:  # the fast phase: passes 0 to fast_passes
+            within = attempt % per_pass
+            if within > 0 and within % retries == 0:  # the next broker of a fast pass
+                return 0.0, True
+            return self.fast_delay, False
         if self.backoff == 1.0 or self.connect_delay == 0.0:
-            return min(self.connect_delay, self.max_delay)
+            return min(self.connect_delay, self.max_delay), False
         after = attempt - (fast + 1) * per_pass if self.fast_period > 0.0 else attempt - 1
         try:
             grown = self.connect_delay * self.backoff**after
         except OverflowError:  # far past the cap
-            return self.max_delay
-        return min(grown, self.max_delay)
-
-    def _at_once(self, attempt: int, brokers: int) -> bool:
-        """Whether ``attempt`` (>= 1) moves on to the next broker of a pass of the fast phase,
-        which it does at once: a fast pass tries the whole list, one broker after another."""
-        retries = self.retries or 1
-        per_pass = brokers * retries
-        within = attempt % per_pass
-        return self._fast(attempt, per_pass) and within > 0 and within % retries == 0
-
-    def _fast(self, attempt: int, per_pass: int) -> bool:
-        """Whether ``attempt`` belongs to the fast phase (passes 0 to ``fast_passes``)."""
-        return self.fast_period > 0.0 and attempt // per_pass <= self.fast_passes
+            return self.max_delay, False
+        return min(grown, self.max_delay), False
 
     def _passes(self, startup: bool) -> int | None:
         """Passes over the list: one for singlebroker with ``retries`` (F5: ``retries``

@@ -17,8 +17,9 @@ nothing else changes.
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
 a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (a socket pair the probe makes at its first wait and keeps
-for the next ones, one at a time, until ``close``: the thread rings a wait's bell only until
+rings the waiting task's *bell* (``failover.bell``: a socket pair the probe makes at its
+first wait and keeps for the next ones, one at a time, until ``close``; on asyncio the loop
+reads it in a reader callback kept as long; the thread rings a wait's bell only until
 ``PortWatcher.remove`` returned, so a wait reads its own ring, and the next wait starts with
 what a cancelled one left unread drained) once, with one
 byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
@@ -49,6 +50,7 @@ Nothing here knows of AMQP: a probe is a TCP connection opened and closed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import errno
@@ -66,6 +68,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from failover.bell import Bell, WaitReadable
 from failover.url import BrokerURL
 
 __all__ = [
@@ -83,8 +86,6 @@ __all__ = [
 PortProbe = Callable[[BrokerURL], Awaitable[bool]]
 #: Resolves a host name as ``getaddrinfo`` does (``anyio.getaddrinfo``'s signature, for TCP).
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, Any, Any, Any, Any]]]]
-#: Waits until a socket, given by its file descriptor, has bytes to read (``anyio.wait_readable``).
-WaitReadable = Callable[[int], Awaitable[None]]
 #: A TCP address to probe: the socket family and ``(host, port)``.
 Address = tuple[int, tuple[str, int]]
 
@@ -386,23 +387,27 @@ class TcpProbe:
     whether it was accepted (see the module docstring). One per failover: a host name is
     resolved once, with ``resolve`` (None: a name is not probed; the wait runs its course).
     Given ``wait_readable``, ``watch`` hands its waits to ``watcher`` (default: the process's),
-    one at a time, on one bell (made at the first). ``close()`` drops a connect still under way
-    and the bell; a probe dropped without it closes its bell when collected."""
+    one at a time, on one bell (made at the first, ``failover.bell``; given ``reader_loop``,
+    the asyncio loop it runs on, the loop reads the bell's rings in a reader callback, kept
+    from the first wait to ``close``). ``close()`` drops a connect still under way and the
+    bell; a probe dropped without it closes its bell when collected."""
 
     def __init__(
         self,
         resolve: Resolver | None = None,
         wait_readable: WaitReadable | None = None,
         watcher: PortWatcher | None = None,
+        *,
+        reader_loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self._resolve = resolve
         self._wait_readable = wait_readable
         self._watcher = watcher or _WATCHER
         self._addresses: dict[tuple[str, int], Address | None] = {}
         self._pending: dict[tuple[str, int], socket.socket] = {}
-        self._bell: tuple[socket.socket, socket.socket] | None = None  # (ours, the thread's)
-        self._unread = False  # a wait on the bell ended before it read its ring
-        self._bell_closer: Callable[[], object] = _nothing
+        self._reader_loop = reader_loop
+        self._bell: Bell | None = None
+        self._bell_closer: weakref.finalize[[], TcpProbe] | None = None
 
     @property
     def watches(self) -> bool:
@@ -427,30 +432,23 @@ class TcpProbe:
         if address is None or self._wait_readable is None or wait <= interval:
             await sleep(wait)  # a wait no longer than a probe's interval is only slept
             return Watched.RAN_OUT
-        if self._bell is None:
-            self._bell = _bell()
+        bell = self._bell
+        if bell is None:
+            bell = self._bell = Bell(self._wait_readable, self._reader_loop)
             # closed by close(), or with the probe should a walk be dropped without it (the
-            # finalizer holds the sockets: never collected open, so no ResourceWarning)
-            self._bell_closer = weakref.finalize(self, _close_bell, self._bell)
-        ours, theirs = self._bell
-        if self._unread:
-            _drain(ours)  # a ring the last wait, interrupted, left unread
-        self._unread = True
-        keys = [self._watcher.add(address, wait, interval, theirs)]
+            # finalizer holds the bell: never collected open, so no ResourceWarning)
+            self._bell_closer = weakref.finalize(self, bell.close_soon)
+        keys = [self._watcher.add(address, wait, interval, bell.theirs)]
         try:
             for other in also:
                 probed = await self._address(other)
                 if probed is not None and probed != address:
                     keys.append(self._watcher.add(probed, wait, interval, None))
-            await self._wait_readable(ours.fileno())  # a number: the selector's fast path
+            # this wait's one ring, once the thread rang it (before remove returned)
+            rung = await bell.wait()
         finally:
             for key in keys:
                 self._watcher.remove(key)  # then the thread no longer touches the bell
-        self._unread = False
-        try:  # this wait's one ring (it woke us): the thread rang it before remove returned
-            rung = ours.recv(64)
-        except (BlockingIOError, InterruptedError):  # woken without it: the safe side
-            rung = b""
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
         return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
@@ -504,8 +502,11 @@ class TcpProbe:
         for sock in self._pending.values():
             sock.close()
         self._pending.clear()
-        self._bell = None
-        self._bell_closer()
+        bell, closer, self._bell, self._bell_closer = self._bell, self._bell_closer, None, None
+        if closer is not None:
+            closer.detach()
+        if bell is not None:
+            bell.close()
 
 
 def _loopback(host: str) -> bool:
@@ -513,36 +514,6 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _nothing() -> None:
-    pass
-
-
-def _close_bell(bell: tuple[socket.socket, socket.socket]) -> None:
-    for sock in bell:
-        sock.close()
-
-
-def _bell() -> tuple[socket.socket, socket.socket]:
-    """A bell of the waits of one ``TcpProbe``: a socket pair, both ends non-blocking."""
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
-    theirs.setblocking(False)
-    return ours, theirs
-
-
-def _drain(sock: socket.socket) -> bytes:
-    """What ``sock`` holds, read without waiting."""
-    got = b""
-    while True:
-        try:
-            chunk = sock.recv(64)
-        except (BlockingIOError, InterruptedError):
-            return got
-        if not chunk:
-            return got
-        got += chunk
 
 
 def _in_progress(sock: socket.socket) -> int | None:

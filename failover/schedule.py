@@ -91,6 +91,7 @@ __all__ = [
     "Wait",
     "checked_strategies",
     "policy_stop",
+    "policy_stops",
 ]
 
 #: A tenacity wait strategy: seconds to sleep before the next attempt (``tenacity.wait_*``).
@@ -141,12 +142,23 @@ class PolicyWait(tenacity.wait.wait_base):
 def policy_stop(policy: FailoverPolicy, broker_count: int, *, startup: bool) -> Stop:
     """The end of ``policy``'s plan over ``broker_count`` brokers as a tenacity stop: after its
     attempts (``total_attempts``: the passes of a failover, or of the first connect with
-    ``startup``), or once ``give_up_after`` is spent."""
+    ``startup``), or once ``give_up_after`` is spent (``policy_stops``, as tenacity's
+    strategies)."""
     total = policy.total_attempts(broker_count, startup=startup)
     stop: tenacity.stop.stop_base = stop_never if total is None else stop_after_attempt(total)
     if policy.give_up_after is not None:
         stop = stop | stop_after_delay(policy.give_up_after)
     return stop
+
+
+def policy_stops(policy: FailoverPolicy, total: int | None, made: int, elapsed: float) -> bool:
+    """``policy_stop``'s answer without a retry state: whether a plan that made ``made`` of
+    its ``total`` attempts (None: no limit), ``elapsed`` seconds after it began, stops
+    (``stop_after_attempt(total) | stop_after_delay(give_up_after)``)."""
+    if total is not None and made >= total:
+        return True
+    budget = policy.give_up_after
+    return budget is not None and elapsed >= budget
 
 
 def checked_strategies(wait: object, stop: object) -> tuple[Wait | None, Stop | None]:
@@ -209,6 +221,12 @@ class ReconnectPlan:
         self._startup, self._began, self._rng = startup, began, rng
         self._wait = wait or PolicyWait(policy, brokers=len(order), rng=rng)
         self._stop = stop or policy_stop(policy, len(brokers), startup=startup)
+        # The policy's own wait and stop are asked directly, without a tenacity retry state
+        # (the same answers; a fresh state and tenacity's calls were a third of a failed
+        # attempt's step, measured cold: bench/README.md, issue 39 item 14).
+        self._own = wait is None and stop is None
+        self._total = policy.total_attempts(len(brokers), startup=startup)
+        self._pass = tuple(brokers[i] for i in order) or tuple(brokers[:1])
         # The time budget cuts the last wait only when it is the stop (invariant 8).
         self._cut = stop is None
         self._retrying = tenacity.Retrying(wait=self._wait, stop=self._stop)
@@ -246,7 +264,7 @@ class ReconnectPlan:
     def brokers_of_a_pass(self) -> tuple[BrokerURL, ...]:
         """The brokers one pass of this plan visits, in its order (the first broker alone when
         the plan makes no pass: the one try of a first connect without failover)."""
-        return tuple(self._brokers[i] for i in self._order) or tuple(self._brokers[:1])
+        return self._pass
 
     def next(
         self, now: float, failure: BaseException | None = None, *, refused: bool = False
@@ -278,17 +296,27 @@ class ReconnectPlan:
         index = next(self._cycle, None)
         if index is None:
             return None
-        state = self.retry_state(now, failure, 0.0, outcome=self._outcome)
         # A refusal was an answer, not a broker on its way back: another broker goes at once.
         at_once = refused and index != self._last
-        delay = 0.0 if at_once else max(0.0, float(self._wait(state)))
+        if self._own:
+            state = None
+            delay = 0.0
+            if not at_once:
+                delay = self._policy.delay(self._made, brokers=len(self._order), rng=self._rng)
+        else:
+            state = self.retry_state(now, failure, 0.0, outcome=self._outcome)
+            delay = 0.0 if at_once else max(0.0, float(self._wait(state)))
         delay = self._sooner_if_not_ready(index, now, delay)
         if self._cut:  # the policy's stop: no attempt after the time budget (invariant 8)
             cut = budget_delay(self._policy, delay, now - self._began)
             delay = delay if cut is None else cut  # None: spent, and the stop says so
-        state.upcoming_sleep = delay
-        if self._stop(state):
-            return None
+        if state is None:
+            if policy_stops(self._policy, self._total, self._made, now - self._began):
+                return None
+        else:
+            state.upcoming_sleep = delay
+            if self._stop(state):
+                return None
         return Attempt(index, self._brokers[index], delay, self._made + 1)
 
     def _starting_broker(self, now: float) -> Attempt[BrokerURL] | None:

@@ -30,6 +30,7 @@ a supervisor and a gate and is the public API; the rules they keep together are 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import random
@@ -68,8 +69,13 @@ async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, Any, Any, Any, A
 
 def port_probe() -> PortProbe:
     """A failover's probe of refused ports (``failover.ports.TcpProbe``), host names resolved
-    with anyio's ``getaddrinfo``."""
-    return TcpProbe(_getaddrinfo, anyio.wait_readable)
+    with anyio's ``getaddrinfo``; made on the event loop (at a walk's first watched wait): on
+    asyncio, the loop reads its bell in a reader callback (``failover.bell``)."""
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): anyio's wait_readable per wait
+        loop = None
+    return TcpProbe(_getaddrinfo, anyio.wait_readable, reader_loop=loop)
 
 
 class _Close:

@@ -15,7 +15,13 @@ from unitkit import A, B, C
 
 import failover.schedule
 from failover.policy import Attempt, FailoverMethod, FailoverPolicy
-from failover.schedule import PolicyWait, ReconnectPlan, checked_strategies, policy_stop
+from failover.schedule import (
+    PolicyWait,
+    ReconnectPlan,
+    checked_strategies,
+    policy_stop,
+    policy_stops,
+)
 from failover.states import plan
 from failover.url import BrokerURL
 from haclient.errors import AuthenticationError, BrokerNotReadyError, ConfigurationError
@@ -107,6 +113,31 @@ def test_the_policy_stop_is_the_pass_count_or_the_budget() -> None:
     forever = policy_stop(FailoverPolicy(give_up_after=None), 3, startup=False)
     state.attempt_number, state.outcome_timestamp = 10**6, 10.0**6
     assert not forever(state)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        FailoverPolicy(cyclecount=2, give_up_after=10.0),
+        FailoverPolicy(give_up_after=None),
+        FailoverPolicy(cyclecount=None, give_up_after=3.5),
+        FailoverPolicy(cyclecount=0),
+    ],
+)
+@pytest.mark.parametrize("startup", [False, True])
+def test_F4_the_plans_own_stop_answers_as_the_policy_stop(
+    policy: FailoverPolicy, startup: bool
+) -> None:
+    """The plan asks the policy's own stop without a retry state (``policy_stops``): the same
+    answer as the tenacity strategy ``policy_stop`` at every count and time."""
+    stop = policy_stop(policy, 3, startup=startup)
+    total = policy.total_attempts(3, startup=startup)
+    state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+    state.start_time = 100.0
+    for made in range(0, 12):
+        for elapsed in (0.0, 1.0, 3.4999, 3.5, 9.99, 10.0, 10.01, 1e6):
+            state.attempt_number, state.outcome_timestamp = made, 100.0 + elapsed
+            assert policy_stops(policy, total, made, elapsed) == stop(state), (made, elapsed)
 
 
 def test_F5_a_tenacity_wait_replaces_the_delays_but_not_the_broker_order() -> None:

@@ -5,6 +5,7 @@ during the wait still gets a real attempt at once."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import socket
@@ -80,12 +81,17 @@ def _lenient() -> PortWatcher:
     return PortWatcher(slack=HANG)
 
 
+def _probe(watcher: PortWatcher) -> TcpProbe:
+    """The supervisor's probe, with ``watcher``: its bell read by the loop (asyncio)."""
+    return TcpProbe(None, anyio.wait_readable, watcher, reader_loop=asyncio.get_running_loop())
+
+
 def _walker(connector: _Tcp, watcher: PortWatcher) -> Walker[_Conn]:
     return Walker(
         StandIn(connector, connector.stood_in.append),
         clock=time.monotonic,
         sleep=anyio.sleep,
-        port_probe=lambda: TcpProbe(None, anyio.wait_readable, watcher),
+        port_probe=lambda: _probe(watcher),
     )
 
 
@@ -189,7 +195,7 @@ async def _give_up(watch: PortWatch | None, cycles: int) -> tuple[int, _Tcp, lis
                 StandIn(connector, connector.stood_in.append),
                 brokers,
                 policy,
-                port_probe=lambda: TcpProbe(None, anyio.wait_readable, watcher),
+                port_probe=lambda: _probe(watcher),
             )
             async with manager:
                 with pytest.raises(ConnectionFailedError) as failed:
@@ -246,7 +252,7 @@ async def test_F5_F4_stood_in_attempts_log_and_warn_as_refused_ones() -> None:
                     StandIn(_Tcp(), lambda _: None),
                     brokers,
                     policy,
-                    port_probe=lambda: TcpProbe(None, anyio.wait_readable, watcher),
+                    port_probe=lambda: _probe(watcher),
                 )
                 async with manager:
                     with pytest.raises(ConnectionFailedError):
@@ -322,7 +328,8 @@ async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the
             try:
                 with pytest.raises(Interrupted):
                     await cut.watch(a, 10.0, interval=0.005, sleep=anyio.sleep)
-                cut._wait_readable = anyio.wait_readable
+                assert cut._bell is not None
+                cut._bell._wait_readable = anyio.wait_readable
                 started = time.monotonic()
                 got = await cut.watch(b, 0.05, interval=0.005, sleep=anyio.sleep)
                 assert got is Watched.REFUSED and time.monotonic() - started >= 0.04
