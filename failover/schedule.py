@@ -302,7 +302,8 @@ class ReconnectPlan:
             state = None
             delay = 0.0
             if not at_once:
-                delay = self._policy.delay(self._made, brokers=len(self._order), rng=self._rng)
+                brokers = max(len(self._order), 1)  # as PolicyWait counts them
+                delay = self._policy.delay(self._made, brokers=brokers, rng=self._rng)
         else:
             state = self.retry_state(now, failure, 0.0, outcome=self._outcome)
             delay = 0.0 if at_once else max(0.0, float(self._wait(state)))
