@@ -125,10 +125,11 @@ def connection_queued(consumer: aio.MessageConsumer) -> int:
 
 
 async def _until(condition: Callable[[], bool], what: str) -> None:
-    with anyio.fail_after(TIMEOUT, shield=False):
-        while not condition():
-            await anyio.sleep(0.005)
-    assert condition(), what
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``TIMEOUT``."""
+    deadline = anyio.current_time() + TIMEOUT
+    while not condition():
+        assert anyio.current_time() < deadline, what
+        await anyio.sleep(0.005)
 
 
 async def _late_answer_confirms_nothing(url: str, chosen: str, expected: str) -> None:
