@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from haclient.amqp.codec import MessageView
+from haclient.amqp.codec import MessageView, SectionMemo
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver
 from haclient.destination import Destination, DestinationPrefixes
@@ -33,12 +33,13 @@ log = logging.getLogger("haclient.consumer")
 class Decoder:
     """Decodes the messages of one consumer (destination ``destination``), one ahead at most."""
 
-    __slots__ = ("_ahead", "_destination", "_waiting_on")
+    __slots__ = ("_ahead", "_destination", "_memo", "_waiting_on")
 
     def __init__(self, destination: Destination) -> None:
         self._destination = destination
         self._ahead: tuple[ReceivedMessage, Message] | None = None
         self._waiting_on: AmqpConnection | None = None  # has our work for its next wait
+        self._memo = SectionMemo()  # its senders' headers and annotations, decoded once
 
     def decode(self, raw: ReceivedMessage, prefixes: DestinationPrefixes) -> Message:
         """The JMS message for ``raw`` (decoded ahead, or now).
@@ -74,5 +75,7 @@ class Decoder:
 
     def _decode_now(self, raw: ReceivedMessage, prefixes: DestinationPrefixes) -> Message:
         return from_amqp(
-            MessageView(raw.payload), prefixes=prefixes, consumer_destination=self._destination
+            MessageView(raw.payload, self._memo),
+            prefixes=prefixes,
+            consumer_destination=self._destination,
         )

@@ -34,6 +34,7 @@ from haclient.amqp.types import (
 )
 
 # Delivery-state descriptors from the AMQP 1.0 specification (section 3.4 and 4.5).
+NO_STATE_CODE = 0  # proton's code for a delivery with no state (settled without an outcome)
 RECEIVED_CODE = 0x23
 ACCEPTED_CODE = 0x24
 _ACCEPTED: Final = Accepted()
@@ -392,6 +393,8 @@ def read_state(impl: Any, wrapped: Callable[[], proton.Delivery]) -> Outcome | N
     code = cproton.pn_delivery_remote_state(impl)
     if code == ACCEPTED_CODE:  # the common case: no proton wrapper built
         return _ACCEPTED
+    if code == NO_STATE_CODE:  # settled with no state (a broker confirming mode ``second``)
+        return None
     if code == RELEASED_CODE:
         return Released()
     remote = wrapped().remote

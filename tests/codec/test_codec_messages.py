@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Data, Described, Message, symbol, ubyte, ulong
 
-from haclient.amqp.codec import AmqpMessage, BodyKind, MessageView, decode_message, encode_message
+from haclient.amqp.codec import (
+    AmqpMessage,
+    BodyKind,
+    MessageView,
+    SectionMemo,
+    decode_message,
+    encode_message,
+)
 from haclient.destination import DestinationPrefixes, Queue, TemporaryQueue, Topic
 from haclient.errors import MessageFormatError
 from haclient.mapping import from_amqp, to_amqp
@@ -191,6 +198,32 @@ def test_ours_round_trips(message: AmqpMessage) -> None:
     view = MessageView(encode_message(message))
     assert fields_of(view) == fields_of(message)
     assert fields_of(view.to_message()) == fields_of(message)
+
+
+_shared_memo = SectionMemo(limit=8)  # shared by every example: hits, misses and forgetting
+
+
+@CODEC
+@given(messages())
+def test_a_section_memo_decodes_what_decoding_without_it_does(message: AmqpMessage) -> None:
+    payload = encode_message(message)
+    for _ in range(2):  # the second time from the memo
+        view = MessageView(payload, _shared_memo)
+        assert fields_of(view) == fields_of(MessageView(payload))
+    assert len(_shared_memo.headers) <= 8 and len(_shared_memo.annotations) <= 8
+
+
+def test_a_section_memo_hands_out_copies_and_keeps_only_values_that_cannot_change() -> None:
+    memo = SectionMemo()
+    plain = encode_message(AmqpMessage(body="x", message_annotations={"x-opt-a": 1}))
+    first = MessageView(plain, memo).message_annotations
+    first["x-opt-a"] = 2  # a reader changing its map changes no other message's
+    assert MessageView(plain, memo).message_annotations == {"x-opt-a": 1}
+    assert len(memo.annotations) == 1
+    listed = encode_message(AmqpMessage(body="x", message_annotations={"x-opt-l": [1]}))
+    MessageView(listed, memo).message_annotations["x-opt-l"].append(2)
+    assert MessageView(listed, memo).message_annotations == {"x-opt-l": [1]}
+    assert len(memo.annotations) == 1  # a list could be changed in place: not kept
 
 
 def _symbolic(sections: list[tuple[str, Any]]) -> bytes:

@@ -31,6 +31,7 @@ from haclient.amqp.codec.message import (
     AmqpMessage,
     BodyKind,
     MessageView,
+    SectionMemo,
     decode_message,
     encode_message,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Declare",
     "Discharge",
     "MessageView",
+    "SectionMemo",
     "decode_coordinator_request",
     "decode_message",
     "decode_value",

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, TypeVar
 
+import proton
+
 from haclient.amqp.codec import formats as f
 from haclient.amqp.codec.decode import decode_value
 from haclient.amqp.codec.encode import (
@@ -219,23 +221,64 @@ def _seconds_or_none(millis: Any) -> float | None:
     return millis / 1000 if millis else None
 
 
+class SectionMemo:
+    """The header and message annotations of recent messages, decoded, by their bytes: a
+    producer sends the same bytes there message after message (its JMS type and destination
+    annotations, durable and priority), and decoding is a function of the bytes alone, so
+    views that share a memo decode them once. Only values that cannot be changed
+    in place are kept (the annotations are handed out as a copy of the map). Bounded: it forgets
+    everything once it holds ``limit`` of a kind (a sender whose bytes there always differ).
+
+    Thread-safety: none; one user at a time (a consumer's decoder, on its event loop).
+    """
+
+    __slots__ = ("annotations", "headers", "limit")
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self.headers: dict[bytes, tuple[Any, ...]] = {}
+        self.annotations: dict[bytes, dict[str, Any]] = {}
+
+    def keep_header(self, key: bytes, header: tuple[Any, ...]) -> None:
+        if len(self.headers) >= self.limit:
+            self.headers.clear()
+        self.headers[key] = header
+
+    def keep_annotations(self, key: bytes, annotations: dict[str, Any]) -> None:
+        if all(type(v) in _UNCHANGING or v is None for v in annotations.values()):
+            if len(self.annotations) >= self.limit:
+                self.annotations.clear()
+            self.annotations[key] = dict(annotations)
+
+
 class MessageView:
     """A received message, decoded section by section on first access.
 
     It has the attributes of ``AmqpMessage`` (read-only). Construction only finds the sections;
     reading ``durable`` decodes the header, ``to`` the properties, ``body`` the body, and so on.
-    Equal to an ``AmqpMessage`` with the same content.
+    Equal to an ``AmqpMessage`` with the same content. With a ``SectionMemo``, a header or
+    message annotations already decoded from the same bytes are not decoded again.
 
     Raises:
         MessageFormatError: from the constructor when the payload is not a sequence of message
             sections; from an attribute when its section is malformed.
     """
 
-    __slots__ = ("_annotations", "_app", "_body", "_header", "_payload", "_props", "_spans")
+    __slots__ = (
+        "_annotations",
+        "_app",
+        "_body",
+        "_header",
+        "_memo",
+        "_payload",
+        "_props",
+        "_spans",
+    )
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes, memo: SectionMemo | None = None) -> None:
         self._payload = bytes(payload)
         self._spans = split_sections(self._payload)
+        self._memo = memo
         self._header: tuple[Any, ...] | None = None
         self._props: list[Any] | None = None
         self._annotations: dict[int, dict[str, Any]] = {}
@@ -265,23 +308,49 @@ class MessageView:
 
     def _header_fields(self) -> tuple[Any, ...]:
         if self._header is None:
+            key = self._memo_key(f.HEADER)
+            if key is not None:
+                header = self._memo.headers.get(key)  # type: ignore[union-attr]
+                if header is not None:
+                    self._header = header
+                    return header
             values = self._list_section(f.HEADER, "header")[:5]
             padded = [*values, *_HEADER_DEFAULTS[len(values) :]]
             self._header = tuple(
                 _HEADER_DEFAULTS[i] if v is None else v for i, v in enumerate(padded)
             )
             _check_types(self._header, _HEADER_TYPES, "header")
+            if key is not None:
+                self._memo.keep_header(key, self._header)  # type: ignore[union-attr]
         return self._header
+
+    def _memo_key(self, code: int) -> bytes | None:
+        """The bytes of section ``code`` (its key in the memo); None without a memo or section."""
+        if self._memo is None:
+            return None
+        spans = self._spans.get(code)
+        if not spans:
+            return None
+        start, end = spans[0]
+        return self._payload[start:end]
 
     def _map_section(self, code: int) -> dict[str, Any]:
         cached = self._annotations.get(code)
         if cached is None:
+            key = self._memo_key(code) if code == f.MESSAGE_ANNOTATIONS else None
+            if key is not None:
+                kept = self._memo.annotations.get(key)  # type: ignore[union-attr]
+                if kept is not None:
+                    cached = self._annotations[code] = dict(kept)
+                    return cached
             value = self._section(code)
             if value is not None and not isinstance(value, dict):
                 raise MessageFormatError(
                     f"undecodable AMQP message: section 0x{code:02x} not a map"
                 )
             cached = self._annotations[code] = {str(k): v for k, v in (value or {}).items()}
+            if key is not None:
+                self._memo.keep_annotations(key, cached)  # type: ignore[union-attr]
         return cached
 
     def _properties_fields(self) -> list[Any]:
@@ -385,6 +454,25 @@ class MessageView:
 
 
 _FIELD_NAMES: Final = tuple(fl.name for fl in fields(AmqpMessage))
+_UNCHANGING: Final = frozenset(
+    {
+        str,
+        bytes,
+        int,
+        float,
+        bool,
+        proton.symbol,
+        proton.ubyte,
+        proton.ushort,
+        proton.uint,
+        proton.ulong,
+        proton.byte,
+        proton.short,
+        proton.int32,
+        proton.timestamp,
+        proton.char,
+    }
+)
 _HEADER_TYPES: Final = (bool, int, int, bool, int)
 _ANY: Final = object
 _PROPERTY_TYPES: Final = (_ANY, bytes, str, str, str, _ANY, str, str, int, int, str, int, str)
