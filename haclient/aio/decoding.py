@@ -39,7 +39,9 @@ class Decoder:
         self._destination = destination
         self._ahead: tuple[ReceivedMessage, Message] | None = None
         self._waiting_on: AmqpConnection | None = None  # has our work for its next wait
-        self._memo = SectionMemo()  # its senders' headers and annotations, decoded once
+        # its senders' headers and annotations, decoded once; made by the first message (an
+        # idle consumer holds none: thousands of them are restored at once after a failover)
+        self._memo: SectionMemo | None = None
 
     def decode(self, raw: ReceivedMessage, prefixes: DestinationPrefixes) -> Message:
         """The JMS message for ``raw`` (decoded ahead, or now).
@@ -74,8 +76,11 @@ class Decoder:
             log.debug("not decoded ahead: %s", exc)
 
     def _decode_now(self, raw: ReceivedMessage, prefixes: DestinationPrefixes) -> Message:
+        memo = self._memo
+        if memo is None:
+            memo = self._memo = SectionMemo()
         return from_amqp(
-            MessageView(raw.payload, self._memo),
+            MessageView(raw.payload, memo),
             prefixes=prefixes,
             consumer_destination=self._destination,
         )
