@@ -21,10 +21,11 @@ Three parts, each skippable (``--no-idle``, ``--no-failover``, ``--no-restore``)
    URL ``failover:(A,B)``; connection 0 also sends PERSISTENT messages from a thread of its own
    (a second session's producer). The master is killed with SIGKILL. Measured, from just before
    the kill: the takeover (until the standby's port accepts a TCP connection, probed every
-   millisecond), and for each connection the time its failover completed (the first sweep
-   that finds it CONNECTED to the standby; the main thread reads ``state`` and ``broker`` of
-   every connection every 20 ms, attribute reads that touch no loop, so the failover is not
-   slowed by a thread per connection, which blocking failover listeners would start). Goal:
+   millisecond), and for each connection the time its failover completed (a failover
+   listener on each connection notes when and to which broker; the main thread sweeps those
+   notes every 20 ms, reading no connection's state through its boundary. A blocking
+   connection calls its listeners on a notifier thread of its own, so the process has a thread
+   per connection once the failover began: "threads after the failover" counts them). Goal:
    every connection completes within takeover + 3 s. Then the sender stops, the connections
    close, and a fresh consumer takes every message off the sender's queue: every send that
    returned must be there (0 lost; duplicates are counted). The peak rate of connections the
