@@ -134,12 +134,15 @@ class Confirmer:
         await round_trip_on(amqp, session, address, timeout=timeout)
 
     async def _exchange(self, amqp: AmqpConnection, probe: Receiver, kind: AckConfirmation) -> None:
-        """One exchange on ``probe``. One whose wait ends without the answer (cancelled, timed
-        out, failed) leaves the probe behind: its answer may still come, and the next exchange
-        on it would take that for its own (confirming what the broker has not seen yet); the
-        next exchange attaches a new probe."""
+        """One exchange of ``kind`` (``DRAIN`` or ``LINK_FLOW``) on ``probe``. One whose wait
+        ends without the answer (cancelled, timed out, failed) leaves the probe behind: its
+        answer may still come, and the next exchange on it would take that for its own
+        (confirming what the broker has not seen yet); the next exchange attaches a new probe."""
         try:
-            await _exchange(amqp, probe, kind)
+            if kind is AckConfirmation.DRAIN:
+                await amqp.drain(probe, 1)
+            else:
+                await _flow_answered(amqp, probe)
         except BaseException:
             if probe is self._probe:
                 self._probe, self._answered = None, False
@@ -207,14 +210,6 @@ class Confirmer:
         if kind is AckConfirmation.LINK_FLOW:
             await _flow_answered(amqp, probe)  # shows that the broker answers flows at all
         return probe
-
-
-async def _exchange(amqp: AmqpConnection, probe: Receiver, kind: AckConfirmation) -> None:
-    """One confirmation exchange of ``kind`` (``DRAIN`` or ``LINK_FLOW``) on ``probe``."""
-    if kind is AckConfirmation.DRAIN:
-        await amqp.drain(probe, 1)
-    else:
-        await _flow_answered(amqp, probe)
 
 
 async def _flow_answered(amqp: AmqpConnection, probe: Receiver) -> None:

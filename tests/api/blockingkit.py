@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -54,3 +55,12 @@ def loop_lane(conn: Any, producer: Any) -> Any:
     served = Serving.of(conn._boundary.loop_thread, conn._boundary)
     assert served is not None
     return served.lanes[producer._handle]
+
+
+def until_on_loop(conn: Any, condition: Callable[[], object], what: str, timeout: float) -> None:
+    """For tests only: poll ``condition()`` on ``conn``'s event-loop thread until it holds (the
+    loop's state has no event a test could wait on); fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not on_loop(conn, condition):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)

@@ -18,7 +18,7 @@ from queue import SimpleQueue
 
 import anyio
 import pytest
-from blockingkit import loop_lane, loop_object, on_loop
+from blockingkit import loop_lane, loop_object, on_loop, until_on_loop
 
 import haclient
 from chaos.broker import BrokerThread
@@ -250,10 +250,7 @@ def interrupt_once_receiving(conn: haclient.Connection, consumer: haclient.Messa
     def waiting() -> bool:
         return bool(loop_object(conn, consumer)._waits)
 
-    deadline = time.monotonic() + HANG
-    while not on_loop(conn, waiting):
-        assert time.monotonic() < deadline, "the receive never waited"
-        time.sleep(0.005)
+    until_on_loop(conn, waiting, "the receive never waited", HANG)
     _thread.interrupt_main()
 
 
@@ -299,10 +296,12 @@ def test_ctrl_c_between_queueing_a_receive_and_waiting_for_it_withdraws_the_rece
         ring(boundary)
         if armed and boundary is conn._boundary:  # type: ignore[attr-defined]
             armed.clear()
-            deadline = time.monotonic() + HANG
-            while not on_loop(conn, lambda: bool(loop_object(conn, consumer)._waits)):
-                assert time.monotonic() < deadline, "the receive never waited"
-                time.sleep(0.005)
+            until_on_loop(
+                conn,
+                lambda: bool(loop_object(conn, consumer)._waits),
+                "the receive never waited",
+                HANG,
+            )
             _thread.interrupt_main()
             deadline = time.monotonic() + HANG
             while time.monotonic() < deadline:  # raised at the loop's next check, in here
@@ -332,10 +331,12 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
     consumer = session.create_consumer(queue)
 
     def interrupt_once_sending() -> None:
-        deadline = time.monotonic() + HANG
-        while not on_loop(conn, lambda: loop_lane(conn, producer).sending is not None):
-            assert time.monotonic() < deadline, "the send never waited"
-            time.sleep(0.005)
+        until_on_loop(
+            conn,
+            lambda: loop_lane(conn, producer).sending is not None,
+            "the send never waited",
+            HANG,
+        )
         _thread.interrupt_main()
 
     broker.pause()  # the broker reads nothing: the send waits for its outcome
@@ -378,10 +379,12 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
         first = consumer.receive(timeout=HANG)
         assert first is not None and first.body == "before"
         inner = loop_object(conn, consumer)
-        deadline = time.monotonic() + HANG
-        while on_loop(conn, lambda: inner._context.amqp().queued(inner._receiver)) < 2:
-            assert time.monotonic() < deadline, "the others never arrived in its prefetch"
-            time.sleep(0.005)
+        until_on_loop(
+            conn,
+            lambda: inner._context.amqp().queued(inner._receiver) >= 2,
+            "the others never arrived in its prefetch",
+            HANG,
+        )
         interrupted = threading.Event()
 
         def in_flight() -> bool:
@@ -392,11 +395,8 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
             return bool(served.receiving if path.startswith("at-once") else served.tasks)
 
         def interrupt_once_confirming() -> None:
-            deadline = time.monotonic() + HANG
             try:
-                while not on_loop(conn, in_flight):
-                    assert time.monotonic() < deadline, "the receive never waited"
-                    time.sleep(0.005)
+                until_on_loop(conn, in_flight, "the receive never waited", HANG)
                 _thread.interrupt_main()
                 interrupted.wait(HANG)  # the broker stays paused until the receive was interrupted
             finally:
