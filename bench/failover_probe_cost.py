@@ -20,7 +20,12 @@ broker. Each round runs every variant, one after another, in an order that rotat
 - ``thread``: the watch in one thread of the process, which probes every watched port and
   wakes the waiting task once the port accepts or the wait ends; every attempt connects;
 - ``stand-in``: as it is: the thread, and a watched wait through which the port refused
-  stands in for its attempt (``failover.walk``): no connect.
+  stands in for its attempt (``failover.walk``): no connect;
+- ``sleeper``: no client at all: a thread that sleeps the watch's interval and wakes, over and
+  over: the least that anything waking at that interval costs on this machine;
+- ``prober``: that thread connecting one socket to a port on which nothing listens at each
+  wake (the watch's probe with nothing around it): the least any watch probing at that
+  interval costs.
 
 A variant may name the watch's interval in milliseconds: ``stand-in@8`` probes every 8 ms
 (default: ``failover.schedule.PORT_WATCH``'s).
@@ -31,14 +36,15 @@ both ports refuse: attempts and watch). The machine's other work
 shows in every variant alike; run several rounds.
 
 A second table splits each variant by thread: the event loop's (``time.thread_time`` of this,
-the loop's, thread), the port watch's (its ``/proc/self/task/TID/schedstat``, nanoseconds),
-the attempts the connection counted in the window (``connection_attempts``) and the event
-loop's CPU per attempt.
+the loop's, thread), the port watch's (its ``/proc/self/task/TID/schedstat``, nanoseconds; for
+``sleeper`` and ``prober``, their own thread's), the attempts the connection counted in the
+window (``connection_attempts``) and the event loop's CPU per attempt.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
 import sys
 import tempfile
@@ -62,7 +68,8 @@ from haclient import aio
 
 __all__ = ["VARIANTS", "main", "measure"]
 
-VARIANTS = ("idle", "off", "loop", "thread", "stand-in")
+VARIANTS = ("idle", "off", "loop", "thread", "stand-in", "sleeper", "prober")
+_BARE = ("sleeper", "prober")  # no client: a bare thread (see the module docstring)
 _PORT_WATCH = failover.schedule.PORT_WATCH
 _REFUSES = failover.walk.Walker._refuses
 
@@ -124,9 +131,43 @@ def _attempts(conn: aio.Connection) -> int:
     return sum(conn.statistics().connection_attempts.values())
 
 
+def _bare_thread(probe: bool, interval: float, window: float) -> tuple[float, int]:
+    """Run a thread that sleeps ``interval`` and wakes (and, with ``probe``, connects to a port
+    on which nothing listens) for ``window`` seconds; its CPU seconds and its wakes."""
+    got: list[tuple[float, int]] = []
+
+    def run() -> None:
+        sock = socket.socket()
+        sock.settimeout(None)
+        address = (HOST, free_port(HOST))
+        wakes, start = 0, time.thread_time()
+        end = time.monotonic() + window
+        try:
+            while time.monotonic() < end:
+                time.sleep(interval)
+                if probe:
+                    sock.connect_ex(address)
+                wakes += 1
+        finally:
+            sock.close()
+        got.append((time.thread_time() - start, wakes))
+
+    thread = threading.Thread(target=run, name="bench-bare-thread")
+    thread.start()
+    thread.join()
+    return got[0]
+
+
 async def measure(variant: str, work_dir: Path, window: float) -> Sample:
     """This process's CPU, in % of one CPU, over ``window`` s while both brokers refuse, and
     its split (see the module docstring)."""
+    name, _, interval = variant.partition("@")
+    if name in _BARE:
+        every = float(interval) / 1000 if interval else PortWatch().interval
+        cpu, wall = time.process_time(), time.monotonic()
+        used, _ = await anyio.to_thread.run_sync(_bare_thread, name == "prober", every, window)
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+        return Sample(100.0 * cpu / wall, 0.0, 100.0 * used / wall, 0.0)
     broker = BrokerProcess(f"cost-{variant.replace('@', '-')}", work_dir, store=False)
     await anyio.to_thread.run_sync(broker.start)
     try:

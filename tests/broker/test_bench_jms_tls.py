@@ -25,3 +25,7 @@ def test_the_tls_target_runs_both_clients_over_tls(tmp_path: Path) -> None:
     for test in ("sync send", "pipelined send", "receive AUTO"):
         for impl in ("haclient", "proton"):
             assert ("reference-tls", test, impl) in measured
+    # the like-for-like reference: the Container sending haclient's message shape
+    assert ("reference-tls", "pipelined JMS-shaped", "proton") in measured
+    alike = document["summary"]["reference-tls"]["like_for_like"]
+    assert alike["container_msgs_per_s"] > 0 and alike["haclient_over_container"] > 0
