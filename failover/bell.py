@@ -13,7 +13,7 @@ Two ways to wait for the ring, the same outcome:
   of anyio's wait set-up per wait (two ``epoll_ctl`` calls and ~40-70 us of the loop's CPU a
   wait on a 2-CPU VM, measured: bench/README.md, issue 39 item 14);
 - otherwise (trio, or a caller's own ``wait_readable``), each wait waits with ``wait_readable``
-  and then reads.
+  (which also ends at the wait's timeout) and then reads.
 
 A ring that a wait did not read (it ended first: cancelled, or its port's ring came late) is
 drained by the next wait before it starts (``drain_if_unread``), so that a wait reads only its
@@ -28,13 +28,15 @@ another thread or from within a collection.
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from collections.abc import Awaitable, Callable
 
 __all__ = ["Bell", "WaitReadable"]
 
-#: Waits until a socket, given by its file descriptor, has bytes to read (``anyio.wait_readable``).
-WaitReadable = Callable[[int], Awaitable[None]]
+#: Waits until a socket, given by its file descriptor, has bytes to read, or the given number of
+#: seconds passed (``failover.supervisor.wait_readable``: anyio's ``wait_readable`` in a timeout).
+WaitReadable = Callable[[int, float], Awaitable[None]]
 
 
 class Bell:
@@ -61,26 +63,35 @@ class Bell:
             except NotImplementedError:  # a loop without readers (Windows' proactor)
                 self._loop = None
 
-    async def wait(self) -> bytes:
-        """This wait's ring (one wait at a time). Interrupted (cancelled), its ring, should
-        the thread still ring it, is dropped or drained by the next wait."""
+    async def wait(self, timeout: float = math.inf) -> bytes:
+        """This wait's ring (one wait at a time); ``b""`` once ``timeout`` seconds passed
+        without one. Interrupted (cancelled, or timed out), its ring, should the thread still
+        ring it, is dropped or drained by the next wait."""
         if self._unread:
             self._drain()  # a ring the last wait, interrupted, left unread
         self._unread = True
         loop = self._loop
         if loop is None:
-            await self._wait_readable(self.ours.fileno())  # a number: the selector's fast path
-            self._unread = False
+            await self._wait_readable(self.ours.fileno(), timeout)  # a number: the fast path
             try:
-                return self.ours.recv(64)
-            except (BlockingIOError, InterruptedError):  # woken without it: the safe side
-                return b""
+                rung = self.ours.recv(64)
+            except (BlockingIOError, InterruptedError):  # timed out (or woken without a ring)
+                return b""  # a ring that comes now is drained by the next wait
+            self._unread = False
+            return rung
         waiting: asyncio.Future[bytes] = loop.create_future()
         self._waiting = waiting
+        timer = None if timeout == math.inf else loop.call_later(timeout, _time_out, waiting)
         try:
             rung = await waiting
         finally:
             self._waiting = None
+            if timer is not None:
+                timer.cancel()
+        # read by the reader callback, or timed out: a ring that comes after the timeout (the
+        # port accepted as the wait ended, before its remove() returned) is read there too,
+        # and ends the next wait at once if it has begun (its attempt then goes at once, as it
+        # should), or is dropped
         self._unread = False
         return rung
 
@@ -128,3 +139,9 @@ class Bell:
     def _close_sockets(self) -> None:
         self.ours.close()
         self.theirs.close()
+
+
+def _time_out(waiting: asyncio.Future[bytes]) -> None:
+    """A timed wait's timer: it ends without a ring."""
+    if not waiting.done():
+        waiting.set_result(b"")

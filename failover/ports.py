@@ -16,28 +16,30 @@ nothing else changes.
 
 Where the probes run: a ``TcpProbe`` given the loop's ``wait_readable`` (the supervisor's is)
 hands the wait to ``PortWatcher``: one thread of the process that probes every watched port on
-a grid of the interval, once per tick whatever the number of connections waiting on it, and
-rings the waiting task's *bell* (``failover.bell``: a socket pair the probe makes at its
-first wait and keeps for the next ones, one at a time, until ``close``; on asyncio the loop
-reads it in a reader callback kept as long; the thread rings a wait's bell only until
-``PortWatcher.remove`` returned, so a wait reads its own ring, and the next wait starts with
-what a cancelled one left unread drained) once, with one
-byte: ``b"1"`` when the port accepted, ``b"2"`` when the wait ran out with a probe within the
-interval of its end refused (``Watched.REFUSED``: the walk lets the wait stand in for the
-attempt, ``failover.walk``), ``b"0"`` when it ran out otherwise. A wait may also name ports to probe
-without a bell (the brokers its pass tries at once after it): those are probed at the wait's
-last tick only, for ``refused_lately``. What crosses to the thread is a snapshot
-(the address, the deadline, the bell); the event loop sleeps until the bell rings, one wake
+a grid of the interval, once per tick whatever the number of connections waiting on it. When a
+port accepts, the thread rings the *bell* of each wait on it, once, with one byte (``b"1"``;
+``failover.bell``: a socket pair the probe makes at its first wait and keeps for the next ones,
+one at a time, until ``close``; on asyncio the loop reads it in a reader callback kept as
+long; the thread rings a wait's bell only until ``PortWatcher.remove`` returned). The thread
+keeps no wait's time: each wait ends by its own timer on the event loop when no ring came, and
+then asks ``refused_lately``: ``Watched.REFUSED`` when a probe within the interval of its end
+saw the port refuse (the walk lets the wait stand in for the attempt, ``failover.walk``),
+``Watched.RAN_OUT`` otherwise (no probe that recent: the thread fell behind, the safe side).
+So what the thread does per tick, and what a wait costs it (an ``add`` and a ``remove``, each
+a few dictionary operations under its lock), does not grow with the number of waits: a
+thousand connections failing over together cost it what one does. A wait may also name ports
+to probe without a bell (the brokers its pass tries at once after it): those are probed at the
+wait's last tick only, for ``refused_lately``. What crosses to the thread is a snapshot (the
+address, the deadline, the bell); the event loop sleeps until the ring or its timer, one wake
 per wait as for an unwatched wait, instead of one per probe. The thread keeps one socket per
 watched port and connects it again after each refusal (a refused socket connects again on
 Linux; where it does not, a new one is made for each probe); on the local host the connect is
 a blocking one (one system call that returns the refusal, bounded by ``SO_SNDTIMEO``). It
-stops after a second with nothing to watch; a forked child starts its own. Measured on a
-2-CPU VM (bench/README.md): a tick costs ~50 us of CPU in the thread (its wake ~18 us, the
-probe's SYN and reset in the kernel ~20-30 us), against ~70-90 us for the event loop's wake
-and probe; so a watched port costs about 1 % of a CPU at 5 ms, most of it the kernel's. The
-thread reads the host's monotonic clock: a test on a virtual clock gives the manager a probe
-of its own (or none).
+stops after a second with nothing to watch; a forked child starts its own. Measured on 2-CPU
+VMs (bench/README.md): a thread that only wakes every 5 ms costs 0.4-0.8 % of a CPU there,
+and with one probe after each wake (the kernel's SYN and reset, on cold caches) 1.2-1.4 %:
+that is most of what a watched port costs. The thread reads the host's monotonic clock, as
+asyncio's timers do: a test on a virtual clock gives the manager a probe of its own (or none).
 
 A probe answers at once on the local host (the refusal is known when ``connect`` returns); to a
 remote host its connection completes later, and is looked at again at the next probe. A host
@@ -51,6 +53,7 @@ Nothing here knows of AMQP: a probe is a TCP connection opened and closed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import errno
@@ -89,7 +92,7 @@ Resolver = Callable[[str, int], Awaitable[list[tuple[Any, Any, Any, Any, Any]]]]
 #: A TCP address to probe: the socket family and ``(host, port)``.
 Address = tuple[int, tuple[str, int]]
 
-_ACCEPTED, _RAN_OUT, _REFUSED = b"1", b"0", b"2"
+_ACCEPTED = b"1"  # a bell's ring: the port accepted
 _IDLE = 1.0  # seconds the thread waits with nothing to watch before it ends
 _MIN_STEP = 0.001  # seconds: the shortest tick, whatever interval a wait asks
 _PROBE_SLACK = 0.001  # seconds: a tick's own time, a late wake (a refusal older: not "fresh")
@@ -172,16 +175,18 @@ class _Wait:
     """One watched wait, as the thread sees it: a snapshot."""
 
     address: Address
-    deadline: float  # time.monotonic()
+    deadline: float  # time.monotonic(): a port only probed is probed at its last tick before
     interval: float
-    bell: socket.socket | None  # the thread's end: rung once (_ACCEPTED, _REFUSED, _RAN_OUT)
+    bell: socket.socket | None  # the thread's end: rung once, _ACCEPTED, if the port accepts
 
 
 class PortWatcher:
     """One thread that probes the ports of every watched wait of the process, each port once per
-    interval (the shortest its waits ask), and rings each wait's bell once: when its port
-    accepts, or at its deadline. ``add`` and ``remove`` are safe from any thread; once
-    ``remove`` returned, the thread no longer touches that wait's bell."""
+    interval (the shortest its waits ask), and rings the bell of each wait on a port that
+    accepted, once. It keeps no wait's time: a wait ends by its own timer (``TcpProbe.watch``)
+    and asks ``refused_lately`` then. ``add`` and ``remove`` are safe from any thread and cost
+    the same whatever the number of waits; once ``remove`` returned, the thread no longer
+    touches that wait's bell."""
 
     def __init__(self, slack: float = _PROBE_SLACK) -> None:
         """``slack``: how much older than a wait's interval a refusal may be and still count
@@ -196,21 +201,30 @@ class PortWatcher:
         # address -> when the thread's latest probe of it saw it refuse (none: it accepted)
         self._refused_at: dict[Address, float] = {}
         self._waits: dict[int, _Wait] = {}
+        # the same waits by port: those with a bell (probed at every tick), and the others
+        # (probed at their last tick before their end), by key
+        self._bells: dict[Address, dict[int, socket.socket]] = {}
+        self._ends: dict[Address, dict[int, float]] = {}
+        self._intervals: collections.Counter[float] = collections.Counter()
         self._keys = itertools.count()
-        self._version = 0  # changes with the waits
         self._running = False
 
     def add(
         self, address: Address, wait: float, interval: float, bell: socket.socket | None
     ) -> int:
-        """Watch ``address`` for ``wait`` seconds from now; returns the key ``remove`` takes.
-        Its first probe comes within ``interval`` (the thread's next tick). Without a ``bell``
-        the port is only probed, for ``refused_lately``."""
+        """Watch ``address`` for ``wait`` seconds from now (until ``remove``); returns the key
+        ``remove`` takes. Its first probe comes within ``interval`` (the thread's next tick).
+        Without a ``bell`` the port is only probed, at the last tick before the wait's end, for
+        ``refused_lately``."""
         entry = _Wait(address, time.monotonic() + wait, max(interval, _MIN_STEP), bell)
         with self._lock:
             key = next(self._keys)
             self._waits[key] = entry
-            self._version += 1
+            self._intervals[entry.interval] += 1
+            if bell is not None:
+                self._bells.setdefault(address, {})[key] = bell
+            else:
+                self._ends.setdefault(address, {})[key] = entry.deadline
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run, name="haclient-port-watch", daemon=True).start()
@@ -230,8 +244,22 @@ class PortWatcher:
     def remove(self, key: int) -> None:
         """Stop watching for the wait of ``key`` (nothing when it was rung already)."""
         with self._lock:
-            if self._waits.pop(key, None) is not None:
-                self._version += 1
+            self._forget(key)
+
+    def _forget(self, key: int) -> None:
+        """Drop the wait of ``key`` from every map (under the lock)."""
+        entry = self._waits.pop(key, None)
+        if entry is None:
+            return
+        self._intervals[entry.interval] -= 1
+        if not self._intervals[entry.interval]:
+            del self._intervals[entry.interval]
+        by_port = self._bells if entry.bell is not None else self._ends
+        keyed = by_port.get(entry.address)
+        if keyed is not None:
+            keyed.pop(key, None)
+            if not keyed:
+                del by_port[entry.address]
 
     def _run(self) -> None:
         ports: dict[Address, _Port] = {}
@@ -242,87 +270,57 @@ class PortWatcher:
                 port.close()
 
     def _watch(self, ports: dict[Address, _Port]) -> None:
-        """Tick on a grid of the shortest interval asked, probing the watched ports; between
-        ticks, sleep until the next one or the earliest deadline. Between the waits of a
-        failover (an attempt takes about a millisecond) the grid goes on, so that the next wait
-        joins it without waking the thread; after ``_IDLE`` with no wait the thread ends.
-        A port only probed (no bell: ``refused_lately``) is probed at the last tick before its
-        wait's end, not at every tick. Kept lean: it runs 200 times a second while a port is
-        watched."""
-        seen, deadline, step = -1, math.inf, PortWatch().interval
-        dense: set[Address] = set()  # the ports of waits with a bell: probed at every tick
-        ends: dict[Address, list[float]] = {}  # the others: the ends of their waits
+        """Tick on a grid of the shortest interval asked, probing the watched ports, and sleep
+        between ticks. Between the waits of a failover (an attempt takes about a millisecond)
+        the grid goes on, so that the next wait joins it without waking the thread; after
+        ``_IDLE`` with no wait the thread ends. A port only probed (no bell:
+        ``refused_lately``) is probed at the last tick before its wait's end, not at every
+        tick. Kept lean: it runs 200 times a second while a port is watched, and a tick costs
+        the same whatever the number of waits on a port."""
+        step = PortWatch().interval
         now = time.monotonic()
         idle_since = now
         while True:
             with self._lock:
-                if self._version != seen:
-                    seen, waits = self._version, list(self._waits.values())
-                    deadline = min((entry.deadline for entry in waits), default=math.inf)
-                    step = min((entry.interval for entry in waits), default=step)
-                    self._drop_ports(ports, {entry.address for entry in waits})
-                    dense = {entry.address for entry in waits if entry.bell is not None}
-                    ends = {}
-                    for entry in waits:
-                        if entry.bell is None:
-                            ends.setdefault(entry.address, []).append(entry.deadline)
-                    for entry in waits:
-                        if entry.address not in ports:
-                            ports[entry.address] = _Port(entry.address)
-                if ports:
+                step = min(self._intervals, default=step)
+                due = list(self._bells)
+                for address, ends in self._ends.items():
+                    if address not in self._bells and min(ends.values()) - now <= step + self.slack:
+                        due.append(address)
+                for address in [a for a in ports if a not in self._bells and a not in self._ends]:
+                    ports.pop(address).close()
+                if self._waits:
                     idle_since = now
                 elif now - idle_since >= _IDLE:
                     self._running = False
                     return
-            accepted = set()
-            for address, port in ports.items():
-                if address not in dense and all(
-                    end - now > step + self.slack for end in ends.get(address, ())
-                ):
-                    continue  # only probed: not its wait's last tick yet
+            accepted = []
+            for address in due:
+                port = ports.get(address)
+                if port is None:
+                    port = ports[address] = _Port(address)
                 if port.probe(now):
-                    accepted.add(address)
+                    accepted.append(address)
                     self._refused_at.pop(address, None)
                 elif port.refused_at == now:
                     self._refused_at[address] = now
-            now = time.monotonic()
-            if accepted or now >= deadline:
-                self._ring(accepted, now, ports)
+            if accepted:
+                self._ring(accepted)
             tick = now + step
-            while True:  # sleep to the next tick, ringing the deadlines on the way
-                wake = min(tick, deadline)
-                if wake > now:
-                    time.sleep(wake - now)
-                    now = time.monotonic()
-                if now >= tick:
-                    break
-                self._ring(set(), now, ports)
-                with self._lock:
-                    deadline = min((e.deadline for e in self._waits.values()), default=math.inf)
+            now = time.monotonic()
+            if tick > now:
+                time.sleep(tick - now)
+                now = time.monotonic()
 
-    @staticmethod
-    def _drop_ports(ports: dict[Address, _Port], watched: set[Address]) -> None:
-        for address in [address for address in ports if address not in watched]:
-            ports.pop(address).close()
-
-    def _ring(self, accepted: set[Address], now: float, ports: dict[Address, _Port]) -> None:
-        """Ring, once, each wait whose port ``accepted`` or whose deadline passed: refused when
-        its port refused a probe within the wait's interval of now."""
+    def _ring(self, accepted: list[Address]) -> None:
+        """Ring, once, the bell of each wait on a port that ``accepted``; those waits are
+        done (their own ``remove`` finds nothing then)."""
         with self._lock:
-            for key, entry in list(self._waits.items()):
-                if entry.address in accepted:
-                    outcome = _ACCEPTED
-                elif entry.deadline > now:
-                    continue
-                else:
-                    seen = self._refused_at.get(entry.address, -math.inf)
-                    fresh = now - seen <= entry.interval + self.slack
-                    outcome = _REFUSED if fresh else _RAN_OUT
-                del self._waits[key]
-                self._version += 1
-                if entry.bell is not None:
+            for address in accepted:
+                for key, bell in list(self._bells.get(address, {}).items()):
+                    self._forget(key)
                     with contextlib.suppress(OSError):  # full: rung before, the waiter knows
-                        entry.bell.send(outcome)
+                        bell.send(_ACCEPTED)
 
 
 class _Port:
@@ -444,14 +442,15 @@ class TcpProbe:
                 probed = await self._address(other)
                 if probed is not None and probed != address:
                     keys.append(self._watcher.add(probed, wait, interval, None))
-            # this wait's one ring, once the thread rang it (before remove returned)
-            rung = await bell.wait()
+            # the thread's ring if the port accepts (before remove returned), else the timeout
+            rung = await bell.wait(timeout=wait)
         finally:
             for key in keys:
                 self._watcher.remove(key)  # then the thread no longer touches the bell
         if _ACCEPTED in rung:
             return Watched.ACCEPTED
-        return Watched.REFUSED if _REFUSED in rung else Watched.RAN_OUT
+        refused = self._watcher.refused_lately(address, interval)
+        return Watched.REFUSED if refused else Watched.RAN_OUT
 
     async def refused_lately(self, broker: BrokerURL, within: float) -> bool:
         """Whether the port watcher's latest probe of ``broker``'s port saw it refuse, within

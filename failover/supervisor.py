@@ -67,15 +67,22 @@ async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, Any, Any, Any, A
     return list(await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM))
 
 
+async def wait_readable(fd: int, timeout: float) -> None:
+    """Wait until the socket ``fd`` has bytes to read, ``timeout`` seconds at most (a port
+    probe's bell off asyncio: ``failover.bell``)."""
+    with anyio.move_on_after(timeout):
+        await anyio.wait_readable(fd)
+
+
 def port_probe() -> PortProbe:
     """A failover's probe of refused ports (``failover.ports.TcpProbe``), host names resolved
     with anyio's ``getaddrinfo``; made on the event loop (at a walk's first watched wait): on
     asyncio, the loop reads its bell in a reader callback (``failover.bell``)."""
     try:
         loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): anyio's wait_readable per wait
+    except RuntimeError:  # not asyncio (trio): anyio's wait_readable per wait (wait_readable)
         loop = None
-    return TcpProbe(_getaddrinfo, anyio.wait_readable, reader_loop=loop)
+    return TcpProbe(_getaddrinfo, wait_readable, reader_loop=loop)
 
 
 class _Close:

@@ -19,6 +19,7 @@ import pytest
 
 from failover.bell import Bell
 from failover.ports import PortWatcher, TcpProbe, Watched
+from failover.supervisor import wait_readable
 from failover.url import BrokerURL
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +34,7 @@ def on_loop(request: pytest.FixtureRequest) -> bool:
 
 
 def _bell(on_loop: bool) -> Bell:
-    return Bell(anyio.wait_readable, asyncio.get_running_loop() if on_loop else None)
+    return Bell(wait_readable, asyncio.get_running_loop() if on_loop else None)
 
 
 def _registered(fd: int) -> bool:
@@ -116,7 +117,7 @@ async def test_a_probe_on_the_loop_watches_and_a_dropped_one_removes_its_reader(
     loop = asyncio.get_running_loop()
     watcher = PortWatcher(slack=HANG)
     with _closed_port() as closed, anyio.fail_after(HANG):
-        probe = TcpProbe(None, anyio.wait_readable, watcher, reader_loop=loop)
+        probe = TcpProbe(None, wait_readable, watcher, reader_loop=loop)
         assert await probe.watch(closed, 0.03, interval=0.005, sleep=anyio.sleep) in (
             Watched.REFUSED,
             Watched.RAN_OUT,
@@ -136,7 +137,7 @@ async def test_a_probe_on_the_loop_ends_its_wait_once_the_port_accepts() -> None
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))
         broker = BrokerURL("amqp", "127.0.0.1", spare.getsockname()[1])
-        probe = TcpProbe(None, anyio.wait_readable, PortWatcher(), reader_loop=loop)
+        probe = TcpProbe(None, wait_readable, PortWatcher(), reader_loop=loop)
         try:
             threading.Timer(0.03, spare.listen).start()
             started = time.monotonic()

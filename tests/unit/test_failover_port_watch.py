@@ -19,16 +19,19 @@ import pytest
 import tenacity
 from unitkit import A, B
 
+import failover.ports
 import failover.schedule
 from failover.errors import ConnectionLostError
 from failover.policy import FailoverPolicy
-from failover.ports import PortWatch, PortWatcher, TcpProbe, tcp_refused, watch
+from failover.ports import PortWatch, PortWatcher, TcpProbe, Watched, tcp_refused, watch
 from failover.schedule import PORT_WATCH, ReconnectPlan
-from failover.supervisor import port_probe
+from failover.supervisor import port_probe, wait_readable
 from failover.url import BrokerURL
 from haclient.errors import BrokerNotReadyError
 
 pytestmark = pytest.mark.anyio
+
+HANG = 30.0  # seconds: a hang bound, not a measure
 
 
 def _refused() -> ConnectionLostError:
@@ -151,7 +154,7 @@ async def test_F5_the_port_watchers_thread_ends_a_wait_once_the_port_accepts() -
     spare.bind(("127.0.0.1", 0))
     port = spare.getsockname()[1]
     broker = BrokerURL("amqp", "127.0.0.1", port)
-    probes = [TcpProbe(None, anyio.wait_readable, watcher) for _ in range(2)]
+    probes = [TcpProbe(None, wait_readable, watcher) for _ in range(2)]
     assert all(probe.watches for probe in probes)
     results: list[bool] = []
 
@@ -175,6 +178,79 @@ async def test_F5_the_port_watchers_thread_ends_a_wait_once_the_port_accepts() -
             probe.close()
 
 
+async def test_F5_many_waits_on_one_port_share_its_probes_and_end_by_their_own_timers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hundred connections failing over together watch the same refused port: the thread
+    probes it once per tick whatever the number of waits; each wait runs its own time, never
+    less, and ends refused (the probes say so). When the port opens, every wait still under
+    way is rung and ends at once."""
+    probed: list[float] = []
+    real_probe = failover.ports._Port.probe
+
+    def counting(port: Any, now: float) -> bool:
+        probed.append(now)
+        return real_probe(port, now)
+
+    monkeypatch.setattr(failover.ports._Port, "probe", counting)
+    watcher = PortWatcher(slack=30.0)  # a late tick on a busy machine still counts as fresh
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    broker = BrokerURL("amqp", "127.0.0.1", spare.getsockname()[1])
+    probes = [TcpProbe(None, wait_readable, watcher) for _ in range(100)]
+    got: list[Watched] = []
+
+    async def wait_on(probe: TcpProbe, seconds: float) -> None:
+        started = time.monotonic()
+        got.append(await probe.watch(broker, seconds, interval=0.005, sleep=_no))
+        if got[-1] is not Watched.ACCEPTED:
+            assert time.monotonic() - started >= seconds * 0.99  # never shorter than asked
+
+    try:
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tasks:
+                for n, probe in enumerate(probes):
+                    tasks.start_soon(wait_on, probe, 0.02 + 0.0005 * n)
+            assert got == [Watched.REFUSED] * 100
+            ticks = len(set(probed))
+            assert len(probed) == ticks  # one probe of the port per tick, not one per wait
+            got.clear()
+            async with anyio.create_task_group() as tasks:
+                for probe in probes:
+                    tasks.start_soon(wait_on, probe, HANG)
+                await anyio.sleep(0.05)
+                spare.listen()  # the port opens: every wait ends, long before HANG
+        assert got == [Watched.ACCEPTED] * 100
+    finally:
+        spare.close()
+        for probe in probes:
+            probe.close()
+
+
+async def test_F5_a_wait_ends_by_its_own_timer_even_while_the_thread_is_stuck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread keeps no wait's time: a wait ends when its time is up even if the thread is
+    held up (here: a probe that does not return), so a stalled thread never lengthens a
+    failover's waits, and it rings nothing for a wait that runs out (what it does per tick
+    does not grow with the waits). With no probe of the port seen, the wait ran out."""
+    release = threading.Event()
+
+    def stuck(port: Any, now: float) -> bool:
+        release.wait(HANG)
+        return False
+
+    monkeypatch.setattr(failover.ports._Port, "probe", stuck)
+    probe = TcpProbe(None, wait_readable, PortWatcher())
+    try:
+        with _closed_port() as closed, anyio.fail_after(HANG / 2):  # a hang bound
+            got = await probe.watch(closed, 0.05, interval=0.005, sleep=_no)
+        assert got is Watched.RAN_OUT
+    finally:
+        release.set()
+        probe.close()
+
+
 async def test_a_wait_the_thread_cannot_probe_is_slept_with_the_walks_sleep() -> None:
     """An unresolvable name (no resolver) and a wait no longer than the interval are only
     slept, with the sleep the walk gives (a virtual clock's, in unit tests)."""
@@ -183,7 +259,7 @@ async def test_a_wait_the_thread_cannot_probe_is_slept_with_the_walks_sleep() ->
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    probe = TcpProbe(None, anyio.wait_readable, PortWatcher())
+    probe = TcpProbe(None, wait_readable, PortWatcher())
     try:
         name = BrokerURL("amqp", "localhost", 5672)
         assert not await watch(probe, name, 0.04, interval=0.005, clock=_no, sleep=sleep)
@@ -196,7 +272,7 @@ async def test_a_wait_the_thread_cannot_probe_is_slept_with_the_walks_sleep() ->
 
 async def test_the_port_watchers_thread_ends_when_nothing_is_watched() -> None:
     watcher = PortWatcher()
-    probe = TcpProbe(None, anyio.wait_readable, watcher)
+    probe = TcpProbe(None, wait_readable, watcher)
     try:
         with _closed_port() as local:
             assert not await watch(probe, local, 0.02, interval=0.005, clock=_no, sleep=_no)

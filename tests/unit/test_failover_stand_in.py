@@ -24,6 +24,7 @@ from failover.events import AttemptFailed, Connect, Opened
 from failover.manager import ConnectionManager
 from failover.policy import Attempt, FailoverPolicy
 from failover.ports import PortWatch, PortWatcher, TcpProbe, Watched, tcp_refused
+from failover.supervisor import wait_readable
 from failover.url import BrokerURL
 from failover.walk import StandIn, Walker
 
@@ -83,7 +84,7 @@ def _lenient() -> PortWatcher:
 
 def _probe(watcher: PortWatcher) -> TcpProbe:
     """The supervisor's probe, with ``watcher``: its bell read by the loop (asyncio)."""
-    return TcpProbe(None, anyio.wait_readable, watcher, reader_loop=asyncio.get_running_loop())
+    return TcpProbe(None, wait_readable, watcher, reader_loop=asyncio.get_running_loop())
 
 
 def _walker(connector: _Tcp, watcher: PortWatcher) -> Walker[_Conn]:
@@ -309,15 +310,15 @@ async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the
     class Interrupted(Exception):
         pass
 
-    async def rung_then_interrupted(fd: int) -> None:
-        await anyio.wait_readable(fd)
+    async def rung_then_interrupted(fd: int, timeout: float) -> None:
+        await wait_readable(fd, timeout)
         raise Interrupted
 
     monkeypatch.setattr(socket, "socketpair", counting)
     watcher = _lenient()
     with _closed_port() as a_sock, _closed_port() as b_sock, anyio.fail_after(HANG):
         a, b = _broker(a_sock), _broker(b_sock)
-        probe = TcpProbe(None, anyio.wait_readable, watcher)
+        probe = TcpProbe(None, wait_readable, watcher)
         try:
             for _ in range(3):
                 got = await probe.watch(a, 0.03, interval=0.005, sleep=anyio.sleep)
@@ -329,7 +330,7 @@ async def test_F5_a_probes_waits_ring_one_bell_and_a_ring_left_unread_is_not_the
                 with pytest.raises(Interrupted):
                     await cut.watch(a, 10.0, interval=0.005, sleep=anyio.sleep)
                 assert cut._bell is not None
-                cut._bell._wait_readable = anyio.wait_readable
+                cut._bell._wait_readable = wait_readable
                 started = time.monotonic()
                 got = await cut.watch(b, 0.05, interval=0.005, sleep=anyio.sleep)
                 assert got is Watched.REFUSED and time.monotonic() - started >= 0.04
@@ -355,7 +356,7 @@ async def test_F5_a_probe_dropped_without_close_closes_its_bell(
 
     monkeypatch.setattr(socket, "socketpair", counting)
     with _closed_port() as a_sock, anyio.fail_after(HANG):
-        probe = TcpProbe(None, anyio.wait_readable, _lenient())
+        probe = TcpProbe(None, wait_readable, _lenient())
         got = await probe.watch(_broker(a_sock), 0.03, interval=0.005, sleep=anyio.sleep)
         assert got is Watched.REFUSED
         del probe
