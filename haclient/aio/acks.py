@@ -40,6 +40,7 @@ import anyio
 from haclient.aio.confirm import Confirmer
 from haclient.aio.gate import Connected, Gate, StaleDeliveryError, deadline_after
 from haclient.aio.pending import PendingAck
+from haclient.aio.received_in_flight import CallInFlight, Completed
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from haclient.aio.transaction import SessionTransaction
     from haclient.message import Message
 
-__all__ = ["AckStrategy", "PendingAck", "ack_strategy", "settle"]
+__all__ = ["AckStrategy", "PendingAck", "TrackedAcknowledger", "ack_strategy", "settle"]
 
 
 class AckHost(Protocol):
@@ -71,10 +72,10 @@ class AckHost(Protocol):
     async def settle_acks(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
         """Accept ``acks`` on the current connection (confirmed unless ``confirm`` is False)."""
 
-    def settle_ack_then(
-        self, ack: PendingAck, then: Callable[[BaseException | None], None]
+    def settle_acks_then(
+        self, acks: list[PendingAck], then: Callable[[BaseException | None], None]
     ) -> bool:
-        """``settle_acks([ack])`` without a task when nothing has to be waited for first;
+        """``settle_acks(acks)`` without a task when nothing has to be waited for first;
         ``then(error)`` once confirmed or failed. False: nothing done."""
 
     async def give_back(self, acks: list[PendingAck]) -> None:
@@ -96,6 +97,24 @@ Acknowledger = Callable[..., Awaitable[None]]
 
 async def _nothing(*, timeout: float | None = None) -> None:
     """The acknowledger of a message whose session acknowledges by itself."""
+
+
+class TrackedAcknowledger:
+    """What ``Message.acknowledge()`` calls for a message of a CLIENT or INDIVIDUAL session
+    (A2): awaited, ``acknowledge_message``; ``then(completed)``, the same without a task where
+    nothing has to be waited for first (``acknowledge_message_then``: None when it cannot)."""
+
+    __slots__ = ("_pending", "_strategy")
+
+    def __init__(self, strategy: ClientAck, pending: PendingAck) -> None:
+        self._strategy = strategy
+        self._pending = pending
+
+    async def __call__(self, *, timeout: float | None = None) -> None:
+        await self._strategy.acknowledge_message(self._pending, deadline_after(timeout))
+
+    def then(self, completed: Completed) -> CallInFlight | None:
+        return self._strategy.acknowledge_message_then(self._pending, completed)
 
 
 class AckStrategy:
@@ -218,7 +237,7 @@ class AutoAck(AckStrategy):
                 self._host.consumed([pending])
             completed(error)
 
-        if not self._host.settle_ack_then(pending, settled):
+        if not self._host.settle_acks_then([pending], settled):
             return False
         message._bind_acknowledger(_nothing)
         return True
@@ -318,10 +337,54 @@ class ClientAck(_Tracked):
         self._unreported: set[str] = set()
 
     def _acknowledger(self, pending: PendingAck) -> Acknowledger:
-        async def acknowledge(*, timeout: float | None = None) -> None:
-            await self.acknowledge(deadline_after(timeout))
+        return TrackedAcknowledger(self, pending)
 
-        return acknowledge
+    def _taking(self, pending: PendingAck) -> Callable[[], list[PendingAck]]:
+        """What acknowledging ``pending``'s message settles: every tracked delivery (A2)."""
+        return self.take_pending
+
+    async def acknowledge_message(self, pending: PendingAck, deadline: float = math.inf) -> None:
+        """``Message.acknowledge()`` of ``pending``'s message: CLIENT, every message delivered
+        so far; INDIVIDUAL, that one (A2); waits at the gate until ``deadline`` at most."""
+        self._check_session()
+        await self._confirm(self._taking(pending), deadline)
+
+    def acknowledge_message_then(
+        self, pending: PendingAck, completed: Completed
+    ) -> CallInFlight | None:
+        """``acknowledge_message(pending)`` without a task when nothing has to be waited for
+        first (the session open, connected, not traced, no failover report owed (F8), and
+        ``settle_acks_then`` settles at once): ``completed(None, error)`` is called once, on
+        the loop, from the event-loop turn that brings the broker's confirmation (A2, A6),
+        with what ``acknowledge_message`` would raise (None: confirmed). The returned call's
+        ``cancel()`` lets its caller go; the acknowledgement in flight goes on.
+
+        Returns:
+            None, nothing done, when any of that does not hold: then ``acknowledge_message``.
+        """
+        host = self._host
+        if host.is_closed or host.tracing is not None or self._unreported:
+            return None
+        at = host.gate.connected_nowait()
+        if at is None:
+            return None
+        in_flight = CallInFlight(completed)
+        tracked = list(self.pending)
+        acks = self._taking(pending)()
+
+        def settled(error: BaseException | None) -> None:
+            host.consumed(ack for ack in acks if ack.sent)  # confirmed, or in doubt
+            if error is None:
+                self._unreported.clear()
+                self.detach_settled_lingerers()
+            elif isinstance(error, HAClientError) and host.gate.lost(at, error):
+                error = _acknowledge_failure(error)
+            in_flight.finish(None, error)
+
+        if not host.settle_acks_then(acks, settled):
+            self.pending = tracked  # nothing was settled: every delivery stays tracked, in order
+            return None
+        return in_flight
 
     def connection_lost(self) -> None:
         if self.pending:
@@ -389,13 +452,8 @@ class IndividualAck(ClientAck):
 
     mode = AckMode.INDIVIDUAL
 
-    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
-        async def acknowledge_one(*, timeout: float | None = None) -> None:
-            self._check_session()
-            take = lambda: [pending] if self.take_one(pending) else []  # noqa: E731
-            await self._confirm(take, deadline_after(timeout))
-
-        return acknowledge_one
+    def _taking(self, pending: PendingAck) -> Callable[[], list[PendingAck]]:
+        return lambda: [pending] if self.take_one(pending) else []
 
     async def acknowledge(self, deadline: float = math.inf) -> None:
         """Session-wide acknowledge does nothing in INDIVIDUAL mode."""
@@ -496,10 +554,18 @@ _IN_DOUBT = (
 )
 
 
-def _acknowledge_failed(exc: HAClientError) -> Any:
+def _acknowledge_failure(exc: HAClientError) -> AcknowledgeFailedError:
+    """What an acknowledgement whose connection was lost raises (F8), caused by ``exc``."""
     if isinstance(exc, StaleDeliveryError):  # nothing went out: the next broker redelivers
-        raise AcknowledgeFailedError(_RECOVERED) from exc
-    raise AcknowledgeFailedError(_IN_DOUBT, in_doubt=True) from exc
+        failure = AcknowledgeFailedError(_RECOVERED)
+    else:
+        failure = AcknowledgeFailedError(_IN_DOUBT, in_doubt=True)
+    failure.__cause__ = exc
+    return failure
+
+
+def _acknowledge_failed(exc: HAClientError) -> Any:
+    raise _acknowledge_failure(exc)
 
 
 async def settle(

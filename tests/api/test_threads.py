@@ -392,7 +392,7 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
 
             served = Serving.of(conn._boundary.loop_thread, conn._boundary)
             assert served is not None
-            return bool(served.receiving if path.startswith("at-once") else served.tasks)
+            return bool(served.in_flight if path.startswith("at-once") else served.tasks)
 
         def interrupt_once_confirming() -> None:
             try:

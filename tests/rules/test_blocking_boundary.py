@@ -502,7 +502,7 @@ def _receive_in_flight(consumer: haclient.MessageConsumer, **receive: object) ->
 
     threading.Thread(target=receive_it, daemon=True).start()
     served = _served(consumer)
-    _until(lambda: bool(served.receiving or served.tasks), "the receive never waited")
+    _until(lambda: bool(served.in_flight or served.tasks), "the receive never waited")
     assert not outcome["done"].is_set(), outcome
     return outcome
 
@@ -516,7 +516,7 @@ def _assert_path(conn: haclient.Connection, kind: str, path: str) -> None:
     served = Serving.of(conn._boundary.loop_thread, conn._boundary)  # read only, for the test
     assert served is not None
     at_once = path == "at-once" or (path == "at-once drain" and kind == "reference")
-    assert (len(served.receiving), len(served.tasks)) == ((1, 0) if at_once else (0, 1))
+    assert (len(served.in_flight), len(served.tasks)) == ((1, 0) if at_once else (0, 1))
 
 
 def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclient.MessageConsumer:
