@@ -114,6 +114,34 @@ def relayed(bed: Bed, **options: str) -> Iterator[tuple[Relay, str]]:
         relay.cut()
 
 
+@contextmanager
+def relayed_then_direct(bed: Bed) -> Iterator[tuple[Relay, str]]:
+    """A relay to ``bed``'s broker and a failover URL through it first, then to the broker
+    directly: once the relay is cut, failover reaches the same broker the other way."""
+    parts = urlsplit(bed.url)
+    login = f"{parts.username}:{parts.password}@" if parts.username else ""
+    with relayed(bed) as (relay, _):
+        yield (
+            relay,
+            (
+                f"failover:(amqp://{login}127.0.0.1:{relay.port},"
+                f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
+            ),
+        )
+
+
+@contextmanager
+def closed_after(url: str, **options: Any) -> Iterator[haclient.Connection]:
+    """A connection to ``url``, closed afterwards whatever its close raises (a failure the
+    test provoked: the broker gone, a close that gave up waiting)."""
+    conn = haclient.connect(url, **options)
+    try:
+        yield conn
+    finally:
+        with suppress(HAClientError):
+            conn.close()
+
+
 class Failures:
     """A connection listener that keeps what ``send_failed`` and failover tell it."""
 
@@ -377,13 +405,7 @@ def test_F11_a_blocking_sync_send_cut_off_before_its_outcome_is_sent_again_with_
 ) -> None:
     """The connection drops while the send waits for the broker's outcome: it is sent again,
     same id, on the next broker of the list, and ``send`` returns once that one accepted it."""
-    parts = urlsplit(bed.url)
-    login = f"{parts.username}:{parts.password}@" if parts.username else ""
-    with relayed(bed) as (relay, _):
-        url = (
-            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
-            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
-        )
+    with relayed_then_direct(bed) as (relay, url):
         queue = Queue(bed.unique("f11-in-flight"))
         with haclient.connect(url, **bed.options()) as conn:
             session = conn.create_session()
@@ -529,15 +551,24 @@ def _assert_path(conn: haclient.Connection, kind: str, path: str) -> None:
     assert (len(served.in_flight), len(served.tasks)) == ((1, 0) if at_once else (0, 1))
 
 
-def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclient.MessageConsumer:
-    """An AUTO consumer of ``queue`` that received "before" and has ``bodies`` prefetched."""
-    session = conn.create_session(AckMode.AUTO)
+def _received_before(
+    conn: haclient.Connection, queue: Queue, mode: AckMode, *bodies: str
+) -> tuple[haclient.MessageConsumer, haclient.Message]:
+    """A consumer of ``queue`` in a new ``mode`` session, "before" and ``bodies`` sent to it:
+    the consumer and "before", received."""
+    session = conn.create_session(mode)
     consumer = session.create_consumer(queue)
     producer = session.create_producer(queue)
     for body in ("before", *bodies):
         producer.send(TextMessage(body))
     first = consumer.receive(TIMEOUT)
     assert first is not None and first.body == "before"  # type: ignore[attr-defined]
+    return consumer, first
+
+
+def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclient.MessageConsumer:
+    """An AUTO consumer of ``queue`` that received "before" and has ``bodies`` prefetched."""
+    consumer, _ = _received_before(conn, queue, AckMode.AUTO, *bodies)
     inner = _served(consumer).objects[consumer._handle]  # type: ignore[attr-defined]
     _until(
         lambda: inner._context.amqp().queued(inner._receiver) >= len(bodies),
@@ -554,13 +585,7 @@ def test_A1_a_blocking_auto_receive_cut_off_before_its_confirmation_returns_it_i
     acknowledgement: once failover reached the next broker, the message is returned flagged
     ``ack_in_doubt`` and redelivered (F9), and no copy of it comes again (nothing twice,
     nothing lost)."""
-    parts = urlsplit(bed.url)
-    login = f"{parts.username}:{parts.password}@" if parts.username else ""
-    with relayed(bed) as (relay, _):
-        url = (
-            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
-            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
-        )
+    with relayed_then_direct(bed) as (relay, url):
         queue = Queue(bed.unique("a1-in-flight"))
         options = bed.options(ack_confirmation=RECEIVE_PATHS[path])
         with haclient.connect(url, **options) as conn:
@@ -736,13 +761,7 @@ def _delivered(
     """A consumer of ``queue`` in a new ``mode`` session that received and acknowledged
     "before" (so that the session's confirmation exchange was answered once, A6) and then
     received ``bodies``, not acknowledged: the consumer and those messages."""
-    session = conn.create_session(mode)
-    consumer = session.create_consumer(queue)
-    producer = session.create_producer(queue)
-    for body in ("before", *bodies):
-        producer.send(TextMessage(body))
-    first = consumer.receive(TIMEOUT)
-    assert first is not None and first.body == "before"  # type: ignore[attr-defined]
+    consumer, first = _received_before(conn, queue, mode, *bodies)
     first.acknowledge()
     received = []
     for body in bodies:
@@ -819,25 +838,21 @@ def test_A2_a_blocking_client_acknowledge_cut_off_before_its_confirmation_raises
     it raises ``AcknowledgeFailedError`` flagged ``in_doubt`` (F8), by either path; after
     the failover to the next broker nothing of the session comes again (the broker applied
     the acknowledgement, or the duplicate window suppresses its copies) and nothing is left."""
-    parts = urlsplit(bed.url)
-    login = f"{parts.username}:{parts.password}@" if parts.username else ""
     queue = Queue(bed.unique("a2-in-flight"))
-    with relayed(bed) as (relay, _):
-        url = (
-            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
-            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
-        )
-        with haclient.connect(url, **_ack_options(bed, path)) as conn:
-            conn.start()
-            consumer, (_a, b) = _delivered(conn, queue, "a", "b")
-            relay.hold()
-            outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG))
-            _assert_path(conn, bed.kind, path)
-            relay.cut()
-            assert outcome["done"].wait(HANG), "the acknowledge cut off never returned"
-            error = outcome["error"]
-            assert isinstance(error, AcknowledgeFailedError) and error.in_doubt, error
-            assert consumer.receive(1.0) is None
+    with (
+        relayed_then_direct(bed) as (relay, url),
+        haclient.connect(url, **_ack_options(bed, path)) as conn,
+    ):
+        conn.start()
+        consumer, (_a, b) = _delivered(conn, queue, "a", "b")
+        relay.hold()
+        outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG))
+        _assert_path(conn, bed.kind, path)
+        relay.cut()
+        assert outcome["done"].wait(HANG), "the acknowledge cut off never returned"
+        error = outcome["error"]
+        assert isinstance(error, AcknowledgeFailedError) and error.in_doubt, error
+        assert consumer.receive(1.0) is None
     assert _left_on(bed.url, queue, **bed.options()) == []
 
 
@@ -849,25 +864,23 @@ def test_F4_a_blocking_client_acknowledge_cut_off_with_no_broker_left_is_bounded
     broker answers again: the acknowledge raises ``AcknowledgeFailedError`` (in doubt) without
     waiting for the failover, and the next one, waiting at the gate, raises
     ``FailoverTimeoutError`` at its ``timeout``; both long before failover gives up."""
-    with relayed(bed, **{"failover.giveupafter": "20000"}) as (relay, url):
-        conn = haclient.connect(url, **_ack_options(bed, path))
-        try:
-            conn.start()
-            _, (a, b) = _delivered(conn, Queue(bed.unique("f4-ack")), "a", "b")
-            relay.hold()
-            started_at = time.monotonic()
-            outcome = _waiting(conn, lambda: b.acknowledge(timeout=1.0))
-            _assert_path(conn, bed.kind, path)
-            relay.cut()
-            assert outcome["done"].wait(HANG), "the acknowledge cut off was not bounded"
-            error = outcome["error"]
-            assert isinstance(error, AcknowledgeFailedError) and error.in_doubt, error
-            with pytest.raises(FailoverTimeoutError):
-                a.acknowledge(timeout=1.0)
-            assert time.monotonic() - started_at < HANG
-        finally:
-            with suppress(HAClientError):
-                conn.close()
+    with (
+        relayed(bed, **{"failover.giveupafter": "20000"}) as (relay, url),
+        closed_after(url, **_ack_options(bed, path)) as conn,
+    ):
+        conn.start()
+        _, (a, b) = _delivered(conn, Queue(bed.unique("f4-ack")), "a", "b")
+        relay.hold()
+        started_at = time.monotonic()
+        outcome = _waiting(conn, lambda: b.acknowledge(timeout=1.0))
+        _assert_path(conn, bed.kind, path)
+        relay.cut()
+        assert outcome["done"].wait(HANG), "the acknowledge cut off was not bounded"
+        error = outcome["error"]
+        assert isinstance(error, AcknowledgeFailedError) and error.in_doubt, error
+        with pytest.raises(FailoverTimeoutError):
+            a.acknowledge(timeout=1.0)
+        assert time.monotonic() - started_at < HANG
 
 
 @pytest.mark.parametrize("path", ACK_PATHS)
@@ -878,23 +891,21 @@ def test_C9_a_blocking_client_acknowledge_in_flight_when_its_connection_closes_g
     confirmation the broker never gives: the acknowledge raises (``ClosedError``, or the
     in-doubt ``AcknowledgeFailedError`` of the connection's end) once the close gave up
     waiting; it is not left waiting."""
-    with relayed(bed, **{"jms.closeTimeout": "500"}) as (relay, url):
-        conn = haclient.connect(url, **_ack_options(bed, path))
-        try:
-            conn.start()
-            _, (b,) = _delivered(conn, Queue(bed.unique("c9-ack")), "b")
-            relay.hold()
-            outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG * 2))
-            _assert_path(conn, bed.kind, path)
-            started_at = time.monotonic()
-            with suppress(HAClientError):
-                conn.close()
-            assert outcome["done"].wait(HANG), "the acknowledge was left waiting"
-            assert time.monotonic() - started_at < HANG
-            assert isinstance(outcome["error"], HAClientError), outcome["error"]
-        finally:
-            with suppress(HAClientError):
-                conn.close()
+    with (
+        relayed(bed, **{"jms.closeTimeout": "500"}) as (relay, url),
+        closed_after(url, **_ack_options(bed, path)) as conn,
+    ):
+        conn.start()
+        _, (b,) = _delivered(conn, Queue(bed.unique("c9-ack")), "b")
+        relay.hold()
+        outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG * 2))
+        _assert_path(conn, bed.kind, path)
+        started_at = time.monotonic()
+        with suppress(HAClientError):
+            conn.close()
+        assert outcome["done"].wait(HANG), "the acknowledge was left waiting"
+        assert time.monotonic() - started_at < HANG
+        assert isinstance(outcome["error"], HAClientError), outcome["error"]
 
 
 def test_F8_a_blocking_client_acknowledge_owing_a_failover_report_raises_it_then_goes_on(
@@ -904,8 +915,6 @@ def test_F8_a_blocking_client_acknowledge_owing_a_failover_report_raises_it_then
     acknowledge raises ``AcknowledgeFailedError`` (not in doubt: nothing was acknowledged,
     F8) instead of settling at once, and the message comes again, redelivered; acknowledging
     that copy goes through and leaves nothing."""
-    parts = urlsplit(bed.url)
-    login = f"{parts.username}:{parts.password}@" if parts.username else ""
     queue = Queue(bed.unique("f8-ack"))
     completed = threading.Event()
 
@@ -913,23 +922,18 @@ def test_F8_a_blocking_client_acknowledge_owing_a_failover_report_raises_it_then
         def failover_completed(self, broker: object, downtime: float) -> None:
             completed.set()
 
-    with relayed(bed) as (relay, _):
-        url = (
-            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
-            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
-        )
-        with haclient.connect(url, **bed.options()) as conn:
-            conn.add_listener(Completed())
-            conn.start()
-            consumer, (a,) = _delivered(conn, queue, "a")
-            relay.cut()
-            assert completed.wait(HANG), "the failover never completed"
-            with pytest.raises(AcknowledgeFailedError) as raised:
-                a.acknowledge(timeout=HANG)
-            assert not raised.value.in_doubt
-            again = consumer.receive(TIMEOUT)
-            assert again is not None and again.body == "a"  # type: ignore[attr-defined]
-            assert again.redelivered
-            again.acknowledge(timeout=HANG)
-            assert consumer.receive(0.5) is None
+    with relayed_then_direct(bed) as (relay, url), haclient.connect(url, **bed.options()) as conn:
+        conn.add_listener(Completed())
+        conn.start()
+        consumer, (a,) = _delivered(conn, queue, "a")
+        relay.cut()
+        assert completed.wait(HANG), "the failover never completed"
+        with pytest.raises(AcknowledgeFailedError) as raised:
+            a.acknowledge(timeout=HANG)
+        assert not raised.value.in_doubt
+        again = consumer.receive(TIMEOUT)
+        assert again is not None and again.body == "a"  # type: ignore[attr-defined]
+        assert again.redelivered
+        again.acknowledge(timeout=HANG)
+        assert consumer.receive(0.5) is None
     assert _left_on(bed.url, queue, **bed.options()) == []
