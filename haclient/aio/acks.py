@@ -129,8 +129,6 @@ class AckStrategy:
     """Whether acknowledgements wait for the broker's confirmation (A6)."""
     presettled = False
     """Whether the broker sends deliveries settled (NO_ACK, A5): consumers attach that way."""
-    settles_at_once = False
-    """Whether ``delivered_then`` may hand a received message out without a task (AUTO)."""
     needs_flusher = False
     """Whether the mode acknowledges in the background: the session runs ``run()`` (A3)."""
     allows_recover = True
@@ -151,6 +149,13 @@ class AckStrategy:
         message._bind_acknowledger(_nothing)
         self._host.consumed([pending])
 
+    def hands_out_at_once(self, confirmation: AckConfirmation) -> bool:
+        """Whether ``delivered_then`` may hand out, without a task, a message received on a
+        link whose acknowledgements ``confirmation`` confirms (asked before one is taken):
+        AUTO where the broker's answer needs no timer (A6), CLIENT and INDIVIDUAL always
+        (nothing to wait for: the message is tracked)."""
+        return False
+
     def delivered_then(
         self,
         pending: PendingAck,
@@ -158,9 +163,9 @@ class AckStrategy:
         completed: Callable[[BaseException | None], None],
     ) -> bool:
         """``delivered(pending, message, listener=False)`` without a task, when the mode can
-        (AUTO, its confirmation the broker's settlement) and nothing has to be waited for
-        first: ``completed(error)`` is called once, on the loop, from the event-loop turn that
-        brings the outcome (None: done; else what ``delivered`` would raise).
+        (``hands_out_at_once``) and nothing has to be waited for first: ``completed(error)``
+        is called once, on the loop, from the event-loop turn that brings the outcome (at
+        once when nothing is awaited; None: done; else what ``delivered`` would raise).
 
         Returns:
             False, nothing done: then ``delivered``.
@@ -215,7 +220,9 @@ class AutoAck(AckStrategy):
 
     mode = AckMode.AUTO
     confirms = True
-    settles_at_once = True
+
+    def hands_out_at_once(self, confirmation: AckConfirmation) -> bool:
+        return confirmation in _CONFIRMED_AT_ONCE
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         message._bind_acknowledger(_nothing)
@@ -279,6 +286,10 @@ class _Tracked(AckStrategy):
         self._lingering: dict[Receiver, bool] = {}  # receiver -> close it (False: detach only)
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        self._track(pending, message)
+
+    def _track(self, pending: PendingAck, message: Message) -> None:
+        """``message`` is handed out: its delivery waits for an acknowledgement."""
         self.pending.append(pending)
         message._bind_acknowledger(self._acknowledger(pending))
 
@@ -335,6 +346,19 @@ class ClientAck(_Tracked):
         # next recover() each raise once; a recover() that raised, or an acknowledge() that
         # went through, ends it.
         self._unreported: set[str] = set()
+
+    def hands_out_at_once(self, confirmation: AckConfirmation) -> bool:
+        return True
+
+    def delivered_then(
+        self,
+        pending: PendingAck,
+        message: Message,
+        completed: Callable[[BaseException | None], None],
+    ) -> bool:
+        self._track(pending, message)
+        completed(None)
+        return True
 
     def _acknowledger(self, pending: PendingAck) -> Acknowledger:
         return TrackedAcknowledger(self, pending)
@@ -531,6 +555,11 @@ def ack_strategy(
         strategy.confirms = False  # the consumers attach in mode first: nothing to wait for
     return strategy
 
+
+_CONFIRMED_AT_ONCE = frozenset(
+    {AckConfirmation.SETTLE_SECOND, AckConfirmation.DRAIN, AckConfirmation.LINK_FLOW}
+)
+"""Confirmations an AUTO receive can wait for without a task (``AutoAck.delivered_then``)."""
 
 _SIMPLE: dict[AckMode, type[AckStrategy]] = {
     AckMode.AUTO: AutoAck,

@@ -9,7 +9,8 @@ settlement or by its answer to a drain of the session's probe, no other acknowle
 session under way), and sends its acknowledgement at once (``AckStrategy.delivered_then``). The
 message is then given from the event handler of the loop turn that brings the confirmation
 (A1: confirmed before it is handed out): nobody resumes a loop turn later, as a task awaiting
-``wait_settled`` or ``drain`` would.
+``wait_settled`` or ``drain`` would. In CLIENT and INDIVIDUAL mode there is nothing to wait for:
+the message is tracked for its ``acknowledge()`` and given before ``receive_then`` returns.
 
 Every rule of the general path (``receive``) holds, because anything but the broker's
 settlement hands the receive back to the general path's own code from where it is: when the

@@ -9,6 +9,7 @@ connection and refuses new ones (``Relay.cut``), so that the same test runs on b
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -936,4 +937,60 @@ def test_F8_a_blocking_client_acknowledge_owing_a_failover_report_raises_it_then
         assert again.redelivered
         again.acknowledge(timeout=HANG)
         assert consumer.receive(0.5) is None
+    assert _left_on(bed.url, queue, **bed.options()) == []
+
+
+@contextmanager
+def _request_tasks(conn: haclient.Connection) -> Iterator[list[str]]:
+    """For the test: the tasks the loop makes meanwhile for requests (``Served._run``: the
+    general way), by the operation's name (the loop's task factory is set on the loop)."""
+    loop = conn._boundary.loop_thread.loop  # type: ignore[attr-defined]
+    made: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        if getattr(coro, "__qualname__", "") == "Served._run":
+            made.append(coro.cr_frame.f_locals["request"].op.name)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    def set_factory(chosen: Any) -> None:
+        done = threading.Event()
+        loop.call_soon_threadsafe(lambda: (loop.set_task_factory(chosen), done.set()))
+        assert done.wait(HANG)
+
+    set_factory(factory)
+    try:
+        yield made
+    finally:
+        set_factory(None)
+
+
+@pytest.mark.parametrize("mode", [AckMode.CLIENT, AckMode.INDIVIDUAL], ids=lambda m: m.name)
+def test_A2_blocking_receives_and_acknowledges_that_wait_for_nothing_first_make_no_task(
+    bed: Bed, mode: AckMode
+) -> None:
+    """With nothing to wait for first (messages prefetched, connected, the session's
+    confirmation exchange answered once, not traced), a blocking CLIENT (INDIVIDUAL) receive
+    and each message's ``acknowledge()`` make no task of the loop: the message is given in
+    the loop turn that takes the request, the acknowledge's outcome from the turn that brings
+    the broker's confirmation. The general way makes a task per call. Every message is gone
+    afterwards."""
+    queue = Queue(bed.unique("a2-no-task"))
+    count = 20
+    with haclient.connect(bed.url, **bed.options()) as conn:
+        conn.start()
+        consumer, _ = _delivered(conn, queue, mode=mode)
+        producer = conn.create_session().create_producer(queue)
+        for n in range(count):
+            producer.send(TextMessage(f"m-{n}"))
+        inner = _served(consumer).objects[consumer._handle]  # type: ignore[attr-defined]
+        _until(
+            lambda: inner._context.amqp().queued(inner._receiver) >= count,
+            "the messages never arrived in its prefetch",
+        )
+        with _request_tasks(conn) as made:
+            for n in range(count):
+                message = consumer.receive(TIMEOUT)
+                assert message is not None and message.body == f"m-{n}"  # type: ignore[attr-defined]
+                message.acknowledge()
+        assert made == []
     assert _left_on(bed.url, queue, **bed.options()) == []
