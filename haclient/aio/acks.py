@@ -40,6 +40,7 @@ import anyio
 from haclient.aio.confirm import Confirmer
 from haclient.aio.gate import Connected, Gate, StaleDeliveryError, deadline_after
 from haclient.aio.pending import PendingAck
+from haclient.aio.received_in_flight import CallInFlight, Completed
 from haclient.amqp.connection import AmqpConnection, ReceivedMessage
 from haclient.amqp.endpoints import Receiver, Session
 from haclient.amqp.types import ACCEPTED, Outcome
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from haclient.aio.transaction import SessionTransaction
     from haclient.message import Message
 
-__all__ = ["AckStrategy", "PendingAck", "ack_strategy", "settle"]
+__all__ = ["AckStrategy", "PendingAck", "TrackedAcknowledger", "ack_strategy", "settle"]
 
 
 class AckHost(Protocol):
@@ -71,10 +72,10 @@ class AckHost(Protocol):
     async def settle_acks(self, acks: list[PendingAck], *, confirm: bool = True) -> None:
         """Accept ``acks`` on the current connection (confirmed unless ``confirm`` is False)."""
 
-    def settle_ack_then(
-        self, ack: PendingAck, then: Callable[[BaseException | None], None]
+    def settle_acks_then(
+        self, acks: list[PendingAck], then: Callable[[BaseException | None], None]
     ) -> bool:
-        """``settle_acks([ack])`` without a task when nothing has to be waited for first;
+        """``settle_acks(acks)`` without a task when nothing has to be waited for first;
         ``then(error)`` once confirmed or failed. False: nothing done."""
 
     async def give_back(self, acks: list[PendingAck]) -> None:
@@ -98,6 +99,24 @@ async def _nothing(*, timeout: float | None = None) -> None:
     """The acknowledger of a message whose session acknowledges by itself."""
 
 
+class TrackedAcknowledger:
+    """What ``Message.acknowledge()`` calls for a message of a CLIENT or INDIVIDUAL session
+    (A2): awaited, ``acknowledge_message``; ``then(completed)``, the same without a task where
+    nothing has to be waited for first (``acknowledge_message_then``: None when it cannot)."""
+
+    __slots__ = ("_pending", "_strategy")
+
+    def __init__(self, strategy: ClientAck, pending: PendingAck) -> None:
+        self._strategy = strategy
+        self._pending = pending
+
+    async def __call__(self, *, timeout: float | None = None) -> None:
+        await self._strategy.acknowledge_message(self._pending, deadline_after(timeout))
+
+    def then(self, completed: Completed) -> CallInFlight | None:
+        return self._strategy.acknowledge_message_then(self._pending, completed)
+
+
 class AckStrategy:
     """How one session acknowledges; the base has nothing to acknowledge.
 
@@ -110,8 +129,6 @@ class AckStrategy:
     """Whether acknowledgements wait for the broker's confirmation (A6)."""
     presettled = False
     """Whether the broker sends deliveries settled (NO_ACK, A5): consumers attach that way."""
-    settles_at_once = False
-    """Whether ``delivered_then`` may hand a received message out without a task (AUTO)."""
     needs_flusher = False
     """Whether the mode acknowledges in the background: the session runs ``run()`` (A3)."""
     allows_recover = True
@@ -132,6 +149,13 @@ class AckStrategy:
         message._bind_acknowledger(_nothing)
         self._host.consumed([pending])
 
+    def hands_out_at_once(self, confirmation: AckConfirmation) -> bool:
+        """Whether ``delivered_then`` may hand out, without a task, a message received on a
+        link whose acknowledgements ``confirmation`` confirms (asked before one is taken):
+        AUTO where the broker's answer needs no timer (A6), CLIENT and INDIVIDUAL always
+        (nothing to wait for: the message is tracked)."""
+        return False
+
     def delivered_then(
         self,
         pending: PendingAck,
@@ -139,9 +163,9 @@ class AckStrategy:
         completed: Callable[[BaseException | None], None],
     ) -> bool:
         """``delivered(pending, message, listener=False)`` without a task, when the mode can
-        (AUTO, its confirmation the broker's settlement) and nothing has to be waited for
-        first: ``completed(error)`` is called once, on the loop, from the event-loop turn that
-        brings the outcome (None: done; else what ``delivered`` would raise).
+        (``hands_out_at_once``) and nothing has to be waited for first: ``completed(error)``
+        is called once, on the loop, from the event-loop turn that brings the outcome (at
+        once when nothing is awaited; None: done; else what ``delivered`` would raise).
 
         Returns:
             False, nothing done: then ``delivered``.
@@ -196,7 +220,9 @@ class AutoAck(AckStrategy):
 
     mode = AckMode.AUTO
     confirms = True
-    settles_at_once = True
+
+    def hands_out_at_once(self, confirmation: AckConfirmation) -> bool:
+        return confirmation in _CONFIRMED_AT_ONCE
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
         message._bind_acknowledger(_nothing)
@@ -218,7 +244,7 @@ class AutoAck(AckStrategy):
                 self._host.consumed([pending])
             completed(error)
 
-        if not self._host.settle_ack_then(pending, settled):
+        if not self._host.settle_acks_then([pending], settled):
             return False
         message._bind_acknowledger(_nothing)
         return True
@@ -260,6 +286,10 @@ class _Tracked(AckStrategy):
         self._lingering: dict[Receiver, bool] = {}  # receiver -> close it (False: detach only)
 
     async def delivered(self, pending: PendingAck, message: Message, *, listener: bool) -> None:
+        self._track(pending, message)
+
+    def _track(self, pending: PendingAck, message: Message) -> None:
+        """``message`` is handed out: its delivery waits for an acknowledgement."""
         self.pending.append(pending)
         message._bind_acknowledger(self._acknowledger(pending))
 
@@ -317,11 +347,68 @@ class ClientAck(_Tracked):
         # went through, ends it.
         self._unreported: set[str] = set()
 
-    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
-        async def acknowledge(*, timeout: float | None = None) -> None:
-            await self.acknowledge(deadline_after(timeout))
+    def hands_out_at_once(self, confirmation: AckConfirmation) -> bool:
+        return True
 
-        return acknowledge
+    def delivered_then(
+        self,
+        pending: PendingAck,
+        message: Message,
+        completed: Callable[[BaseException | None], None],
+    ) -> bool:
+        self._track(pending, message)
+        completed(None)
+        return True
+
+    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
+        return TrackedAcknowledger(self, pending)
+
+    def _taking(self, pending: PendingAck) -> Callable[[], list[PendingAck]]:
+        """What acknowledging ``pending``'s message settles: every tracked delivery (A2)."""
+        return self.take_pending
+
+    async def acknowledge_message(self, pending: PendingAck, deadline: float = math.inf) -> None:
+        """``Message.acknowledge()`` of ``pending``'s message: CLIENT, every message delivered
+        so far; INDIVIDUAL, that one (A2); waits at the gate until ``deadline`` at most."""
+        self._check_session()
+        await self._confirm(self._taking(pending), deadline)
+
+    def acknowledge_message_then(
+        self, pending: PendingAck, completed: Completed
+    ) -> CallInFlight | None:
+        """``acknowledge_message(pending)`` without a task when nothing has to be waited for
+        first (the session open, connected, not traced, no failover report owed (F8), and
+        ``settle_acks_then`` settles at once): ``completed(None, error)`` is called once, on
+        the loop, from the event-loop turn that brings the broker's confirmation (A2, A6),
+        with what ``acknowledge_message`` would raise (None: confirmed). The returned call's
+        ``cancel()`` lets its caller go; the acknowledgement in flight goes on.
+
+        Returns:
+            None, nothing done, when any of that does not hold: then ``acknowledge_message``.
+        """
+        host = self._host
+        if host.is_closed or host.tracing is not None or self._unreported:
+            return None
+        at = host.gate.connected_nowait()
+        if at is None:
+            return None
+        in_flight = CallInFlight(completed)
+        tracked = list(self.pending)
+        acks = self._taking(pending)()
+
+        def settled(error: BaseException | None) -> None:
+            host.consumed(ack for ack in acks if ack.sent)  # confirmed, or in doubt
+            if error is None:
+                self._unreported.clear()
+                self.detach_settled_lingerers()
+            elif isinstance(error, HAClientError) and host.gate.lost(at, error):
+                error = _acknowledge_failure(error)
+            in_flight.finish(None, error)
+
+        if not host.settle_acks_then(acks, settled):
+            self.pending = tracked  # nothing was settled: every delivery stays tracked, in order
+            return None
+        return in_flight
 
     def connection_lost(self) -> None:
         if self.pending:
@@ -389,13 +476,8 @@ class IndividualAck(ClientAck):
 
     mode = AckMode.INDIVIDUAL
 
-    def _acknowledger(self, pending: PendingAck) -> Acknowledger:
-        async def acknowledge_one(*, timeout: float | None = None) -> None:
-            self._check_session()
-            take = lambda: [pending] if self.take_one(pending) else []  # noqa: E731
-            await self._confirm(take, deadline_after(timeout))
-
-        return acknowledge_one
+    def _taking(self, pending: PendingAck) -> Callable[[], list[PendingAck]]:
+        return lambda: [pending] if self.take_one(pending) else []
 
     async def acknowledge(self, deadline: float = math.inf) -> None:
         """Session-wide acknowledge does nothing in INDIVIDUAL mode."""
@@ -474,6 +556,11 @@ def ack_strategy(
     return strategy
 
 
+_CONFIRMED_AT_ONCE = frozenset(
+    {AckConfirmation.SETTLE_SECOND, AckConfirmation.DRAIN, AckConfirmation.LINK_FLOW}
+)
+"""Confirmations an AUTO receive can wait for without a task (``AutoAck.delivered_then``)."""
+
 _SIMPLE: dict[AckMode, type[AckStrategy]] = {
     AckMode.AUTO: AutoAck,
     AckMode.CLIENT: ClientAck,
@@ -496,10 +583,18 @@ _IN_DOUBT = (
 )
 
 
-def _acknowledge_failed(exc: HAClientError) -> Any:
+def _acknowledge_failure(exc: HAClientError) -> AcknowledgeFailedError:
+    """What an acknowledgement whose connection was lost raises (F8), caused by ``exc``."""
     if isinstance(exc, StaleDeliveryError):  # nothing went out: the next broker redelivers
-        raise AcknowledgeFailedError(_RECOVERED) from exc
-    raise AcknowledgeFailedError(_IN_DOUBT, in_doubt=True) from exc
+        failure = AcknowledgeFailedError(_RECOVERED)
+    else:
+        failure = AcknowledgeFailedError(_IN_DOUBT, in_doubt=True)
+    failure.__cause__ = exc
+    return failure
+
+
+def _acknowledge_failed(exc: HAClientError) -> Any:
+    raise _acknowledge_failure(exc)
 
 
 async def settle(

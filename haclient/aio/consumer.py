@@ -93,12 +93,6 @@ _Taken = tuple[ReceivedMessage, Message, Connected]
 """A message taken from the link: the delivery, the decoded message, the connection it came on."""
 
 
-_AT_ONCE = frozenset(
-    {AckConfirmation.SETTLE_SECOND, AckConfirmation.DRAIN, AckConfirmation.LINK_FLOW}
-)
-"""Confirmations a receive can wait for without a task (``receive_then``)."""
-
-
 class _Skip(enum.Enum):
     """What a wait gave instead of a message: nothing yet (go on), or the wait is over."""
 
@@ -369,7 +363,9 @@ class MessageConsumer:
         of a probe it answered before, no other acknowledgement of the session under way): the
         message is taken and its acknowledgement sent now, and ``completed(message, error)`` is
         called once, on the loop, from the event-loop turn in which the broker confirms it (A1).
-        When waiting for that fails, the general path takes the receive over from where it is
+        CLIENT and INDIVIDUAL wait for nothing: the message is tracked for its
+        ``acknowledge()`` (A2) and ``completed`` called before this returns. When waiting for
+        the confirmation fails, the general path takes the receive over from where it is
         (``haclient.aio.received_in_flight``: in doubt and held through a failover, F2/F9,
         within ``timeout``, F4), and ``completed`` gets that path's outcome.
 
@@ -382,8 +378,7 @@ class MessageConsumer:
             or self._listener is not None
             or self._held
             or context.tracing is not None
-            or self._confirmation not in _AT_ONCE
-            or not self._acks.settles_at_once
+            or not self._acks.hands_out_at_once(self._confirmation)
         ):
             return None
         try:

@@ -17,6 +17,7 @@ Thread-safety: none; everything runs on the connection's event loop.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from haclient.aio.physical import PhysicalConnection
     from haclient.aio.tracing import Tracing
     from haclient.amqp.connection import AmqpConnection
-    from haclient.amqp.endpoints import Receiver
+    from haclient.amqp.endpoints import Delivery, Receiver
     from haclient.amqp.endpoints import Session as AmqpSession
 
 __all__ = ["ConnectionContext", "Counters", "SessionContext"]
@@ -257,7 +258,7 @@ class SessionContext:
         # fast_acquire: an uncontended acknowledgement (AUTO: one per message) takes the lock
         # without a loop turn; contended, it waits in order as before.
         self._ack_lock = anyio.Lock(fast_acquire=True)
-        self._confirming_at_once = False  # a settle_ack_then's exchange is under way
+        self._confirming_at_once = False  # a settle_acks_then's confirmation is under way
         self._at_once_waiting: anyio.Event | None = None
         self.confirmer = Confirmer(self._downgraded)
         self._forget = forget
@@ -363,7 +364,7 @@ class SessionContext:
             return
         assert self.amqp_session is not None
         async with self._ack_lock:
-            while self._confirming_at_once:  # one exchange at a time (settle_ack_then)
+            while self._confirming_at_once:  # one confirmation at a time (settle_acks_then)
                 if self._at_once_waiting is None:
                     self._at_once_waiting = anyio.Event()
                 await self._at_once_waiting.wait()
@@ -384,18 +385,20 @@ class SessionContext:
         self.connection.counters.acknowledged += len(acks)
         self.ack_stats.count += len(acks)
 
-    def settle_ack_then(
-        self, ack: PendingAck, then: Callable[[BaseException | None], None]
+    def settle_acks_then(
+        self, acks: list[PendingAck], then: Callable[[BaseException | None], None]
     ) -> bool:
-        """``settle_acks([ack])`` without a task, when nothing has to be waited for first (no
-        other acknowledgement of the session under way, the connection open, ``ack`` from it)
-        and its confirmation comes as an answer no timer bounds (A6): the broker's settlement
-        (receiver settle mode ``second``), or a drain or link flow of the session's probe that
-        the broker answered before. The outcome goes out now and ``then(error)`` is called
-        once, on the loop, from the event-loop turn that brings the confirmation (None:
-        confirmed), or its failure (the link or the connection ended: what ``settle_acks``
-        would raise; a probe that failed with the connection open falls back as ``confirm``
-        does, in a task).
+        """``settle_acks(acks)`` without a task, when nothing has to be waited for first (no
+        other acknowledgement of the session under way, the connection open, every ack from
+        it on a link still open, all confirmed the same way) and their confirmation comes as
+        an answer no timer bounds (A6): the broker's settlements (receiver settle mode
+        ``second``), or a drain or link flow of the session's probe that the broker answered
+        before (or none is asked for: ``NONE``, A7). The outcomes go out now and ``then(error)``
+        is called once, on the loop, from the event-loop turn that brings the (last)
+        confirmation (None: confirmed; at once when none is awaited, ``acks`` empty included),
+        or the first failure (the link or the connection ended: what ``settle_acks`` would
+        raise; a probe that failed with the connection open falls back as ``confirm`` does, in
+        a task). Until then this session's other acknowledgements wait (one at a time).
 
         Returns:
             False, nothing done, when any of that does not hold: then ``settle_acks``.
@@ -407,50 +410,81 @@ class SessionContext:
         if session is None or current is None or not current.amqp.is_open:
             return False
         amqp = current.amqp
-        delivery = ack.raw.delivery
-        if delivery.link.engine is not amqp.engine or delivery.link.is_closed:
+        kinds = {ack.confirmation for ack in acks}
+        if len(kinds) > 1 or any(
+            ack.raw.delivery.link.engine is not amqp.engine or ack.raw.delivery.link.is_closed
+            for ack in acks
+        ):
             return False
-        confirmation = ack.confirmation
-        second = confirmation is AckConfirmation.SETTLE_SECOND
-        if not second and not self.confirmer.confirms_at_once(session, confirmation):
+        kind = kinds.pop() if kinds else AckConfirmation.NONE
+        second = kind is AckConfirmation.SETTLE_SECOND
+        exchanged = kind is not AckConfirmation.NONE and not second
+        if exchanged and not self.confirmer.confirms_at_once(session, kind):
             return False
         started = time.perf_counter()
         try:
-            amqp.settle(ack.raw, ACCEPTED, settle=not second, wake_writer=False)
-        except HAClientError:  # the link ended: settle_acks raises it
-            return False
-        ack.sent = True
+            for ack in acks:
+                amqp.settle(
+                    ack.raw, ACCEPTED, settle=not second, wake_writer=kind is AckConfirmation.NONE
+                )
+                ack.sent = True
+        except HAClientError as exc:  # the link ended: settle_acks raises it
+            if not any(ack.sent for ack in acks):
+                return False
+            then(exc)
+            return True
+        # what is awaited: each settlement (second) or the exchange's answer, and this call's
+        # own part (counted down last, so that nothing is told before all is under way)
+        outstanding = 1 + (len(acks) if second else int(exchanged))
 
         def confirmed(error: BaseException | None) -> None:
+            nonlocal outstanding
+            if outstanding <= 0:  # told already (a failure came first)
+                return
+            outstanding = outstanding - 1 if error is None else 0
+            if outstanding:
+                return
+            if second:
+                self._at_once_done()
             if error is None:
-                if second:
-                    delivery.settle()
                 self.ack_stats.latency.observe(time.perf_counter() - started)
-                self.connection.counters.acknowledged += 1
-                self.ack_stats.count += 1
+                self.connection.counters.acknowledged += len(acks)
+                self.ack_stats.count += len(acks)
             then(error)
 
         if second:
-            if not amqp.when_settled(delivery, lambda _, error: confirmed(error)):
-                confirmed(None)  # cannot be: its slot was just made
-            return True
+            self._confirming_at_once = True
+            for ack in acks:
+                delivery = ack.raw.delivery
+                if not amqp.when_settled(
+                    delivery, functools.partial(_settled, confirmed, delivery)
+                ):
+                    confirmed(None)  # cannot be: its slot was just made
+        elif exchanged:
+            self._confirm_at_once(amqp, acks[0], confirmed)
+        confirmed(None)
+        return True
+
+    def _confirm_at_once(
+        self, amqp: AmqpConnection, ack: PendingAck, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """The confirmation exchange of ``settle_acks_then`` (``Confirmer.confirm_then``)."""
 
         def answered(error: BaseException | None) -> None:
             if error is not None and amqp.is_open:  # the probe failed: as ``confirm`` does
-                self.start_soon(self._confirm_again, amqp, ack, confirmed)
+                self.start_soon(self._confirm_again, amqp, ack, then)
                 return
             self._at_once_done()
-            confirmed(error)
+            then(error)
 
         self._confirming_at_once = True
         try:
-            self.confirmer.confirm_then(amqp, confirmation, answered)
+            self.confirmer.confirm_then(amqp, ack.confirmation, answered)
         except HAClientError as exc:
             answered(exc)
-        return True
 
     def _at_once_done(self) -> None:
-        """A confirmation exchange without a task ended: the next one may start."""
+        """A confirmation without a task ended: the next one may start."""
         self._confirming_at_once = False
         waiting, self._at_once_waiting = self._at_once_waiting, None
         if waiting is not None:
@@ -546,3 +580,15 @@ class SessionContext:
         current = self.connection.current
         if current is not None:
             current.amqp.detach(receiver, closed=closed)
+
+
+def _settled(
+    confirmed: Callable[[BaseException | None], None],
+    delivery: Delivery,
+    outcome: Outcome | None,
+    error: BaseException | None,
+) -> None:
+    """A delivery of ``settle_acks_then`` in mode ``second``: the broker settled it (or failed)."""
+    if error is None:
+        delivery.settle()
+    confirmed(error)

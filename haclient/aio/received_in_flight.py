@@ -1,5 +1,7 @@
-"""A receive whose message is handed out by a callback from the turn its acknowledgement is
-confirmed in: no task.
+"""A call whose outcome is told by a callback from the turn the broker's confirmation arrives in:
+no task. A receive (``ReceiveInFlight``), and a CLIENT or INDIVIDUAL acknowledgement
+(``CallInFlight``, from ``ClientAck.acknowledge_message_then``: its outcome, confirmed or what
+the general path would raise, told by ``finish``).
 
 How this works: ``MessageConsumer.receive_then`` takes a message already prefetched, when
 nothing has to be waited for first (started, connected, AUTO confirmed by the broker's
@@ -7,7 +9,8 @@ settlement or by its answer to a drain of the session's probe, no other acknowle
 session under way), and sends its acknowledgement at once (``AckStrategy.delivered_then``). The
 message is then given from the event handler of the loop turn that brings the confirmation
 (A1: confirmed before it is handed out): nobody resumes a loop turn later, as a task awaiting
-``wait_settled`` or ``drain`` would.
+``wait_settled`` or ``drain`` would. In CLIENT and INDIVIDUAL mode there is nothing to wait for:
+the message is tracked for its ``acknowledge()`` and given before ``receive_then`` returns.
 
 Every rule of the general path (``receive``) holds, because anything but the broker's
 settlement hands the receive back to the general path's own code from where it is: when the
@@ -35,20 +38,56 @@ from haclient.errors import ClosedError
 if TYPE_CHECKING:
     from haclient.message import Message
 
-__all__ = ["ReceiveInFlight"]
+__all__ = ["CallInFlight", "ReceiveInFlight"]
 
-Received = Callable[["Message | None", BaseException | None], None]
+Completed = Callable[[Any, BaseException | None], None]
+"""``completed(value, error)``: a call's outcome (a receive's message, an acknowledgement's
+None), told once."""
 
 
-class ReceiveInFlight:
+class CallInFlight:
+    """One call whose outcome comes by callback (see the module): ``completed(value, error)``
+    is called exactly once, on the loop, by ``finish``, or by ``cancel``/``closed`` first."""
+
+    __slots__ = ("_completed", "done")
+
+    def __init__(self, completed: Completed) -> None:
+        self.done = False
+        self._completed = completed
+
+    def finish(self, value: Any, error: BaseException | None) -> None:
+        """The outcome came (nothing if the caller was let go already)."""
+        self._complete(value, error)
+
+    def cancel(self) -> None:
+        """The caller let go (Ctrl-C): its outcome is told now, ``ClosedError``, as a cancelled
+        task's is, so that the interrupted caller is let go at once even while the broker is
+        silent; what went to the broker goes on."""
+        self._stop()
+        self._complete(None, ClosedError("the call was cancelled while it was waiting"))
+
+    def closed(self) -> None:
+        """The connection is closed under it: ``ClosedError`` now, nothing later."""
+        self._stop()
+        self._complete(None, ClosedError("the connection was closed while the call was waiting"))
+
+    def _stop(self) -> None:
+        """Stop what waits for the outcome in a task, if anything does."""
+
+    def _complete(self, value: Any, error: BaseException | None) -> None:
+        if not self.done:
+            self.done = True
+            self._completed(value, error)
+
+
+class ReceiveInFlight(CallInFlight):
     """One receive whose acknowledgement is in flight, its outcome told by callback (see the
     module). ``spawn(fn, *args)`` starts a task of the connection."""
 
-    __slots__ = ("_completed", "_scope", "_spawn", "done")
+    __slots__ = ("_scope", "_spawn")
 
-    def __init__(self, completed: Received, spawn: Callable[..., None]) -> None:
-        self.done = False
-        self._completed = completed
+    def __init__(self, completed: Completed, spawn: Callable[..., None]) -> None:
+        super().__init__(completed)
         self._spawn = spawn
         self._scope: anyio.CancelScope | None = None
 
@@ -64,25 +103,11 @@ class ReceiveInFlight:
         except Exception:  # the connection's tasks are ending: no task will run it
             self._complete(None, ClosedError("the connection closed while the receive waited"))
 
-    def cancel(self) -> None:
-        """The caller let go (Ctrl-C): its outcome is told now, ``ClosedError``, as a cancelled
-        task's is, so that the interrupted caller is let go at once even while the broker is
-        silent; the general path's wait is stopped, if it was handed to it (a message held
-        stays for the next ``receive``); an acknowledgement in flight goes on."""
+    def _stop(self) -> None:
+        """The general path's wait is stopped, if it was handed to it (a message held stays
+        for the next ``receive``); an acknowledgement in flight goes on."""
         if self._scope is not None:
             self._scope.cancel()
-        self._complete(None, ClosedError("the call was cancelled while it was waiting"))
-
-    def closed(self) -> None:
-        """The connection is closed under it: ``ClosedError`` now, nothing later."""
-        if self._scope is not None:
-            self._scope.cancel()
-        self._complete(None, ClosedError("the connection was closed while the call was waiting"))
-
-    def _complete(self, message: Message | None, error: BaseException | None) -> None:
-        if not self.done:
-            self.done = True
-            self._completed(message, error)
 
     async def _resumed(self, resume: Callable[[], Awaitable[Any]]) -> None:
         message: Message | None = None

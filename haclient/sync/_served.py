@@ -5,9 +5,13 @@ How this works: a loop thread has one ``Serving``. When a boundary rings the loo
 to the boundary's ``Served``: the connection's objects on the loop, each under a handle (a
 number: the blocking facade knows its objects by handle only), and the operations a request may
 name (``Op``). A send goes to its producer's ``Lane`` (at once when it needs no wait); a
-cheap read (``READ``, ``STATISTICS``) is answered inline; any other operation runs as a task of
-the connection's, in the caller's trace context, and gives its outcome to the request's
-``Reply``. A ``CANCEL`` cancels the task (or the send) of the request it names.
+cheap read (``READ``, ``STATISTICS``) is answered inline; an AUTO receive of a prefetched
+message and a CLIENT or INDIVIDUAL acknowledgement go at once when nothing has to be waited for
+first (``_AT_ONCE``: the outcome comes by callback from the loop turn that brings the broker's
+confirmation, ``in_flight`` keeps them meanwhile); any other operation runs as a task of the
+connection's, in the caller's trace context, and gives its outcome to the request's ``Reply``.
+A ``CANCEL`` cancels the task (or the send, or tells the call in flight) of the request it
+names.
 
 Everything here runs on the loop thread; nothing here is called from another thread. What goes
 back is a value: a handle and a frozen record of facts (``_facts``: ``ProducerTerms`` ...),
@@ -29,9 +33,10 @@ from typing import Any
 
 import anyio
 
+from haclient.aio.acks import TrackedAcknowledger
 from haclient.aio.connection import Connection as AsyncConnection
 from haclient.aio.connection import ConnectionFactory as AsyncConnectionFactory
-from haclient.aio.received_in_flight import ReceiveInFlight
+from haclient.aio.received_in_flight import CallInFlight
 from haclient.errors import ClosedError, HAClientError, IllegalStateError
 from haclient.message import Message
 from haclient.modes import AckMode
@@ -107,7 +112,7 @@ class Served:
         self.lanes: dict[int, Lane] = {}  # a producer -> its lane
         self.acks: dict[int, tuple[int, Callable[..., Awaitable[None]]]] = {}
         self.tasks: dict[int, asyncio.Task[Any]] = {}  # request number -> its task
-        self.receiving: dict[int, ReceiveInFlight] = {}  # request number -> its receive
+        self.in_flight: dict[int, CallInFlight] = {}  # request number -> its call without a task
         self._handles = itertools.count(1)
         self._acks = itertools.count(1)
         self.closed: dict[int, str] = {}  # handles dropped: what they were
@@ -136,8 +141,8 @@ class Served:
             self._cancel(request.handle, request.args[0])
         elif (inline := _INLINE.get(op)) is not None:
             self.give(request, inline(self, request, self.objects.get(request.handle)), None)
-        elif op is Op.RECEIVE and self._receive_at_once(request):
-            pass
+        elif (at_once := _AT_ONCE.get(op)) is not None and at_once(self, request):
+            pass  # on its way without a task: its outcome comes by callback
         else:
             target = self.objects.get(request.handle)
             if target is None and request.handle != CONNECTION and op not in _ANY_TARGET:
@@ -161,7 +166,7 @@ class Served:
         number = request.number
 
         def received(message: Message | None, error: BaseException | None) -> None:
-            self.receiving.pop(number, None)
+            self.in_flight.pop(number, None)
             value = None
             if message is not None:
                 try:
@@ -170,11 +175,37 @@ class Served:
                     error = exc
             self.give(request, value, error)
 
-        in_flight = consumer.receive_then(timeout_left(request.deadline), received)
+        return self._in_flight(
+            request, consumer.receive_then(timeout_left(request.deadline), received)
+        )
+
+    def _acknowledge_at_once(self, request: Request) -> bool:
+        """An ``ACKNOWLEDGE_MESSAGE`` (CLIENT, INDIVIDUAL) that needs no wait first: settled
+        now, its reply given from the loop turn in which the broker confirms it
+        (``TrackedAcknowledger.then``: no task). True when it went so."""
+        (number,) = request.args
+        entry = self.acks.get(number)
+        if entry is None or request.trace is not None or request.reply is None:
+            return False
+        session, acknowledger = entry
+        if not isinstance(acknowledger, TrackedAcknowledger):
+            return False
+
+        def acknowledged(_: None, error: BaseException | None) -> None:
+            self.in_flight.pop(request.number, None)
+            if error is None:
+                self.acknowledged(session, number)
+            self.give(request, None, error)
+
+        return self._in_flight(request, acknowledger.then(acknowledged))
+
+    def _in_flight(self, request: Request, in_flight: CallInFlight | None) -> bool:
+        """``request`` went without a task when ``in_flight`` is not None: kept until its
+        outcome came (a ``CANCEL`` or the connection's close tells it earlier)."""
         if in_flight is None:
             return False
         if not in_flight.done:
-            self.receiving[number] = in_flight
+            self.in_flight[request.number] = in_flight
         return True
 
     async def _run(self, request: Request, coro: Coroutine[Any, Any, Any]) -> None:
@@ -219,13 +250,22 @@ class Served:
         if task is not None:
             task.cancel()
             return
-        receiving = self.receiving.get(number)
-        if receiving is not None:
-            receiving.cancel()
+        in_flight = self.in_flight.get(number)
+        if in_flight is not None:
+            in_flight.cancel()
             return
         lane = self.lanes.get(handle)
         if lane is not None:
             lane.cancel(number)
+
+    def acknowledged(self, session: int, number: int) -> None:
+        """Message ``number`` of ``session`` was acknowledged: forget its acknowledger, and in
+        CLIENT mode those of every message of the session so far (A2)."""
+        if self.modes[session] is AckMode.CLIENT:
+            for done in [n for n, (owner, _) in self.acks.items() if owner == session]:
+                del self.acks[done]
+        else:
+            self.acks.pop(number, None)
 
     # Objects by handle ---------------------------------------------------------------------------
 
@@ -281,8 +321,8 @@ class Served:
         for task in list(self.tasks.values()):
             if task is not current:
                 task.cancel()
-        for number in list(self.receiving):  # nobody will confirm their acknowledgements now
-            self.receiving.pop(number).closed()
+        for number in list(self.in_flight):  # nobody will confirm their acknowledgements now
+            self.in_flight.pop(number).closed()
         for lane in self.lanes.values():
             lane.drop_all(ClosedError("the connection closed before the send went out"), True)
         self.boundary.closed = True
@@ -290,6 +330,12 @@ class Served:
             self._refuse(request)
         self._serving.forget(self.boundary)
 
+
+_AT_ONCE: dict[Op, Callable[[Served, Request], bool]] = {
+    Op.RECEIVE: Served._receive_at_once,
+    Op.ACKNOWLEDGE_MESSAGE: Served._acknowledge_at_once,
+}
+"""Operations that may go without a task when nothing has to be waited for (True: they did)."""
 
 _ANY_TARGET = frozenset({Op.ACKNOWLEDGE_MESSAGE})
 """Operations on a handle whose object may be closed (a message acknowledged after its
@@ -491,11 +537,7 @@ async def _acknowledge_message(served: Served, request: Request, consumer: Any) 
             await served.objects[session].acknowledge(timeout=timeout)
         return
     await entry[1](timeout=timeout)
-    if served.modes[session] is AckMode.CLIENT:  # every message of the session so far
-        for done in [n for n, (owner, _) in served.acks.items() if owner == session]:
-            del served.acks[done]
-    else:
-        served.acks.pop(number, None)
+    served.acknowledged(session, number)
 
 
 async def _acknowledge_session(served: Served, request: Request, session: Any) -> None:

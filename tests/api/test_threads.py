@@ -360,6 +360,48 @@ def test_ctrl_c_during_a_send_that_waits_for_its_outcome_cancels_it(
     assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one may have reached the broker
 
 
+def interrupted_while_confirming(
+    conn: haclient.Connection, broker: BrokerThread, path: str, call: Callable[[], object]
+) -> None:
+    """Run ``call`` (it raises ``KeyboardInterrupt``) with the broker paused, so that it waits
+    on the loop for the broker's confirmation, by ``path``: at once (a call in flight, no
+    task) or the general way (a task of its request); Ctrl-C comes once it waits there
+    (asked of the loop), and the broker is resumed afterwards. Raises ``AssertionError`` if
+    the interrupted call was not let go promptly."""
+    interrupted = threading.Event()
+
+    def in_flight() -> bool:
+        from haclient.sync._served import Serving
+
+        served = Serving.of(conn._boundary.loop_thread, conn._boundary)
+        assert served is not None
+        return bool(served.in_flight if path.startswith("at-once") else served.tasks)
+
+    def interrupt_once_confirming() -> None:
+        try:
+            until_on_loop(conn, in_flight, "the call never waited", HANG)
+            _thread.interrupt_main()
+            interrupted.wait(HANG)  # the broker stays paused until the call was interrupted
+        finally:
+            broker.resume()  # also when this failed: the call is not left waiting
+
+    broker.pause()  # the broker reads nothing: the call waits for the confirmation
+    try:
+        with python_sigint_handler():
+            interrupter = threading.Thread(target=interrupt_once_confirming)
+            interrupter.start()
+            started = time.monotonic()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    call()
+            finally:
+                interrupted.set()
+                interrupter.join(HANG)
+        assert time.monotonic() - started < HANG
+    finally:
+        broker.resume()
+
+
 @pytest.mark.parametrize("path", ["at-once", "at-once drain", "general"])
 def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_consumer_usable(
     broker: BrokerThread, queue: Queue, path: str
@@ -385,42 +427,42 @@ def test_ctrl_c_during_an_auto_receive_awaiting_its_confirmation_leaves_the_cons
             "the others never arrived in its prefetch",
             HANG,
         )
-        interrupted = threading.Event()
-
-        def in_flight() -> bool:
-            from haclient.sync._served import Serving
-
-            served = Serving.of(conn._boundary.loop_thread, conn._boundary)
-            assert served is not None
-            return bool(served.receiving if path.startswith("at-once") else served.tasks)
-
-        def interrupt_once_confirming() -> None:
-            try:
-                until_on_loop(conn, in_flight, "the receive never waited", HANG)
-                _thread.interrupt_main()
-                interrupted.wait(HANG)  # the broker stays paused until the receive was interrupted
-            finally:
-                broker.resume()  # also when this failed: the receive is not left waiting
-
-        broker.pause()  # the broker reads nothing: the receive waits for the confirmation
-        try:
-            with python_sigint_handler():
-                interrupter = threading.Thread(target=interrupt_once_confirming)
-                interrupter.start()
-                started = time.monotonic()
-                try:
-                    with pytest.raises(KeyboardInterrupt):
-                        consumer.receive(timeout=60)
-                finally:
-                    interrupted.set()
-                    interrupter.join(HANG)
-            assert time.monotonic() - started < HANG
-        finally:
-            broker.resume()
+        interrupted_while_confirming(conn, broker, path, lambda: consumer.receive(timeout=60))
         bodies = []
         while (message := consumer.receive(timeout=2)) is not None:
             bodies.append(message.body)  # type: ignore[attr-defined]
         assert bodies[-1:] == ["after ctrl-c"]  # the interrupted one was acknowledged
+
+
+@pytest.mark.parametrize("path", ["at-once", "at-once drain", "general"])
+def test_ctrl_c_during_a_client_acknowledge_awaiting_its_confirmation_leaves_the_session_usable(
+    broker: BrokerThread, queue: Queue, path: str
+) -> None:
+    """A CLIENT ``message.acknowledge()`` waits on the loop for the broker's confirmation:
+    settled at once, its outcome given by callback, or the general way (a task of the
+    request); Ctrl-C raises ``KeyboardInterrupt`` at once although the broker is silent, and
+    the session goes on afterwards: the next acknowledge returns once confirmed and nothing
+    acknowledged comes again."""
+    assert threading.current_thread() is threading.main_thread()
+    confirmation = {"at-once": "auto", "at-once drain": "drain", "general": "round-trip"}[path]
+    with haclient.connect(broker.url, ack_confirmation=confirmation) as conn:
+        conn.start()
+        session = conn.create_session(AckMode.CLIENT)
+        consumer = session.create_consumer(queue)
+        send(conn, queue, "before", "interrupted", "after ctrl-c")
+        first = consumer.receive(timeout=HANG)
+        assert first is not None and first.body == "before"
+        first.acknowledge()  # the session's confirmation exchange answered once (A6)
+        message = consumer.receive(timeout=HANG)
+        assert message is not None and message.body == "interrupted"
+        interrupted_while_confirming(conn, broker, path, lambda: message.acknowledge(timeout=60))
+        last = consumer.receive(timeout=HANG)
+        assert last is not None and last.body == "after ctrl-c"
+        last.acknowledge(timeout=HANG)
+        assert consumer.receive(timeout=0.5) is None
+    with haclient.connect(broker.url) as again:
+        again.start()
+        assert again.create_session().create_consumer(queue).receive(timeout=1.0) is None
 
 
 def test_a_blocking_call_from_the_loop_thread_raises_illegal_state(

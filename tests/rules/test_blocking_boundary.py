@@ -9,6 +9,7 @@ connection and refuses new ones (``Relay.cut``), so that the same test runs on b
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -24,7 +25,12 @@ from rulekit import TIMEOUT, started
 import haclient
 from chaos.broker import BrokerThread
 from haclient import DeliveryMode, Queue, TextMessage
-from haclient.errors import ConnectionFailedError, FailoverTimeoutError, HAClientError
+from haclient.errors import (
+    AcknowledgeFailedError,
+    ConnectionFailedError,
+    FailoverTimeoutError,
+    HAClientError,
+)
 from haclient.modes import AckMode
 
 HANG = 15.0
@@ -107,6 +113,34 @@ def relayed(bed: Bed, **options: str) -> Iterator[tuple[Relay, str]]:
         yield relay, f"failover:(amqp://{login}127.0.0.1:{relay.port})?{query}"
     finally:
         relay.cut()
+
+
+@contextmanager
+def relayed_then_direct(bed: Bed) -> Iterator[tuple[Relay, str]]:
+    """A relay to ``bed``'s broker and a failover URL through it first, then to the broker
+    directly: once the relay is cut, failover reaches the same broker the other way."""
+    parts = urlsplit(bed.url)
+    login = f"{parts.username}:{parts.password}@" if parts.username else ""
+    with relayed(bed) as (relay, _):
+        yield (
+            relay,
+            (
+                f"failover:(amqp://{login}127.0.0.1:{relay.port},"
+                f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
+            ),
+        )
+
+
+@contextmanager
+def closed_after(url: str, **options: Any) -> Iterator[haclient.Connection]:
+    """A connection to ``url``, closed afterwards whatever its close raises (a failure the
+    test provoked: the broker gone, a close that gave up waiting)."""
+    conn = haclient.connect(url, **options)
+    try:
+        yield conn
+    finally:
+        with suppress(HAClientError):
+            conn.close()
 
 
 class Failures:
@@ -372,13 +406,7 @@ def test_F11_a_blocking_sync_send_cut_off_before_its_outcome_is_sent_again_with_
 ) -> None:
     """The connection drops while the send waits for the broker's outcome: it is sent again,
     same id, on the next broker of the list, and ``send`` returns once that one accepted it."""
-    parts = urlsplit(bed.url)
-    login = f"{parts.username}:{parts.password}@" if parts.username else ""
-    with relayed(bed) as (relay, _):
-        url = (
-            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
-            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
-        )
+    with relayed_then_direct(bed) as (relay, url):
         queue = Queue(bed.unique("f11-in-flight"))
         with haclient.connect(url, **bed.options()) as conn:
             session = conn.create_session()
@@ -487,47 +515,61 @@ def test_C9_a_refusal_of_a_blocking_sync_send_sent_at_once_is_raised_by_it(
 RECEIVE_PATHS = {"at-once": "auto", "at-once drain": "drain", "general": "round-trip"}
 
 
-def _receive_in_flight(consumer: haclient.MessageConsumer, **receive: object) -> dict:
-    """Start ``consumer.receive`` on another thread while the broker's confirmation of its
-    acknowledgement is held back; return what it will tell: ``message`` or ``error`` once
-    ``done`` is set."""
+def _waiting(facade: object, call: Callable[[], object]) -> dict:
+    """Start ``call`` on another thread while the broker's confirmation it waits for is held
+    back (``facade``'s connection's); return what it will tell: ``message`` (what it
+    returned) or ``error`` once ``done`` is set."""
     outcome: dict = {"done": threading.Event(), "message": None, "error": None}
 
-    def receive_it() -> None:
+    def call_it() -> None:
         try:
-            outcome["message"] = consumer.receive(**receive)  # type: ignore[arg-type]
+            outcome["message"] = call()
         except BaseException as exc:
             outcome["error"] = exc
         outcome["done"].set()
 
-    threading.Thread(target=receive_it, daemon=True).start()
-    served = _served(consumer)
-    _until(lambda: bool(served.receiving or served.tasks), "the receive never waited")
+    threading.Thread(target=call_it, daemon=True).start()
+    served = _served(facade)
+    _until(lambda: bool(served.in_flight or served.tasks), "the call never waited")
     assert not outcome["done"].is_set(), outcome
     return outcome
 
 
+def _receive_in_flight(consumer: haclient.MessageConsumer, **receive: object) -> dict:
+    """``consumer.receive(**receive)`` waiting for its confirmation (``_waiting``)."""
+    return _waiting(consumer, lambda: consumer.receive(**receive))  # type: ignore[arg-type]
+
+
 def _assert_path(conn: haclient.Connection, kind: str, path: str) -> None:
-    """The receive in flight went by ``path``: at once, no task of its request (mode
-    ``second`` or a drain on the reference broker, a link flow on RabbitMQ), or the general
-    way, a task of its request."""
+    """The receive (or acknowledge) in flight went by ``path``: at once, no task of its
+    request (mode ``second`` or a drain on the reference broker, a link flow on RabbitMQ), or
+    the general way, a task of its request."""
     from haclient.sync._served import Serving
 
     served = Serving.of(conn._boundary.loop_thread, conn._boundary)  # read only, for the test
     assert served is not None
     at_once = path == "at-once" or (path == "at-once drain" and kind == "reference")
-    assert (len(served.receiving), len(served.tasks)) == ((1, 0) if at_once else (0, 1))
+    assert (len(served.in_flight), len(served.tasks)) == ((1, 0) if at_once else (0, 1))
 
 
-def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclient.MessageConsumer:
-    """An AUTO consumer of ``queue`` that received "before" and has ``bodies`` prefetched."""
-    session = conn.create_session(AckMode.AUTO)
+def _received_before(
+    conn: haclient.Connection, queue: Queue, mode: AckMode, *bodies: str
+) -> tuple[haclient.MessageConsumer, haclient.Message]:
+    """A consumer of ``queue`` in a new ``mode`` session, "before" and ``bodies`` sent to it:
+    the consumer and "before", received."""
+    session = conn.create_session(mode)
     consumer = session.create_consumer(queue)
     producer = session.create_producer(queue)
     for body in ("before", *bodies):
         producer.send(TextMessage(body))
     first = consumer.receive(TIMEOUT)
     assert first is not None and first.body == "before"  # type: ignore[attr-defined]
+    return consumer, first
+
+
+def _prefetched(conn: haclient.Connection, queue: Queue, *bodies: str) -> haclient.MessageConsumer:
+    """An AUTO consumer of ``queue`` that received "before" and has ``bodies`` prefetched."""
+    consumer, _ = _received_before(conn, queue, AckMode.AUTO, *bodies)
     inner = _served(consumer).objects[consumer._handle]  # type: ignore[attr-defined]
     _until(
         lambda: inner._context.amqp().queued(inner._receiver) >= len(bodies),
@@ -544,13 +586,7 @@ def test_A1_a_blocking_auto_receive_cut_off_before_its_confirmation_returns_it_i
     acknowledgement: once failover reached the next broker, the message is returned flagged
     ``ack_in_doubt`` and redelivered (F9), and no copy of it comes again (nothing twice,
     nothing lost)."""
-    parts = urlsplit(bed.url)
-    login = f"{parts.username}:{parts.password}@" if parts.username else ""
-    with relayed(bed) as (relay, _):
-        url = (
-            f"failover:(amqp://{login}127.0.0.1:{relay.port},"
-            f"amqp://{login}{parts.hostname}:{parts.port})?failover.giveupafter=20000"
-        )
+    with relayed_then_direct(bed) as (relay, url):
         queue = Queue(bed.unique("a1-in-flight"))
         options = bed.options(ack_confirmation=RECEIVE_PATHS[path])
         with haclient.connect(url, **options) as conn:
@@ -696,3 +732,265 @@ def test_C2_a_consumer_close_waits_for_a_confirming_receive_no_longer_than_close
         assert not message.ack_in_doubt
         rest = conn.create_session().create_consumer(queue).receive(1.0)
     assert rest is None
+
+
+# A CLIENT acknowledge in flight: at once (its outcome by callback) or the general way ------------
+#
+# A blocking ``message.acknowledge()`` in a CLIENT (or INDIVIDUAL) session that needs no wait
+# first settles the session's deliveries in the loop turn that takes the request and gets its
+# outcome from the turn the broker's confirmation arrives in (``TrackedAcknowledger.then``: no
+# task), confirmed as the AUTO receive's is (``RECEIVE_PATHS``); with ``ack_confirmation=
+# "round-trip"``, on a traced connection (its request carries the caller's trace context) or
+# with a failover report owed (F8) it goes the general way (a task of the request).
+
+ACK_PATHS = {**RECEIVE_PATHS, "traced": "auto"}
+
+
+def _ack_options(bed: Bed | None, path: str, **options: object) -> dict[str, Any]:
+    """``connect()`` keywords for ``path`` (on ``bed``'s broker, or the reference broker)."""
+    options["ack_confirmation"] = ACK_PATHS[path]
+    if path == "traced":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        options["tracer_provider"] = TracerProvider()
+    return options if bed is None else bed.options(**options)
+
+
+def _delivered(
+    conn: haclient.Connection, queue: Queue, *bodies: str, mode: AckMode = AckMode.CLIENT
+) -> tuple[haclient.MessageConsumer, list[haclient.Message]]:
+    """A consumer of ``queue`` in a new ``mode`` session that received and acknowledged
+    "before" (so that the session's confirmation exchange was answered once, A6) and then
+    received ``bodies``, not acknowledged: the consumer and those messages."""
+    consumer, first = _received_before(conn, queue, mode, *bodies)
+    first.acknowledge()
+    received = []
+    for body in bodies:
+        message = consumer.receive(TIMEOUT)
+        assert message is not None and message.body == body  # type: ignore[attr-defined]
+        received.append(message)
+    return consumer, received
+
+
+def _left_on(url: str, queue: Queue, **options: object) -> list[str]:
+    """The bodies a new consumer of ``queue`` gets (each acknowledged), sorted."""
+    bodies = []
+    with haclient.connect(url, **options) as conn:
+        conn.start()
+        consumer = conn.create_session().create_consumer(queue)
+        while (message := consumer.receive(1.0)) is not None:
+            bodies.append(message.body)  # type: ignore[attr-defined]
+    return sorted(bodies)
+
+
+@pytest.mark.parametrize("path", ACK_PATHS)
+def test_A2_a_blocking_client_acknowledge_returns_once_the_broker_confirmed(
+    reference_broker: BrokerThread, path: str
+) -> None:
+    """A CLIENT acknowledge goes at once where nothing waits first (its request makes no
+    task), else the general way; either way it returns once the broker confirmed (the broker
+    paused: it waits), and the messages it acknowledged are gone from the queue."""
+    queue = Queue(Bed.unique("a2-confirmed"))
+    with haclient.connect(reference_broker.url, **_ack_options(None, path)) as conn:
+        conn.start()
+        _, (a, b) = _delivered(conn, queue, "a", "b")
+        reference_broker.pause()
+        try:
+            outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG))
+            _assert_path(conn, "reference", path)
+            assert not outcome["done"].wait(0.2), "acknowledge returned before the broker confirmed"
+        finally:
+            reference_broker.resume()
+        assert outcome["done"].wait(HANG), "the acknowledge was left waiting"
+        assert outcome["error"] is None, outcome["error"]
+        assert conn.statistics().acknowledgements["client"] == 3
+        a.acknowledge()  # acknowledged with b already: nothing left to do
+    assert _left_on(reference_broker.url, queue) == []
+
+
+@pytest.mark.parametrize("mode", [AckMode.CLIENT, AckMode.INDIVIDUAL], ids=lambda m: m.name)
+@pytest.mark.parametrize("path", ACK_PATHS)
+def test_A2_a_blocking_acknowledge_removes_what_it_acknowledged_and_nothing_else(
+    bed: Bed, path: str, mode: AckMode
+) -> None:
+    """CLIENT: ``b.acknowledge()`` acknowledges every message the session delivered so far
+    (a, b); INDIVIDUAL: b alone. Those are gone from the broker; the session's other messages
+    (delivered later and not acknowledged, or prefetched) come back after the connection
+    closed."""
+    queue = Queue(bed.unique("a2-removes"))
+    with haclient.connect(bed.url, **_ack_options(bed, path)) as conn:
+        conn.start()
+        consumer, (_a, b) = _delivered(conn, queue, "a", "b", mode=mode)
+        producer = conn.create_session().create_producer(queue)
+        for body in ("c", "d"):
+            producer.send(TextMessage(body))
+        b.acknowledge()
+        c = consumer.receive(TIMEOUT)  # delivered after the acknowledge: not acknowledged
+        assert c is not None and c.body == "c"  # type: ignore[attr-defined]
+    expected = ["c", "d"] if mode is AckMode.CLIENT else ["a", "c", "d"]
+    assert _left_on(bed.url, queue, **bed.options()) == expected
+
+
+@pytest.mark.parametrize("path", ACK_PATHS)
+def test_A2_a_blocking_client_acknowledge_cut_off_before_its_confirmation_raises_in_doubt(
+    bed: Bed, path: str
+) -> None:
+    """The connection drops while a CLIENT acknowledge waits for the broker's confirmation:
+    it raises ``AcknowledgeFailedError`` flagged ``in_doubt`` (F8), by either path; after
+    the failover to the next broker nothing of the session comes again (the broker applied
+    the acknowledgement, or the duplicate window suppresses its copies) and nothing is left."""
+    queue = Queue(bed.unique("a2-in-flight"))
+    with (
+        relayed_then_direct(bed) as (relay, url),
+        haclient.connect(url, **_ack_options(bed, path)) as conn,
+    ):
+        conn.start()
+        consumer, (_a, b) = _delivered(conn, queue, "a", "b")
+        relay.hold()
+        outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG))
+        _assert_path(conn, bed.kind, path)
+        relay.cut()
+        assert outcome["done"].wait(HANG), "the acknowledge cut off never returned"
+        error = outcome["error"]
+        assert isinstance(error, AcknowledgeFailedError) and error.in_doubt, error
+        assert consumer.receive(1.0) is None
+    assert _left_on(bed.url, queue, **bed.options()) == []
+
+
+@pytest.mark.parametrize("path", ACK_PATHS)
+def test_F4_a_blocking_client_acknowledge_cut_off_with_no_broker_left_is_bounded(
+    bed: Bed, path: str
+) -> None:
+    """The connection drops while a CLIENT acknowledge waits for the confirmation and no
+    broker answers again: the acknowledge raises ``AcknowledgeFailedError`` (in doubt) without
+    waiting for the failover, and the next one, waiting at the gate, raises
+    ``FailoverTimeoutError`` at its ``timeout``; both long before failover gives up."""
+    with (
+        relayed(bed, **{"failover.giveupafter": "20000"}) as (relay, url),
+        closed_after(url, **_ack_options(bed, path)) as conn,
+    ):
+        conn.start()
+        _, (a, b) = _delivered(conn, Queue(bed.unique("f4-ack")), "a", "b")
+        relay.hold()
+        started_at = time.monotonic()
+        outcome = _waiting(conn, lambda: b.acknowledge(timeout=1.0))
+        _assert_path(conn, bed.kind, path)
+        relay.cut()
+        assert outcome["done"].wait(HANG), "the acknowledge cut off was not bounded"
+        error = outcome["error"]
+        assert isinstance(error, AcknowledgeFailedError) and error.in_doubt, error
+        with pytest.raises(FailoverTimeoutError):
+            a.acknowledge(timeout=1.0)
+        assert time.monotonic() - started_at < HANG
+
+
+@pytest.mark.parametrize("path", ACK_PATHS)
+def test_C9_a_blocking_client_acknowledge_in_flight_when_its_connection_closes_gets_an_outcome(
+    bed: Bed, path: str
+) -> None:
+    """The connection is closed (from another thread) while a CLIENT acknowledge waits for a
+    confirmation the broker never gives: the acknowledge raises (``ClosedError``, or the
+    in-doubt ``AcknowledgeFailedError`` of the connection's end) once the close gave up
+    waiting; it is not left waiting."""
+    with (
+        relayed(bed, **{"jms.closeTimeout": "500"}) as (relay, url),
+        closed_after(url, **_ack_options(bed, path)) as conn,
+    ):
+        conn.start()
+        _, (b,) = _delivered(conn, Queue(bed.unique("c9-ack")), "b")
+        relay.hold()
+        outcome = _waiting(conn, lambda: b.acknowledge(timeout=HANG * 2))
+        _assert_path(conn, bed.kind, path)
+        started_at = time.monotonic()
+        with suppress(HAClientError):
+            conn.close()
+        assert outcome["done"].wait(HANG), "the acknowledge was left waiting"
+        assert time.monotonic() - started_at < HANG
+        assert isinstance(outcome["error"], HAClientError), outcome["error"]
+
+
+def test_F8_a_blocking_client_acknowledge_owing_a_failover_report_raises_it_then_goes_on(
+    bed: Bed,
+) -> None:
+    """A failover came while a message was delivered and not acknowledged: the next
+    acknowledge raises ``AcknowledgeFailedError`` (not in doubt: nothing was acknowledged,
+    F8) instead of settling at once, and the message comes again, redelivered; acknowledging
+    that copy goes through and leaves nothing."""
+    queue = Queue(bed.unique("f8-ack"))
+    completed = threading.Event()
+
+    class Completed:
+        def failover_completed(self, broker: object, downtime: float) -> None:
+            completed.set()
+
+    with relayed_then_direct(bed) as (relay, url), haclient.connect(url, **bed.options()) as conn:
+        conn.add_listener(Completed())
+        conn.start()
+        consumer, (a,) = _delivered(conn, queue, "a")
+        relay.cut()
+        assert completed.wait(HANG), "the failover never completed"
+        with pytest.raises(AcknowledgeFailedError) as raised:
+            a.acknowledge(timeout=HANG)
+        assert not raised.value.in_doubt
+        again = consumer.receive(TIMEOUT)
+        assert again is not None and again.body == "a"  # type: ignore[attr-defined]
+        assert again.redelivered
+        again.acknowledge(timeout=HANG)
+        assert consumer.receive(0.5) is None
+    assert _left_on(bed.url, queue, **bed.options()) == []
+
+
+@contextmanager
+def _request_tasks(conn: haclient.Connection) -> Iterator[list[str]]:
+    """For the test: the tasks the loop makes meanwhile for requests (``Served._run``: the
+    general way), by the operation's name (the loop's task factory is set on the loop)."""
+    loop = conn._boundary.loop_thread.loop  # type: ignore[attr-defined]
+    made: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        if getattr(coro, "__qualname__", "") == "Served._run":
+            made.append(coro.cr_frame.f_locals["request"].op.name)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    def set_factory(chosen: Any) -> None:
+        done = threading.Event()
+        loop.call_soon_threadsafe(lambda: (loop.set_task_factory(chosen), done.set()))
+        assert done.wait(HANG)
+
+    set_factory(factory)
+    try:
+        yield made
+    finally:
+        set_factory(None)
+
+
+@pytest.mark.parametrize("mode", [AckMode.CLIENT, AckMode.INDIVIDUAL], ids=lambda m: m.name)
+def test_A2_blocking_receives_and_acknowledges_that_wait_for_nothing_first_make_no_task(
+    bed: Bed, mode: AckMode
+) -> None:
+    """With nothing to wait for first (messages prefetched, connected, the session's
+    confirmation exchange answered once, not traced), a blocking CLIENT (INDIVIDUAL) receive
+    and each message's ``acknowledge()`` make no task of the loop: the message is given in
+    the loop turn that takes the request, the acknowledge's outcome from the turn that brings
+    the broker's confirmation. The general way makes a task per call. Every message is gone
+    afterwards."""
+    queue = Queue(bed.unique("a2-no-task"))
+    count = 20
+    with haclient.connect(bed.url, **bed.options()) as conn:
+        conn.start()
+        consumer, _ = _delivered(conn, queue, mode=mode)
+        producer = conn.create_session().create_producer(queue)
+        for n in range(count):
+            producer.send(TextMessage(f"m-{n}"))
+        inner = _served(consumer).objects[consumer._handle]  # type: ignore[attr-defined]
+        _until(
+            lambda: inner._context.amqp().queued(inner._receiver) >= count,
+            "the messages never arrived in its prefetch",
+        )
+        with _request_tasks(conn) as made:
+            for n in range(count):
+                message = consumer.receive(TIMEOUT)
+                assert message is not None and message.body == f"m-{n}"  # type: ignore[attr-defined]
+                message.acknowledge()
+        assert made == []
+    assert _left_on(bed.url, queue, **bed.options()) == []
