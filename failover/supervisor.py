@@ -80,7 +80,7 @@ def port_probe() -> PortProbe:
     asyncio, the loop reads its bell in a reader callback (``failover.bell``)."""
     try:
         loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): anyio's wait_readable per wait (wait_readable)
+    except RuntimeError:  # not asyncio (trio): each wait waits with wait_readable, above
         loop = None
     return TcpProbe(_getaddrinfo, wait_readable, reader_loop=loop)
 
