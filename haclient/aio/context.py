@@ -410,13 +410,12 @@ class SessionContext:
         if session is None or current is None or not current.amqp.is_open:
             return False
         amqp = current.amqp
-        kinds = {ack.confirmation for ack in acks}
-        if len(kinds) > 1 or any(
-            ack.raw.delivery.link.engine is not amqp.engine or ack.raw.delivery.link.is_closed
-            for ack in acks
-        ):
-            return False
-        kind = kinds.pop() if kinds else AckConfirmation.NONE
+        engine = amqp.engine
+        kind = acks[0].confirmation if acks else AckConfirmation.NONE
+        for ack in acks:  # one pass: AUTO's one acknowledgement comes this way every receive
+            link = ack.raw.delivery.link
+            if ack.confirmation is not kind or link.engine is not engine or link.is_closed:
+                return False
         second = kind is AckConfirmation.SETTLE_SECOND
         exchanged = kind is not AckConfirmation.NONE and not second
         if exchanged and not self.confirmer.confirms_at_once(session, kind):
